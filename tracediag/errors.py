@@ -1,0 +1,20 @@
+"""Error types. Each message is one line that names the file (when there is one) and the problem."""
+
+from __future__ import annotations
+
+
+class TracediagError(Exception):
+    """Base class of every error tracediag raises on purpose (bad input, bad options)."""
+
+
+class TraceError(TracediagError):
+    """A trace file cannot be read: `path: problem`."""
+
+    def __init__(self, path: str, problem: str) -> None:
+        self.path = str(path)
+        self.problem = problem
+        super().__init__(f"{self.path}: {problem}")
+
+
+class RankError(TracediagError):
+    """The rank of a file is unknown, or two files claim the same rank."""

@@ -1,0 +1,113 @@
+"""The event table: the one contract between ingest and every later stage.
+
+One row per duration event, all times in integer nanoseconds (absolute Unix epoch where the format
+allows it). Every reader returns exactly these columns in this order and with these dtypes;
+`conform` is the single place that enforces it.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+KINDS: tuple[str, ...] = (
+    "cpu_op",  # host operator (aten::*, c10d::*, record_param_comms)
+    "annotation",  # user / framework ranges (record_function, NVTX, gpu_user_annotation)
+    "step",  # a training step marker (ProfilerStep#N, NVTX step range, JAX `train`)
+    "runtime",  # CUDA/HIP runtime and driver calls
+    "kernel",  # device compute kernel
+    "comm",  # communication: NCCL/RCCL kernels, gloo ops, XLA collectives
+    "memcpy",
+    "memset",
+    "sync",  # device synchronisation (stream/event/context sync)
+    "python",  # python_function frames
+    "other",
+)
+"""Event kinds, in the order of the `kind` Enum."""
+
+COLL_OPS: tuple[str, ...] = (
+    "all_reduce",
+    "all_gather",
+    "reduce_scatter",
+    "all_to_all",
+    "broadcast",
+    "reduce",
+    "gather",
+    "scatter",
+    "send",
+    "recv",
+    "barrier",
+    "coalesced",
+    "other",
+)
+"""Collective operations, in the order of the `coll_op` Enum."""
+
+Kind = pl.Enum(list(KINDS))
+CollOp = pl.Enum(list(COLL_OPS))
+
+EVENT_SCHEMA: dict[str, pl.DataType] = {
+    "rank": pl.Int32(),
+    "pid": pl.Int64(),
+    "tid": pl.Int64(),
+    "device": pl.Int16(),
+    "stream": pl.Int64(),
+    "kind": Kind,
+    "name": pl.Categorical(),
+    "ts": pl.Int64(),
+    "dur": pl.Int64(),
+    "correlation": pl.Int64(),
+    "external_id": pl.Int64(),
+    "coll_op": CollOp,
+    "coll_bytes": pl.Int64(),
+    "coll_group": pl.String(),
+    "coll_group_size": pl.Int32(),
+    "coll_seq": pl.Int64(),
+    "coll_peer": pl.Int32(),
+    "step": pl.Int32(),
+}
+"""Column name -> dtype of the event table, in column order.
+
+- ``rank``: global rank of the process that wrote the trace.
+- ``pid``/``tid``: as in the trace (GPU rows: pid = device, tid = stream); string ids map to null.
+- ``device``: device index, -1 on host rows. ``stream``: device stream, null on host rows.
+- ``ts``/``dur``: ns; ``ts`` absolute where the trace allows (see `RunMeta.time_base`).
+- ``correlation``/``external_id``: launch <-> kernel and CPU op <-> kernel links.
+- ``coll_*``: collective op, payload bytes (nelems x dtype size), process group name, its size,
+  collective sequence number, and the send/recv peer (global rank).
+- ``step``: left null by ingest, filled by ``derive.steps``.
+"""
+
+EVENT_COLUMNS: tuple[str, ...] = tuple(EVENT_SCHEMA)
+
+SKIP_REASONS: tuple[str, ...] = (
+    "metadata",  # ph=M: process / thread names
+    "instant",  # ph=i/I/R: instant events and marks
+    "counter",  # ph=C
+    "flow",  # ph=s/t/f: flow arrows (ac2g, fwdbwd)
+    "async",  # ph=b/n/e/S/T/F/p: async events
+    "object",  # ph=N/O/D and samples P
+    "unmatched_end",  # an E with no open B
+    "malformed",  # a duration event without a usable ts/dur, or fields of the wrong type
+    "truncated",  # cut off at the end of an incomplete file
+    "other_phase",  # any other phase value
+)
+"""Reasons an input event does not become a row; every input event is a row or counted under one."""
+
+
+def empty_events() -> pl.DataFrame:
+    """An event table with no rows."""
+    return pl.DataFrame(schema=EVENT_SCHEMA)
+
+
+def conform(df: pl.DataFrame) -> pl.DataFrame:
+    """Return `df` with exactly the event-table columns, in order, with their dtypes.
+
+    Missing columns become nulls; extra columns are dropped. Casts are strict so a reader bug
+    surfaces here rather than as a silently wrong value.
+    """
+    exprs = []
+    for col, dtype in EVENT_SCHEMA.items():
+        if col in df.columns:
+            exprs.append(pl.col(col).cast(dtype))
+        else:
+            exprs.append(pl.lit(None, dtype=dtype).alias(col))
+    return df.select(exprs)
