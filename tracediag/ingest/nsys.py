@@ -1,0 +1,449 @@
+"""Read Nsight Systems SQLite exports (`nsys export --type sqlite`) into the event table.
+
+The export's schema changes between releases and lazy exports omit empty tables, so every table and
+column is discovered with `sqlite_master` / `PRAGMA table_info`; a missing event table is read as
+empty. Rows are fetched as raw integers and shaped in polars (ids -> names through `StringIds`,
+`globalPid`/`globalTid` -> pid/tid, session-relative -> epoch ns). See docs/formats/nsys.md.
+"""
+
+from __future__ import annotations
+
+import gzip
+import shutil
+import sqlite3
+import subprocess
+import tempfile
+import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import polars as pl
+
+from tracediag.errors import RankError, TraceError
+from tracediag.ingest.trace import FileMeta, FileTrace
+from tracediag.schema import conform
+
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+_GZIP_MAGIC = b"\x1f\x8b"
+_REP_SUFFIXES = (".nsys-rep", ".qdrep")
+
+_RANK_KEYS = ("RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID", "PMI_RANK")
+_SIZE_KEYS = ("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS", "PMI_SIZE")
+"""Environment variables naming the rank / world size, in order of preference."""
+
+_STEP_RE = r"^ProfilerStep#\d+$"
+_COMM_RE = r"(?i)^(nccl|rccl)"
+
+_COLL_PATTERNS: tuple[tuple[str, str], ...] = (
+    ("sendrecv", "other"),  # one kernel moving both ways: no single direction
+    ("allreduce", "all_reduce"),
+    ("allgather", "all_gather"),
+    ("reducescatter", "reduce_scatter"),
+    ("alltoall", "all_to_all"),
+    ("broadcast", "broadcast"),
+    ("bcast", "broadcast"),
+    ("send", "send"),
+    ("recv", "recv"),
+    ("reduce", "reduce"),
+    ("gather", "gather"),
+    ("scatter", "scatter"),
+)
+"""Lower-cased name substring -> coll_op, first match wins (so `allreduce` before `reduce`)."""
+
+_MEMCPY_NAMES = {
+    1: "Memcpy HtoD",
+    2: "Memcpy DtoH",
+    3: "Memcpy HtoA",
+    4: "Memcpy AtoH",
+    5: "Memcpy AtoA",
+    6: "Memcpy AtoD",
+    7: "Memcpy DtoA",
+    8: "Memcpy DtoD",
+    9: "Memcpy HtoH",
+    10: "Memcpy PtoP",
+    11: "Memcpy HtoD (unified)",
+    12: "Memcpy DtoH (unified)",
+    13: "Memcpy DtoD (unified)",
+}
+"""`copyKind` (ENUM_CUDA_MEMCPY_OPER, CUPTI's CUpti_ActivityMemcpyKind) -> row name."""
+
+_SYNC_NAMES = {1: "Event Sync", 2: "Stream Wait Event", 3: "Stream Sync", 4: "Context Sync"}
+"""`syncType` (ENUM_CUPTI_SYNC_TYPE) -> row name, as Kineto names its cuda_sync events."""
+
+_NVTX_RANGES = (59, 60)  # NvtxPushPopRange, NvtxStartEndRange
+_NVTX_MARK = 34
+_NVTX_METADATA = (33, 39, 75, 76)  # category, thread name, domain create, domain destroy
+
+
+@dataclass(frozen=True, slots=True)
+class _Table:
+    """A consumed event table: the columns the reader needs and those it can do without."""
+
+    name: str
+    required: tuple[str, ...]
+    optional: tuple[str, ...] = ()
+
+
+_KERNEL = _Table(
+    "CUPTI_ACTIVITY_KIND_KERNEL",
+    ("start", "end", "deviceId", "streamId", "shortName"),
+    ("demangledName", "correlationId", "globalPid"),
+)
+_MEMCPY = _Table(
+    "CUPTI_ACTIVITY_KIND_MEMCPY",
+    ("start", "end", "deviceId", "streamId"),
+    ("copyKind", "correlationId", "globalPid"),
+)
+_MEMSET = _Table(
+    "CUPTI_ACTIVITY_KIND_MEMSET", ("start", "end", "deviceId", "streamId"), ("correlationId", "globalPid")
+)
+_SYNC = _Table(
+    "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION",
+    ("start", "end", "deviceId", "streamId"),
+    ("syncType", "correlationId", "globalPid"),
+)
+_RUNTIME = _Table("CUPTI_ACTIVITY_KIND_RUNTIME", ("start", "end", "nameId"), ("correlationId", "globalTid"))
+_NVTX = _Table("NVTX_EVENTS", ("start", "end", "eventType"), ("text", "textId", "globalTid"))
+
+
+def read_nsys(path: str | Path, *, rank: int | None = None) -> FileTrace:
+    """Read one Nsight Systems export (`.sqlite`, `.sqlite.gz` or `.nsys-rep`) into the event table.
+
+    Parameters
+    ----------
+    path
+        The export. A `.nsys-rep` is first exported to SQLite with `export_nsys_rep`.
+    rank
+        The file's global rank when the caller resolved it (filename regex, explicit mapping).
+        When None it comes from the profiled process's environment strings in the file
+        (`RANK`, `OMPI_COMM_WORLD_RANK`, `SLURM_PROCID`, `PMI_RANK`).
+
+    Raises
+    ------
+    TraceError
+        The file is not a readable Nsight Systems SQLite export.
+    RankError
+        `rank` is None and the file names no rank, or several.
+    """
+    path = Path(path)
+    source = export_nsys_rep(path) if path.name.endswith(_REP_SUFFIXES) else path
+    with _connect(source, shown=path) as con:
+        try:
+            return _read(con, path, rank)
+        except sqlite3.DatabaseError as e:
+            raise TraceError(str(path), f"corrupt SQLite file ({e})") from e
+
+
+def export_nsys_rep(path: str | Path) -> Path:
+    """Export a `.nsys-rep` report to `<name>.sqlite` beside it, reusing a newer existing export.
+
+    Raises `TraceError` with the command to run when `nsys` is not on PATH or the export fails.
+    """
+    path = Path(path)
+    stem = path.name.removesuffix(".nsys-rep").removesuffix(".qdrep")
+    out = path.with_name(f"{stem}.sqlite")
+    if out.exists() and out.stat().st_mtime >= path.stat().st_mtime:
+        return out
+    command = f"nsys export --type sqlite -o {out} {path}"
+    nsys = shutil.which("nsys")
+    if nsys is None:
+        raise TraceError(str(path), f"nsys is not on PATH; export it with: {command}")
+    args = [nsys, "export", "--type", "sqlite", "--force-overwrite", "true", "-o", str(out), str(path)]
+    done = subprocess.run(args, capture_output=True, text=True, check=False)
+    if done.returncode != 0 or not out.exists():
+        lines = (done.stderr or done.stdout).strip().splitlines() or [f"exit status {done.returncode}"]
+        raise TraceError(str(path), f"`{command}` failed: {lines[-1]}")
+    return out
+
+
+@contextmanager
+def _connect(path: Path, *, shown: Path) -> Iterator[sqlite3.Connection]:
+    """Open `path` read-only, decompressing a gzip file to a temporary copy first."""
+    try:
+        with path.open("rb") as f:
+            head = f.read(100)
+    except OSError as e:
+        raise TraceError(str(shown), f"cannot read file ({e.strerror})") from e
+    with tempfile.TemporaryDirectory(prefix="tracediag-nsys-") as tmp:
+        if head.startswith(_GZIP_MAGIC):
+            plain = Path(tmp) / "export.sqlite"
+            _gunzip(path, plain, shown=shown)
+            with plain.open("rb") as f:
+                head = f.read(100)
+            path = plain
+        _check_header(path, head, shown=shown)
+        con = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro&immutable=1", uri=True)
+        try:
+            yield con
+        finally:
+            con.close()
+
+
+def _gunzip(src: Path, dst: Path, *, shown: Path) -> None:
+    try:
+        with gzip.open(src, "rb") as fin, dst.open("wb") as fout:
+            shutil.copyfileobj(fin, fout, 1 << 20)
+    except EOFError as e:
+        raise TraceError(str(shown), "truncated gzip stream") from e
+    except (gzip.BadGzipFile, zlib.error) as e:
+        raise TraceError(str(shown), f"corrupt gzip stream ({e})") from e
+
+
+def _check_header(path: Path, head: bytes, *, shown: Path) -> None:
+    """Refuse empty, non-SQLite and truncated files before SQLite reads garbage."""
+    if not head:
+        raise TraceError(str(shown), "empty file")
+    if not head.startswith(_SQLITE_MAGIC):
+        raise TraceError(
+            str(shown), "not an SQLite file (read Nsight Systems reports via `nsys export --type sqlite`)"
+        )
+    if len(head) < 100:
+        raise TraceError(str(shown), "truncated SQLite file (header cut short)")
+    page_size = int.from_bytes(head[16:18], "big")
+    page_size = 65536 if page_size == 1 else page_size
+    pages = int.from_bytes(head[28:32], "big")
+    header_size_valid = head[24:28] == head[92:96]  # "in-header database size" is trusted only then
+    expected, actual = page_size * pages, path.stat().st_size
+    if header_size_valid and pages and actual < expected:
+        raise TraceError(str(shown), f"truncated SQLite file ({actual} of {expected} bytes)")
+
+
+def _read(con: sqlite3.Connection, path: Path, rank: int | None) -> FileTrace:
+    tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    if "StringIds" not in tables:
+        raise TraceError(str(path), "not an Nsight Systems export (no StringIds table)")
+    ids, values = _columns(con.execute("SELECT id, value FROM StringIds").fetchall(), 2)
+    strings = pl.DataFrame({"id": ids, "value": values}, schema={"id": pl.Int64, "value": pl.String})
+
+    warnings: list[str] = []
+    env_rank, world_size = _env_ints(strings, _RANK_KEYS, path), _env_ints(strings, _SIZE_KEYS, path)
+    if rank is None:
+        if env_rank is None:
+            raise RankError(
+                f"{path}: no rank in the file (no RANK/OMPI_COMM_WORLD_RANK/SLURM_PROCID/PMI_RANK "
+                "environment string); pass --rank-from-filename REGEX or --rank FILE=N"
+            )
+        rank = env_rank
+    elif env_rank is not None and env_rank != rank:
+        warnings.append(f"the file's environment says rank {env_rank}; using rank {rank} as given")
+
+    epoch = _session_start(con, tables)
+    if epoch is None:
+        warnings.append("no TARGET_INFO_SESSION_START_TIME: times are relative to the session start")
+
+    parts, events_in, skipped = [], 0, {}
+    readers = (
+        (_KERNEL, _kernels),
+        (_MEMCPY, _memcpy),
+        (_MEMSET, _memset),
+        (_SYNC, _sync),
+        (_RUNTIME, _runtime),
+        (_NVTX, _nvtx),
+    )
+    for table, shape in readers:
+        raw = _fetch(con, tables, table, path)
+        events_in += raw.height
+        rows, skips = shape(raw, strings)
+        parts.append(rows)
+        for reason, n in skips.items():
+            if n:
+                skipped[reason] = skipped.get(reason, 0) + n
+
+    events = pl.concat(parts, how="diagonal_relaxed")
+    events = events.with_columns(
+        rank=pl.lit(rank, pl.Int32),
+        ts=pl.col("start") + (epoch or 0),
+        dur=pl.col("end") - pl.col("start"),
+    )
+    has_comm = (events["kind"] == "comm").any()
+    meta = FileMeta(
+        path=str(path),
+        format="nsys",
+        rank=rank,
+        world_size=world_size,
+        backend="nccl" if has_comm else None,
+        time_base="epoch" if epoch is not None else "relative",
+        devices=_devices(con, tables),
+        events_in=events_in,
+        skipped=skipped,
+        warnings=tuple(warnings),
+    )
+    return FileTrace(events=conform(events), meta=meta)
+
+
+def _columns(rows: list[tuple], width: int) -> list[tuple]:
+    """Rows -> one tuple per column (C-level transpose, no per-row Python work)."""
+    return list(zip(*rows, strict=True)) if rows else [() for _ in range(width)]
+
+
+def _fetch(con: sqlite3.Connection, tables: set[str], table: _Table, path: Path) -> pl.DataFrame:
+    """The table's needed columns (absent optional ones as nulls); an absent table reads as empty."""
+    cols = table.required + table.optional
+    text = {"text"}
+    schema = {c: (pl.String if c in text else pl.Int64) for c in cols}
+    if table.name not in tables:
+        return pl.DataFrame(schema=schema)
+    present = {r[1] for r in con.execute(f'PRAGMA table_info("{table.name}")')}
+    missing = [c for c in table.required if c not in present]
+    if missing:
+        problem = f"{table.name} lacks column(s) {', '.join(missing)}: unknown export schema"
+        raise TraceError(str(path), problem)
+    select = ", ".join(f'"{c}"' if c in present else f'NULL AS "{c}"' for c in cols)
+    rows = con.execute(f'SELECT {select} FROM "{table.name}"').fetchall()
+    return pl.DataFrame(dict(zip(cols, _columns(rows, len(cols)), strict=True)), schema=schema)
+
+
+def _env_ints(strings: pl.DataFrame, keys: tuple[str, ...], path: Path) -> int | None:
+    """The value of the first of `keys` found as a `KEY=N` environment string in `StringIds`."""
+    pattern = rf"^({'|'.join(keys)})=(\d+)$"
+    found = (
+        strings.select(
+            key=pl.col("value").str.extract(pattern, 1), value=pl.col("value").str.extract(pattern, 2)
+        )
+        .drop_nulls()
+        .unique()
+    )
+    for key in keys:
+        values = sorted(int(v) for v in found.filter(pl.col("key") == key)["value"])
+        if len(values) > 1:
+            listed = ", ".join(f"{key}={v}" for v in values)
+            raise RankError(
+                f"{path}: the file holds processes of several ranks ({listed}); "
+                "export one report per rank or pass --rank FILE=N"
+            )
+        if values:
+            return values[0]
+    return None
+
+
+def _session_start(con: sqlite3.Connection, tables: set[str]) -> int | None:
+    if "TARGET_INFO_SESSION_START_TIME" not in tables:
+        return None
+    row = con.execute("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME").fetchone()
+    return None if row is None else row[0]
+
+
+def _devices(con: sqlite3.Connection, tables: set[str]) -> tuple[str, ...]:
+    if "TARGET_INFO_GPU" not in tables:
+        return ()
+    return tuple(r[0] for r in con.execute("SELECT name FROM TARGET_INFO_GPU ORDER BY id") if r[0])
+
+
+def _pid(global_id: str) -> pl.Expr:
+    """OS pid from a serialized `globalPid`/`globalTid` (UG §3.3: id / 0x1000000 % 0x1000000)."""
+    return (pl.col(global_id) // 0x1000000) % 0x1000000
+
+
+def _tid(global_tid: str) -> pl.Expr:
+    return pl.col(global_tid) % 0x1000000
+
+
+def _name(id_col: str, strings: pl.DataFrame) -> pl.Expr:
+    ids, values = strings["id"], strings["value"]
+    return pl.col(id_col).replace_strict(ids, values, default=None, return_dtype=pl.String)
+
+
+def _coll_op(name: pl.Expr, *, default: str | None) -> pl.Expr:
+    """coll_op from a NCCL/RCCL kernel or API name (`ncclDevKernel_AllReduce_…`, `ncclAllGather`)."""
+    lower = name.str.to_lowercase()
+    (first, first_op), *rest = _COLL_PATTERNS
+    expr = pl.when(lower.str.contains(first, literal=True)).then(pl.lit(first_op))
+    for needle, op in rest:
+        expr = expr.when(lower.str.contains(needle, literal=True)).then(pl.lit(op))
+    return expr.otherwise(pl.lit(default, pl.String))
+
+
+def _well_formed(raw: pl.DataFrame) -> tuple[pl.DataFrame, dict[str, int]]:
+    """Drop rows without a usable interval, counted as malformed."""
+    ok = raw.filter(pl.col("start").is_not_null() & (pl.col("end") >= pl.col("start")))
+    return ok, {"malformed": raw.height - ok.height}
+
+
+def _gpu(raw: pl.DataFrame, kind: pl.Expr, name: pl.Expr, **extra: pl.Expr) -> pl.DataFrame:
+    """Device rows: pid = the launching process, tid = stream (a GPU lane, as in Kineto)."""
+    return raw.select(
+        "start",
+        "end",
+        pid=_pid("globalPid"),
+        tid=pl.col("streamId"),
+        device=pl.col("deviceId"),
+        stream=pl.col("streamId"),
+        kind=kind,
+        name=name,
+        correlation=pl.col("correlationId"),
+        **extra,
+    )
+
+
+def _kernels(raw: pl.DataFrame, strings: pl.DataFrame) -> tuple[pl.DataFrame, dict[str, int]]:
+    ok, skipped = _well_formed(raw)
+    ok = ok.with_columns(short=_name("shortName", strings))
+    is_comm = pl.col("short").str.contains(_COMM_RE)
+    rows = _gpu(
+        ok,
+        pl.when(is_comm).then(pl.lit("comm")).otherwise(pl.lit("kernel")),
+        pl.coalesce(_name("demangledName", strings), pl.col("short")),
+        coll_op=pl.when(is_comm).then(_coll_op(pl.col("short"), default="other")),
+    )
+    return rows, skipped
+
+
+def _memcpy(raw: pl.DataFrame, strings: pl.DataFrame) -> tuple[pl.DataFrame, dict[str, int]]:
+    ok, skipped = _well_formed(raw)
+    name = pl.col("copyKind").replace_strict(_MEMCPY_NAMES, default="Memcpy", return_dtype=pl.String)
+    return _gpu(ok, pl.lit("memcpy"), name), skipped
+
+
+def _memset(raw: pl.DataFrame, strings: pl.DataFrame) -> tuple[pl.DataFrame, dict[str, int]]:
+    ok, skipped = _well_formed(raw)
+    return _gpu(ok, pl.lit("memset"), pl.lit("Memset")), skipped
+
+
+def _sync(raw: pl.DataFrame, strings: pl.DataFrame) -> tuple[pl.DataFrame, dict[str, int]]:
+    ok, skipped = _well_formed(raw)
+    name = pl.col("syncType").replace_strict(_SYNC_NAMES, default="Unknown Sync", return_dtype=pl.String)
+    return _gpu(ok, pl.lit("sync"), name), skipped
+
+
+def _runtime(raw: pl.DataFrame, strings: pl.DataFrame) -> tuple[pl.DataFrame, dict[str, int]]:
+    ok, skipped = _well_formed(raw)
+    rows = ok.select(
+        "start",
+        "end",
+        pid=_pid("globalTid"),
+        tid=_tid("globalTid"),
+        device=pl.lit(-1),
+        kind=pl.lit("runtime"),
+        name=_name("nameId", strings),
+        correlation=pl.col("correlationId"),
+    )
+    return rows, skipped
+
+
+def _nvtx(raw: pl.DataFrame, strings: pl.DataFrame) -> tuple[pl.DataFrame, dict[str, int]]:
+    """Push/pop and start/end ranges -> annotation (`ProfilerStep#N` -> step); the rest counted."""
+    event_type = pl.col("eventType")
+    is_range = event_type.is_in(_NVTX_RANGES)
+    ranges, skipped = _well_formed(raw.filter(is_range))
+    skipped |= {
+        "instant": raw.filter(event_type == _NVTX_MARK).height,
+        "metadata": raw.filter(event_type.is_in(_NVTX_METADATA)).height,
+    }
+    skipped["other_phase"] = raw.height - ranges.height - sum(skipped.values())
+    name = pl.coalesce(pl.col("text"), _name("textId", strings))
+    rows = ranges.select(
+        "start",
+        "end",
+        pid=_pid("globalTid"),
+        tid=_tid("globalTid"),
+        device=pl.lit(-1),
+        name=name,
+    ).with_columns(
+        kind=pl.when(pl.col("name").str.contains(_STEP_RE))
+        .then(pl.lit("step"))
+        .otherwise(pl.lit("annotation")),
+        coll_op=pl.when(pl.col("name").str.starts_with("nccl")).then(_coll_op(pl.col("name"), default=None)),
+    )
+    return rows, skipped
