@@ -18,3 +18,7 @@ class TraceError(TracediagError):
 
 class RankError(TracediagError):
     """The rank of a file is unknown, or two files claim the same rank."""
+
+
+class SpecError(TracediagError):
+    """A model, device, link or split specification is invalid or impossible."""

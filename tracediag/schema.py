@@ -86,6 +86,7 @@ SKIP_REASONS: tuple[str, ...] = (
     "async",  # ph=b/n/e/S/T/F/p: async events
     "object",  # ph=N/O/D and samples P
     "unmatched_end",  # an E with no open B
+    "paired_end",  # an E that closed a B: the pair is one row
     "malformed",  # a duration event without a usable ts/dur, or fields of the wrong type
     "truncated",  # cut off at the end of an incomplete file
     "other_phase",  # any other phase value

@@ -1,0 +1,417 @@
+"""Decode the Chrome Trace Event container (Kineto and JAX JSON) into columns.
+
+The JSON is decoded by msgspec into slotted, untracked structs that keep only the fields
+tracediag uses (unknown keys are skipped by the C decoder, bulky `args` values stay raw), then
+turned into polars columns. Measured against `orjson.loads` on the same bytes, this is the fast
+path (see benchmarks/bench_ingest.py). Format semantics (what a `cat` means) live in the dialect
+modules (`kineto.py`, `jax.py`); this module only knows the container: phases, truncated files,
+time units, B/E pairing and the rule that every input event is a row or a counted skip.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from decimal import Decimal
+from operator import attrgetter
+from typing import Any
+
+import msgspec
+import orjson
+import polars as pl
+
+from tracediag.errors import TraceError
+
+_RAW_EMPTY = msgspec.Raw(b"")
+
+
+class _Args(msgspec.Struct, gc=False):
+    """The `args` keys tracediag reads; bulky list-valued ones stay undecoded (`Raw`)."""
+
+    external_id: Any = msgspec.field(default=None, name="External id")
+    correlation: Any = None
+    device: Any = None
+    stream: Any = None
+    coll_name: Any = msgspec.field(default=None, name="Collective name")
+    in_nelems: Any = msgspec.field(default=None, name="In msg nelems")
+    out_nelems: Any = msgspec.field(default=None, name="Out msg nelems")
+    dtype: Any = None
+    group_size: Any = msgspec.field(default=None, name="Group size")
+    pg_name: Any = msgspec.field(default=None, name="Process Group Name")
+    pg_id: Any = msgspec.field(default=None, name="Process Group ID")
+    seq: Any = msgspec.field(default=None, name="Seq")
+    src_rank: Any = msgspec.field(default=None, name="Src Rank")
+    dst_rank: Any = msgspec.field(default=None, name="Dst Rank")
+    nbytes: Any = msgspec.field(default=None, name="bytes")
+    step_num: Any = None
+    label: Any = msgspec.field(default=None, name="name")
+    labels: Any = None
+    input_dims: msgspec.Raw = msgspec.field(default=_RAW_EMPTY, name="Input Dims")
+    input_type: msgspec.Raw = msgspec.field(default=_RAW_EMPTY, name="Input type")
+    concrete_inputs: msgspec.Raw = msgspec.field(default=_RAW_EMPTY, name="Concrete Inputs")
+
+
+ARG_FIELDS: tuple[str, ...] = _Args.__struct_fields__
+"""Names of the decoded `args` columns (prefixed with ``a_`` in the slice table)."""
+_RAW_FIELDS = ("input_dims", "input_type", "concrete_inputs")
+
+
+class _Event(msgspec.Struct, gc=False):
+    ph: Any = None
+    name: Any = None
+    cat: Any = None
+    ts: Any = None
+    dur: Any = None
+    pid: Any = None
+    tid: Any = None
+    args: _Args | None = None
+
+
+class _Object(msgspec.Struct, gc=False):
+    """The JSON Object form; every other top-level key is ignored."""
+
+    traceEvents: list[_Event] = msgspec.field(default_factory=list)  # noqa: N815 - the format's key
+    baseTimeNanoseconds: Any = None  # noqa: N815
+    distributedInfo: Any = None  # noqa: N815
+    deviceProperties: Any = None  # noqa: N815
+    metadata: Any = None
+    displayTimeUnit: Any = None  # noqa: N815
+
+
+_OBJECT = msgspec.json.Decoder(_Object)
+_ARRAY = msgspec.json.Decoder(list[_Event])
+_OBJECT_EXACT = msgspec.json.Decoder(_Object, float_hook=Decimal)
+_ARRAY_EXACT = msgspec.json.Decoder(list[_Event], float_hook=Decimal)
+
+_EXACT_LIMIT_US = float(2**43)
+"""Below 2**43 µs (~102 days) a float64's ulp is under 1 ns, so the 3-decimal text is recoverable."""
+
+_PHASE_SKIP = {
+    "M": "metadata",
+    "i": "instant",
+    "I": "instant",
+    "R": "instant",
+    "C": "counter",
+    "s": "flow",
+    "t": "flow",
+    "f": "flow",
+    "b": "async",
+    "n": "async",
+    "e": "async",
+    "S": "async",
+    "T": "async",
+    "p": "async",
+    "F": "async",
+    "N": "object",
+    "O": "object",
+    "D": "object",
+    "P": "object",
+}
+
+
+@dataclass
+class Decoded:
+    """A Chrome trace decoded to columns, before any format semantics."""
+
+    slices: pl.DataFrame
+    """Duration events (X, and matched B/E): cat, name, pid, tid, ts (ns), dur (ns), a_* args."""
+    metadata: pl.DataFrame
+    """`M` events: name (process_name, thread_name, ...), pid, tid, label, labels."""
+    top: dict[str, Any]
+    """Top-level keys of the Object form (baseTimeNanoseconds, distributedInfo, ...)."""
+    events_in: int
+    skipped: dict[str, int]
+    warnings: list[str] = field(default_factory=list)
+    ts_is_relative: bool = False
+    """True when ts could not be placed on the Unix epoch (no base and small values)."""
+
+
+def decode(data: bytes, path: str) -> Decoded:
+    """Decode Chrome-trace JSON bytes into columns; every event is a slice or a counted skip."""
+    warnings: list[str] = []
+    skipped: dict[str, int] = {}
+    events, top, is_array = _decode_events(data, path, warnings, skipped)
+    return _to_columns(events, top, is_array, data, warnings, skipped)
+
+
+def _decode_events(
+    data: bytes, path: str, warnings: list[str], skipped: dict[str, int]
+) -> tuple[list[_Event], dict[str, Any], bool]:
+    """The events, the Object form's top-level keys, and whether the file is the Array form."""
+    is_array = data.lstrip(b"\xef\xbb\xbf \t\r\n")[:1] == b"["
+    decoder = _ARRAY if is_array else _OBJECT
+    try:
+        parsed = decoder.decode(data)
+    except msgspec.ValidationError:
+        parsed = _decode_leniently(data, path, is_array, skipped)
+    except msgspec.DecodeError as e:
+        parsed = _decode_truncated(data, path, is_array, str(e), warnings, skipped)
+    events, top = (parsed, {}) if is_array else (parsed.traceEvents, _top_dict(parsed))
+    if not is_array and not events and "traceEvents" not in _peek_keys(data):
+        raise TraceError(path, "not a trace: JSON object without a `traceEvents` list")
+    return events, top, is_array
+
+
+def _top_dict(obj: _Object) -> dict[str, Any]:
+    return {k: getattr(obj, k) for k in _Object.__struct_fields__ if k != "traceEvents"}
+
+
+def _peek_keys(data: bytes) -> set[str]:
+    try:
+        loaded = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return set()
+    return set(loaded) if isinstance(loaded, dict) else set()
+
+
+def _decode_leniently(data: bytes, path: str, is_array: bool, skipped: dict[str, int]) -> Any:
+    """Slow path for valid JSON with wrong-typed parts: keep each event that converts, count the rest."""
+    try:
+        loaded = orjson.loads(data)
+    except orjson.JSONDecodeError as e:
+        raise TraceError(path, f"invalid JSON ({e})") from None
+    raw_events = loaded if is_array else loaded.get("traceEvents")
+    if not isinstance(raw_events, list):
+        raise TraceError(path, "not a trace: `traceEvents` is not a list")
+    events = []
+    bad = 0
+    for item in raw_events:
+        try:
+            events.append(msgspec.convert(item, _Event))
+        except msgspec.ValidationError:
+            if isinstance(item, dict) and "args" in item:
+                try:
+                    events.append(msgspec.convert({**item, "args": None}, _Event))
+                    continue
+                except msgspec.ValidationError:
+                    pass
+            bad += 1
+    if bad:
+        skipped["malformed"] = skipped.get("malformed", 0) + bad
+    if is_array:
+        return events
+    rest = {k: v for k, v in loaded.items() if k in _Object.__struct_fields__ and k != "traceEvents"}
+    return _Object(traceEvents=events, **rest)
+
+
+def _decode_truncated(
+    data: bytes, path: str, is_array: bool, error: str, warnings: list[str], skipped: dict[str, int]
+) -> Any:
+    """Read what is complete in a file cut short (the Chrome format allows a missing final `]`).
+
+    Cuts after the last complete event and closes the brackets; what followed that cut is counted
+    under "truncated". Only files that end early are repaired; other JSON errors are reported.
+    """
+    if "truncated" not in error.lower() and "trailing comma" not in error.lower():
+        raise TraceError(path, f"invalid JSON ({error})")
+    closing = b"]" if is_array else b"]}"
+    decoder = _ARRAY if is_array else _OBJECT
+    end = len(data)
+    for _ in range(64):
+        cut = data.rfind(b"}", 0, end)
+        if cut < 0:
+            break
+        try:
+            parsed = decoder.decode(data[: cut + 1] + closing)
+        except msgspec.ValidationError:
+            parsed = _decode_leniently(data[: cut + 1] + closing, path, is_array, skipped)
+        except msgspec.DecodeError:
+            end = cut
+            continue
+        tail = data[cut + 1 :].translate(None, b" \t\r\n,]}")
+        n_cut = 1 if tail else 0
+        skipped["truncated"] = skipped.get("truncated", 0) + n_cut
+        warnings.append(
+            f"file ends early ({error}); read the complete events, {n_cut} partial event cut"
+        )
+        return parsed
+    raise TraceError(path, f"invalid JSON ({error}), and no complete event could be recovered")
+
+
+def _exact_events(data: bytes, is_array: bool, warnings: list[str]) -> list[_Event] | None:
+    """Re-read the events with floats kept as decimal text, for epoch-µs floats with ns digits."""
+    try:
+        reparsed = (_ARRAY_EXACT if is_array else _OBJECT_EXACT).decode(data)
+    except msgspec.MsgspecError:
+        warnings.append("timestamps kept at float64 precision (the exact re-read failed)")
+        return None
+    return reparsed if is_array else reparsed.traceEvents
+
+
+def _exact_ns(values: list[Any]) -> pl.Series:
+    """Decimal/int µs values (from the exact re-read) to integer ns, rounding half up."""
+    out: list[int | None] = []
+    for v in values:
+        if isinstance(v, Decimal):
+            out.append(int((v * 1000).to_integral_value()))
+        elif type(v) is int:
+            out.append(v * 1000)
+        else:
+            out.append(None)
+    return pl.Series(out, dtype=pl.Int64)
+
+
+def _us_to_ns(s: pl.Series) -> pl.Series:
+    """µs floats to integer ns without float64 loss for values below 2**43 µs.
+
+    Integer part and fraction are converted separately: floor() and the subtraction are exact in
+    float64, so only the fraction (< 1 µs) is scaled and rounded.
+    """
+    whole = s.floor()
+    frac_ns = ((s - whole) * 1000.0).round(0)
+    return (whole.cast(pl.Int64, strict=False) * 1000 + frac_ns.cast(pl.Int64, strict=False)).rename("")
+
+
+def _to_columns(
+    events: list[_Event],
+    top: dict[str, Any],
+    is_array: bool,
+    data: bytes,
+    warnings: list[str],
+    skipped: dict[str, int],
+) -> Decoded:
+    n_bad_events = skipped.get("malformed", 0) + skipped.get("truncated", 0)
+    events_in = len(events) + n_bad_events
+    if not events:
+        empty = pl.DataFrame({"ph": pl.Series([], dtype=pl.String)})
+        return Decoded(_slices_from(empty), _metadata_from(empty), top, events_in, skipped, warnings)
+    ph = [e.ph for e in events]
+    ts_us = pl.Series([e.ts for e in events], dtype=pl.Float64, strict=False)
+    dur_us = pl.Series([e.dur for e in events], dtype=pl.Float64, strict=False)
+    exact = None
+    if ((ts_us >= _EXACT_LIMIT_US) & (ts_us != ts_us.floor())).any():
+        exact = _exact_events(data, is_array, warnings)
+    pid = [e.pid for e in events]
+    args = [e.args for e in events]
+    cols: dict[str, pl.Series] = {
+        "ph": pl.Series(ph, dtype=pl.String, strict=False),
+        "cat": pl.Series([e.cat for e in events], dtype=pl.String, strict=False),
+        "name": pl.Series([e.name for e in events], dtype=pl.String, strict=False),
+        "pid": pl.Series(pid, dtype=pl.Int64, strict=False),
+        "tid": pl.Series([e.tid for e in events], dtype=pl.Int64, strict=False),
+        "pid_str": pl.Series([p if type(p) is str else None for p in pid], dtype=pl.String),
+        "ts": _us_to_ns(ts_us) if exact is None else _exact_ns([e.ts for e in exact]),
+        "dur": _us_to_ns(dur_us) if exact is None else _exact_ns([e.dur for e in exact]),
+        "order": pl.int_range(len(events), eager=True, dtype=pl.Int64),
+        "a_external_id": _arg_series("external_id", [None if a is None else a.external_id for a in args]),
+        "a_correlation": _arg_series("correlation", [None if a is None else a.correlation for a in args]),
+    }
+    frame = pl.DataFrame(cols)
+    frame = frame.join(_rare_args(frame, args), on="order", how="left")
+    counts = frame.group_by("ph").len()
+    for phase, count in counts.iter_rows():
+        reason = _PHASE_SKIP.get(phase) if phase is not None else None
+        if reason is not None:
+            skipped[reason] = skipped.get(reason, 0) + count
+        elif phase not in ("X", "B", "E"):
+            skipped["other_phase"] = skipped.get("other_phase", 0) + count
+    slices = _slices_from(frame, skipped, warnings)
+    return Decoded(slices, _metadata_from(frame), top, events_in, skipped, warnings)
+
+
+_GPU_CATS = ["kernel", "gpu_memcpy", "gpu_memset", "cuda_sync", "gpu_user_annotation"]
+_COLL_FIELDS = (
+    "coll_name", "in_nelems", "out_nelems", "dtype", "group_size", "pg_name", "pg_id", "seq",
+    "src_rank", "dst_rank", "input_dims", "input_type", "concrete_inputs",
+)
+_ARG_TIERS: tuple[tuple[pl.Expr, tuple[str, ...]], ...] = (
+    (pl.col("cat").is_in(_GPU_CATS) | pl.col("cat").is_null(), ("device", "stream", "nbytes")),
+    (
+        pl.col("name").str.contains(r"^(?:gloo:|c10d::|nccl:|record_param_comms|(?i:nccl|rccl))"),
+        _COLL_FIELDS,
+    ),
+    (pl.col("ph") == "M", ("label", "labels")),
+    (pl.col("cat").is_null(), ("step_num",)),
+)
+"""Which rows can carry which less common args: device rows, collectives, metadata, JAX steps.
+Reading every field of every event would cost more than the JSON decode itself."""
+
+
+def _rare_args(frame: pl.DataFrame, args: list[_Args | None]) -> pl.DataFrame:
+    """The less common `a_*` columns, read only on the rows of their tier (null elsewhere)."""
+    out = frame.select("order")
+    for mask, fields in _ARG_TIERS:
+        rows = frame.select(pl.arg_where(mask)).to_series().to_list()
+        rows = [i for i in rows if args[i] is not None]
+        picked = [args[i] for i in rows]
+        cols = {"order": pl.Series(rows, dtype=pl.Int64)}
+        for fname in fields:
+            cols[f"a_{fname}"] = _arg_series(fname, list(map(attrgetter(fname), picked)))
+        out = out.join(pl.DataFrame(cols), on="order", how="left")
+    return out
+
+
+def _arg_series(fname: str, values: list[Any]) -> pl.Series:
+    if fname in _RAW_FIELDS:
+        return pl.Series([bytes(v) if v else None for v in values], dtype=pl.Binary)
+    if fname in ("coll_name", "dtype", "label", "labels", "pg_name", "step_num"):
+        return pl.Series([v if v is None or type(v) is str else str(v) for v in values], dtype=pl.String)
+    return pl.Series(values, dtype=pl.Int64, strict=False)
+
+
+def _metadata_from(frame: pl.DataFrame) -> pl.DataFrame:
+    if frame.height == 0 or "a_label" not in frame.columns:
+        return pl.DataFrame(
+            schema={"name": pl.String, "pid": pl.Int64, "pid_str": pl.String, "tid": pl.Int64,
+                    "label": pl.String, "labels": pl.String}
+        )
+    return frame.filter(pl.col("ph") == "M").select(
+        "name", "pid", "pid_str", "tid", label="a_label", labels="a_labels"
+    )
+
+
+def _slices_from(
+    frame: pl.DataFrame, skipped: dict[str, int] | None = None, warnings: list[str] | None = None
+) -> pl.DataFrame:
+    """Complete (X) events plus B/E pairs matched per (pid, tid) stack; bad ones counted."""
+    if frame.height == 0 or "ts" not in frame.columns:
+        return frame.clear() if frame.height else frame
+    skipped = skipped if skipped is not None else {}
+    complete = frame.filter(pl.col("ph") == "X")
+    begin_end = frame.filter(pl.col("ph").is_in(["B", "E"]))
+    if begin_end.height:
+        matched, unmatched_end, open_begin = _pair_begin_end(begin_end, frame["ts"].max())
+        complete = pl.concat([complete, matched], how="vertical_relaxed")
+        if unmatched_end:
+            skipped["unmatched_end"] = skipped.get("unmatched_end", 0) + unmatched_end
+        paired_end = begin_end.filter(pl.col("ph") == "E").height - unmatched_end
+        if paired_end:
+            skipped["paired_end"] = skipped.get("paired_end", 0) + paired_end
+        if open_begin and warnings is not None:
+            warnings.append(f"{open_begin} B events never ended; clipped to the trace end")
+    bad = pl.col("ts").is_null() | pl.col("dur").is_null() | (pl.col("dur") < 0)
+    n_bad = complete.select(bad.sum()).item()
+    if n_bad:
+        skipped["malformed"] = skipped.get("malformed", 0) + n_bad
+        complete = complete.filter(~bad)
+    return complete.sort("order")
+
+
+def _pair_begin_end(be: pl.DataFrame, trace_end: int | None) -> tuple[pl.DataFrame, int, int]:
+    """Match B/E events as a stack per (pid, tid): an E closes the most recent open B.
+
+    Kineto and JAX write only X events, so this runs over the (rare) B/E rows alone, with a
+    plain stack. Returns the slices (B's fields, E's ts as end; open Bs clipped to the trace end),
+    the number of Es that closed nothing (E rows with a B count as part of their slice), and the
+    number of open Bs.
+    """
+    be = be.sort("order")
+    keys = zip(be["pid"].to_list(), be["pid_str"].to_list(), be["tid"].to_list())
+    stacks: dict[tuple, list[int]] = {}
+    ends: dict[int, int | None] = {}
+    unmatched = 0
+    for i, (key, ph, ts) in enumerate(zip(keys, be["ph"].to_list(), be["ts"].to_list())):
+        stack = stacks.setdefault(key, [])
+        if ph == "B":
+            stack.append(i)
+            ends[i] = None
+        elif stack:
+            ends[stack.pop()] = ts
+        else:
+            unmatched += 1
+    rows = list(ends)
+    end_ts = pl.Series([ends[i] for i in rows], dtype=pl.Int64)
+    open_begin = end_ts.null_count()
+    matched = be[rows].with_columns(
+        ph=pl.lit("X"), dur=end_ts.fill_null(trace_end) - pl.col("ts")
+    )
+    return matched, unmatched, open_begin

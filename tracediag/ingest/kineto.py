@@ -1,0 +1,316 @@
+"""PyTorch profiler (Kineto) semantics on top of the decoded Chrome container.
+
+Maps `cat` to the event kinds, places every time on the Unix epoch (the three Kineto time-base
+generations), reads the rank and process groups from `distributedInfo`, and fills the collective
+columns from `record_param_comms` args, NCCL kernel names, `nccl:*`/`gloo:*` annotations and
+`c10d::*` ops. See trace-formats.md §2.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import orjson
+import polars as pl
+
+from tracediag.errors import RankError
+from tracediag.ingest.chrome import Decoded
+from tracediag.ingest.trace import FileMeta, FileTrace, ProcessGroup
+from tracediag.schema import conform
+
+EPOCH_FLOOR_NS = 10**17
+"""Times above this (1973) are taken as Unix-epoch ns; below, the trace is relative."""
+
+COMM_KERNEL = r"(?i)^(?:nccl|rccl)"
+"""Communication kernels by name (NCCL/RCCL of every naming generation)."""
+STEP_NAME = r"^ProfilerStep#\d+$"
+
+_GPU_CATS = ["kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation", "cuda_sync"]
+_KIND_BY_CAT = {
+    "cpu_op": "cpu_op",
+    "user_annotation": "annotation",
+    "gpu_user_annotation": "annotation",
+    "kernel": "kernel",
+    "cuda_runtime": "runtime",
+    "cuda_driver": "runtime",
+    "gpu_memcpy": "memcpy",
+    "gpu_memset": "memset",
+    "cuda_sync": "sync",
+    "python_function": "python",
+}
+
+DTYPE_BYTES: dict[str, int] = {
+    # c10 ScalarType names (record_param_comms `dtype`)
+    "Float": 4, "BFloat16": 2, "Half": 2, "Double": 8, "Long": 8, "Int": 4, "Short": 2,
+    "Char": 1, "Byte": 1, "Bool": 1, "ComplexFloat": 8, "ComplexDouble": 16,
+    "Float8_e4m3fn": 1, "Float8_e5m2": 1, "Float8_e4m3fnuz": 1, "Float8_e5m2fnuz": 1,
+    "UInt16": 2, "UInt32": 4, "UInt64": 8,
+    # C++ type names (profiler `Input type` with record_shapes)
+    "float": 4, "double": 8, "c10::BFloat16": 2, "c10::Half": 2, "long int": 8, "long": 8,
+    "int": 4, "short int": 2, "short": 2, "signed char": 1, "unsigned char": 1, "bool": 1,
+    "c10::Float8_e4m3fn": 1, "c10::Float8_e5m2": 1,
+}
+"""Element size in bytes by the dtype names traces use."""
+
+_OP_RULES: tuple[tuple[str, str], ...] = (
+    ("allreduce", "all_reduce"),
+    ("allgather", "all_gather"),
+    ("reducescatter", "reduce_scatter"),
+    ("alltoall", "all_to_all"),
+    ("broadcast", "broadcast"),
+    ("barrier", "barrier"),
+    ("sendrecv", "other"),
+    ("send", "send"),
+    ("recv", "recv"),
+    ("reduce", "reduce"),
+    ("gather", "gather"),
+    ("scatter", "scatter"),
+    ("coalesced", "coalesced"),
+)
+"""Normalised op text (lower case, letters only) -> coll_op; first match wins, so order matters."""
+
+
+def coll_op_expr(text: pl.Expr) -> pl.Expr:
+    """The `coll_op` value for collective text (`allreduce`, `AllReduce`, `all_gather_base`, ...)."""
+    norm = text.str.to_lowercase().str.replace_all(r"[^a-z]", "")
+    out = pl.lit(None, dtype=pl.String)
+    for needle, op in reversed(_OP_RULES):
+        out = pl.when(norm.str.contains(needle, literal=True)).then(pl.lit(op)).otherwise(out)
+    return pl.when(text.is_null()).then(None).otherwise(pl.coalesce(out, pl.lit("other")))
+
+
+def to_events(dec: Decoded, path: str, *, rank: int | None, default_rank: int | None = None) -> FileTrace:
+    """The event table of one Kineto trace.
+
+    `rank` overrides the file's own; `default_rank` is used only when the file names none
+    (a single-file run). Otherwise a missing rank is a `RankError` naming the file.
+    """
+    info = dec.top.get("distributedInfo")
+    info = info if isinstance(info, dict) else {}
+    file_rank = _int_or_none(info.get("rank"))
+    warnings = list(dec.warnings)
+    if rank is None:
+        rank = file_rank
+    if rank is None:
+        if default_rank is None:
+            raise RankError(
+                f"{path}: the trace names no rank (no distributedInfo.rank); "
+                "give it with --rank-from-filename REGEX or --rank FILE=N"
+            )
+        rank = default_rank
+        warnings.append(f"no rank in the trace; taken as rank {rank}")
+    slices, time_base = _absolute_times(dec, warnings)
+    events = _classify(slices)
+    events = _fill_collectives(events)
+    events = conform(events.with_columns(rank=pl.lit(rank, dtype=pl.Int32)))
+    meta = FileMeta(
+        path=path,
+        format="kineto",
+        rank=rank,
+        world_size=_int_or_none(info.get("world_size")),
+        backend=info.get("backend") if isinstance(info.get("backend"), str) else None,
+        process_groups=_process_groups(info),
+        time_base=time_base,
+        devices=_device_names(dec.top.get("deviceProperties")),
+        events_in=dec.events_in,
+        skipped=dict(sorted(dec.skipped.items())),
+        warnings=tuple(warnings),
+    )
+    return FileTrace(events=events, meta=meta)
+
+
+def _int_or_none(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        return int(value)
+    return None
+
+
+def _absolute_times(dec: Decoded, warnings: list[str]) -> tuple[pl.DataFrame, str]:
+    base = _int_or_none(dec.top.get("baseTimeNanoseconds"))
+    slices = dec.slices
+    if base is not None:
+        return slices.with_columns(pl.col("ts") + base), "epoch"
+    if slices.height and (slices["ts"].median() or 0) > EPOCH_FLOOR_NS:
+        return slices, "epoch"
+    if slices.height:
+        warnings.append("times are relative (no baseTimeNanoseconds): not comparable across hosts")
+    return slices, "relative"
+
+
+def _classify(s: pl.DataFrame) -> pl.DataFrame:
+    cat = pl.col("cat")
+    name = pl.col("name")
+    base_kind = cat.replace_strict(_KIND_BY_CAT, default="other", return_dtype=pl.String)
+    is_comm_kernel = (cat == "kernel") & (name.str.contains(COMM_KERNEL) | pl.col("a_coll_name").is_not_null())
+    kind = (
+        pl.when(cat.is_in(["user_annotation", "gpu_user_annotation"]) & name.str.contains(STEP_NAME))
+        .then(pl.lit("step"))
+        .when((cat == "user_annotation") & name.str.starts_with("gloo:"))
+        .then(pl.lit("comm"))
+        .when(is_comm_kernel)
+        .then(pl.lit("comm"))
+        .otherwise(base_kind)
+    )
+    on_device = cat.is_in(_GPU_CATS)
+    return s.with_columns(
+        kind=kind,
+        device=pl.when(on_device).then(pl.coalesce("a_device", "pid")).otherwise(-1),
+        stream=pl.when(on_device).then(pl.coalesce("a_stream", "tid")),
+        correlation=pl.col("a_correlation"),
+        external_id=pl.col("a_external_id"),
+    )
+
+
+_COLL_ARGS = ["a_coll_name", "a_in_nelems", "a_out_nelems", "a_dtype", "a_group_size", "a_pg_name",
+              "a_pg_id", "a_seq", "a_src_rank", "a_dst_rank"]
+
+
+def _fill_collectives(ev: pl.DataFrame) -> pl.DataFrame:
+    """Collective columns from the row's own args, else from its `record_param_comms` CPU op."""
+    params = (
+        ev.filter((pl.col("name") == "record_param_comms") & pl.col("external_id").is_not_null())
+        .select("external_id", *_COLL_ARGS)
+        .unique("external_id", keep="first")
+        .rename({c: f"{c}_op" for c in _COLL_ARGS})
+    )
+    ev = ev.join(params, on="external_id", how="left")
+    linked = pl.col("kind") == "comm"
+    ev = ev.with_columns(
+        [
+            pl.when(pl.col(c).is_null() & linked).then(pl.col(f"{c}_op")).otherwise(pl.col(c)).alias(c)
+            for c in _COLL_ARGS
+        ]
+    ).drop([f"{c}_op" for c in _COLL_ARGS])
+    name = pl.col("name")
+    kernel_coll = name.str.extract(r"(?i)^(?:nccl|rccl)\w*?Kernel_([A-Za-z]+)", 1)
+    prefixed = name.str.extract(r"^(?:gloo:|nccl:|c10d::)([A-Za-z_]+)", 1)
+    op_text = pl.coalesce(
+        pl.col("a_coll_name"),
+        pl.when(pl.col("kind") == "comm").then(pl.coalesce(kernel_coll, prefixed)),
+        pl.when(pl.col("kind").is_in(["cpu_op", "annotation"])).then(prefixed),
+    )
+    nelems = pl.max_horizontal("a_in_nelems", "a_out_nelems")
+    elem_size = pl.col("a_dtype").replace_strict(DTYPE_BYTES, default=None, return_dtype=pl.Int64)
+    ev = ev.with_columns(
+        coll_op=coll_op_expr(op_text),
+        coll_bytes=nelems * elem_size,
+        coll_group=pl.coalesce("a_pg_name", pl.col("a_pg_id").cast(pl.String)),
+        coll_group_size=pl.col("a_group_size"),
+        coll_seq=pl.col("a_seq"),
+    )
+    ev = ev.with_columns(
+        coll_peer=pl.when(pl.col("coll_op") == "send").then(pl.col("a_dst_rank"))
+        .when(pl.col("coll_op") == "recv").then(pl.col("a_src_rank"))
+    )
+    return _from_recorded_shapes(ev)
+
+
+def _from_recorded_shapes(ev: pl.DataFrame) -> pl.DataFrame:
+    """Bytes of `gloo:*` ops and peers of `c10d::send/recv` from recorded shapes and inputs.
+
+    These rows are few (one per collective call), so their JSON snippets are parsed one by one.
+    """
+    gloo = (pl.col("kind") == "comm") & pl.col("name").str.starts_with("gloo:") & pl.col(
+        "coll_bytes").is_null() & pl.col("a_input_dims").is_not_null()
+    p2p = pl.col("name").is_in(["c10d::send", "c10d::recv_", "c10d::recv"]) & pl.col(
+        "coll_peer").is_null() & pl.col("a_concrete_inputs").is_not_null()
+    idx = ev.select(pl.arg_where(gloo)).to_series()
+    if idx.len():
+        rows = ev[idx]
+        sizes = [
+            _tensor_bytes(d, t) for d, t in zip(rows["a_input_dims"].to_list(), rows["a_input_type"].to_list())
+        ]
+        ev = ev.with_columns(coll_bytes=ev["coll_bytes"].scatter(idx, pl.Series(sizes, dtype=pl.Int64)))
+    idx = ev.select(pl.arg_where(p2p)).to_series()
+    if idx.len():
+        peers = [_p2p_peer(c) for c in ev[idx]["a_concrete_inputs"].to_list()]
+        ev = ev.with_columns(coll_peer=ev["coll_peer"].cast(pl.Int64).scatter(idx, pl.Series(peers, dtype=pl.Int64)))
+    return _peer_from_enclosing_op(ev)
+
+
+def _peer_from_enclosing_op(ev: pl.DataFrame) -> pl.DataFrame:
+    """Give a `gloo:send`/`gloo:recv` the peer of the `c10d::send`/`recv_` op that encloses it."""
+    p2p_op = pl.col("coll_op").is_in(["send", "recv"])
+    needs = (pl.col("kind") == "comm") & p2p_op & pl.col("coll_peer").is_null()
+    if not ev.select(needs.any()).item():
+        return ev
+    ops = (
+        ev.filter((pl.col("kind") == "cpu_op") & p2p_op & pl.col("coll_peer").is_not_null())
+        .select("pid", "tid", "ts", op_end=pl.col("ts") + pl.col("dur"), op_peer="coll_peer", op_kind="coll_op")
+        .sort("ts")
+    )
+    ev = ev.with_row_index("_row")
+    found = (
+        ev.filter(needs)
+        .select("_row", "pid", "tid", "ts", "coll_op")
+        .sort("ts")
+        .join_asof(ops, on="ts", by=["pid", "tid"], strategy="backward")
+        .filter((pl.col("ts") <= pl.col("op_end")) & (pl.col("coll_op") == pl.col("op_kind")))
+        .select("_row", "op_peer")
+    )
+    return (
+        ev.join(found, on="_row", how="left")
+        .with_columns(coll_peer=pl.coalesce("coll_peer", "op_peer"))
+        .drop("_row", "op_peer")
+    )
+
+
+def _tensor_bytes(dims_json: bytes | None, types_json: bytes | None) -> int | None:
+    """Total bytes of the tensors recorded as `Input Dims` / `Input type` (None if unknown)."""
+    try:
+        dims, types = orjson.loads(dims_json or b"null"), orjson.loads(types_json or b"null")
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(dims, list) or not isinstance(types, list):
+        return None
+    total = 0
+    for shape, dtype in zip(dims, types):
+        size = DTYPE_BYTES.get(dtype) if isinstance(dtype, str) else None
+        if size is None or not isinstance(shape, list) or not all(isinstance(x, int) for x in shape):
+            continue
+        n = 1
+        for x in shape:
+            n *= x
+        total += n * size
+    return total or None
+
+
+def _p2p_peer(concrete_json: bytes | None) -> int | None:
+    """The peer rank of `c10d::send(tensors, pg, dst, tag)` / `c10d::recv_(tensors, pg, src, tag)`."""
+    try:
+        values = orjson.loads(concrete_json or b"null")
+    except orjson.JSONDecodeError:
+        return None
+    if isinstance(values, list) and len(values) >= 3:
+        return _int_or_none(values[2])
+    return None
+
+
+def _process_groups(info: dict[str, Any]) -> tuple[ProcessGroup, ...]:
+    groups = []
+    for pg in info.get("pg_config") or []:
+        if not isinstance(pg, dict) or pg.get("pg_name") is None:
+            continue
+        ranks = pg.get("ranks")
+        if isinstance(ranks, str):
+            ranks = [int(x) for x in re.findall(r"-?\d+", ranks)]
+        groups.append(
+            ProcessGroup(
+                name=str(pg["pg_name"]),
+                desc=pg.get("pg_desc") or pg.get("uid"),
+                size=_int_or_none(pg.get("pg_size")),
+                ranks=tuple(ranks) if isinstance(ranks, list) else None,
+            )
+        )
+    return tuple(groups)
+
+
+def _device_names(props: Any) -> tuple[str, ...]:
+    if not isinstance(props, list):
+        return ()
+    return tuple(str(p["name"]) for p in props if isinstance(p, dict) and "name" in p)

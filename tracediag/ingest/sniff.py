@@ -1,0 +1,55 @@
+"""Detect a file's format from its content (never from its name) and undo gzip."""
+
+from __future__ import annotations
+
+import gzip
+import zlib
+from pathlib import Path
+
+from tracediag.errors import TraceError
+
+GZIP_MAGIC = b"\x1f\x8b"
+SQLITE_MAGIC = b"SQLite format 3\x00"
+
+_BINARY_MAGICS: dict[bytes, str] = {
+    b"\x89PNG": "a PNG image",
+    b"\xff\xd8\xff": "a JPEG image",
+    b"PK\x03\x04": "a zip archive",
+    b"%PDF": "a PDF document",
+    b"PAR1": "a Parquet file",
+    b"\x7fELF": "an executable",
+}
+
+
+def read_bytes(path: str | Path) -> bytes:
+    """The file's bytes, gunzipped when they start with the gzip magic."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError as e:
+        raise TraceError(str(path), f"cannot read file ({e.strerror or e})") from None
+    if data[:2] == GZIP_MAGIC:
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError, zlib.error) as e:
+            raise TraceError(str(path), f"corrupt gzip data ({e})") from None
+    return data
+
+
+def sniff(path: str | Path, head: bytes) -> str:
+    """The format of a file from its first bytes (after gunzip): "json", "sqlite" or "parquet".
+
+    Raises `TraceError` for an empty file or content that is none of these.
+    """
+    if head[:16] == SQLITE_MAGIC:
+        return "sqlite"
+    if head[:4] == b"PAR1":
+        return "parquet"
+    for magic, what in _BINARY_MAGICS.items():
+        if head.startswith(magic):
+            raise TraceError(str(path), f"not a trace: the file is {what}")
+    text = head.lstrip(b"\xef\xbb\xbf \t\r\n")
+    if not text:
+        raise TraceError(str(path), "empty file")
+    if text[:1] in (b"{", b"["):
+        return "json"
+    raise TraceError(str(path), "not a trace: content is not JSON, SQLite or Parquet")
