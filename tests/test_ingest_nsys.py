@@ -333,12 +333,12 @@ def _unknown_schema(tmp_path: Path) -> Path:
 
 
 BAD = {
-    "text file": (_text, "not an SQLite file"),
+    "text file": (_text, "not a trace: content is not SQLite"),
     "empty file": (_empty, "empty file"),
     "truncated sqlite": (_truncated_sqlite, "truncated SQLite file"),
-    "truncated gzip": (_truncated_gzip, "truncated gzip stream"),
-    "gzipped text": (_gzipped_text, "not an SQLite file"),
-    "other sqlite": (_other_sqlite, "not an Nsight Systems export (no StringIds table)"),
+    "truncated gzip": (_truncated_gzip, "corrupt gzip data"),
+    "gzipped text": (_gzipped_text, "not a trace: content is not SQLite"),
+    "other sqlite": (_other_sqlite, "not a trace: SQLite without the Nsight Systems StringIds table"),
     "unknown schema": (_unknown_schema, "NVTX_EVENTS lacks column(s) end"),
 }
 

@@ -249,7 +249,7 @@ def _peer_from_enclosing_op(ev: pl.DataFrame) -> pl.DataFrame:
         ev.filter(needs)
         .select("_row", "pid", "tid", "ts", "coll_op")
         .sort("ts")
-        .join_asof(ops, on="ts", by=["pid", "tid"], strategy="backward")
+        .join_asof(ops, on="ts", by=["pid", "tid"], strategy="backward", check_sortedness=False)
         .filter((pl.col("ts") <= pl.col("op_end")) & (pl.col("coll_op") == pl.col("op_kind")))
         .select("_row", "op_peer")
     )

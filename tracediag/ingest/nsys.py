@@ -165,7 +165,7 @@ def _connect(path: Path, *, shown: Path) -> Iterator[sqlite3.Connection]:
         with path.open("rb") as f:
             head = f.read(100)
     except OSError as e:
-        raise TraceError(str(shown), f"cannot read file ({e.strerror})") from e
+        raise TraceError(str(shown), f"cannot read file ({e.strerror or e})") from None
     with tempfile.TemporaryDirectory(prefix="tracediag-nsys-") as tmp:
         if head.startswith(_GZIP_MAGIC):
             plain = Path(tmp) / "export.sqlite"
@@ -185,10 +185,8 @@ def _gunzip(src: Path, dst: Path, *, shown: Path) -> None:
     try:
         with gzip.open(src, "rb") as fin, dst.open("wb") as fout:
             shutil.copyfileobj(fin, fout, 1 << 20)
-    except EOFError as e:
-        raise TraceError(str(shown), "truncated gzip stream") from e
-    except (gzip.BadGzipFile, zlib.error) as e:
-        raise TraceError(str(shown), f"corrupt gzip stream ({e})") from e
+    except (OSError, EOFError, zlib.error) as e:  # BadGzipFile is an OSError; EOFError: cut short
+        raise TraceError(str(shown), f"corrupt gzip data ({e})") from None
 
 
 def _check_header(path: Path, head: bytes, *, shown: Path) -> None:
@@ -197,7 +195,7 @@ def _check_header(path: Path, head: bytes, *, shown: Path) -> None:
         raise TraceError(str(shown), "empty file")
     if not head.startswith(_SQLITE_MAGIC):
         raise TraceError(
-            str(shown), "not an SQLite file (read Nsight Systems reports via `nsys export --type sqlite`)"
+            str(shown), "not a trace: content is not SQLite (Nsight Systems: `nsys export --type sqlite`)"
         )
     if len(head) < 100:
         raise TraceError(str(shown), "truncated SQLite file (header cut short)")
@@ -213,7 +211,7 @@ def _check_header(path: Path, head: bytes, *, shown: Path) -> None:
 def _read(con: sqlite3.Connection, path: Path, rank: int | None) -> FileTrace:
     tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     if "StringIds" not in tables:
-        raise TraceError(str(path), "not an Nsight Systems export (no StringIds table)")
+        raise TraceError(str(path), "not a trace: SQLite without the Nsight Systems StringIds table")
     ids, values = _columns(con.execute("SELECT id, value FROM StringIds").fetchall(), 2)
     strings = pl.DataFrame({"id": ids, "value": values}, schema={"id": pl.Int64, "value": pl.String})
 
@@ -222,8 +220,8 @@ def _read(con: sqlite3.Connection, path: Path, rank: int | None) -> FileTrace:
     if rank is None:
         if env_rank is None:
             raise RankError(
-                f"{path}: no rank in the file (no RANK/OMPI_COMM_WORLD_RANK/SLURM_PROCID/PMI_RANK "
-                "environment string); pass --rank-from-filename REGEX or --rank FILE=N"
+                f"{path}: the export names no rank (no RANK, OMPI_COMM_WORLD_RANK, SLURM_PROCID or PMI_RANK "
+                "environment string); give it with --rank-from-filename REGEX or --rank FILE=N"
             )
         rank = env_rank
     elif env_rank is not None and env_rank != rank:
@@ -311,7 +309,7 @@ def _env_ints(strings: pl.DataFrame, keys: tuple[str, ...], path: Path) -> int |
             listed = ", ".join(f"{key}={v}" for v in values)
             raise RankError(
                 f"{path}: the file holds processes of several ranks ({listed}); "
-                "export one report per rank or pass --rank FILE=N"
+                "export one report per rank or give it with --rank FILE=N"
             )
         if values:
             return values[0]

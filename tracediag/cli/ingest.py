@@ -1,0 +1,105 @@
+"""`tracediag ingest`: read every rank's trace into one event table (Parquet) and summarise it."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+import polars as pl
+
+from tracediag.cli.common import InputError
+from tracediag.errors import TracediagError
+from tracediag.run import Run, load, resolve_paths
+
+
+def trace_options(f):
+    """The options every command that reads traces shares."""
+    f = click.option(
+        "--rank",
+        "rank_map",
+        multiple=True,
+        metavar="FILE=N",
+        help="Assign rank N to FILE (path or base name); repeatable.",
+    )(f)
+    f = click.option(
+        "--rank-from-filename",
+        metavar="REGEX",
+        help=r"Take each file's rank from its name: the regex's first group, e.g. 'rank(\d+)'.",
+    )(f)
+    f = click.option(
+        "--jobs", "-j", type=int, default=0, envvar="TRACEDIAG_JOBS", show_default="one per CPU",
+        help="Worker processes reading files in parallel.",
+    )(f)
+    return f
+
+
+def parse_rank_map(items: tuple[str, ...]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for item in items:
+        name, sep, value = item.rpartition("=")
+        if not sep or not name or not value.strip().isdigit():
+            raise click.BadParameter(f"{item!r} is not FILE=N", param_hint="--rank")
+        out[name] = int(value)
+    return out
+
+
+def load_traces(paths: tuple[str, ...], jobs: int, rank_from_filename: str | None, rank_map: tuple[str, ...]) -> Run:
+    """Load traces for a command: progress on a terminal, bad files reported one line each."""
+    try:
+        files = resolve_paths(paths)
+        mapping = parse_rank_map(rank_map)
+        if sys.stderr.isatty() and len(files) > 1:
+            with click.progressbar(length=len(files), label="reading", file=sys.stderr) as bar:
+                run = load(files, jobs=jobs, rank_from_filename=rank_from_filename, rank_map=mapping,
+                           on_file_done=lambda _p: bar.update(1))
+        else:
+            run = load(files, jobs=jobs, rank_from_filename=rank_from_filename, rank_map=mapping)
+    except TracediagError as e:
+        raise InputError(str(e)) from None
+    for line in run.meta.errors:
+        click.echo(f"Error: {line}", err=True)
+    return run
+
+
+def summary(run: Run) -> str:
+    """A one-screen summary: ranks, events, steps, time span, skipped by reason, warnings."""
+    ev, meta = run.events, run.meta
+    lines = [f"files   {len(meta.files)} read" + (f", {len(meta.errors)} failed" if meta.errors else "")]
+    ranks = meta.ranks
+    rank_text = f"{ranks[0]}..{ranks[-1]}" if len(ranks) > 3 else ", ".join(map(str, ranks))
+    lines.append(f"ranks   {len(ranks)} ({rank_text}) of world size {meta.world_size}")
+    formats = sorted({f.format for f in meta.files})
+    lines.append(f"format  {', '.join(formats)}; time base: {', '.join(sorted({f.time_base for f in meta.files}))}")
+    lines.append(f"events  {meta.events_in:,} in -> {ev.height:,} rows + {sum(meta.skipped.values()):,} skipped")
+    if ev.height:
+        kinds = ev.group_by("kind").len().sort("len", descending=True)
+        lines.append("kinds   " + ", ".join(f"{k} {n:,}" for k, n in kinds.iter_rows()))
+        steps = ev.filter(pl.col("kind") == "step", pl.col("device") == -1)["name"].cast(pl.String)
+        nums = sorted({int(s.rsplit("#", 1)[1]) for s in steps.unique().to_list() if "#" in s})
+        if nums:
+            lines.append(f"steps   {len(nums)} ({nums[0]}..{nums[-1]})")
+        span_ns = ev.group_by("rank").agg(span=(pl.col("ts") + pl.col("dur")).max() - pl.col("ts").min())["span"]
+        lines.append(f"span    {span_ns.max() / 1e6:,.3f} ms (longest rank)")
+    if meta.skipped:
+        lines.append("skipped " + ", ".join(f"{r} {n:,}" for r, n in meta.skipped.items()))
+    for f in meta.files:
+        for w in f.warnings:
+            lines.append(f"warning {f.path}: {w}")
+    return "\n".join(lines)
+
+
+@click.command()
+@click.argument("paths", nargs=-1, required=True)
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the event table to this Parquet file.")
+@trace_options
+def ingest(paths: tuple[str, ...], output: str | None, jobs: int, rank_from_filename: str | None,
+           rank_map: tuple[str, ...]) -> None:
+    """Read trace files (files, globs or directories) into one event table."""
+    run = load_traces(paths, jobs, rank_from_filename, rank_map)
+    if output:
+        run.save(output)
+    click.echo(summary(run))
+    if output:
+        click.echo(f"wrote   {output}")
+    if run.meta.errors:
+        sys.exit(InputError.exit_code)

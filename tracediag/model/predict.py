@@ -1,0 +1,129 @@
+"""One prediction: inputs, memory, step time, utilisation; saved as JSON for `analyze --plan`."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from tracediag.errors import SpecError
+from tracediag.model.engine import Engine
+from tracediag.model.flops import model_flops, param_count
+from tracediag.model.memory import MemoryBreakdown, memory_per_device
+from tracediag.model.specs import DeviceSpec, LinkSpec, ModelSpec, Split, Training, check_split
+from tracediag.model.time import TimeBreakdown, _links, step_time
+
+SCHEMA_VERSION = 1
+"""Version of the saved prediction JSON."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Prediction:
+    """What the analytic model expects of one run; the fields `check` compares with a trace."""
+
+    model: ModelSpec
+    device: DeviceSpec
+    split: Split
+    training: Training
+    engine: Engine
+    gpus: int
+    memory: MemoryBreakdown
+    time: TimeBreakdown
+    params: int
+    """Total parameters."""
+    model_flops_per_step: float
+    """Megatron convention: 3× forward matmul FLOPs, full attention, no recompute."""
+    mfu: float
+    """Model FLOPs utilisation against the device's dense peak."""
+    hfu: float
+    """Hardware FLOPs utilisation: executed FLOPs (recompute included) of the slowest stage against peak."""
+    tokens_per_s: float
+    """Tokens per second over all devices."""
+    link_busbw: dict[str, float]
+    """Bus bandwidth (bytes/s) assumed per collective kind: tp, cp, ep, dp, pp."""
+    links: dict[str, str]
+    """Link each collective kind runs over."""
+
+    @property
+    def fits(self) -> bool:
+        """Whether the most loaded device stays within memory."""
+        return self.memory.fits
+
+    @property
+    def step_time_s(self) -> float:
+        """Predicted seconds per step."""
+        return self.time.step_time_s
+
+    def to_dict(self) -> dict[str, Any]:
+        """Inputs and outputs as plain data (the saved JSON's content)."""
+        t = self.time
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "inputs": {"model": asdict(self.model), "device": asdict(self.device), "split": asdict(self.split),
+                       "training": asdict(self.training), "engine": asdict(self.engine), "gpus": self.gpus},
+            "fits": self.fits,
+            "memory_bytes_per_device": self.memory.total,
+            "memory": self.memory.to_dict(),
+            "step_time_s": t.step_time_s,
+            "breakdown": t.to_dict(),
+            "params": self.params,
+            "model_flops_per_step": self.model_flops_per_step,
+            "mfu": self.mfu,
+            "hfu": self.hfu,
+            "tokens_per_s": self.tokens_per_s,
+            "link_busbw": self.link_busbw,
+            "links": self.links,
+        }
+
+    def save(self, path: str | Path) -> None:
+        """Write `to_dict()` as JSON."""
+        Path(path).write_bytes(orjson.dumps(self.to_dict(), option=orjson.OPT_INDENT_2))
+
+
+def predict(model: ModelSpec, device: DeviceSpec, split: Split, training: Training, engine: Engine,
+            *, gpus: int | None = None) -> Prediction:
+    """Predict memory, step time and utilisation of one split; raise `SpecError` if it is impossible."""
+    gpus = split.gpus if gpus is None else gpus
+    check_split(model, device, split, training, gpus)
+    memory = memory_per_device(model, device, split, training, engine)
+    time = step_time(model, device, split, training, engine)
+    flops = model_flops(model, training.seq_len, training.global_batch)
+    peak = device.peak_flops * time.step_time_s
+    links = _links(device, split)
+    return Prediction(
+        model=model, device=device, split=split, training=training, engine=engine, gpus=gpus, memory=memory,
+        time=time, params=param_count(model), model_flops_per_step=flops, mfu=flops / (peak * gpus),
+        hfu=time.executed_flops / peak, tokens_per_s=training.global_batch * training.seq_len / time.step_time_s,
+        link_busbw={k: v.busbw for k, v in links.items()}, links={k: v.link for k, v in links.items()})
+
+
+def _build(cls: type, data: dict[str, Any]) -> Any:
+    names = {f.name for f in dataclasses.fields(cls)}
+    return cls(**{k: v for k, v in data.items() if k in names})
+
+
+def load_prediction(path: str | Path) -> Prediction:
+    """Read a prediction saved by `Prediction.save` (`tracediag predict -o`).
+
+    The inputs are read back and the prediction is recomputed from them, so the result is exactly what the
+    current model says for the saved run; the saved outputs are checked to be there.
+    """
+    path = Path(path)
+    try:
+        data = orjson.loads(path.read_bytes())
+        inputs = data["inputs"]
+        version = data["schema_version"]
+    except (OSError, orjson.JSONDecodeError, KeyError, TypeError) as e:
+        msg = f"{path}: not a tracediag prediction ({e})\n\nHint: write one with `tracediag predict -o plan.json`"
+        raise SpecError(msg) from e
+    if version != SCHEMA_VERSION:
+        msg = f"{path}: prediction schema_version {version}, expected {SCHEMA_VERSION}"
+        raise SpecError(msg)
+    dev = dict(inputs["device"])
+    dev["intra_link"] = _build(LinkSpec, dev["intra_link"])
+    dev["inter_link"] = _build(LinkSpec, dev["inter_link"])
+    return predict(_build(ModelSpec, inputs["model"]), _build(DeviceSpec, dev), _build(Split, inputs["split"]),
+                   _build(Training, inputs["training"]), _build(Engine, inputs["engine"]), gpus=inputs["gpus"])

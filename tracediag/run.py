@@ -1,0 +1,266 @@
+"""A run: the event tables of all ranks in one frame, plus what the files said about themselves.
+
+`load` turns what a user points at (files, globs, directories, a saved `.parquet`) into a `Run`;
+`Run.save` writes the events and the metadata to one Parquet file that `load` reads back exactly.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import glob
+import os
+import re
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from multiprocessing import get_context
+from pathlib import Path
+
+import orjson
+import polars as pl
+import pyarrow.parquet as pq
+
+from tracediag.errors import RankError, TracediagError, TraceError
+from tracediag.ingest.read import read_file
+from tracediag.ingest.sniff import sniff
+from tracediag.ingest.trace import FileMeta, FileTrace, ProcessGroup
+from tracediag.schema import conform, empty_events
+
+TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".sqlite.gz", ".nsys-rep")
+"""What a directory is searched for (recursively). Files named explicitly may have any name."""
+PARQUET_META_KEY = b"tracediag.run"
+
+
+@dataclass(frozen=True, slots=True)
+class RunMeta:
+    """What the files of a run said about themselves, and what reading them skipped or failed."""
+
+    files: tuple[FileMeta, ...] = ()
+    errors: tuple[str, ...] = ()
+    """One line per file that could not be read (the other files were still read)."""
+
+    @property
+    def ranks(self) -> list[int]:
+        return sorted(f.rank for f in self.files)
+
+    @property
+    def world_size(self) -> int:
+        """The job's world size as the traces state it, else the number of ranks read."""
+        stated = [f.world_size for f in self.files if f.world_size]
+        return max([*stated, len(self.files)]) if self.files else 0
+
+    @property
+    def events_in(self) -> int:
+        return sum(f.events_in for f in self.files)
+
+    @property
+    def skipped(self) -> dict[str, int]:
+        """Input events that are not rows, by reason, over all files."""
+        total: dict[str, int] = {}
+        for f in self.files:
+            for reason, n in f.skipped.items():
+                total[reason] = total.get(reason, 0) + n
+        return dict(sorted(total.items()))
+
+    @property
+    def process_groups(self) -> dict[str, ProcessGroup]:
+        """Process groups by name, merged over files (the first file that describes one wins)."""
+        groups: dict[str, ProcessGroup] = {}
+        for f in self.files:
+            for g in f.process_groups:
+                groups.setdefault(g.name, g)
+        return groups
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> RunMeta:
+        files = []
+        for f in d.get("files", []):
+            groups = tuple(
+                ProcessGroup(**{**g, "ranks": tuple(g["ranks"]) if g.get("ranks") is not None else None})
+                for g in f.get("process_groups", [])
+            )
+            files.append(
+                FileMeta(
+                    **{
+                        **f,
+                        "process_groups": groups,
+                        "devices": tuple(f.get("devices", ())),
+                        "warnings": tuple(f.get("warnings", ())),
+                    }
+                )
+            )
+        return cls(files=tuple(files), errors=tuple(d.get("errors", ())))
+
+
+@dataclass(frozen=True)
+class Run:
+    """All ranks' events (the `schema.EVENT_SCHEMA` table, sorted by rank then ts) and metadata."""
+
+    events: pl.DataFrame
+    meta: RunMeta = field(default_factory=RunMeta)
+
+    def save(self, path: str | Path) -> None:
+        """Write events and metadata to one Parquet file (`load(path)` reads it back exactly)."""
+        table = self.events.to_arrow()
+        extra = {PARQUET_META_KEY: orjson.dumps(self.meta.to_dict())}
+        table = table.replace_schema_metadata({**(table.schema.metadata or {}), **extra})
+        pq.write_table(table, str(path), compression="zstd")
+
+
+RankResolver = Callable[[str], "int | None"]
+
+
+def rank_resolver(
+    *, rank_from_filename: str | None = None, rank_map: dict[str, int] | None = None
+) -> RankResolver:
+    """A function from a file path to the rank the user assigned it (None: let the file say).
+
+    `rank_map` keys match a full path or a base name; `rank_from_filename` is a regex whose first
+    group (or whole match) is the rank, searched in the base name.
+    """
+    pattern = re.compile(rank_from_filename) if rank_from_filename else None
+    mapping = dict(rank_map or {})
+
+    def resolve(path: str) -> int | None:
+        for key in (path, os.path.basename(path)):
+            if key in mapping:
+                return mapping[key]
+        if pattern is None:
+            return None
+        m = pattern.search(os.path.basename(path))
+        if m is None:
+            raise RankError(f"{path}: --rank-from-filename {pattern.pattern!r} does not match the file name")
+        text = m.group(1) if m.groups() else m.group(0)
+        if not text.isdigit():
+            raise RankError(f"{path}: --rank-from-filename matched {text!r}, not a rank number")
+        return int(text)
+
+    return resolve
+
+
+def resolve_paths(sources: Iterable[str | Path]) -> list[str]:
+    """Files named, glob matches, and trace files found under directories, in a stable order."""
+    out: list[str] = []
+    for src in sources:
+        src = str(src)
+        if os.path.isdir(src):
+            found = [
+                str(p)
+                for p in sorted(Path(src).rglob("*"))
+                if p.is_file() and p.name.endswith(TRACE_SUFFIXES)
+            ]
+            if not found:
+                raise TracediagError(f"{src}: no trace files in this directory (looked for {', '.join(TRACE_SUFFIXES)})")
+            out.extend(found)
+        elif any(ch in src for ch in "*?["):
+            matches = sorted(glob.glob(src, recursive=True))
+            if not matches:
+                raise TracediagError(f"{src}: the pattern matches no file")
+            out.extend(matches)
+        else:
+            out.append(src)
+    seen: set[str] = set()
+    return [p for p in out if not (p in seen or seen.add(p))]
+
+
+def _read_one(args: tuple[str, int | None, int | None]) -> FileTrace | str:
+    path, rank, default_rank = args
+    try:
+        return read_file(path, rank=rank, default_rank=default_rank)
+    except TracediagError as e:
+        return str(e)
+    except MemoryError:
+        return f"{path}: out of memory while reading"
+
+
+def load(
+    sources: str | Path | Sequence[str | Path],
+    *,
+    jobs: int = 0,
+    rank_from_filename: str | None = None,
+    rank_map: dict[str, int] | None = None,
+    on_file_done: Callable[[str], None] | None = None,
+) -> Run:
+    """Read trace files (or a saved `.parquet`) into a `Run`.
+
+    `jobs`: worker processes (0 = one per CPU, at most one per file). A file that cannot be read
+    is listed in `run.meta.errors` and the others are still read; if none can be read, or two
+    files claim the same rank, a `TracediagError` is raised.
+    """
+    if isinstance(sources, (str, Path)):
+        sources = [sources]
+    paths = resolve_paths(sources)
+    if not paths:
+        raise TracediagError("no trace files given")
+    if len(paths) == 1 and _is_parquet(paths[0]):
+        return _load_parquet(paths[0])
+    resolve = rank_resolver(rank_from_filename=rank_from_filename, rank_map=rank_map)
+    default_rank = 0 if len(paths) == 1 else None
+    tasks = [(p, resolve(p), default_rank) for p in paths]
+    results = _map_files(tasks, jobs, on_file_done)
+    traces = [r for r in results if isinstance(r, FileTrace)]
+    errors = tuple(r for r in results if isinstance(r, str))
+    if not traces:
+        raise TracediagError(errors[0] if len(errors) == 1 else f"none of the {len(paths)} files could be read")
+    _check_unique_ranks(traces)
+    events = pl.concat([t.events for t in traces]).sort("rank", "ts", maintain_order=True)
+    return Run(events=events, meta=RunMeta(files=tuple(t.meta for t in traces), errors=errors))
+
+
+def _map_files(
+    tasks: list[tuple[str, int | None, int | None]], jobs: int, on_file_done: Callable[[str], None] | None
+) -> list[FileTrace | str]:
+    jobs = min(jobs or os.cpu_count() or 1, len(tasks))
+    results: list[FileTrace | str] = []
+    if jobs <= 1:
+        for task in tasks:
+            results.append(_read_one(task))
+            if on_file_done:
+                on_file_done(task[0])
+        return results
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn")) as pool:
+        for task, result in zip(tasks, pool.map(_read_one, tasks)):
+            results.append(result)
+            if on_file_done:
+                on_file_done(task[0])
+    return results
+
+
+def _check_unique_ranks(traces: list[FileTrace]) -> None:
+    by_rank: dict[int, str] = {}
+    for t in traces:
+        other = by_rank.setdefault(t.meta.rank, t.meta.path)
+        if other != t.meta.path:
+            raise RankError(
+                f"{other} and {t.meta.path} both claim rank {t.meta.rank}; "
+                "give ranks explicitly with --rank-from-filename REGEX or --rank FILE=N"
+            )
+
+
+def _is_parquet(path: str) -> bool:
+    try:
+        with open(path, "rb") as f:
+            head = f.read(64)
+    except OSError:
+        return False
+    try:
+        return sniff(path, head) == "parquet"
+    except TraceError:
+        return False
+
+
+def _load_parquet(path: str) -> Run:
+    try:
+        table = pq.read_table(path)
+    except Exception as e:  # pyarrow raises several types for corrupt files
+        raise TraceError(path, f"cannot read Parquet ({e})") from None
+    raw = (table.schema.metadata or {}).get(PARQUET_META_KEY)
+    if raw is None:
+        raise TraceError(path, "a Parquet file not written by `tracediag ingest`")
+    meta = RunMeta.from_dict(orjson.loads(raw))
+    frame = pl.from_arrow(table)
+    events = conform(frame) if frame.height else empty_events()
+    return Run(events=events, meta=meta)
