@@ -43,6 +43,10 @@ class _Args(msgspec.Struct, gc=False):
     dst_rank: Any = msgspec.field(default=None, name="Dst Rank")
     nbytes: Any = msgspec.field(default=None, name="bytes")
     step_num: Any = None
+    device_ordinal: Any = None
+    hlo_op: Any = None
+    hlo_module: Any = None
+    run_id: Any = None
     label: Any = msgspec.field(default=None, name="name")
     labels: Any = None
     input_dims: msgspec.Raw = msgspec.field(default=_RAW_EMPTY, name="Input Dims")
@@ -319,8 +323,9 @@ _ARG_TIERS: tuple[tuple[pl.Expr, tuple[str, ...]], ...] = (
         pl.col("name").str.contains(r"^(?:gloo:|c10d::|nccl:|record_param_comms|(?i:nccl|rccl))"),
         _COLL_FIELDS,
     ),
-    (pl.col("ph") == "M", ("label", "labels")),
-    (pl.col("cat").is_null(), ("step_num",)),
+    (pl.col("ph") == "M", ("labels",)),
+    ((pl.col("ph") == "M") | pl.col("cat").is_null(), ("label",)),
+    (pl.col("cat").is_null(), ("step_num", "device_ordinal", "hlo_op", "hlo_module", "run_id")),
 )
 """Which rows can carry which less common args: device rows, collectives, metadata, JAX steps.
 Reading every field of every event would cost more than the JSON decode itself."""
@@ -343,7 +348,7 @@ def _rare_args(frame: pl.DataFrame, args: list[_Args | None]) -> pl.DataFrame:
 def _arg_series(fname: str, values: list[Any]) -> pl.Series:
     if fname in _RAW_FIELDS:
         return pl.Series([bytes(v) if v else None for v in values], dtype=pl.Binary)
-    if fname in ("coll_name", "dtype", "label", "labels", "pg_name", "step_num"):
+    if fname in ("coll_name", "dtype", "label", "labels", "pg_name", "step_num", "hlo_op", "hlo_module", "run_id"):
         return pl.Series([v if v is None or type(v) is str else str(v) for v in values], dtype=pl.String)
     return pl.Series(values, dtype=pl.Int64, strict=False)
 

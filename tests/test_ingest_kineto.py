@@ -1,0 +1,178 @@
+"""The Kineto / Chrome JSON reader on real traces (issue 2)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from decimal import Decimal
+from pathlib import Path
+
+import polars as pl
+import pytest
+from conftest import KINETO, SAMPLES, needs_shared
+
+from tracediag.errors import RankError
+from tracediag.ingest.read import read_file
+from tracediag.schema import EVENT_SCHEMA
+
+
+def _load_json(path: Path) -> dict | list:
+    data = path.read_bytes()
+    if data[:2] == b"\x1f\x8b":
+        data = gzip.decompress(data)
+    return json.loads(data, parse_float=Decimal)
+
+
+def _events(trace: dict | list) -> list:
+    return trace if isinstance(trace, list) else trace["traceEvents"]
+
+
+def _is_num(v: object) -> bool:
+    return isinstance(v, (int, Decimal)) and not isinstance(v, bool)
+
+
+def _expected_rows(events: list) -> int:
+    """Independent count: complete events with numeric ts and non-negative dur."""
+    return sum(
+        1 for e in events if e.get("ph") == "X" and _is_num(e.get("ts")) and _is_num(e.get("dur")) and e["dur"] >= 0
+    )
+
+
+def _expected_ns(trace: dict, value: Decimal | int) -> int:
+    base = trace.get("baseTimeNanoseconds", 0) if isinstance(trace, dict) else 0
+    return base + int((Decimal(value) * 1000).to_integral_value())
+
+
+FIXTURE_FILES = sorted(p for p in KINETO.iterdir() if p.name.endswith((".json", ".json.gz")))
+
+
+@pytest.mark.parametrize("path", FIXTURE_FILES, ids=lambda p: p.name)
+def test_every_fixture_event_is_a_row_or_counted(path: Path) -> None:
+    trace = _load_json(path)
+    events = _events(trace)
+    ft = read_file(path, default_rank=0)
+    assert ft.meta.events_in == len(events)
+    assert ft.events.height + sum(ft.meta.skipped.values()) == len(events)
+    assert ft.events.height == _expected_rows(events)
+    assert ft.events.schema == pl.Schema(EVENT_SCHEMA)
+
+
+@pytest.mark.parametrize("path", FIXTURE_FILES, ids=lambda p: p.name)
+def test_times_are_exact_absolute_ns(path: Path) -> None:
+    """Every (ts, dur) equals the decimal text converted to ns (plus the base), as a multiset."""
+    trace = _load_json(path)
+    want = sorted(
+        (_expected_ns(trace, e["ts"]), int((Decimal(e["dur"]) * 1000).to_integral_value()))
+        for e in _events(trace)
+        if e.get("ph") == "X" and _is_num(e.get("ts")) and _is_num(e.get("dur"))
+    )
+    ev = read_file(path, default_rank=0).events
+    got = sorted(zip(ev["ts"].to_list(), ev["dur"].to_list()))
+    assert got == want
+
+
+def test_epoch_float_ns_decimals_keep_every_digit() -> None:
+    """April-2024 Kineto: ts like 1712195495519689.047 µs — beyond float64 — must stay exact."""
+    path = KINETO / "hta_ns_resolution_head.json.gz"
+    ev = read_file(path).events
+    assert 1712195495519689047 in set(ev["ts"].to_list())
+    as_float = int(float("1712195495519689.047") * 1000)
+    assert as_float != 1712195495519689047  # the trap the exact path avoids
+
+
+def test_relative_times_use_base_nanoseconds() -> None:
+    path = KINETO / "gen_torch2.13cpu_gloo_2rank_rank0.pt.trace.json.gz"
+    trace = _load_json(path)
+    ft = read_file(path)
+    assert ft.meta.time_base == "epoch"
+    step = ft.events.filter(pl.col("name") == "ProfilerStep#2")
+    src = next(e for e in trace["traceEvents"] if e.get("name") == "ProfilerStep#2")
+    assert step["ts"].item() == trace["baseTimeNanoseconds"] + int(Decimal(src["ts"]) * 1000)
+
+
+def test_rank_and_process_groups_from_distributed_info() -> None:
+    ft = read_file(KINETO / "hta_cpu_only_gloo_rank34.json.gz")
+    assert ft.meta.rank == 34
+    assert ft.meta.world_size == 300
+    assert ft.meta.backend == "gloo"
+    default = next(g for g in ft.meta.process_groups if g.name == "0")
+    assert default.desc == "default_pg" and default.size == 300 and default.ranks == tuple(range(300))
+    assert set(ft.events["rank"].to_list()) == {34}
+
+
+def test_missing_rank_is_an_error_naming_the_file_and_the_fix() -> None:
+    path = KINETO / "hta_rank_not_found.json.gz"
+    with pytest.raises(RankError) as err:
+        read_file(path)
+    msg = str(err.value)
+    assert str(path) in msg and "--rank-from-filename" in msg and "\n" not in msg
+    assert read_file(path, rank=5).meta.rank == 5
+    assert read_file(path, default_rank=0).meta.rank == 0
+
+
+def test_gloo_trace_kinds_and_collectives() -> None:
+    trace = _load_json(KINETO / "gen_torch2.13cpu_gloo_2rank_rank0.pt.trace.json.gz")
+    ev = read_file(KINETO / "gen_torch2.13cpu_gloo_2rank_rank0.pt.trace.json.gz").events
+    gloo_src = [e for e in trace["traceEvents"] if str(e.get("name", "")).startswith("gloo:")]
+    comm = ev.filter(pl.col("kind") == "comm")
+    assert comm.height == len(gloo_src)
+    assert sorted(comm["coll_op"].cast(pl.String).unique().to_list()) == [
+        "all_gather", "all_reduce", "barrier", "send"]
+    # all_reduce of the 9352 float gradients recorded in `Input Dims`
+    assert set(comm.filter(pl.col("coll_op") == "all_reduce")["coll_bytes"].to_list()) == {9352 * 4}
+    # the send's peer comes from the enclosing c10d::send (Concrete Inputs: dst rank 1)
+    assert set(comm.filter(pl.col("coll_op") == "send")["coll_peer"].to_list()) == {1}
+    steps = ev.filter(pl.col("kind") == "step")["name"].cast(pl.String).to_list()
+    assert sorted(steps) == ["ProfilerStep#2", "ProfilerStep#3"]
+    assert (ev.filter(pl.col("kind") == "cpu_op")["device"] == -1).all()
+
+
+def test_nccl_trace_kernels_devices_and_links() -> None:
+    path = KINETO / "hta_a100_nccl_rank0.json.gz"
+    trace = _load_json(path)
+    ev = read_file(path).events
+    src_kernels = [e for e in trace["traceEvents"] if e.get("cat") == "kernel"]
+    nccl = [e for e in src_kernels if e["name"].lower().startswith("nccl")]
+    assert ev.filter(pl.col("kind") == "comm").height == len(nccl)
+    assert ev.filter(pl.col("kind") == "kernel").height == len(src_kernels) - len(nccl)
+    gpu = ev.filter(pl.col("kind").is_in(["kernel", "comm"]))
+    assert set(gpu["device"].to_list()) == {e["args"]["device"] for e in src_kernels}
+    assert set(gpu["stream"].to_list()) == {e["args"]["stream"] for e in src_kernels}
+    # every kernel's correlation id is found on a runtime launch of the same file
+    runtime_corr = set(ev.filter(pl.col("kind") == "runtime")["correlation"].to_list())
+    assert set(gpu["correlation"].to_list()) <= runtime_corr
+    ops = set(ev.filter(pl.col("kind") == "comm")["coll_op"].cast(pl.String).to_list())
+    assert ops <= {"all_reduce", "all_gather", "reduce_scatter", "broadcast", "other"} and ops
+
+
+def test_rocm_trace_reads_hip_runtime_and_kernels() -> None:
+    ev = read_file(KINETO / "hta_rocm_mi250.json.gz", default_rank=0).events
+    assert ev.filter(pl.col("kind") == "runtime")["name"].cast(pl.String).str.starts_with("hip").all()
+    assert ev.filter(pl.col("kind") == "kernel").height == 14
+
+
+def test_plain_json_and_array_form(tmp_path: Path) -> None:
+    trace = _load_json(KINETO / "hta_backward_thread.json")
+    array = tmp_path / "array.json"
+    array.write_text(json.dumps(trace["traceEvents"], default=str).replace('"', '"'))
+    obj = read_file(KINETO / "hta_backward_thread.json", default_rank=0)
+    arr = read_file(array, default_rank=0)
+    assert arr.events.height == obj.events.height == _expected_rows(trace["traceEvents"])
+
+
+@needs_shared
+def test_every_shared_sample_is_a_row_or_counted() -> None:
+    """rows + skipped = events for every JSON trace in ../shared/trace-samples (independent count)."""
+    checked = 0
+    for path in sorted(SAMPLES.rglob("*.json*")):
+        trace = _load_json(path)
+        if isinstance(trace, dict) and "traceEvents" not in trace:
+            continue  # execution traces and other non-trace JSON
+        events = _events(trace)
+        ft = read_file(path, default_rank=0)
+        assert ft.events.height + sum(ft.meta.skipped.values()) == len(events), path
+        assert ft.meta.events_in == len(events), path
+        if ft.meta.format == "kineto":
+            assert ft.events.height == _expected_rows(events), path
+        checked += 1
+    assert checked >= 30
