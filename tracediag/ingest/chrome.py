@@ -303,7 +303,7 @@ def _to_columns(
     frame = frame.join(_rare_args(frame, args), on="order", how="left")
     counts = frame.group_by("ph").len()
     for phase, count in counts.iter_rows():
-        reason = _PHASE_SKIP.get(phase) if phase is not None else None
+        reason = _PHASE_SKIP.get(phase) if phase is not None else "malformed"
         if reason is not None:
             skipped[reason] = skipped.get(reason, 0) + count
         elif phase not in ("X", "B", "E"):
