@@ -204,7 +204,7 @@ def load(
     traces = [r for r in results if isinstance(r, FileTrace)]
     errors = tuple(r for r in results if isinstance(r, str))
     if not traces:
-        raise TracediagError(errors[0] if len(errors) == 1 else f"none of the {len(paths)} files could be read")
+        raise TracediagError("\n".join(errors))
     _check_unique_ranks(traces)
     events = pl.concat([t.events for t in traces]).sort("rank", "ts", maintain_order=True)
     return Run(events=events, meta=RunMeta(files=tuple(t.meta for t in traces), errors=errors))

@@ -55,7 +55,7 @@ def load_traces(paths: tuple[str, ...], jobs: int, rank_from_filename: str | Non
         else:
             run = load(files, jobs=jobs, rank_from_filename=rank_from_filename, rank_map=mapping)
     except TracediagError as e:
-        raise InputError(str(e)) from None
+        raise InputError(str(e).replace("\n", "\nError: ")) from None
     for line in run.meta.errors:
         click.echo(f"Error: {line}", err=True)
     return run
