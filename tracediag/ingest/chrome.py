@@ -300,9 +300,8 @@ def _to_columns(
         "a_correlation": _arg_series("correlation", [None if a is None else a.correlation for a in args]),
     }
     frame = pl.DataFrame(cols)
-    frame = frame.join(_rare_args(frame, args), on="order", how="left")
-    counts = frame.group_by("ph").len()
-    for phase, count in counts.iter_rows():
+    frame = frame.with_columns(_rare_args(frame, args))
+    for phase, count in frame.group_by("ph").len().iter_rows():
         reason = _PHASE_SKIP.get(phase) if phase is not None else "malformed"
         if reason is not None:
             skipped[reason] = skipped.get(reason, 0) + count
@@ -331,17 +330,18 @@ _ARG_TIERS: tuple[tuple[pl.Expr, tuple[str, ...]], ...] = (
 Reading every field of every event would cost more than the JSON decode itself."""
 
 
-def _rare_args(frame: pl.DataFrame, args: list[_Args | None]) -> pl.DataFrame:
+def _rare_args(frame: pl.DataFrame, args: list[_Args | None]) -> list[pl.Series]:
     """The less common `a_*` columns, read only on the rows of their tier (null elsewhere)."""
-    out = frame.select("order")
-    for mask, fields in _ARG_TIERS:
-        rows = frame.select(pl.arg_where(mask)).to_series().to_list()
-        rows = [i for i in rows if args[i] is not None]
-        picked = [args[i] for i in rows]
-        cols = {"order": pl.Series(rows, dtype=pl.Int64)}
+    masks = frame.select(pl.arg_where(mask).implode().alias(str(i)) for i, (mask, _) in enumerate(_ARG_TIERS))
+    out = []
+    for i, (_, fields) in enumerate(_ARG_TIERS):
+        rows = [r for r in masks[str(i)][0].to_list() if args[r] is not None]
+        picked = [args[r] for r in rows]
+        idx = pl.Series(rows, dtype=pl.Int64)
         for fname in fields:
-            cols[f"a_{fname}"] = _arg_series(fname, list(map(attrgetter(fname), picked)))
-        out = out.join(pl.DataFrame(cols), on="order", how="left")
+            values = _arg_series(fname, list(map(attrgetter(fname), picked)))
+            full = pl.Series(f"a_{fname}", [None], dtype=values.dtype).extend_constant(None, frame.height - 1)
+            out.append(full.scatter(idx, values) if len(rows) else full)
     return out
 
 
@@ -372,8 +372,9 @@ def _slices_from(
         return frame.clear() if frame.height else frame
     skipped = skipped if skipped is not None else {}
     complete = frame.filter(pl.col("ph") == "X")
-    begin_end = frame.filter(pl.col("ph").is_in(["B", "E"]))
-    if begin_end.height:
+    has_pairs = frame.height > complete.height and frame.select(pl.col("ph").is_in(["B", "E"]).any()).item()
+    if has_pairs:
+        begin_end = frame.filter(pl.col("ph").is_in(["B", "E"]))
         matched, unmatched_end, open_begin = _pair_begin_end(begin_end, frame["ts"].max())
         complete = pl.concat([complete, matched], how="vertical_relaxed")
         if unmatched_end:
@@ -383,12 +384,13 @@ def _slices_from(
             skipped["paired_end"] = skipped.get("paired_end", 0) + paired_end
         if open_begin and warnings is not None:
             warnings.append(f"{open_begin} B events never ended; clipped to the trace end")
+        complete = complete.sort("order")
     bad = pl.col("ts").is_null() | pl.col("dur").is_null() | (pl.col("dur") < 0)
     n_bad = complete.select(bad.sum()).item()
     if n_bad:
         skipped["malformed"] = skipped.get("malformed", 0) + n_bad
         complete = complete.filter(~bad)
-    return complete.sort("order")
+    return complete
 
 
 def _pair_begin_end(be: pl.DataFrame, trace_end: int | None) -> tuple[pl.DataFrame, int, int]:

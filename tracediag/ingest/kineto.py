@@ -170,7 +170,25 @@ _COLL_ARGS = ["a_coll_name", "a_in_nelems", "a_out_nelems", "a_dtype", "a_group_
               "a_pg_id", "a_seq", "a_src_rank", "a_dst_rank"]
 
 
+COLL_NAME = r"^(?:gloo:|nccl:|c10d::|record_param_comms$)"
+"""Host rows that describe a collective: gloo/nccl annotations, c10d ops, record_param_comms."""
+
+
 def _fill_collectives(ev: pl.DataFrame) -> pl.DataFrame:
+    """Collective columns, computed on the few rows that can be collectives (comm kind or a
+    collective's host-side name); the other rows keep them null."""
+    idx = ev.select(pl.arg_where((pl.col("kind") == "comm") | pl.col("name").str.contains(COLL_NAME))).to_series()
+    coll = _collective_columns(ev[idx]).select(COLL_COLUMNS)
+    return ev.select(pl.exclude("^a_.*$")).with_columns(
+        pl.Series(c, [None], dtype=coll[c].dtype).extend_constant(None, ev.height - 1).scatter(idx, coll[c])
+        for c in COLL_COLUMNS
+    )
+
+
+COLL_COLUMNS = ("coll_op", "coll_bytes", "coll_group", "coll_group_size", "coll_seq", "coll_peer")
+
+
+def _collective_columns(ev: pl.DataFrame) -> pl.DataFrame:
     """Collective columns from the row's own args, else from its `record_param_comms` CPU op."""
     params = (
         ev.filter((pl.col("name") == "record_param_comms") & pl.col("external_id").is_not_null())

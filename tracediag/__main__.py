@@ -1,0 +1,5 @@
+"""`python -m tracediag` runs the command line."""
+
+from tracediag.cli import main
+
+main()
