@@ -332,6 +332,15 @@ def _unknown_schema(tmp_path: Path) -> Path:
     return p
 
 
+def _text_in_an_integer_column(tmp_path: Path) -> Path:
+    p = plain_copy(CONSTRUCTED[0], tmp_path)
+    con = sqlite3.connect(p)
+    con.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET start = 'soon' WHERE correlationId = 102")
+    con.commit()
+    con.close()
+    return p
+
+
 BAD = {
     "text file": (_text, "not a trace: content is not SQLite"),
     "empty file": (_empty, "empty file"),
@@ -340,6 +349,7 @@ BAD = {
     "gzipped text": (_gzipped_text, "not a trace: content is not SQLite"),
     "other sqlite": (_other_sqlite, "not a trace: SQLite without the Nsight Systems StringIds table"),
     "unknown schema": (_unknown_schema, "NVTX_EVENTS lacks column(s) end"),
+    "wrong value type": (_text_in_an_integer_column, "unexpected value type in the export"),
 }
 
 

@@ -72,6 +72,9 @@ _MEMCPY_NAMES = {
 _SYNC_NAMES = {1: "Event Sync", 2: "Stream Wait Event", 3: "Stream Sync", 4: "Context Sync"}
 """`syncType` (ENUM_CUPTI_SYNC_TYPE) -> row name, as Kineto names its cuda_sync events."""
 
+_BATCH_ROWS = 65_536
+"""Rows fetched from SQLite per batch: bounds the transient Python objects of a large table."""
+
 _NVTX_RANGES = (59, 60)  # NvtxPushPopRange, NvtxStartEndRange
 _NVTX_MARK = 34
 _NVTX_METADATA = (33, 39, 75, 76)  # category, thread name, domain create, domain destroy
@@ -212,8 +215,7 @@ def _read(con: sqlite3.Connection, path: Path, rank: int | None) -> FileTrace:
     tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     if "StringIds" not in tables:
         raise TraceError(str(path), "not a trace: SQLite without the Nsight Systems StringIds table")
-    ids, values = _columns(con.execute("SELECT id, value FROM StringIds").fetchall(), 2)
-    strings = pl.DataFrame({"id": ids, "value": values}, schema={"id": pl.Int64, "value": pl.String})
+    strings = _query(con, "SELECT id, value FROM StringIds", {"id": pl.Int64(), "value": pl.String()}, path)
 
     warnings: list[str] = []
     env_rank, world_size = _env_ints(strings, _RANK_KEYS, path), _env_ints(strings, _SIZE_KEYS, path)
@@ -271,16 +273,24 @@ def _read(con: sqlite3.Connection, path: Path, rank: int | None) -> FileTrace:
     return FileTrace(events=conform(events), meta=meta)
 
 
-def _columns(rows: list[tuple], width: int) -> list[tuple]:
-    """Rows -> one tuple per column (C-level transpose, no per-row Python work)."""
-    return list(zip(*rows, strict=True)) if rows else [() for _ in range(width)]
+def _query(con: sqlite3.Connection, sql: str, schema: dict[str, pl.DataType], path: Path) -> pl.DataFrame:
+    """Run `sql` into a frame, in batches so the Python row tuples never all exist at once."""
+    cursor = con.execute(sql)
+    try:
+        parts = [
+            pl.DataFrame(batch, schema=schema, orient="row")
+            for batch in iter(lambda: cursor.fetchmany(_BATCH_ROWS), [])
+        ]
+    except (TypeError, pl.exceptions.PolarsError) as e:
+        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise TraceError(str(path), f"unexpected value type in the export ({first})") from None
+    return pl.concat(parts) if parts else pl.DataFrame(schema=schema)
 
 
 def _fetch(con: sqlite3.Connection, tables: set[str], table: _Table, path: Path) -> pl.DataFrame:
     """The table's needed columns (absent optional ones as nulls); an absent table reads as empty."""
     cols = table.required + table.optional
-    text = {"text"}
-    schema = {c: (pl.String if c in text else pl.Int64) for c in cols}
+    schema = {c: (pl.String() if c == "text" else pl.Int64()) for c in cols}
     if table.name not in tables:
         return pl.DataFrame(schema=schema)
     present = {r[1] for r in con.execute(f'PRAGMA table_info("{table.name}")')}
@@ -289,8 +299,7 @@ def _fetch(con: sqlite3.Connection, tables: set[str], table: _Table, path: Path)
         problem = f"{table.name} lacks column(s) {', '.join(missing)}: unknown export schema"
         raise TraceError(str(path), problem)
     select = ", ".join(f'"{c}"' if c in present else f'NULL AS "{c}"' for c in cols)
-    rows = con.execute(f'SELECT {select} FROM "{table.name}"').fetchall()
-    return pl.DataFrame(dict(zip(cols, _columns(rows, len(cols)), strict=True)), schema=schema)
+    return _query(con, f'SELECT {select} FROM "{table.name}"', schema, path)
 
 
 def _env_ints(strings: pl.DataFrame, keys: tuple[str, ...], path: Path) -> int | None:
