@@ -23,6 +23,9 @@ class Engine:
     """Tensor-parallel collectives hidden behind GEMMs (Megatron --tp-comm-overlap, torchtitan async TP)."""
     dp_overlap: bool = True
     """Gradient reduce-scatter / parameter all-gather overlapped with backward / forward compute."""
+    overlap_slowdown: float = 0.5
+    """Compute slowdown while overlapped communication runs, as a share of that communication's time (NCCL
+    kernels take SMs and HBM bandwidth; Echo, arXiv 2412.12487; Ultra-Scale Playbook)."""
     gemm_half_dim: float = 80.0
     """GEMM tile efficiency: a GEMM whose smallest dimension is n runs at gemm_efficiency·n/(n + this)."""
     hbm_efficiency: float = 0.8
@@ -52,6 +55,9 @@ ENGINES = {
     # Megatron-LM of 2021-2022 (PTD-P, Korthikanti et al.): materialised softmax, fused but separate
     # elementwise kernels, gradient all-reduce after the backward pass (no --overlap-grad-reduce yet).
     "megatron-2022": lambda: Engine(name="megatron-2022", flash_attention=False, dp_overlap=False),
+    # Eager PyTorch FSDP (llm-foundry / Composer 2023): FlashAttention, but unfused elementwise kernels, each
+    # reading and writing its tensors.
+    "pytorch-fsdp": lambda: Engine(name="pytorch-fsdp", elementwise_traffic=3.0),
     # Modern stack with TP communication overlapped (Megatron --tp-comm-overlap, torchtitan async TP).
     "modern-tp-overlap": lambda: Engine(name="modern-tp-overlap", tp_overlap=True),
 }

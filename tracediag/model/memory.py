@@ -1,12 +1,13 @@
-"""Bytes per device by part: weights, gradients, optimizer, activations, temporaries, reserve (perf-model.md §2).
+"""Bytes per device by part: weights, gradients, optimizer, activations, temporaries (perf-model.md §2).
 
 Notes
 -----
-Model states follow the ZeRO paper and Megatron's distributed-optimizer table: bf16 weights (2 bytes), gradients
-of `Training.grad_bytes`, fp32 master weights + Adam m and v (12 bytes); ZeRO-1 shards the 12, ZeRO-2 also the
-gradients, ZeRO-3 everything, over dp·cp. Activations follow Korthikanti et al. 2022 Table 2 generalised to GQA,
-SwiGLU and no-dropout models, held for the in-flight micro-batches of the stage (1F1B: p − stage index;
-interleaving multiplies by 1 + (p−1)/(p·v), as Megatron's `theoretical_memory_usage.py`).
+Model states follow the ZeRO paper and Megatron's distributed-optimizer table: bf16 weights (2 bytes),
+gradients of `Training.grad_bytes`, fp32 master weights + Adam m and v (12 bytes); ZeRO-1 shards the 12,
+ZeRO-2 also the gradients, ZeRO-3 everything, over dp·cp. Activations follow Korthikanti et al. 2022
+Table 2 generalised to GQA, SwiGLU and no-dropout models, held for the in-flight micro-batches of
+the stage (1F1B: p − stage index; interleaving multiplies by 1 + (p−1)/(p·v), as in Megatron's
+`theoretical_memory_usage.py`).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ class MemoryBreakdown:
     in_flight_micro_batches: float
     """Micro-batches whose activations the stage holds at its peak (interleaving penalty included)."""
     temporary: float
-    """Transient buffers: logits and loss on the last stage, FSDP all-gather buffers, one layer's recompute."""
+    """Transient buffers: logits and loss (last stage), FSDP all-gather buffers, one layer's recompute."""
     reserved: float
     """CUDA context, NCCL buffers and allocator fragmentation."""
     capacity: float
@@ -45,8 +46,9 @@ class MemoryBreakdown:
     @property
     def total(self) -> float:
         """Sum of all parts."""
-        return (self.weights + self.gradients + self.optimizer + self.activations + self.temporary
-                + self.reserved)
+        return (
+            self.weights + self.gradients + self.optimizer + self.activations + self.temporary + self.reserved
+        )
 
     @property
     def headroom(self) -> float:
@@ -67,7 +69,9 @@ def layer_params_local(model: ModelSpec, split: Split) -> tuple[float, float]:
     """(dense, expert) parameters of one layer held by one device."""
     dense = attention_params(model) / split.tp + norm_params(model)
     if model.experts > 1:
-        return dense + model.hidden * model.experts, model.experts * expert_params(model) / (split.tp * split.ep)
+        return dense + model.hidden * model.experts, model.experts * expert_params(model) / (
+            split.tp * split.ep
+        )
     return dense + expert_params(model) / split.tp, 0.0
 
 
@@ -116,8 +120,9 @@ def stored_bytes_per_layer(model: ModelSpec, split: Split, train: Training, engi
     return full
 
 
-def memory_per_device(model: ModelSpec, device: DeviceSpec, split: Split, train: Training,
-                      engine: Engine) -> MemoryBreakdown:
+def memory_per_device(
+    model: ModelSpec, device: DeviceSpec, split: Split, train: Training, engine: Engine
+) -> MemoryBreakdown:
     """Peak memory of the most loaded pipeline stage."""
     m = train.global_batch // (train.micro_batch * split.dp)
     shard = split.dp * split.cp
@@ -146,8 +151,17 @@ def memory_per_device(model: ModelSpec, device: DeviceSpec, split: Split, train:
             dense_layer, expert_layer = layer_params_local(model, split)
             temporary += 2 * 2 * (dense_layer + expert_layer)
         reserved = engine.memory_reserved_bytes + engine.fragmentation * acts
-        candidates.append(MemoryBreakdown(
-            stage=stage, weights=weights, gradients=grads, optimizer=optimizer, activations=acts,
-            in_flight_micro_batches=in_flight, temporary=temporary, reserved=reserved,
-            capacity=device.memory_bytes))
+        candidates.append(
+            MemoryBreakdown(
+                stage=stage,
+                weights=weights,
+                gradients=grads,
+                optimizer=optimizer,
+                activations=acts,
+                in_flight_micro_batches=in_flight,
+                temporary=temporary,
+                reserved=reserved,
+                capacity=device.memory_bytes,
+            )
+        )
     return max(candidates, key=lambda mb: mb.total)

@@ -62,8 +62,14 @@ class Prediction:
         t = self.time
         return {
             "schema_version": SCHEMA_VERSION,
-            "inputs": {"model": asdict(self.model), "device": asdict(self.device), "split": asdict(self.split),
-                       "training": asdict(self.training), "engine": asdict(self.engine), "gpus": self.gpus},
+            "inputs": {
+                "model": asdict(self.model),
+                "device": asdict(self.device),
+                "split": asdict(self.split),
+                "training": asdict(self.training),
+                "engine": asdict(self.engine),
+                "gpus": self.gpus,
+            },
             "fits": self.fits,
             "memory_bytes_per_device": self.memory.total,
             "memory": self.memory.to_dict(),
@@ -83,8 +89,15 @@ class Prediction:
         Path(path).write_bytes(orjson.dumps(self.to_dict(), option=orjson.OPT_INDENT_2))
 
 
-def predict(model: ModelSpec, device: DeviceSpec, split: Split, training: Training, engine: Engine,
-            *, gpus: int | None = None) -> Prediction:
+def predict(
+    model: ModelSpec,
+    device: DeviceSpec,
+    split: Split,
+    training: Training,
+    engine: Engine,
+    *,
+    gpus: int | None = None,
+) -> Prediction:
     """Predict memory, step time and utilisation of one split; raise `SpecError` if it is impossible."""
     gpus = split.gpus if gpus is None else gpus
     check_split(model, device, split, training, gpus)
@@ -94,10 +107,22 @@ def predict(model: ModelSpec, device: DeviceSpec, split: Split, training: Traini
     peak = device.peak_flops * time.step_time_s
     links = _links(device, split)
     return Prediction(
-        model=model, device=device, split=split, training=training, engine=engine, gpus=gpus, memory=memory,
-        time=time, params=param_count(model), model_flops_per_step=flops, mfu=flops / (peak * gpus),
-        hfu=time.executed_flops / peak, tokens_per_s=training.global_batch * training.seq_len / time.step_time_s,
-        link_busbw={k: v.busbw for k, v in links.items()}, links={k: v.link for k, v in links.items()})
+        model=model,
+        device=device,
+        split=split,
+        training=training,
+        engine=engine,
+        gpus=gpus,
+        memory=memory,
+        time=time,
+        params=param_count(model),
+        model_flops_per_step=flops,
+        mfu=flops / (peak * gpus),
+        hfu=time.executed_flops / peak,
+        tokens_per_s=training.global_batch * training.seq_len / time.step_time_s,
+        link_busbw={k: v.busbw for k, v in links.items()},
+        links={k: v.link for k, v in links.items()},
+    )
 
 
 def _build(cls: type, data: dict[str, Any]) -> Any:
@@ -117,7 +142,7 @@ def load_prediction(path: str | Path) -> Prediction:
         inputs = data["inputs"]
         version = data["schema_version"]
     except (OSError, orjson.JSONDecodeError, KeyError, TypeError) as e:
-        msg = f"{path}: not a tracediag prediction ({e})\n\nHint: write one with `tracediag predict -o plan.json`"
+        msg = f"{path}: not a tracediag prediction ({e})\n\nHint: write one with `tracediag predict -o`"
         raise SpecError(msg) from e
     if version != SCHEMA_VERSION:
         msg = f"{path}: prediction schema_version {version}, expected {SCHEMA_VERSION}"
@@ -125,5 +150,11 @@ def load_prediction(path: str | Path) -> Prediction:
     dev = dict(inputs["device"])
     dev["intra_link"] = _build(LinkSpec, dev["intra_link"])
     dev["inter_link"] = _build(LinkSpec, dev["inter_link"])
-    return predict(_build(ModelSpec, inputs["model"]), _build(DeviceSpec, dev), _build(Split, inputs["split"]),
-                   _build(Training, inputs["training"]), _build(Engine, inputs["engine"]), gpus=inputs["gpus"])
+    return predict(
+        _build(ModelSpec, inputs["model"]),
+        _build(DeviceSpec, dev),
+        _build(Split, inputs["split"]),
+        _build(Training, inputs["training"]),
+        _build(Engine, inputs["engine"]),
+        gpus=inputs["gpus"],
+    )

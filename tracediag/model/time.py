@@ -2,10 +2,10 @@
 
 Notes
 -----
-One micro-batch on one pipeline stage costs `layers · t_layer` (+ logits on the last stage), where `t_layer` is
-GEMM time (FLOPs over peak · efficiency, the efficiency shrinking for GEMMs with a small dimension), memory-bound
-time (elementwise traffic over HBM bandwidth) and exposed TP / CP / EP communication (α-β model with
-nccl-tests bus-bandwidth factors). The slowest stage paces the pipeline:
+One micro-batch on one pipeline stage costs `layers · t_layer` (+ logits on the last stage), where
+`t_layer` is GEMM time (FLOPs over peak · efficiency, the efficiency shrinking for GEMMs with a small
+dimension), memory-bound time (elementwise traffic over HBM bandwidth) and exposed TP / CP / EP
+communication (α-β model with nccl-tests bus-bandwidth factors). The slowest stage paces the pipeline:
 `T = (m + (p−1)/v)·t_stage + PP p2p + exposed DP + optimizer` (PTD-P Takeaway 3).
 Ranks are laid out tp, cp, (ep), dp, pp from innermost to outermost (Megatron's default order), so a group of
 `n` ranks with stride `k` has `gpus_per_node / k` members per node; a group spanning nodes gets
@@ -19,16 +19,20 @@ from dataclasses import asdict, dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
-from tracediag.model.flops import layer_params
 from tracediag.model.memory import activation_bytes_per_layer, stage_params
 from tracediag.model.specs import Split, Training, stage_layers
 
 if TYPE_CHECKING:
     from tracediag.model.engine import Engine
-    from tracediag.model.specs import DeviceSpec, LinkSpec, ModelSpec
+    from tracediag.model.specs import DeviceSpec, ModelSpec
 
-FACTOR = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n,
-          "reduce_scatter": lambda n: (n - 1) / n, "all_to_all": lambda n: (n - 1) / n, "p2p": lambda n: 1.0}
+FACTOR = {
+    "all_reduce": lambda n: 2 * (n - 1) / n,
+    "all_gather": lambda n: (n - 1) / n,
+    "reduce_scatter": lambda n: (n - 1) / n,
+    "all_to_all": lambda n: (n - 1) / n,
+    "p2p": lambda n: 1.0,
+}
 """nccl-tests bus-bandwidth factor per collective (doc/PERFORMANCE.md)."""
 
 
@@ -103,7 +107,9 @@ def _gemm_time(flops: float, min_dim: float, device: DeviceSpec, engine: Engine)
 
 
 @lru_cache(maxsize=65536)
-def layer_cost(model: ModelSpec, device: DeviceSpec, engine: Engine, split: Split, train: Training) -> LayerCost:
+def layer_cost(
+    model: ModelSpec, device: DeviceSpec, engine: Engine, split: Split, train: Training
+) -> LayerCost:
     """Cost of one transformer layer for one micro-batch (memoised: independent of pp, dp and zero)."""
     t, c, b, s = split.tp, split.cp, train.micro_batch, train.seq_len
     tokens = b * s / c
@@ -112,8 +118,10 @@ def layer_cost(model: ModelSpec, device: DeviceSpec, engine: Engine, split: Spli
     q_cols = model.heads * dh / t
     ffn_cols = model.ffn / t
     # (flops, smallest dimension) of each forward GEMM.
-    gemms = [(2 * tokens * h * (q_cols + kv_cols), min(tokens, h, q_cols + kv_cols)),
-             (2 * tokens * q_cols * h, min(tokens, q_cols, h))]
+    gemms = [
+        (2 * tokens * h * (q_cols + kv_cols), min(tokens, h, q_cols + kv_cols)),
+        (2 * tokens * q_cols * h, min(tokens, q_cols, h)),
+    ]
     mlp_mats = 3 if model.swiglu else 2
     if model.experts > 1:
         per_expert = max(tokens * model.top_k * split.ep / model.experts, 1.0)
@@ -150,11 +158,16 @@ def layer_cost(model: ModelSpec, device: DeviceSpec, engine: Engine, split: Spli
     links = _links(device, split)
     act = 2 * tokens * h
     if split.sequence_parallel:
-        unit = (collective_time("all_gather", act, t, links["tp"])
-                + collective_time("reduce_scatter", act, t, links["tp"]))
+        unit = collective_time("all_gather", act, t, links["tp"]) + collective_time(
+            "reduce_scatter", act, t, links["tp"]
+        )
     else:
         unit = collective_time("all_reduce", act, t, links["tp"])
     tp_comm_raw = unit * (6 if train.recompute == "full" else 4)
+    if split.sequence_parallel:
+        # Megatron keeps only the sequence shard of each column-parallel input and all-gathers it again in
+        # the backward pass for the weight gradient: two more all-gathers per layer.
+        tp_comm_raw += 2 * collective_time("all_gather", act, t, links["tp"])
     tp_comm = max(0.0, tp_comm_raw - gemm) if engine.tp_overlap else tp_comm_raw
     kv_bytes = 2 * tokens * model.groups * dh * 2
     cp_comm = 3 * (c - 1) * collective_time("p2p", kv_bytes, 2, links["cp"]) if c > 1 else 0.0
@@ -163,14 +176,27 @@ def layer_cost(model: ModelSpec, device: DeviceSpec, engine: Engine, split: Spli
     ep_comm = 0.0
     if split.ep > 1:
         t_sp = t if split.sequence_parallel else 1
-        ep_comm = 4 * collective_time("all_to_all", 2 * tokens * model.top_k * h / t_sp, split.ep, links["ep"])
+        ep_comm = 4 * collective_time(
+            "all_to_all", 2 * tokens * model.top_k * h / t_sp, split.ep, links["ep"]
+        )
     flops_fwd = fwd_gemm_flops + attn_flops
-    recompute_flops = fwd_gemm_flops + attn_flops if train.recompute == "full" else (
-        attn_flops if train.recompute == "selective" and not engine.flash_attention else 0.0)
+    recompute_flops = (
+        fwd_gemm_flops + attn_flops
+        if train.recompute == "full"
+        else (attn_flops if train.recompute == "selective" and not engine.flash_attention else 0.0)
+    )
     executed = 3 * flops_fwd + recompute_flops + (attn_flops / 2 if engine.flash_attention else 0.0)
-    return LayerCost(gemm=gemm, elementwise=elementwise, recompute=gemm_recompute + attn_recompute * attn_fwd
-                     + ew_recompute, attention_core=attention_core, tp_comm=tp_comm, tp_comm_raw=tp_comm_raw, cp_comm=cp_comm,
-                     ep_comm=ep_comm, executed_flops=executed)
+    return LayerCost(
+        gemm=gemm,
+        elementwise=elementwise,
+        recompute=gemm_recompute + attn_recompute * attn_fwd + ew_recompute,
+        attention_core=attention_core,
+        tp_comm=tp_comm,
+        tp_comm_raw=tp_comm_raw,
+        cp_comm=cp_comm,
+        ep_comm=ep_comm,
+        executed_flops=executed,
+    )
 
 
 def _with_flash(engine: Engine) -> Engine:
@@ -180,8 +206,9 @@ def _with_flash(engine: Engine) -> Engine:
 
 
 @lru_cache(maxsize=65536)
-def logits_cost(model: ModelSpec, device: DeviceSpec, engine: Engine, split: Split,
-                train: Training) -> tuple[float, float, float]:
+def logits_cost(
+    model: ModelSpec, device: DeviceSpec, engine: Engine, split: Split, train: Training
+) -> tuple[float, float, float]:
     """(compute seconds, exposed TP seconds, executed FLOPs) of output layer + loss, one micro-batch."""
     tokens = train.micro_batch * train.seq_len / split.cp
     cols = model.vocab / split.tp
@@ -192,8 +219,9 @@ def logits_cost(model: ModelSpec, device: DeviceSpec, engine: Engine, split: Spl
     if split.sequence_parallel:
         link = _links(device, split)["tp"]
         act = 2 * tokens * model.hidden
-        tp = collective_time("all_gather", act, split.tp, link) + collective_time("reduce_scatter", act,
-                                                                                   split.tp, link)
+        tp = collective_time("all_gather", act, split.tp, link) + collective_time(
+            "reduce_scatter", act, split.tp, link
+        )
     return gemm + loss, tp, flops
 
 
@@ -220,6 +248,8 @@ class TimeBreakdown:
     """Part of `compute_s` in memory-bound kernels."""
     recompute_s: float
     """Part of `compute_s` spent recomputing activations."""
+    interference_s: float
+    """Part of `compute_s` lost to communication running underneath (`Engine.overlap_slowdown`)."""
     tp_comm_s: float
     """TP collective time per step before overlap (the exposed part is in `exposed_tp_s`)."""
     dp_comm_s: float
@@ -234,8 +264,9 @@ class TimeBreakdown:
         return asdict(self)
 
 
-def _dp_time(model: ModelSpec, device: DeviceSpec, split: Split, train: Training,
-             link: GroupLink) -> tuple[float, float, float]:
+def _dp_time(
+    model: ModelSpec, device: DeviceSpec, split: Split, train: Training, link: GroupLink
+) -> tuple[float, float, float]:
     """(per-step gradient reduce, per-step parameter gather, per-micro-batch ZeRO-3 traffic) seconds.
 
     Dense weights are replicated over dp·cp ranks, expert weights over dp·cp/ep ranks.
@@ -246,8 +277,9 @@ def _dp_time(model: ModelSpec, device: DeviceSpec, split: Split, train: Training
     reduce_s = gather_s = per_mb = 0.0
     for params, size in groups:
         if split.zero == 3:
-            per_mb += (2 * collective_time("all_gather", 2 * params, size, link)
-                       + collective_time("reduce_scatter", train.grad_bytes * params, size, link))
+            per_mb += 2 * collective_time("all_gather", 2 * params, size, link) + collective_time(
+                "reduce_scatter", train.grad_bytes * params, size, link
+            )
         elif split.zero == 0:
             reduce_s += collective_time("all_reduce", train.grad_bytes * params, size, link)
         else:
@@ -256,14 +288,18 @@ def _dp_time(model: ModelSpec, device: DeviceSpec, split: Split, train: Training
     return reduce_s, gather_s, per_mb
 
 
-def step_time(model: ModelSpec, device: DeviceSpec, split: Split, train: Training, engine: Engine) -> TimeBreakdown:
+def step_time(
+    model: ModelSpec, device: DeviceSpec, split: Split, train: Training, engine: Engine
+) -> TimeBreakdown:
     """Predicted time of one training step."""
     m = train.global_batch // (train.micro_batch * split.dp)
     p, v = split.pp, split.vpp
     lc = layer_cost(model, device, engine, split, train)
     logit_compute, logit_tp, logit_flops = logits_cost(model, device, engine, split, train)
     layers = stage_layers(model.layers, p)
-    stage_totals = [n * lc.total + (logit_compute + logit_tp if i == p - 1 else 0.0) for i, n in enumerate(layers)]
+    stage_totals = [
+        n * lc.total + (logit_compute + logit_tp if i == p - 1 else 0.0) for i, n in enumerate(layers)
+    ]
     slowest = max(range(p), key=stage_totals.__getitem__)
     n_slow = layers[slowest]
     last = slowest == p - 1
@@ -271,17 +307,30 @@ def step_time(model: ModelSpec, device: DeviceSpec, split: Split, train: Trainin
     compute_mb = n_slow * (lc.gemm + lc.elementwise) + (logit_compute if last else 0.0)
 
     links = _links(device, split)
-    p2p = collective_time("p2p", 2 * train.micro_batch * train.seq_len / split.cp * model.hidden / split.tp,
-                          2, links["pp"]) if p > 1 else 0.0
+    p2p = (
+        collective_time(
+            "p2p", 2 * train.micro_batch * train.seq_len / split.cp * model.hidden / split.tp, 2, links["pp"]
+        )
+        if p > 1
+        else 0.0
+    )
     exposed_pp = 2 * p2p * (v * m + p - 1) if p > 1 else 0.0
 
     reduce_s, gather_s, zero3_mb = _dp_time(model, device, split, train, links["dp"])
+    dp_total = reduce_s + gather_s + m * zero3_mb
     if engine.dp_overlap:
         tail = (reduce_s + gather_s + zero3_mb) / max(n_slow, 1)
-        exposed_dp = (tail + max(0.0, reduce_s - 2 / 3 * compute_mb) + max(0.0, gather_s - compute_mb / 3)
-                      + m * max(0.0, zero3_mb - compute_mb))
+        exposed_dp = min(
+            dp_total,
+            tail
+            + max(0.0, reduce_s - 2 / 3 * compute_mb)
+            + max(0.0, gather_s - compute_mb / 3)
+            + m * max(0.0, zero3_mb - compute_mb),
+        )
     else:
-        exposed_dp = reduce_s + gather_s + m * zero3_mb
+        exposed_dp = dp_total
+    overlapped = dp_total - exposed_dp + m * n_slow * (lc.tp_comm_raw - lc.tp_comm)
+    interference = engine.overlap_slowdown * overlapped
 
     dense, expert = stage_params(model, split, slowest)
     shard = split.dp * split.cp if split.zero >= 1 else 1
@@ -290,14 +339,31 @@ def step_time(model: ModelSpec, device: DeviceSpec, split: Split, train: Trainin
 
     bubble = (p - 1) / v * t_mb
     tp_mb = n_slow * lc.tp_comm + (logit_tp if last else 0.0)
-    compute = m * compute_mb
-    step = compute + m * (tp_mb + n_slow * (lc.cp_comm + lc.ep_comm)) + bubble + exposed_pp + exposed_dp + optimizer
+    compute = m * compute_mb + interference
+    step = (
+        compute
+        + m * (tp_mb + n_slow * (lc.cp_comm + lc.ep_comm))
+        + bubble
+        + exposed_pp
+        + exposed_dp
+        + optimizer
+    )
     return TimeBreakdown(
-        compute_s=compute, exposed_tp_s=m * tp_mb, exposed_cp_s=m * n_slow * lc.cp_comm,
-        exposed_ep_s=m * n_slow * lc.ep_comm, exposed_pp_s=exposed_pp, exposed_dp_s=exposed_dp, bubble_s=bubble,
-        optimizer_s=optimizer, step_time_s=step, gemm_s=m * (n_slow * lc.gemm + (logit_compute if last else 0.0)),
-        elementwise_s=m * n_slow * lc.elementwise, recompute_s=m * n_slow * lc.recompute,
+        compute_s=compute,
+        exposed_tp_s=m * tp_mb,
+        exposed_cp_s=m * n_slow * lc.cp_comm,
+        exposed_ep_s=m * n_slow * lc.ep_comm,
+        exposed_pp_s=exposed_pp,
+        exposed_dp_s=exposed_dp,
+        bubble_s=bubble,
+        optimizer_s=optimizer,
+        step_time_s=step,
+        gemm_s=m * (n_slow * lc.gemm + (logit_compute if last else 0.0)),
+        elementwise_s=m * n_slow * lc.elementwise,
+        recompute_s=m * n_slow * lc.recompute,
         tp_comm_s=m * (n_slow * lc.tp_comm_raw + (logit_tp if last else 0.0)),
-        dp_comm_s=reduce_s + gather_s + m * zero3_mb, micro_batches=m,
-        executed_flops=m * (n_slow * lc.executed_flops + (logit_flops if last else 0.0)))
-
+        interference_s=interference,
+        dp_comm_s=dp_total,
+        micro_batches=m,
+        executed_flops=m * (n_slow * lc.executed_flops + (logit_flops if last else 0.0)),
+    )
