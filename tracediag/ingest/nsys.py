@@ -218,16 +218,9 @@ def _read(con: sqlite3.Connection, path: Path, rank: int | None) -> FileTrace:
     strings = _query(con, "SELECT id, value FROM StringIds", {"id": pl.Int64(), "value": pl.String()}, path)
 
     warnings: list[str] = []
-    env_rank, world_size = _env_ints(strings, _RANK_KEYS, path), _env_ints(strings, _SIZE_KEYS, path)
-    if rank is None:
-        if env_rank is None:
-            raise RankError(
-                f"{path}: the export names no rank (no RANK, OMPI_COMM_WORLD_RANK, SLURM_PROCID or PMI_RANK "
-                "environment string); give it with --rank-from-filename REGEX or --rank FILE=N"
-            )
-        rank = env_rank
-    elif env_rank is not None and env_rank != rank:
-        warnings.append(f"the file's environment says rank {env_rank}; using rank {rank} as given")
+    rank = _resolve_rank(strings, rank, path, warnings)
+    sizes = _env_values(strings, _SIZE_KEYS)
+    world_size = sizes[1][0] if sizes is not None and len(sizes[1]) == 1 else None
 
     epoch = _session_start(con, tables)
     if epoch is None:
@@ -302,27 +295,41 @@ def _fetch(con: sqlite3.Connection, tables: set[str], table: _Table, path: Path)
     return _query(con, f'SELECT {select} FROM "{table.name}"', schema, path)
 
 
-def _env_ints(strings: pl.DataFrame, keys: tuple[str, ...], path: Path) -> int | None:
-    """The value of the first of `keys` found as a `KEY=N` environment string in `StringIds`."""
+def _env_values(strings: pl.DataFrame, keys: tuple[str, ...]) -> tuple[str, tuple[int, ...]] | None:
+    """The first of `keys` found as a `KEY=N` environment string in `StringIds`, and its values."""
     pattern = rf"^({'|'.join(keys)})=(\d+)$"
-    found = (
-        strings.select(
-            key=pl.col("value").str.extract(pattern, 1), value=pl.col("value").str.extract(pattern, 2)
-        )
-        .drop_nulls()
-        .unique()
-    )
+    found = strings.select(
+        key=pl.col("value").str.extract(pattern, 1),
+        value=pl.col("value").str.extract(pattern, 2).cast(pl.Int64),
+    ).drop_nulls()
     for key in keys:
-        values = sorted(int(v) for v in found.filter(pl.col("key") == key)["value"])
-        if len(values) > 1:
-            listed = ", ".join(f"{key}={v}" for v in values)
-            raise RankError(
-                f"{path}: the file holds processes of several ranks ({listed}); "
-                "export one report per rank or give it with --rank FILE=N"
-            )
-        if values:
-            return values[0]
+        values = found.filter(pl.col("key") == key)["value"].unique().sort()
+        if values.len():
+            return key, tuple(values)
     return None
+
+
+def _resolve_rank(strings: pl.DataFrame, given: int | None, path: Path, warnings: list[str]) -> int:
+    """The caller's rank if given (warning when the file disagrees), else the one the file names."""
+    found = _env_values(strings, _RANK_KEYS)
+    named = () if found is None else found[1]
+    if given is not None:
+        if named and named != (given,):
+            says = ", ".join(f"{found[0]}={v}" for v in named)
+            warnings.append(f"the file's environment says {says}; using rank {given} as given")
+        return given
+    if not named:
+        raise RankError(
+            f"{path}: the export names no rank (no RANK, OMPI_COMM_WORLD_RANK, SLURM_PROCID or PMI_RANK "
+            "environment string); give it with --rank-from-filename REGEX or --rank FILE=N"
+        )
+    if len(named) > 1:
+        listed = ", ".join(f"{found[0]}={v}" for v in named)
+        raise RankError(
+            f"{path}: the file holds processes of several ranks ({listed}); "
+            "export one report per rank or give it with --rank FILE=N"
+        )
+    return named[0]
 
 
 def _session_start(con: sqlite3.Connection, tables: set[str]) -> int | None:
