@@ -11,7 +11,7 @@ import orjson
 
 from tracediag.errors import SpecError
 from tracediag.model.engine import Engine
-from tracediag.model.flops import model_flops, param_count
+from tracediag.model.flops import layer_forward_flops, model_flops, param_count
 from tracediag.model.memory import MemoryBreakdown, memory_per_device
 from tracediag.model.specs import DeviceSpec, LinkSpec, ModelSpec, Split, Training, check_split
 from tracediag.model.time import TimeBreakdown, _links, step_time
@@ -39,7 +39,7 @@ class Prediction:
     mfu: float
     """Model FLOPs utilisation against the device's dense peak."""
     hfu: float
-    """Hardware FLOPs utilisation: executed FLOPs (recompute included) of the slowest stage against peak."""
+    """Hardware FLOPs utilisation: model FLOPs plus recomputed forward FLOPs (same attention convention)."""
     tokens_per_s: float
     """Tokens per second over all devices."""
     link_busbw: dict[str, float]
@@ -89,6 +89,16 @@ class Prediction:
         Path(path).write_bytes(orjson.dumps(self.to_dict(), option=orjson.OPT_INDENT_2))
 
 
+def recompute_flops(model: ModelSpec, training: Training, engine: Engine) -> float:
+    """Forward FLOPs recomputed per step: whole layers (full) or the attention core (selective, unfused)."""
+    seqs, s = training.global_batch, training.seq_len
+    if training.recompute == "full":
+        return seqs * model.layers * layer_forward_flops(model, s)
+    if training.recompute == "selective" and not engine.flash_attention:
+        return seqs * model.layers * 4.0 * s * s * model.heads * model.head_dim
+    return 0.0
+
+
 def predict(
     model: ModelSpec,
     device: DeviceSpec,
@@ -118,7 +128,7 @@ def predict(
         params=param_count(model),
         model_flops_per_step=flops,
         mfu=flops / (peak * gpus),
-        hfu=time.executed_flops / peak,
+        hfu=(flops + recompute_flops(model, training, engine)) / (peak * gpus),
         tokens_per_s=training.global_batch * training.seq_len / time.step_time_s,
         link_busbw={k: v.busbw for k, v in links.items()},
         links={k: v.link for k, v in links.items()},

@@ -121,7 +121,8 @@ MODELS = {
     "gpt3-125m": lambda: _gpt3("gpt3-125m", 12, 768, 12),
     "gpt3-350m": lambda: _gpt3("gpt3-350m", 24, 1024, 16),
     "gpt3-760m": lambda: _gpt3("gpt3-760m", 24, 1536, 16),
-    "gpt3-1.3b": lambda: _gpt3("gpt3-1.3b", 24, 2048, 24),
+    # Table 2.1 gives 1.3B 24 heads of 128 with d_model 2048, which do not match; 16 heads of 128 fit.
+    "gpt3-1.3b": lambda: _gpt3("gpt3-1.3b", 24, 2048, 16),
     "gpt3-2.7b": lambda: _gpt3("gpt3-2.7b", 32, 2560, 32),
     "gpt3-6.7b": lambda: _gpt3("gpt3-6.7b", 32, 4096, 32),
     # Table 2.1 prints d_model 5140 for 13B, which 40 heads of 128 do not divide; 5120 = 40·128.

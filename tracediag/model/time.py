@@ -92,8 +92,6 @@ class LayerCost:
     """TP collective time before overlap."""
     cp_comm: float
     ep_comm: float
-    executed_flops: float
-    """FLOPs the device executes, recompute included."""
 
     @property
     def total(self) -> float:
@@ -130,7 +128,6 @@ def layer_cost(
         gemms.append((2 * tokens * h * model.experts, min(tokens, h, model.experts)))
     else:
         gemms.append((2 * tokens * h * ffn_cols * mlp_mats, min(tokens, h, ffn_cols)))
-    fwd_gemm_flops = sum(f for f, _ in gemms)
     fwd_gemm = sum(_gemm_time(f, n, device, engine) for f, n in gemms)
     attn_flops = 4 * b * (s / c) * s * model.heads * dh / t
     if engine.flash_attention:
@@ -179,13 +176,6 @@ def layer_cost(
         ep_comm = 4 * collective_time(
             "all_to_all", 2 * tokens * model.top_k * h / t_sp, split.ep, links["ep"]
         )
-    flops_fwd = fwd_gemm_flops + attn_flops
-    recompute_flops = (
-        fwd_gemm_flops + attn_flops
-        if train.recompute == "full"
-        else (attn_flops if train.recompute == "selective" and not engine.flash_attention else 0.0)
-    )
-    executed = 3 * flops_fwd + recompute_flops + (attn_flops / 2 if engine.flash_attention else 0.0)
     return LayerCost(
         gemm=gemm,
         elementwise=elementwise,
@@ -195,7 +185,6 @@ def layer_cost(
         tp_comm_raw=tp_comm_raw,
         cp_comm=cp_comm,
         ep_comm=ep_comm,
-        executed_flops=executed,
     )
 
 
@@ -209,7 +198,7 @@ def _with_flash(engine: Engine) -> Engine:
 def logits_cost(
     model: ModelSpec, device: DeviceSpec, engine: Engine, split: Split, train: Training
 ) -> tuple[float, float, float]:
-    """(compute seconds, exposed TP seconds, executed FLOPs) of output layer + loss, one micro-batch."""
+    """(compute seconds, exposed TP seconds) of output layer + loss, one micro-batch."""
     tokens = train.micro_batch * train.seq_len / split.cp
     cols = model.vocab / split.tp
     flops = 3 * 2 * tokens * model.hidden * cols
@@ -222,7 +211,7 @@ def logits_cost(
         tp = collective_time("all_gather", act, split.tp, link) + collective_time(
             "reduce_scatter", act, split.tp, link
         )
-    return gemm + loss, tp, flops
+    return gemm + loss, tp
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -256,8 +245,6 @@ class TimeBreakdown:
     """DP collective time per step before overlap."""
     micro_batches: int
     """Micro-batches per step per pipeline (m)."""
-    executed_flops: float
-    """FLOPs executed per step on one device of the slowest stage (recompute included)."""
 
     def to_dict(self) -> dict[str, float]:
         """Plain dict."""
@@ -295,7 +282,7 @@ def step_time(
     m = train.global_batch // (train.micro_batch * split.dp)
     p, v = split.pp, split.vpp
     lc = layer_cost(model, device, engine, split, train)
-    logit_compute, logit_tp, logit_flops = logits_cost(model, device, engine, split, train)
+    logit_compute, logit_tp = logits_cost(model, device, engine, split, train)
     layers = stage_layers(model.layers, p)
     stage_totals = [
         n * lc.total + (logit_compute + logit_tp if i == p - 1 else 0.0) for i, n in enumerate(layers)
@@ -365,5 +352,4 @@ def step_time(
         interference_s=interference,
         dp_comm_s=dp_total,
         micro_batches=m,
-        executed_flops=m * (n_slow * lc.executed_flops + (logit_flops if last else 0.0)),
     )

@@ -1,0 +1,115 @@
+"""Issue 4: memory per device by part, step-time parts, bubble and collective formulas."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+
+from tracediag.model.engine import resolve_engine
+from tracediag.model.flops import param_count
+from tracediag.model.memory import activation_bytes_per_layer, memory_per_device
+from tracediag.model.predict import predict
+from tracediag.model.specs import MODELS, Split, Training, resolve_device
+from tracediag.model.time import collective_time, group_link, step_time
+
+MODERN = resolve_engine("modern")
+MEGATRON = resolve_engine("megatron-2022")
+
+
+def test_memory_total_by_hand_for_tiny_model():
+    model, dev = MODELS["tiny"](), resolve_device("a100-80gb")
+    train = Training(seq_len=128, global_batch=2, micro_batch=2, grad_bytes=4)
+    mem = memory_per_device(model, dev, Split(zero=0), train, MODERN)
+    n = param_count(model)
+    assert (mem.weights, mem.gradients, mem.optimizer) == (2 * n, 4 * n, 12 * n)
+    # per layer (FlashAttention, no dropout, GeLU, g/a = 1/2): s·b·h·(8 + 4 + 2) + 4·s·b·f
+    sbh = 128 * 2 * 256
+    per_layer = sbh * 14 + 4 * 128 * 2 * 1024
+    assert per_layer == 1_966_080
+    assert mem.activations == 4 * per_layer + 2 * sbh  # four layers + the embedding output
+    temporary = 6 * 128 * 2 * 1000  # bf16 logits + fp32 loss copy
+    assert mem.total == pytest.approx(18 * n + mem.activations * 1.05 + temporary + 2 * 2**30)
+
+
+def test_zero3_shards_all_model_states():
+    model, dev = MODELS["tiny"](), resolve_device("a100-80gb")
+    train = Training(seq_len=128, global_batch=8, micro_batch=1)
+    z0 = memory_per_device(model, dev, Split(dp=8, zero=0), train, MODERN)
+    z3 = memory_per_device(model, dev, Split(dp=8, zero=3), train, MODERN)
+    assert z3.weights == pytest.approx(z0.weights / 8, rel=1e-3)
+    assert z3.optimizer == pytest.approx(z0.optimizer / 8, rel=1e-3)
+
+
+@pytest.mark.parametrize("tp", [1, 2, 8])
+def test_activations_match_korthikanti_table2(tp):
+    """GPT layer, fp16, no FlashAttention: s·b·h·(10 + 24/t + 5·a·s/(h·t)), and ·34/t + 5as²b/t with SP."""
+    model = MODELS["gpt3-175b"]()
+    s, b, h, a = 2048, 1, model.hidden, model.heads
+    train = Training(seq_len=s, global_batch=1, micro_batch=b)
+    no_sp = activation_bytes_per_layer(model, Split(tp=tp), train, MEGATRON)
+    assert no_sp == pytest.approx(s * b * h * (10 + 24 / tp + 5 * a * s / (h * tp)))
+    if tp > 1:
+        sp = activation_bytes_per_layer(model, Split(tp=tp, sequence_parallel=True), train, MEGATRON)
+        assert sp == pytest.approx(s * b * h / tp * (34 + 5 * a * s / h))
+
+
+def test_collective_time_follows_nccl_tests_bus_bandwidth():
+    dev = resolve_device("a100-80gb")
+    link = group_link(dev, 8, 1)
+    assert link.link == "nvlink3" and link.busbw == pytest.approx(300e9 * 0.75)
+    expected = 8e-6 * (1 + 3) + 2 * 7 / 8 * 1e9 / link.busbw
+    assert collective_time("all_reduce", 1e9, 8, link) == pytest.approx(expected)
+    # a DP group one GPU per node rides one NIC; eight per node share the node's eight NICs
+    assert group_link(dev, 4, 8).busbw == pytest.approx(25e9 * 0.9)
+    assert group_link(dev, 32, 1).busbw == pytest.approx(min(300e9 * 0.75, 8 * 25e9 * 0.9))
+
+
+def _stage_time(t):
+    return (
+        t.compute_s - t.interference_s + t.exposed_tp_s + t.exposed_cp_s + t.exposed_ep_s
+    ) / t.micro_batches
+
+
+@pytest.mark.parametrize("vpp", [1, 2])
+def test_bubble_is_p_minus_1_over_v_micro_batches(vpp):
+    model, dev = MODELS["gpt3-6.7b"](), resolve_device("a100-80gb")
+    split = Split(tp=2, pp=4, dp=1, vpp=vpp, zero=0, sequence_parallel=True)
+    t = step_time(model, dev, split, Training(seq_len=2048, global_batch=8, micro_batch=1), MEGATRON)
+    assert t.micro_batches == 8
+    assert t.bubble_s == pytest.approx(3 / vpp * _stage_time(t))
+
+
+def test_breakdown_adds_up_and_mfu_is_model_flops_over_peak():
+    model, dev = MODELS["llama3-8b"](), resolve_device("h100-sxm")
+    split = Split(tp=2, pp=2, dp=4, zero=1, sequence_parallel=True)
+    p = predict(model, dev, split, Training(seq_len=8192, global_batch=32, micro_batch=1), MODERN)
+    t = p.time
+    parts = (
+        t.compute_s
+        + t.exposed_tp_s
+        + t.exposed_cp_s
+        + t.exposed_ep_s
+        + t.exposed_pp_s
+        + t.exposed_dp_s
+        + t.bubble_s
+        + t.optimizer_s
+    )
+    assert parts == pytest.approx(t.step_time_s)
+    assert p.mfu == pytest.approx(p.model_flops_per_step / (t.step_time_s * 16 * dev.peak_flops))
+    assert p.tokens_per_s == pytest.approx(32 * 8192 / t.step_time_s)
+    assert 0 < p.mfu == p.hfu < 1  # nothing recomputed
+
+
+def test_full_recompute_costs_time_and_saves_memory():
+    model, dev = MODELS["gpt3-13b"](), resolve_device("a100-80gb")
+    split = Split(tp=4, dp=2, zero=1)
+    base = Training(seq_len=2048, global_batch=16, micro_batch=2)
+    none = predict(model, dev, split, base, MEGATRON)
+    full = predict(model, dev, split, dataclasses.replace(base, recompute="full"), MEGATRON)
+    assert full.step_time_s > none.step_time_s and full.memory.activations < none.memory.activations / 5
+    # recompute repeats the forward: about a third more compute
+    assert full.time.compute_s / none.time.compute_s == pytest.approx(4 / 3, abs=0.06)
+    assert math.isclose(full.mfu * full.step_time_s, none.mfu * none.step_time_s, rel_tol=1e-9)
+    assert full.hfu / full.mfu == pytest.approx(4 / 3, abs=0.01)  # recompute adds one forward of three

@@ -1,0 +1,121 @@
+"""Issue 4: plan ranks fitting splits; emitters write settings that parse back with the right degrees."""
+
+from __future__ import annotations
+
+import shlex
+
+import orjson
+import pytest
+
+from tracediag.errors import SpecError
+from tracediag.model.emit import deepspeed_config, emit, megatron_args
+from tracediag.model.engine import resolve_engine
+from tracediag.model.plan import plan
+from tracediag.model.predict import load_prediction, predict
+from tracediag.model.specs import MODELS, Split, Training, resolve_device
+
+tomllib = pytest.importorskip("tomllib")
+
+MODERN = resolve_engine("modern")
+
+
+@pytest.fixture(scope="module")
+def llama_plan():
+    return plan(
+        MODELS["llama3-8b"](),
+        resolve_device("a100-40gb"),
+        MODERN,
+        gpus=16,
+        seq_len=4096,
+        global_batch=64,
+        top=4,
+    )
+
+
+def test_plan_keeps_fitting_splits_ranked_by_throughput(llama_plan):
+    preds = [r.prediction for r in llama_plan.ranked]
+    assert len(preds) == 4 and llama_plan.fitting >= 4
+    assert [p.step_time_s for p in preds] == sorted(p.step_time_s for p in preds)
+    for p in preds:
+        assert p.fits and p.split.gpus == 16 and p.split.tp <= 8 and 32 % p.split.tp == 0
+    assert llama_plan.ranked[0].reason.startswith("fastest")
+    assert all("slower than #1" in r.reason for r in llama_plan.ranked[1:])
+
+
+def test_plan_refuses_when_nothing_fits():
+    with pytest.raises(SpecError, match="fits in memory"):
+        plan(
+            MODELS["llama3.1-405b"](),
+            resolve_device("a100-40gb"),
+            MODERN,
+            gpus=8,
+            seq_len=8192,
+            global_batch=8,
+        )
+
+
+def _pred(split: Split, recompute: str = "none"):
+    train = Training(seq_len=4096, global_batch=256, micro_batch=2, recompute=recompute)
+    return predict(MODELS["llama3-70b"](), resolve_device("h100-sxm"), split, train, MODERN)
+
+
+def test_torchtitan_toml_parses_with_degrees():
+    p = _pred(Split(tp=4, pp=4, dp=4, vpp=2, zero=3, sequence_parallel=True), "full")
+    cfg = tomllib.loads(emit(p, "torchtitan"))
+    par = cfg["parallelism"]
+    assert (
+        par["tensor_parallel_degree"],
+        par["pipeline_parallel_degree"],
+        par["data_parallel_shard_degree"],
+        par["data_parallel_replicate_degree"],
+        par["context_parallel_degree"],
+    ) == (4, 4, 4, 1, 1)
+    assert par["pipeline_parallel_schedule"] == "Interleaved1F1B"
+    assert par["pipeline_parallel_microbatch_size"] == 2
+    assert cfg["training"] == {"local_batch_size": 64, "global_batch_size": 256, "seq_len": 4096}
+    assert cfg["activation_checkpoint"]["mode"] == "full"
+
+
+def test_megatron_args_parse_back():
+    p = _pred(Split(tp=8, pp=2, dp=4, cp=2, zero=1, sequence_parallel=True))
+    words = shlex.split(emit(p, "megatron").replace("\\\n", " "))
+    assert words == megatron_args(p)
+    value = {words[i]: words[i + 1] for i in range(len(words) - 1) if not words[i + 1].startswith("--")}
+    assert value["--tensor-model-parallel-size"] == "8" and value["--pipeline-model-parallel-size"] == "2"
+    assert value["--context-parallel-size"] == "2" and value["--micro-batch-size"] == "2"
+    assert value["--global-batch-size"] == "256"
+    assert {"--sequence-parallel", "--use-distributed-optimizer", "--overlap-grad-reduce"} <= set(words)
+
+
+def test_deepspeed_json_parses_with_degrees():
+    p = _pred(Split(tp=2, pp=4, dp=8, zero=1, sequence_parallel=True), "full")
+    cfg = orjson.loads(emit(p, "deepspeed"))
+    assert cfg == deepspeed_config(p)
+    assert cfg["train_batch_size"] == 256 and cfg["train_micro_batch_size_per_gpu"] == 2
+    assert cfg["gradient_accumulation_steps"] == 256 // (2 * 8)
+    assert cfg["zero_optimization"]["stage"] == 1
+    assert cfg["tensor_parallel"]["autotp_size"] == 2 and cfg["pipeline"]["stages"] == 4
+
+
+def test_deepspeed_refuses_pipeline_with_zero3():
+    with pytest.raises(SpecError, match="ZeRO stage 0 or 1"):
+        deepspeed_config(_pred(Split(tp=8, pp=2, dp=4, zero=3)))
+
+
+def test_prediction_round_trips_through_json(tmp_path):
+    p = _pred(Split(tp=8, pp=2, dp=4, zero=1, sequence_parallel=True))
+    path = tmp_path / "plan.json"
+    p.save(path)
+    back = load_prediction(path)
+    assert back == p
+    data = orjson.loads(path.read_bytes())
+    for key in ("fits", "memory_bytes_per_device", "step_time_s", "breakdown", "mfu", "hfu", "tokens_per_s"):
+        assert key in data
+    assert set(data["link_busbw"]) == {"tp", "cp", "ep", "dp", "pp"}
+
+
+def test_load_prediction_rejects_other_json(tmp_path):
+    path = tmp_path / "x.json"
+    path.write_text("{}")
+    with pytest.raises(SpecError, match="not a tracediag prediction"):
+        load_prediction(path)
