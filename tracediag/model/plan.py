@@ -4,7 +4,8 @@ Notes
 -----
 Searched: tp (powers of two up to the node, dividing heads), cp (powers of two, seq_len divisible by 2·cp),
 pp (powers of two up to the layer count; uneven stages allowed as in `stage_layers`), dp = gpus/(tp·cp·pp),
-ZeRO stage 0-3, micro-batch (powers of two dividing the per-replica batch), interleaving depth 1-8,
+ZeRO stage 0-3, micro-batch (powers of two dividing the per-replica batch), interleaving depth 1-8
+(dividing every stage's layers),
 recompute, sequence parallelism whenever tp > 1, and ep for MoE models. Ties in step time go to the split
 needing less memory.
 Memory is checked first (cheap); step time is computed only for splits that fit, with the per-layer cost
@@ -19,7 +20,7 @@ from typing import TYPE_CHECKING
 from tracediag.errors import SpecError
 from tracediag.model.memory import memory_per_device
 from tracediag.model.predict import Prediction, predict
-from tracediag.model.specs import RECOMPUTE_MODES, Split, Training, check_split
+from tracediag.model.specs import RECOMPUTE_MODES, Split, Training, check_split, stage_layers
 from tracediag.model.time import step_time
 
 if TYPE_CHECKING:
@@ -104,7 +105,8 @@ def _inner(
     modes: tuple[str, ...],
 ) -> Iterator[tuple[Split, tuple[Training, ...]]]:
     per_replica = global_batch // dp
-    vpps = [1] + [v for v in range(2, MAX_VPP + 1) if pp > 1 and pp * v <= model.layers]
+    layers = stage_layers(model.layers, pp)
+    vpps = [1] + [v for v in range(2, MAX_VPP + 1) if pp > 1 and all(n % v == 0 for n in layers)]
     eps = (
         [1] + [e for e in _powers_of_two(model.experts)[1:] if (dp * cp) % e == 0]
         if model.experts > 1
