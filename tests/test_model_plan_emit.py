@@ -74,6 +74,14 @@ def test_torchtitan_toml_parses_with_degrees():
     assert par["pipeline_parallel_microbatch_size"] == 2
     assert cfg["training"] == {"local_batch_size": 64, "global_batch_size": 256, "seq_len": 4096}
     assert cfg["activation_checkpoint"]["mode"] == "full"
+    assert par["fsdp_reshard_after_forward"] == "always"
+
+
+@pytest.mark.parametrize(("zero", "shard", "replicate"), [(0, 1, 8), (1, 8, 1)], ids=["ddp", "zero1"])
+def test_torchtitan_maps_zero_stage_to_dp_mesh(zero, shard, replicate):
+    par = tomllib.loads(emit(_pred(Split(tp=8, pp=1, dp=8, zero=zero)), "torchtitan"))["parallelism"]
+    assert (par["data_parallel_shard_degree"], par["data_parallel_replicate_degree"]) == (shard, replicate)
+    assert "pipeline_parallel_schedule" not in par
 
 
 def test_megatron_args_parse_back():

@@ -32,8 +32,9 @@ def emit_torchtitan(p: Prediction) -> str:
     """torchtitan job-config TOML: `[parallelism]`, `[training]`, `[activation_checkpoint]`."""
     s, t = p.split, p.training
     per_replica = t.global_batch // s.dp
-    # FSDP (ZeRO-3) shards over dp; ZeRO 0-2 map to plain replication (DDP/HSDP replicate).
-    shard, replicate = (s.dp, 1) if s.zero == 3 else (1, s.dp)
+    # ZeRO-0 is DDP (replicate). FSDP2 shards gradients and optimizer state always; ZeRO-1/2 keep the
+    # gathered weights after forward (reshard "never"), ZeRO-3 frees them (reshard "always").
+    shard, replicate = (1, s.dp) if s.zero == 0 else (s.dp, 1)
     parallelism: dict[str, object] = {
         "data_parallel_replicate_degree": replicate,
         "data_parallel_shard_degree": shard,
@@ -42,6 +43,8 @@ def emit_torchtitan(p: Prediction) -> str:
         "pipeline_parallel_degree": s.pp,
         "expert_parallel_degree": s.ep,
     }
+    if s.zero > 0 and s.dp > 1:
+        parallelism["fsdp_reshard_after_forward"] = "always" if s.zero == 3 else "never"
     if s.pp > 1:
         parallelism["pipeline_parallel_schedule"] = "Interleaved1F1B" if s.vpp > 1 else "1F1B"
         parallelism["pipeline_parallel_microbatch_size"] = t.micro_batch
