@@ -14,7 +14,7 @@ from tracediag.model.engine import Engine
 from tracediag.model.flops import layer_forward_flops, model_flops, param_count
 from tracediag.model.memory import MemoryBreakdown, memory_per_device
 from tracediag.model.specs import DeviceSpec, LinkSpec, ModelSpec, Split, Training, check_split
-from tracediag.model.time import TimeBreakdown, _links, step_time
+from tracediag.model.time import TimeBreakdown, process_group_links, step_time
 
 SCHEMA_VERSION = 1
 """Version of the saved prediction JSON."""
@@ -115,7 +115,7 @@ def predict(
     time = step_time(model, device, split, training, engine)
     flops = model_flops(model, training.seq_len, training.global_batch)
     peak = device.peak_flops * time.step_time_s
-    links = _links(device, split)
+    links = process_group_links(device, split)
     return Prediction(
         model=model,
         device=device,

@@ -15,7 +15,7 @@ Ranks are laid out tp, cp, (ep), dp, pp from innermost to outermost (Megatron's 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
@@ -67,7 +67,8 @@ def collective_time(kind: str, nbytes: float, size: int, link: GroupLink) -> flo
     return link.latency * (1 + math.log2(size)) + nbytes * FACTOR[kind](size) / link.busbw
 
 
-def _links(device: DeviceSpec, split: Split) -> dict[str, GroupLink]:
+def process_group_links(device: DeviceSpec, split: Split) -> dict[str, GroupLink]:
+    """The link each collective kind (tp, cp, ep, dp, pp) runs over, for rank order tp-cp-ep-dp-pp."""
     return {
         "tp": group_link(device, split.tp, 1),
         "cp": group_link(device, split.cp, split.tp),
@@ -152,7 +153,7 @@ def layer_cost(
         ew_recompute = 0.0
     elementwise = 3 * elementwise_fwd + ew_recompute
 
-    links = _links(device, split)
+    links = process_group_links(device, split)
     act = 2 * tokens * h
     if split.sequence_parallel:
         unit = collective_time("all_gather", act, t, links["tp"]) + collective_time(
@@ -189,8 +190,6 @@ def layer_cost(
 
 
 def _with_flash(engine: Engine) -> Engine:
-    from dataclasses import replace
-
     return replace(engine, flash_attention=True)
 
 
@@ -206,7 +205,7 @@ def logits_cost(
     loss = 3 * 6 * tokens * cols / (device.hbm_bandwidth * engine.hbm_efficiency)
     tp = 0.0
     if split.sequence_parallel:
-        link = _links(device, split)["tp"]
+        link = process_group_links(device, split)["tp"]
         act = 2 * tokens * model.hidden
         tp = collective_time("all_gather", act, split.tp, link) + collective_time(
             "reduce_scatter", act, split.tp, link
@@ -293,7 +292,7 @@ def step_time(
     t_mb = stage_totals[slowest]
     compute_mb = n_slow * (lc.gemm + lc.elementwise) + (logit_compute if last else 0.0)
 
-    links = _links(device, split)
+    links = process_group_links(device, split)
     p2p = (
         collective_time(
             "p2p", 2 * train.micro_batch * train.seq_len / split.cp * model.hidden / split.tp, 2, links["pp"]
