@@ -85,30 +85,54 @@ def main() -> None:
         t_orjson += best(lambda d=data: orjson.loads(d), args.repeat)
         t_ingest += best(lambda q=p: read_file(q), args.repeat)
     n = min(2, len(files))
-    print(f"per file (best of {args.repeat}, {n} files): orjson.loads {t_orjson / n:.3f} s, "
-          f"tracediag read_file {t_ingest / n:.3f} s, ratio {t_ingest / t_orjson:.2f}")
+    print(
+        f"per file (best of {args.repeat}, {n} files): orjson.loads {t_orjson / n:.3f} s, "
+        f"tracediag read_file {t_ingest / n:.3f} s, ratio {t_ingest / t_orjson:.2f}"
+    )
 
-    proc = subprocess.run([sys.executable, "-c", _CHILD, str(files[0])], capture_output=True, text=True,
-                          check=True)
+    proc = subprocess.run([sys.executable, "-c", _CHILD, str(files[0])], capture_output=True, text=True, check=True)
     base, peak, rows = map(int, proc.stdout.split())
     size = files[0].stat().st_size
-    print(f"worker memory: file {size / 1e6:.1f} MB, RSS growth {(peak - base) / 1e6:.1f} MB "
-          f"= {(peak - base) / size:.2f}x file size (peak RSS {peak / 1e6:.1f} MB, {rows} rows)")
+    print(
+        f"worker memory: file {size / 1e6:.1f} MB, RSS growth {(peak - base) / 1e6:.1f} MB "
+        f"= {(peak - base) / size:.2f}x file size (peak RSS {peak / 1e6:.1f} MB, {rows} rows)"
+    )
 
     jobs = os.cpu_count() or 1
     t = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "tracediag", "ingest", *map(str, files), "-o",
-                    str(DATA / "bench.parquet"), "-j", str(jobs)], check=True, capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tracediag",
+            "ingest",
+            *map(str, files),
+            "-o",
+            str(DATA / "bench.parquet"),
+            "-j",
+            str(jobs),
+        ],
+        check=True,
+        capture_output=True,
+    )
     t_cli = time.perf_counter() - t
     t = time.perf_counter()
     for p in files:
         orjson.loads(p.read_bytes())
     t_all_orjson = time.perf_counter() - t
-    print(f"whole set: `tracediag ingest -j {jobs}` {t_cli:.2f} s (process start included) vs "
-          f"orjson.loads of every file in one process {t_all_orjson:.2f} s, ratio {t_cli / t_all_orjson:.2f}")
-    print(json.dumps({"ratio_per_file": round(t_ingest / t_orjson, 3),
-                      "memory_x_file": round((peak - base) / size, 2),
-                      "ratio_cli_set": round(t_cli / t_all_orjson, 3)}))
+    print(
+        f"whole set: `tracediag ingest -j {jobs}` {t_cli:.2f} s (process start included) vs "
+        f"orjson.loads of every file in one process {t_all_orjson:.2f} s, ratio {t_cli / t_all_orjson:.2f}"
+    )
+    print(
+        json.dumps(
+            {
+                "ratio_per_file": round(t_ingest / t_orjson, 3),
+                "memory_x_file": round((peak - base) / size, 2),
+                "ratio_cli_set": round(t_cli / t_all_orjson, 3),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -55,9 +55,7 @@ def test_unreadable_file_is_one_line_naming_it(tmp_path: Path, case: str) -> Non
     assert msg.startswith(str(path) + ": ") and phrase in msg and "\n" not in msg
 
 
-@pytest.mark.parametrize(
-    "case", ["not_json", "empty", "png", "corrupt_gzip", "bad_json_middle"]
-)
+@pytest.mark.parametrize("case", ["not_json", "empty", "png", "corrupt_gzip", "bad_json_middle"])
 def test_cli_bad_file_exit_2_no_traceback(runner, tmp_path: Path, case: str) -> None:
     path, phrase = _bad_files(tmp_path)[case]
     result = runner.invoke(cli, ["ingest", str(path)])
@@ -81,7 +79,8 @@ def test_multi_file_run_reads_the_good_files(runner, tmp_path: Path) -> None:
     assert result.exit_code == 2
     assert "ranks   2 (0, 1)" in result.stdout
     assert [ln for ln in result.stderr.splitlines() if ln.startswith("Error: ")] == [
-        f"Error: {bad}: not a trace: the file is a PNG image"]
+        f"Error: {bad}: not a trace: the file is a PNG image"
+    ]
     assert out.exists()
 
 

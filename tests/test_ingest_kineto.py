@@ -116,8 +116,7 @@ def test_gloo_trace_kinds_and_collectives() -> None:
     gloo_src = [e for e in trace["traceEvents"] if str(e.get("name", "")).startswith("gloo:")]
     comm = ev.filter(pl.col("kind") == "comm")
     assert comm.height == len(gloo_src)
-    assert sorted(comm["coll_op"].cast(pl.String).unique().to_list()) == [
-        "all_gather", "all_reduce", "barrier", "send"]
+    assert sorted(comm["coll_op"].cast(pl.String).unique().to_list()) == ["all_gather", "all_reduce", "barrier", "send"]
     # all_reduce of the 9352 float gradients recorded in `Input Dims`
     assert set(comm.filter(pl.col("coll_op") == "all_reduce")["coll_bytes"].to_list()) == {9352 * 4}
     # the send's peer comes from the enclosing c10d::send (Concrete Inputs: dst rank 1)
@@ -176,3 +175,45 @@ def test_every_shared_sample_is_a_row_or_counted() -> None:
             assert ft.events.height == _expected_rows(events), path
         checked += 1
     assert checked >= 30
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "hta_a100_nccl_rank0.json.gz",
+        "gen_torch2.13cpu_gloo_2rank_rank0.pt.trace.json.gz",
+        "hta_ns_resolution_head.json.gz",
+    ],
+)
+def test_decoding_in_pieces_equals_decoding_whole(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    """Large files are decoded in pieces cut between events; the table must not depend on the cuts."""
+    from polars.testing import assert_frame_equal
+
+    from tracediag.ingest import chrome
+
+    whole = read_file(KINETO / name, default_rank=0)
+    monkeypatch.setattr(chrome, "CHUNK_BYTES", 3000)
+    pieces = read_file(KINETO / name, default_rank=0)
+    assert_frame_equal(whole.events, pieces.events)
+    assert whole.meta == pieces.meta
+
+
+def test_piece_cut_inside_a_string_and_truncated_tail(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from tracediag.ingest import chrome
+
+    trace = json.loads(gzip.decompress((KINETO / "gen_torch2.13cpu_gloo_2rank_rank0.pt.trace.json.gz").read_bytes()))
+    xs = [e for e in trace["traceEvents"] if e.get("ph") == "X"]
+    for e in xs[::7]:
+        e["name"] = "odd}, {name"  # a piece boundary pattern inside a string
+    text = json.dumps(trace)
+    path = tmp_path / "odd.json"
+    path.write_text(text)
+    monkeypatch.setattr(chrome, "CHUNK_BYTES", 2000)
+    ft = read_file(path)
+    assert ft.events.height == len(xs)
+    assert ft.events.filter(pl.col("name") == "odd}, {name").height == len(xs[::7])
+    cut = tmp_path / "cut.json"
+    cut.write_text(text[: len(text) * 2 // 3])
+    ft = read_file(cut)
+    assert ft.meta.skipped.get("truncated") == 1
+    assert ft.events.height + sum(ft.meta.skipped.values()) == ft.meta.events_in

@@ -44,13 +44,19 @@ def test_parquet_round_trip_is_exact(tmp_path: Path) -> None:
 
 
 def test_directory_and_glob_inputs(tmp_path: Path) -> None:
-    run_dir = tracediag.load(KINETO, jobs=1, rank_map={"hta_rank_not_found.json.gz": 99,
-                                                       "hta_rocm_mi250.json.gz": 98,
-                                                       "hta_triton_example.json.gz": 97,
-                                                       "hta_backward_thread.json": 96,
-                                                       "hta_a100_nccl_rank0.json.gz": 95,
-                                                       "hta_ns_resolution_head.json.gz": 94,
-                                                       "hta_a100_nccl_rank1.json.gz": 93})
+    run_dir = tracediag.load(
+        KINETO,
+        jobs=1,
+        rank_map={
+            "hta_rank_not_found.json.gz": 99,
+            "hta_rocm_mi250.json.gz": 98,
+            "hta_triton_example.json.gz": 97,
+            "hta_backward_thread.json": 96,
+            "hta_a100_nccl_rank0.json.gz": 95,
+            "hta_ns_resolution_head.json.gz": 94,
+            "hta_a100_nccl_rank1.json.gz": 93,
+        },
+    )
     names = {Path(f.path).name for f in run_dir.meta.files}
     assert names == {p.name for p in KINETO.iterdir() if p.name.endswith((".json", ".json.gz"))}
     run_glob = tracediag.load(str(KINETO / "gen_torch*rank*.json.gz"), jobs=1)

@@ -113,9 +113,7 @@ class Run:
 RankResolver = Callable[[str], "int | None"]
 
 
-def rank_resolver(
-    *, rank_from_filename: str | None = None, rank_map: dict[str, int] | None = None
-) -> RankResolver:
+def rank_resolver(*, rank_from_filename: str | None = None, rank_map: dict[str, int] | None = None) -> RankResolver:
     """A function from a file path to the rank the user assigned it (None: let the file say).
 
     `rank_map` keys match a full path or a base name; `rank_from_filename` is a regex whose first
@@ -147,13 +145,11 @@ def resolve_paths(sources: Iterable[str | Path]) -> list[str]:
     for src in sources:
         src = str(src)
         if os.path.isdir(src):
-            found = [
-                str(p)
-                for p in sorted(Path(src).rglob("*"))
-                if p.is_file() and p.name.endswith(TRACE_SUFFIXES)
-            ]
+            found = [str(p) for p in sorted(Path(src).rglob("*")) if p.is_file() and p.name.endswith(TRACE_SUFFIXES)]
             if not found:
-                raise TracediagError(f"{src}: no trace files in this directory (looked for {', '.join(TRACE_SUFFIXES)})")
+                raise TracediagError(
+                    f"{src}: no trace files in this directory (looked for {', '.join(TRACE_SUFFIXES)})"
+                )
             out.extend(found)
         elif any(ch in src for ch in "*?["):
             matches = sorted(glob.glob(src, recursive=True))

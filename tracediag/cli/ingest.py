@@ -27,7 +27,12 @@ def trace_options(f):
         help=r"Take each file's rank from its name: the regex's first group, e.g. 'rank(\d+)'.",
     )(f)
     f = click.option(
-        "--jobs", "-j", type=int, default=0, envvar="TRACEDIAG_JOBS", show_default="one per CPU",
+        "--jobs",
+        "-j",
+        type=int,
+        default=0,
+        envvar="TRACEDIAG_JOBS",
+        show_default="one per CPU",
         help="Worker processes reading files in parallel.",
     )(f)
     return f
@@ -50,8 +55,13 @@ def load_traces(paths: tuple[str, ...], jobs: int, rank_from_filename: str | Non
         mapping = parse_rank_map(rank_map)
         if sys.stderr.isatty() and len(files) > 1:
             with click.progressbar(length=len(files), label="reading", file=sys.stderr) as bar:
-                run = load(files, jobs=jobs, rank_from_filename=rank_from_filename, rank_map=mapping,
-                           on_file_done=lambda _p: bar.update(1))
+                run = load(
+                    files,
+                    jobs=jobs,
+                    rank_from_filename=rank_from_filename,
+                    rank_map=mapping,
+                    on_file_done=lambda _p: bar.update(1),
+                )
         else:
             run = load(files, jobs=jobs, rank_from_filename=rank_from_filename, rank_map=mapping)
     except TracediagError as e:
@@ -92,8 +102,9 @@ def summary(run: Run) -> str:
 @click.argument("paths", nargs=-1, required=True)
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the event table to this Parquet file.")
 @trace_options
-def ingest(paths: tuple[str, ...], output: str | None, jobs: int, rank_from_filename: str | None,
-           rank_map: tuple[str, ...]) -> None:
+def ingest(
+    paths: tuple[str, ...], output: str | None, jobs: int, rank_from_filename: str | None, rank_map: tuple[str, ...]
+) -> None:
     """Read trace files (files, globs or directories) into one event table."""
     run = load_traces(paths, jobs, rank_from_filename, rank_map)
     if output:

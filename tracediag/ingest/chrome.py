@@ -10,6 +10,8 @@ time units, B/E pairing and the rule that every input event is a row or a counte
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from decimal import Decimal
 from operator import attrgetter
@@ -73,12 +75,12 @@ class _Event(msgspec.Struct, gc=False):
 class _Object(msgspec.Struct, gc=False):
     """The JSON Object form; every other top-level key is ignored."""
 
-    traceEvents: list[_Event] = msgspec.field(default_factory=list)  # noqa: N815 - the format's key
-    baseTimeNanoseconds: Any = None  # noqa: N815
-    distributedInfo: Any = None  # noqa: N815
-    deviceProperties: Any = None  # noqa: N815
+    traceEvents: list[_Event] = msgspec.field(default_factory=list)
+    baseTimeNanoseconds: Any = None
+    distributedInfo: Any = None
+    deviceProperties: Any = None
     metadata: Any = None
-    displayTimeUnit: Any = None  # noqa: N815
+    displayTimeUnit: Any = None
 
 
 _OBJECT = msgspec.json.Decoder(_Object)
@@ -112,47 +114,193 @@ _PHASE_SKIP = {
 }
 
 
+CHUNK_BYTES = 4 << 20
+"""Files are decoded in pieces of about this size, so a worker holds the file's bytes plus the
+columns, never the Python objects of the whole file at once."""
+_EVENTS_KEY = re.compile(rb'(?<!\\)"traceEvents"\s*:\s*\[')
+_BOUNDARY = re.compile(rb"\}\s*,\s*\{")
+
+
 @dataclass
 class Decoded:
     """A Chrome trace decoded to columns, before any format semantics."""
 
     slices: pl.DataFrame
-    """Duration events (X, and matched B/E): cat, name, pid, tid, ts (ns), dur (ns), a_* args."""
+    """Duration events (X, and matched B/E): ph, cat, name, pid, pid_str, tid, ts (ns), dur (ns),
+    order (index in the file), a_external_id, a_correlation."""
+    rare: tuple[pl.DataFrame, ...]
+    """The less common args, one frame per `_ARG_TIERS` entry: `order` plus `a_<field>` for the rows
+    of that tier only. Join what you need with `with_args`."""
     metadata: pl.DataFrame
-    """`M` events: name (process_name, thread_name, ...), pid, tid, label, labels."""
+    """`M` events: name (process_name, thread_name, ...), pid, pid_str, tid, label, labels."""
     top: dict[str, Any]
     """Top-level keys of the Object form (baseTimeNanoseconds, distributedInfo, ...)."""
     events_in: int
     skipped: dict[str, int]
     warnings: list[str] = field(default_factory=list)
-    ts_is_relative: bool = False
-    """True when ts could not be placed on the Unix epoch (no base and small values)."""
+
+    def with_args(self, frame: pl.DataFrame, *fields: str) -> pl.DataFrame:
+        """`frame` (with an `order` column) plus the named `a_*` rare-arg columns (null where absent)."""
+        for tier in self.rare:
+            wanted = [f for f in fields if f in tier.columns]
+            if wanted:
+                frame = frame.join(tier.select("order", *wanted), on="order", how="left", maintain_order="left")
+        return frame
 
 
-def decode(data: bytes, path: str) -> Decoded:
-    """Decode Chrome-trace JSON bytes into columns; every event is a slice or a counted skip."""
+def decode(source: bytes | Iterable[bytes], path: str) -> Decoded:
+    """Decode Chrome-trace JSON (its bytes, or a stream of byte blocks) into columns.
+
+    Every event is a slice or a counted skip.
+    """
     warnings: list[str] = []
     skipped: dict[str, int] = {}
-    events, top, is_array = _decode_events(data, path, warnings, skipped)
-    return _to_columns(events, top, is_array, data, warnings, skipped)
+    blocks = iter([source] if isinstance(source, (bytes, bytearray)) else source)
+    top: dict[str, Any] = {}
+    bases: list[pl.DataFrame] = []
+    rare = _RareArgs()
+    n_events = 0
+    for events, piece_top, piece, piece_is_array in _pieces(blocks, path, warnings, skipped):
+        top.update({k: v for k, v in piece_top.items() if v is not None})
+        base = _piece_frame(events, n_events, piece, piece_is_array, warnings)
+        rare.add(base, [e.args for e in events], n_events)
+        n_events += len(events)
+        bases.append(base)
+    frame = pl.concat(bases, rechunk=False)
+    # events dropped while decoding (cut off, or not convertible) never reached the frame
+    events_in = n_events + skipped.get("malformed", 0) + skipped.get("truncated", 0)
+    decoded = Decoded(frame, rare.frames(), frame.clear(), top, events_in, skipped, warnings)
+    for phase, count in frame.group_by("ph").len().iter_rows():
+        reason = _PHASE_SKIP.get(phase) if phase is not None else "malformed"
+        if reason is not None:
+            skipped[reason] = skipped.get(reason, 0) + count
+        elif phase not in ("X", "B", "E"):
+            skipped["other_phase"] = skipped.get("other_phase", 0) + count
+    decoded.metadata = decoded.with_args(frame.filter(pl.col("ph") == "M"), "a_label", "a_labels").select(
+        "name", "pid", "pid_str", "tid", label="a_label", labels="a_labels"
+    )
+    decoded.slices = _slices_from(frame, skipped, warnings)
+    return decoded
 
 
-def _decode_events(
-    data: bytes, path: str, warnings: list[str], skipped: dict[str, int]
-) -> tuple[list[_Event], dict[str, Any], bool]:
-    """The events, the Object form's top-level keys, and whether the file is the Array form."""
-    is_array = data.lstrip(b"\xef\xbb\xbf \t\r\n")[:1] == b"["
+def _pieces(
+    blocks: Iterator[bytes], path: str, warnings: list[str], skipped: dict[str, int]
+) -> Iterator[tuple[list[_Event], dict[str, Any], bytes, bool]]:
+    """Decode a streamed file in pieces of about CHUNK_BYTES, each made a complete JSON document.
+
+    Only a few pieces' bytes are held at a time. Cuts fall between two events (`}, {` after the
+    events' opening bracket): the head keeps the keys before the events and is closed with `]}`;
+    middle pieces become arrays; the tail is opened with `{"traceEvents":[`, keeps the keys after
+    the events and gets the truncation repair. A cut that lands inside a string makes its piece
+    fail as "truncated", and the piece is extended. Files that fit in two pieces, or where the
+    events cannot be located, are decoded whole. Yields (events, top-level keys, the piece's
+    bytes, whether the piece is in Array form).
+    """
+    buf = _Buffer(blocks)
+    buf.fill(2 * CHUNK_BYTES)
+    is_array = bytes(buf.data[:4096]).lstrip(b"\xef\xbb\xbf \t\r\n")[:1] == b"["
+    start = _events_start(buf.data, is_array)
+    if buf.eof or start is None:
+        buf.fill(None)
+        data = bytes(buf.data)
+        events, top = _decode_doc(data, path, is_array, warnings, skipped, repair=True, whole=True)
+        yield events, top, data, is_array
+        return
+    head = True
+    while True:
+        at = start + CHUNK_BYTES
+        buf.fill(at + CHUNK_BYTES)
+        m = _BOUNDARY.search(buf.data, at)
+        while m is not None:
+            body = memoryview(buf.data)[: m.start() + 1]
+            if head:
+                piece, piece_is_array = b"".join((body, b"]" if is_array else b"]}")), is_array
+            else:
+                piece, piece_is_array = b"".join((b"[", body, b"]")), True
+            del body
+            try:
+                events, top = _decode_doc(piece, path, piece_is_array, warnings, skipped, repair=False)
+                break
+            except msgspec.DecodeError as e:
+                if "truncated" not in str(e).lower():
+                    raise TraceError(path, f"invalid JSON ({e}, in the piece at byte {buf.consumed})") from None
+                buf.fill(m.end() + 2 * CHUNK_BYTES)
+                m = _BOUNDARY.search(buf.data, m.end() + CHUNK_BYTES)
+        if m is None:
+            buf.fill(None)
+            if head:
+                piece, piece_is_array = bytes(buf.data), is_array
+            else:
+                piece, piece_is_array = b"".join((b"[" if is_array else b'{"traceEvents":[', buf.data)), is_array
+            buf.data.clear()
+            events, top = _decode_doc(piece, path, piece_is_array, warnings, skipped, repair=True, whole=head)
+            yield events, top, piece, piece_is_array
+            return
+        buf.drop(m.end() - 1)
+        yield events, top, piece, piece_is_array
+        start, head = 0, False
+
+
+class _Buffer:
+    """The not yet decoded bytes of a streamed file."""
+
+    def __init__(self, blocks: Iterator[bytes]) -> None:
+        self.blocks = blocks
+        self.data = bytearray()
+        self.eof = False
+        self.consumed = 0
+
+    def fill(self, size: int | None) -> None:
+        """Read blocks until `size` bytes are held (None: to the end of the file)."""
+        while not self.eof and (size is None or len(self.data) < size):
+            block = next(self.blocks, None)
+            if block is None:
+                self.eof = True
+            else:
+                self.data += block
+
+    def drop(self, n: int) -> None:
+        del self.data[:n]
+        self.consumed += n
+
+
+def _events_start(data: bytes | bytearray, is_array: bool) -> int | None:
+    """Offset just after the `[` that opens the events, or None if it cannot be found."""
+    if is_array:
+        return data.find(b"[") + 1
+    m = _EVENTS_KEY.search(data)
+    return m.end() if m else None
+
+
+def _decode_doc(
+    doc: bytes,
+    path: str,
+    is_array: bool,
+    warnings: list[str],
+    skipped: dict[str, int],
+    *,
+    repair: bool,
+    whole: bool = False,
+) -> tuple[list[_Event], dict[str, Any]]:
+    """Events and top-level keys of one complete JSON document (the file, or a piece of it).
+
+    `repair`: `doc` ends where the file ends, so a truncated end is repaired; otherwise msgspec's
+    DecodeError propagates to the caller. `whole`: `doc` is the whole file, so an object without
+    `traceEvents` is not a trace.
+    """
     decoder = _ARRAY if is_array else _OBJECT
     try:
-        parsed = decoder.decode(data)
+        parsed = decoder.decode(doc)
     except msgspec.ValidationError:
-        parsed = _decode_leniently(data, path, is_array, skipped)
+        parsed = _decode_leniently(doc, path, is_array, skipped)
     except msgspec.DecodeError as e:
-        parsed = _decode_truncated(data, path, is_array, str(e), warnings, skipped)
+        if not repair:
+            raise
+        parsed = _decode_truncated(doc, path, is_array, str(e), warnings, skipped)
     events, top = (parsed, {}) if is_array else (parsed.traceEvents, _top_dict(parsed))
-    if not is_array and not events and "traceEvents" not in _peek_keys(data):
+    if whole and not is_array and not events and "traceEvents" not in _peek_keys(doc):
         raise TraceError(path, "not a trace: JSON object without a `traceEvents` list")
-    return events, top, is_array
+    return events, top
 
 
 def _top_dict(obj: _Object) -> dict[str, Any]:
@@ -224,17 +372,15 @@ def _decode_truncated(
         tail = data[cut + 1 :].translate(None, b" \t\r\n,]}")
         n_cut = 1 if tail else 0
         skipped["truncated"] = skipped.get("truncated", 0) + n_cut
-        warnings.append(
-            f"file ends early ({error}); read the complete events, {n_cut} partial event cut"
-        )
+        warnings.append(f"file ends early ({error}); read the complete events, {n_cut} partial event cut")
         return parsed
     raise TraceError(path, f"invalid JSON ({error}), and no complete event could be recovered")
 
 
-def _exact_events(data: bytes, is_array: bool, warnings: list[str]) -> list[_Event] | None:
-    """Re-read the events with floats kept as decimal text, for epoch-µs floats with ns digits."""
+def _exact_events(piece: bytes, is_array: bool, warnings: list[str]) -> list[_Event] | None:
+    """Re-read a piece with floats kept as decimal text, for epoch-µs floats with ns digits."""
     try:
-        reparsed = (_ARRAY_EXACT if is_array else _OBJECT_EXACT).decode(data)
+        reparsed = (_ARRAY_EXACT if is_array else _OBJECT_EXACT).decode(piece)
     except msgspec.MsgspecError:
         warnings.append("timestamps kept at float64 precision (the exact re-read failed)")
         return None
@@ -265,56 +411,50 @@ def _us_to_ns(s: pl.Series) -> pl.Series:
     return (whole.cast(pl.Int64, strict=False) * 1000 + frac_ns.cast(pl.Int64, strict=False)).rename("")
 
 
-def _to_columns(
-    events: list[_Event],
-    top: dict[str, Any],
-    is_array: bool,
-    data: bytes,
-    warnings: list[str],
-    skipped: dict[str, int],
-) -> Decoded:
-    n_bad_events = skipped.get("malformed", 0) + skipped.get("truncated", 0)
-    events_in = len(events) + n_bad_events
-    if not events:
-        empty = pl.DataFrame({"ph": pl.Series([], dtype=pl.String)})
-        return Decoded(_slices_from(empty), _metadata_from(empty), top, events_in, skipped, warnings)
-    ph = [e.ph for e in events]
+def _piece_frame(events: list[_Event], offset: int, piece: bytes, is_array: bool, warnings: list[str]) -> pl.DataFrame:
+    """The base columns of a piece's events, `order` numbered from `offset`."""
     ts_us = pl.Series([e.ts for e in events], dtype=pl.Float64, strict=False)
     dur_us = pl.Series([e.dur for e in events], dtype=pl.Float64, strict=False)
     exact = None
     if ((ts_us >= _EXACT_LIMIT_US) & (ts_us != ts_us.floor())).any():
-        exact = _exact_events(data, is_array, warnings)
+        exact = _exact_events(piece, is_array, warnings)
+        if exact is not None and len(exact) != len(events):
+            exact = None  # a repaired (truncated) piece: keep float precision rather than misalign
+            warnings.append("timestamps kept at float64 precision (file cut short)")
     pid = [e.pid for e in events]
     args = [e.args for e in events]
-    cols: dict[str, pl.Series] = {
-        "ph": pl.Series(ph, dtype=pl.String, strict=False),
-        "cat": pl.Series([e.cat for e in events], dtype=pl.String, strict=False),
-        "name": pl.Series([e.name for e in events], dtype=pl.String, strict=False),
-        "pid": pl.Series(pid, dtype=pl.Int64, strict=False),
-        "tid": pl.Series([e.tid for e in events], dtype=pl.Int64, strict=False),
-        "pid_str": pl.Series([p if type(p) is str else None for p in pid], dtype=pl.String),
-        "ts": _us_to_ns(ts_us) if exact is None else _exact_ns([e.ts for e in exact]),
-        "dur": _us_to_ns(dur_us) if exact is None else _exact_ns([e.dur for e in exact]),
-        "order": pl.int_range(len(events), eager=True, dtype=pl.Int64),
-        "a_external_id": _arg_series("external_id", [None if a is None else a.external_id for a in args]),
-        "a_correlation": _arg_series("correlation", [None if a is None else a.correlation for a in args]),
-    }
-    frame = pl.DataFrame(cols)
-    frame = frame.with_columns(_rare_args(frame, args))
-    for phase, count in frame.group_by("ph").len().iter_rows():
-        reason = _PHASE_SKIP.get(phase) if phase is not None else "malformed"
-        if reason is not None:
-            skipped[reason] = skipped.get(reason, 0) + count
-        elif phase not in ("X", "B", "E"):
-            skipped["other_phase"] = skipped.get("other_phase", 0) + count
-    slices = _slices_from(frame, skipped, warnings)
-    return Decoded(slices, _metadata_from(frame), top, events_in, skipped, warnings)
+    return pl.DataFrame(
+        {
+            "ph": pl.Series([e.ph for e in events], dtype=pl.String, strict=False),
+            "cat": pl.Series([e.cat for e in events], dtype=pl.String, strict=False),
+            "name": pl.Series([e.name for e in events], dtype=pl.String, strict=False),
+            "pid": pl.Series(pid, dtype=pl.Int64, strict=False),
+            "tid": pl.Series([e.tid for e in events], dtype=pl.Int64, strict=False),
+            "pid_str": pl.Series([p if type(p) is str else None for p in pid], dtype=pl.String),
+            "ts": _us_to_ns(ts_us) if exact is None else _exact_ns([e.ts for e in exact]),
+            "dur": _us_to_ns(dur_us) if exact is None else _exact_ns([e.dur for e in exact]),
+            "order": pl.int_range(offset, offset + len(events), eager=True, dtype=pl.Int64),
+            "a_external_id": _arg_series("external_id", [None if a is None else a.external_id for a in args]),
+            "a_correlation": _arg_series("correlation", [None if a is None else a.correlation for a in args]),
+        }
+    )
 
 
 _GPU_CATS = ["kernel", "gpu_memcpy", "gpu_memset", "cuda_sync", "gpu_user_annotation"]
 _COLL_FIELDS = (
-    "coll_name", "in_nelems", "out_nelems", "dtype", "group_size", "pg_name", "pg_id", "seq",
-    "src_rank", "dst_rank", "input_dims", "input_type", "concrete_inputs",
+    "coll_name",
+    "in_nelems",
+    "out_nelems",
+    "dtype",
+    "group_size",
+    "pg_name",
+    "pg_id",
+    "seq",
+    "src_rank",
+    "dst_rank",
+    "input_dims",
+    "input_type",
+    "concrete_inputs",
 )
 _ARG_TIERS: tuple[tuple[pl.Expr, tuple[str, ...]], ...] = (
     (pl.col("cat").is_in(_GPU_CATS) | pl.col("cat").is_null(), ("device", "stream", "nbytes")),
@@ -330,38 +470,42 @@ _ARG_TIERS: tuple[tuple[pl.Expr, tuple[str, ...]], ...] = (
 Reading every field of every event would cost more than the JSON decode itself."""
 
 
-def _rare_args(frame: pl.DataFrame, args: list[_Args | None]) -> list[pl.Series]:
-    """The less common `a_*` columns, read only on the rows of their tier (null elsewhere)."""
-    masks = frame.select(pl.arg_where(mask).implode().alias(str(i)) for i, (mask, _) in enumerate(_ARG_TIERS))
-    out = []
-    for i, (_, fields) in enumerate(_ARG_TIERS):
-        rows = [r for r in masks[str(i)][0].to_list() if args[r] is not None]
-        picked = [args[r] for r in rows]
-        idx = pl.Series(rows, dtype=pl.Int64)
-        for fname in fields:
-            values = _arg_series(fname, list(map(attrgetter(fname), picked)))
-            full = pl.Series(f"a_{fname}", [None], dtype=values.dtype).extend_constant(None, frame.height - 1)
-            out.append(full.scatter(idx, values) if len(rows) else full)
-    return out
+class _RareArgs:
+    """Collects, piece by piece, each tier's fields on that tier's rows (as plain values, so no
+    piece's bytes or structs stay alive), and builds one frame per tier at the end."""
+
+    def __init__(self) -> None:
+        self.rows: list[list[int]] = [[] for _ in _ARG_TIERS]
+        self.values: list[dict[str, list[Any]]] = [{f: [] for f in fields} for _, fields in _ARG_TIERS]
+
+    def add(self, base: pl.DataFrame, args: list[_Args | None], offset: int) -> None:
+        masks = base.select(pl.arg_where(mask).implode().alias(str(i)) for i, (mask, _) in enumerate(_ARG_TIERS))
+        for i, (_, fields) in enumerate(_ARG_TIERS):
+            local = [r for r in masks[str(i)][0].to_list() if args[r] is not None]
+            picked = [args[r] for r in local]
+            self.rows[i].extend(offset + r for r in local)
+            for fname in fields:
+                values = map(attrgetter(fname), picked)
+                if fname in _RAW_FIELDS:
+                    values = (bytes(v) or None for v in values)
+                self.values[i][fname].extend(values)
+
+    def frames(self) -> tuple[pl.DataFrame, ...]:
+        return tuple(
+            pl.DataFrame(
+                [pl.Series("order", rows, dtype=pl.Int64)]
+                + [_arg_series(f, vals).alias(f"a_{f}") for f, vals in values.items()]
+            )
+            for rows, values in zip(self.rows, self.values)
+        )
 
 
 def _arg_series(fname: str, values: list[Any]) -> pl.Series:
     if fname in _RAW_FIELDS:
-        return pl.Series([bytes(v) if v else None for v in values], dtype=pl.Binary)
+        return pl.Series(values, dtype=pl.Binary)
     if fname in ("coll_name", "dtype", "label", "labels", "pg_name", "step_num", "hlo_op", "hlo_module", "run_id"):
         return pl.Series([v if v is None or type(v) is str else str(v) for v in values], dtype=pl.String)
     return pl.Series(values, dtype=pl.Int64, strict=False)
-
-
-def _metadata_from(frame: pl.DataFrame) -> pl.DataFrame:
-    if frame.height == 0 or "a_label" not in frame.columns:
-        return pl.DataFrame(
-            schema={"name": pl.String, "pid": pl.Int64, "pid_str": pl.String, "tid": pl.Int64,
-                    "label": pl.String, "labels": pl.String}
-        )
-    return frame.filter(pl.col("ph") == "M").select(
-        "name", "pid", "pid_str", "tid", label="a_label", labels="a_labels"
-    )
 
 
 def _slices_from(
@@ -418,7 +562,5 @@ def _pair_begin_end(be: pl.DataFrame, trace_end: int | None) -> tuple[pl.DataFra
     rows = list(ends)
     end_ts = pl.Series([ends[i] for i in rows], dtype=pl.Int64)
     open_begin = end_ts.null_count()
-    matched = be[rows].with_columns(
-        ph=pl.lit("X"), dur=end_ts.fill_null(trace_end) - pl.col("ts")
-    )
+    matched = be[rows].with_columns(ph=pl.lit("X"), dur=end_ts.fill_null(trace_end) - pl.col("ts"))
     return matched, unmatched, open_begin

@@ -42,14 +42,40 @@ _KIND_BY_CAT = {
 
 DTYPE_BYTES: dict[str, int] = {
     # c10 ScalarType names (record_param_comms `dtype`)
-    "Float": 4, "BFloat16": 2, "Half": 2, "Double": 8, "Long": 8, "Int": 4, "Short": 2,
-    "Char": 1, "Byte": 1, "Bool": 1, "ComplexFloat": 8, "ComplexDouble": 16,
-    "Float8_e4m3fn": 1, "Float8_e5m2": 1, "Float8_e4m3fnuz": 1, "Float8_e5m2fnuz": 1,
-    "UInt16": 2, "UInt32": 4, "UInt64": 8,
+    "Float": 4,
+    "BFloat16": 2,
+    "Half": 2,
+    "Double": 8,
+    "Long": 8,
+    "Int": 4,
+    "Short": 2,
+    "Char": 1,
+    "Byte": 1,
+    "Bool": 1,
+    "ComplexFloat": 8,
+    "ComplexDouble": 16,
+    "Float8_e4m3fn": 1,
+    "Float8_e5m2": 1,
+    "Float8_e4m3fnuz": 1,
+    "Float8_e5m2fnuz": 1,
+    "UInt16": 2,
+    "UInt32": 4,
+    "UInt64": 8,
     # C++ type names (profiler `Input type` with record_shapes)
-    "float": 4, "double": 8, "c10::BFloat16": 2, "c10::Half": 2, "long int": 8, "long": 8,
-    "int": 4, "short int": 2, "short": 2, "signed char": 1, "unsigned char": 1, "bool": 1,
-    "c10::Float8_e4m3fn": 1, "c10::Float8_e5m2": 1,
+    "float": 4,
+    "double": 8,
+    "c10::BFloat16": 2,
+    "c10::Half": 2,
+    "long int": 8,
+    "long": 8,
+    "int": 4,
+    "short int": 2,
+    "short": 2,
+    "signed char": 1,
+    "unsigned char": 1,
+    "bool": 1,
+    "c10::Float8_e4m3fn": 1,
+    "c10::Float8_e5m2": 1,
 }
 """Element size in bytes by the dtype names traces use."""
 
@@ -101,8 +127,8 @@ def to_events(dec: Decoded, path: str, *, rank: int | None, default_rank: int | 
         rank = default_rank
         warnings.append(f"no rank in the trace; taken as rank {rank}")
     slices, time_base = _absolute_times(dec, warnings)
-    events = _classify(slices)
-    events = _fill_collectives(events)
+    events = _classify(dec.with_args(slices, "a_device", "a_stream", "a_coll_name"))
+    events = _fill_collectives(events, dec)
     events = conform(events.with_columns(rank=pl.lit(rank, dtype=pl.Int32)))
     meta = FileMeta(
         path=path,
@@ -166,19 +192,30 @@ def _classify(s: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-_COLL_ARGS = ["a_coll_name", "a_in_nelems", "a_out_nelems", "a_dtype", "a_group_size", "a_pg_name",
-              "a_pg_id", "a_seq", "a_src_rank", "a_dst_rank"]
+_COLL_ARGS = [
+    "a_coll_name",
+    "a_in_nelems",
+    "a_out_nelems",
+    "a_dtype",
+    "a_group_size",
+    "a_pg_name",
+    "a_pg_id",
+    "a_seq",
+    "a_src_rank",
+    "a_dst_rank",
+]
 
 
 COLL_NAME = r"^(?:gloo:|nccl:|c10d::|record_param_comms$)"
 """Host rows that describe a collective: gloo/nccl annotations, c10d ops, record_param_comms."""
 
 
-def _fill_collectives(ev: pl.DataFrame) -> pl.DataFrame:
+def _fill_collectives(ev: pl.DataFrame, dec: Decoded) -> pl.DataFrame:
     """Collective columns, computed on the few rows that can be collectives (comm kind or a
     collective's host-side name); the other rows keep them null."""
     idx = ev.select(pl.arg_where((pl.col("kind") == "comm") | pl.col("name").str.contains(COLL_NAME))).to_series()
-    coll = _collective_columns(ev[idx]).select(COLL_COLUMNS)
+    extra = [c for c in _COLL_ARGS if c != "a_coll_name"] + ["a_input_dims", "a_input_type", "a_concrete_inputs"]
+    coll = _collective_columns(dec.with_args(ev[idx], *extra)).select(COLL_COLUMNS)
     return ev.select(pl.exclude("^a_.*$")).with_columns(
         pl.Series(c, [None], dtype=coll[c].dtype).extend_constant(None, ev.height - 1).scatter(idx, coll[c])
         for c in COLL_COLUMNS
@@ -222,8 +259,10 @@ def _collective_columns(ev: pl.DataFrame) -> pl.DataFrame:
         coll_seq=pl.col("a_seq"),
     )
     ev = ev.with_columns(
-        coll_peer=pl.when(pl.col("coll_op") == "send").then(pl.col("a_dst_rank"))
-        .when(pl.col("coll_op") == "recv").then(pl.col("a_src_rank"))
+        coll_peer=pl.when(pl.col("coll_op") == "send")
+        .then(pl.col("a_dst_rank"))
+        .when(pl.col("coll_op") == "recv")
+        .then(pl.col("a_src_rank"))
     )
     return _from_recorded_shapes(ev)
 
@@ -233,16 +272,21 @@ def _from_recorded_shapes(ev: pl.DataFrame) -> pl.DataFrame:
 
     These rows are few (one per collective call), so their JSON snippets are parsed one by one.
     """
-    gloo = (pl.col("kind") == "comm") & pl.col("name").str.starts_with("gloo:") & pl.col(
-        "coll_bytes").is_null() & pl.col("a_input_dims").is_not_null()
-    p2p = pl.col("name").is_in(["c10d::send", "c10d::recv_", "c10d::recv"]) & pl.col(
-        "coll_peer").is_null() & pl.col("a_concrete_inputs").is_not_null()
+    gloo = (
+        (pl.col("kind") == "comm")
+        & pl.col("name").str.starts_with("gloo:")
+        & pl.col("coll_bytes").is_null()
+        & pl.col("a_input_dims").is_not_null()
+    )
+    p2p = (
+        pl.col("name").is_in(["c10d::send", "c10d::recv_", "c10d::recv"])
+        & pl.col("coll_peer").is_null()
+        & pl.col("a_concrete_inputs").is_not_null()
+    )
     idx = ev.select(pl.arg_where(gloo)).to_series()
     if idx.len():
         rows = ev[idx]
-        sizes = [
-            _tensor_bytes(d, t) for d, t in zip(rows["a_input_dims"].to_list(), rows["a_input_type"].to_list())
-        ]
+        sizes = [_tensor_bytes(d, t) for d, t in zip(rows["a_input_dims"].to_list(), rows["a_input_type"].to_list())]
         ev = ev.with_columns(coll_bytes=ev["coll_bytes"].scatter(idx, pl.Series(sizes, dtype=pl.Int64)))
     idx = ev.select(pl.arg_where(p2p)).to_series()
     if idx.len():

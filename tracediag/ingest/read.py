@@ -6,7 +6,7 @@ from pathlib import Path
 
 from tracediag.errors import TraceError
 from tracediag.ingest import chrome, kineto
-from tracediag.ingest.sniff import read_bytes, sniff
+from tracediag.ingest.sniff import iter_blocks, read_head, sniff
 from tracediag.ingest.trace import FileTrace
 
 
@@ -21,16 +21,14 @@ def read_file(path: str | Path, *, rank: int | None = None, default_rank: int | 
         from tracediag.ingest.nsys import export_nsys_rep
 
         path = str(export_nsys_rep(path))
-    data = read_bytes(path)
-    fmt = sniff(path, data[:64])
+    fmt = sniff(path, read_head(path))
     if fmt == "sqlite":
         from tracediag.ingest.nsys import read_nsys
 
         return read_nsys(path, rank=rank if rank is not None else default_rank)
     if fmt != "json":
         raise TraceError(path, f"a {fmt} file is not a trace; pass it on its own to load a saved run")
-    decoded = chrome.decode(data, path)
-    del data
+    decoded = chrome.decode(iter_blocks(path), path)
     if _is_jax(decoded):
         from tracediag.ingest import jax
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import zlib
+from collections.abc import Iterator
 from pathlib import Path
 
 from tracediag.errors import TraceError
@@ -19,6 +20,35 @@ _BINARY_MAGICS: dict[bytes, str] = {
     b"PAR1": "a Parquet file",
     b"\x7fELF": "an executable",
 }
+
+
+BLOCK_BYTES = 1 << 20
+
+
+def iter_blocks(path: str | Path, size: int = BLOCK_BYTES) -> Iterator[bytes]:
+    """The file's bytes as a stream of blocks, gunzipped on the fly when it starts with the gzip
+    magic, so a large trace is never held whole. Read and gzip errors become `TraceError`."""
+    try:
+        raw = open(path, "rb")  # noqa: SIM115 - closed below; the generator owns it
+    except OSError as e:
+        raise TraceError(str(path), f"cannot read file ({e.strerror or e})") from None
+    with raw:
+        stream = gzip.GzipFile(fileobj=raw) if raw.read(2) == GZIP_MAGIC else raw
+        raw.seek(0)
+        try:
+            while block := stream.read(size):
+                yield block
+        except (OSError, EOFError, zlib.error) as e:
+            raise TraceError(str(path), f"corrupt gzip data ({e})") from None
+
+
+def read_head(path: str | Path, size: int = 64) -> bytes:
+    """The first `size` bytes of the file's content (after gunzip)."""
+    head = b""
+    for block in iter_blocks(path, size):
+        head = block
+        break
+    return head
 
 
 def read_bytes(path: str | Path) -> bytes:
