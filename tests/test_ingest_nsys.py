@@ -420,3 +420,14 @@ def test_failed_nsys_export_is_a_one_line_error(tmp_path, monkeypatch):
         export_nsys_rep(rep)
     assert_one_line_error(e.value, rep)
     assert str(e.value).endswith("failed: ERROR: not a report")
+
+
+def test_single_export_without_rank_is_rank_0_with_warning_through_read_file() -> None:
+    """One file alone may omit its rank (taken as 0, with a warning); several files may not."""
+    from tracediag.ingest.read import read_file
+
+    real = next(p for p in sorted((Path(__file__).parent.parent / "fixtures/nsys").glob("*lazytrue*.sqlite.gz")))
+    ft = read_file(real, default_rank=0)
+    assert ft.meta.rank == 0 and any("taken as rank 0" in w for w in ft.meta.warnings)
+    with pytest.raises(RankError):
+        read_file(real)

@@ -97,7 +97,7 @@ def _with_planes(dec: Decoded) -> pl.DataFrame:
         plane_has_streams=pl.lit(True)
     )
     return (
-        _args(dec).join(planes, on="pid", how="left")
+        dec.with_args(dec.slices, *_RARE_ARGS).join(planes, on="pid", how="left")
         .join(lines, on=["pid", "tid"], how="left")
         .join(streamed, on="pid", how="left")
         .with_columns(
@@ -107,14 +107,8 @@ def _with_planes(dec: Decoded) -> pl.DataFrame:
     )
 
 
-_ARGS = ("a_correlation", "a_step_num", "a_device_ordinal", "a_hlo_op", "a_run_id", "a_label")
-"""The `args` columns the JAX mapping reads (chrome.py reads them on rows without a `cat`)."""
-
-
-def _args(dec: Decoded) -> pl.DataFrame:
-    """The slices with the `_ARGS` columns, whether the decoder keeps them inline or in `rare`."""
-    missing = [c for c in _ARGS if c not in dec.slices.columns]
-    return dec.with_args(dec.slices, *missing) if missing else dec.slices
+_RARE_ARGS = ("a_step_num", "a_device_ordinal", "a_hlo_op", "a_run_id", "a_label")
+"""The less common `args` columns the JAX mapping reads (chrome.py reads them on rows without a `cat`)."""
 
 
 def hlo_stem(text: pl.Expr) -> pl.Expr:

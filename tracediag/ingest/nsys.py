@@ -111,7 +111,7 @@ _RUNTIME = _Table("CUPTI_ACTIVITY_KIND_RUNTIME", ("start", "end", "nameId"), ("c
 _NVTX = _Table("NVTX_EVENTS", ("start", "end", "eventType"), ("text", "textId", "globalTid"))
 
 
-def read_nsys(path: str | Path, *, rank: int | None = None) -> FileTrace:
+def read_nsys(path: str | Path, *, rank: int | None = None, default_rank: int | None = None) -> FileTrace:
     """Read one Nsight Systems export (`.sqlite`, `.sqlite.gz` or `.nsys-rep`) into the event table.
 
     Parameters
@@ -122,6 +122,8 @@ def read_nsys(path: str | Path, *, rank: int | None = None) -> FileTrace:
         The file's global rank when the caller resolved it (filename regex, explicit mapping).
         When None it comes from the profiled process's environment strings in the file
         (`RANK`, `OMPI_COMM_WORLD_RANK`, `SLURM_PROCID`, `PMI_RANK`).
+    default_rank
+        Used, with a warning, only when neither `rank` nor the file names one (a single-file run).
 
     Raises
     ------
@@ -134,7 +136,7 @@ def read_nsys(path: str | Path, *, rank: int | None = None) -> FileTrace:
     source = export_nsys_rep(path) if path.name.endswith(_REP_SUFFIXES) else path
     with _connect(source, shown=path) as con:
         try:
-            return _read(con, path, rank)
+            return _read(con, path, rank, default_rank)
         except sqlite3.DatabaseError as e:
             raise TraceError(str(path), f"corrupt SQLite file ({e})") from e
 
@@ -211,14 +213,14 @@ def _check_header(path: Path, head: bytes, *, shown: Path) -> None:
         raise TraceError(str(shown), f"truncated SQLite file ({actual} of {expected} bytes)")
 
 
-def _read(con: sqlite3.Connection, path: Path, rank: int | None) -> FileTrace:
+def _read(con: sqlite3.Connection, path: Path, rank: int | None, default_rank: int | None) -> FileTrace:
     tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     if "StringIds" not in tables:
         raise TraceError(str(path), "not a trace: SQLite without the Nsight Systems StringIds table")
     strings = _query(con, "SELECT id, value FROM StringIds", {"id": pl.Int64(), "value": pl.String()}, path)
 
     warnings: list[str] = []
-    rank = _resolve_rank(strings, rank, path, warnings)
+    rank = _resolve_rank(strings, rank, default_rank, path, warnings)
     sizes = _env_values(strings, _SIZE_KEYS)
     world_size = sizes[1][0] if sizes is not None and len(sizes[1]) == 1 else None
 
@@ -309,8 +311,11 @@ def _env_values(strings: pl.DataFrame, keys: tuple[str, ...]) -> tuple[str, tupl
     return None
 
 
-def _resolve_rank(strings: pl.DataFrame, given: int | None, path: Path, warnings: list[str]) -> int:
-    """The caller's rank if given (warning when the file disagrees), else the one the file names."""
+def _resolve_rank(
+    strings: pl.DataFrame, given: int | None, default: int | None, path: Path, warnings: list[str]
+) -> int:
+    """The caller's rank if given (warning when the file disagrees), else the one the file names,
+    else `default` (a single-file run) with a warning."""
     found = _env_values(strings, _RANK_KEYS)
     named = () if found is None else found[1]
     if given is not None:
@@ -318,6 +323,9 @@ def _resolve_rank(strings: pl.DataFrame, given: int | None, path: Path, warnings
             says = ", ".join(f"{found[0]}={v}" for v in named)
             warnings.append(f"the file's environment says {says}; using rank {given} as given")
         return given
+    if not named and default is not None:
+        warnings.append(f"no rank in the export; taken as rank {default}")
+        return default
     if not named:
         raise RankError(
             f"{path}: the export names no rank (no RANK, OMPI_COMM_WORLD_RANK, SLURM_PROCID or PMI_RANK "

@@ -25,7 +25,7 @@ def read_file(path: str | Path, *, rank: int | None = None, default_rank: int | 
     if fmt == "sqlite":
         from tracediag.ingest.nsys import read_nsys
 
-        return read_nsys(path, rank=rank if rank is not None else default_rank)
+        return read_nsys(path, rank=rank, default_rank=default_rank)
     if fmt != "json":
         raise TraceError(path, f"a {fmt} file is not a trace; pass it on its own to load a saved run")
     decoded = chrome.decode(iter_blocks(path), path)
