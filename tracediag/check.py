@@ -1,0 +1,412 @@
+"""Observed against predicted: what a run's trace shows next to what the model expects of its split.
+
+`check(analysis, prediction)` compares, per step, step time, compute, exposed communication by kind
+(tp, cp, ep, dp, pp), the pipeline bubble, idle time and MFU, and the achieved bus bandwidth of each
+collective kind with the figure the model assumed for its link. Where the trace cannot tell a
+component apart, the observed value is None and the note says why (docs/check.md).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import polars as pl
+
+if TYPE_CHECKING:
+    from tracediag.analysis import Analysis
+    from tracediag.ingest.trace import ProcessGroup
+    from tracediag.model.predict import Prediction
+    from tracediag.model.specs import Split
+    from tracediag.run import Run
+
+KINDS: tuple[str, ...] = ("tp", "cp", "ep", "dp", "pp")
+"""Collective kinds, as the model names them (its `link_busbw` keys)."""
+NOT_VISIBLE = "not visible in this trace"
+CLOSE = 0.10
+"""A component off by less than this share of the predicted step time is not called a gap."""
+
+_LABELS = {
+    "step_time": "step time",
+    "compute": "compute",
+    "exposed_tp": "exposed TP communication",
+    "exposed_cp": "exposed CP communication",
+    "exposed_ep": "exposed EP all-to-all",
+    "exposed_dp": "exposed DP communication",
+    "exposed_pp": "exposed PP send/recv",
+    "exposed_comm": "exposed communication (all kinds)",
+    "bubble": "pipeline bubble",
+    "idle": "idle (no compute, no communication)",
+    "mfu": "MFU",
+}
+_ADVICE = {
+    "compute": "kernels run below the model's efficiency, or the work differs from the plan (model, batch, recompute)",
+    "exposed_tp": "TP collectives are slower or less overlapped than the plan assumes",
+    "exposed_cp": "the context-parallel exchange is not hidden behind attention",
+    "exposed_ep": "the expert all-to-all is slower than the link allows (routing imbalance or a slow link)",
+    "exposed_dp": "bucketing or overlap is off",
+    "exposed_pp": "pipeline sends and receives wait longer than the transfers need",
+    "exposed_comm": "communication is slower or less overlapped than the plan assumes",
+    "bubble": "the pipeline idles more than its schedule should (stage imbalance, too few micro-batches)",
+    "idle": "the device is left without work (input loading, host overhead, synchronisation)",
+}
+_P2P = {"send", "recv"}
+_DESC_KIND = re.compile(r"(?<![a-z])(tp|cp|ep|dp|pp)(?![a-z])")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Component:
+    """One row of the comparison: a time per step in seconds, or MFU as a fraction."""
+
+    name: str
+    """`step_time`, `compute`, `exposed_<kind>`, `exposed_comm`, `bubble`, `idle` or `mfu`."""
+    observed: float | None
+    """Median over the trace's (rank, step) rows; None where the trace cannot tell."""
+    predicted: float
+    note: str = ""
+
+    @property
+    def ratio(self) -> float | None:
+        """Observed / predicted; None when either is missing or the prediction is zero."""
+        if self.observed is None or self.predicted <= 0:
+            return None
+        return self.observed / self.predicted
+
+    def to_dict(self) -> dict[str, Any]:
+        ratio = self.ratio
+        return {
+            "component": self.name,
+            "label": _LABELS[self.name],
+            "unit": "fraction" if self.name == "mfu" else "s",
+            "observed": self.observed,
+            "predicted": self.predicted,
+            "ratio": None if ratio is None else round(ratio, 4),
+            "note": self.note,
+        }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LinkCheck:
+    """Achieved bus bandwidth of one collective kind and op against the model's link figure."""
+
+    kind: str | None
+    """tp/cp/ep/dp/pp, or None when the trace cannot tell which kind these collectives are."""
+    kind_from: str
+    """How the kind was decided (group name, membership, group size, ...) or why it could not be."""
+    op: str
+    groups: tuple[str, ...]
+    collectives: int
+    busbw_gbps: float
+    """Median achieved bus bandwidth (nccl-tests convention), GB/s."""
+    link: str | None
+    link_busbw_gbps: float | None
+    note: str = ""
+
+    @property
+    def ratio(self) -> float | None:
+        return self.busbw_gbps / self.link_busbw_gbps if self.link_busbw_gbps else None
+
+    def to_dict(self) -> dict[str, Any]:
+        ratio = self.ratio
+        return {
+            "kind": self.kind,
+            "kind_from": self.kind_from,
+            "op": self.op,
+            "groups": list(self.groups),
+            "collectives": self.collectives,
+            "busbw_gbps": round(self.busbw_gbps, 4),
+            "link": self.link,
+            "link_busbw_gbps": self.link_busbw_gbps,
+            "ratio": None if ratio is None else round(ratio, 4),
+            "note": self.note,
+        }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Check:
+    """Observed against predicted, stored as `analysis.extra["check"]` (`to_dict`)."""
+
+    components: tuple[Component, ...]
+    links: tuple[LinkCheck, ...]
+    sentence: str
+    """One sentence on the largest gap."""
+    notes: tuple[str, ...] = ()
+    """Caveats for the whole comparison (world size differs, CPU-only trace, ...)."""
+    plan: dict[str, Any]
+    """What was predicted for: model, device, gpus, split, engine."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "plan": self.plan,
+            "components": [c.to_dict() for c in self.components],
+            "links": [li.to_dict() for li in self.links],
+            "sentence": self.sentence,
+            "notes": list(self.notes),
+        }
+
+
+def check(analysis: Analysis, prediction: Prediction, *, run: Run | None = None) -> Check:
+    """Compare a run's analysis with the prediction for its split.
+
+    Parameters
+    ----------
+    analysis
+        What `tracediag.analyze` found.
+    prediction
+        What the model expects (`tracediag predict`, or `load_prediction(plan.json)`).
+    run
+        The loaded run, when at hand: its process groups (names, members) tell collective kinds apart,
+        and its events whether the trace saw a device at all (no device: no MFU).
+
+    Notes
+    -----
+    Observed times are medians over all (rank, step) rows of `analysis.steps`; compute is compared
+    with predicted compute + optimizer (a trace does not separate the optimizer step). Observed MFU =
+    the prediction's model FLOPs per step / (observed median step time · peak · GPUs).
+    """
+    split = prediction.split
+    groups = run.meta.process_groups if run is not None else {}
+    kinds = _collective_kinds(analysis.collectives, split, groups)
+    on_device = _on_device(analysis, run)
+    steps = analysis.steps
+    t = prediction.time
+    components = [
+        Component(name="step_time", observed=_median_s(steps, "dur_ns"), predicted=t.step_time_s),
+        Component(
+            name="compute",
+            observed=_median_s(steps, "compute_ns"),
+            predicted=t.compute_s + t.optimizer_s,
+            note="includes the optimizer step" + ("" if on_device else "; CPU operator time (no device in trace)"),
+        ),
+        *_exposed(steps, kinds, split, prediction),
+        _bubble(analysis, prediction),
+        Component(name="idle", observed=_median_s(steps, "idle_ns"), predicted=0.0, note="the model expects none"),
+        _mfu(steps, prediction, on_device=on_device),
+    ]
+    notes = []
+    if analysis.world_size != prediction.gpus:
+        notes.append(f"the trace's world size is {analysis.world_size}, the prediction is for {prediction.gpus} GPUs")
+    if not on_device:
+        notes.append("no device activity in the trace (CPU-only, e.g. gloo): times are CPU times")
+    if steps.height == 0:
+        notes.append("no complete steps in the trace: nothing to compare")
+    return Check(
+        components=tuple(components),
+        links=_links(kinds, prediction, on_device=on_device),
+        sentence=_sentence(components, t.step_time_s),
+        notes=tuple(notes),
+        plan=_plan(prediction),
+    )
+
+
+def _plan(p: Prediction) -> dict[str, Any]:
+    s = p.split
+    return {
+        "model": p.model.name,
+        "device": p.device.name,
+        "gpus": p.gpus,
+        "split": {"tp": s.tp, "pp": s.pp, "dp": s.dp, "cp": s.cp, "ep": s.ep, "vpp": s.vpp, "zero": s.zero},
+        "engine": p.engine.name,
+        "micro_batch": p.training.micro_batch,
+        "seq_len": p.training.seq_len,
+        "global_batch": p.training.global_batch,
+    }
+
+
+def _median_s(steps: pl.DataFrame, column: str) -> float | None:
+    if steps.height == 0 or column not in steps.columns:
+        return None
+    value = steps[column].median()
+    return None if value is None else float(value) / 1e9
+
+
+def _on_device(analysis: Analysis, run: Run | None) -> bool:
+    """Whether the trace recorded device activity (kernels), so that MFU means something."""
+    if run is not None:
+        return bool((run.events["device"] >= 0).any())
+    if "device" in analysis.steps.columns:
+        return bool((analysis.steps["device"].fill_null(-1) >= 0).any())
+    return True
+
+
+def _degrees(split: Split) -> dict[str, int]:
+    return {"tp": split.tp, "cp": split.cp, "ep": split.ep, "dp": split.dp, "pp": split.pp}
+
+
+def _kind_by_members(ranks: tuple[int, ...], op: str, split: Split) -> str | None:
+    """The one dimension the members differ in, for the model's rank order tp, cp, dp, pp (inner first)."""
+    tp, cp, dp = split.tp, split.cp, split.dp
+
+    def coords(r: int) -> dict[str, int]:
+        return {"tp": r % tp, "cp": (r // tp) % cp, "dp": (r // (tp * cp)) % dp, "pp": r // (tp * cp * dp)}
+
+    first = coords(ranks[0])
+    varying = {k for r in ranks[1:] for k, v in coords(r).items() if v != first[k]}
+    if varying in ({"dp"}, {"dp", "cp"}):
+        return "ep" if split.ep > 1 and op == "all_to_all" and len(ranks) == split.ep else "dp"
+    return next(iter(varying)) if len(varying) == 1 else None
+
+
+def group_kind(
+    group: str | None, op: str, n_ranks: int | None, split: Split, groups: dict[str, ProcessGroup]
+) -> tuple[str | None, str]:
+    """Which kind (tp, cp, ep, dp, pp) a group's collectives are, and how that was decided."""
+    degrees = _degrees(split)
+    active = [k for k in KINDS if degrees[k] > 1]
+    if len(active) == 1:
+        return active[0], f"the plan's only parallel dimension ({active[0]})"
+    if not active:
+        return None, "the plan has no parallel dimension"
+    pg = groups.get(group) if group is not None else None
+    if pg is not None and pg.desc:
+        named = set(_DESC_KIND.findall(pg.desc.lower()))
+        named = {"dp"} if named == {"dp", "cp"} else named
+        if len(named) == 1:
+            return named.pop(), f"group name {pg.desc!r}"
+    if pg is not None and pg.ranks and len(pg.ranks) > 1:
+        kind = _kind_by_members(pg.ranks, op, split)
+        if kind is not None:
+            return kind, "group members"
+    if op in _P2P and split.pp > 1:
+        return "pp", "send/recv"
+    if op == "all_to_all" and split.ep > 1:
+        return "ep", "all-to-all"
+    sizes = {"tp": {split.tp}, "cp": {split.cp}, "dp": {split.dp, split.dp * split.cp}}
+    matches = [k for k in ("tp", "cp", "dp") if degrees[k] > 1 and n_ranks in sizes[k]]
+    if len(matches) == 1:
+        return matches[0], f"group size {n_ranks}"
+    if matches:
+        return None, f"group size {n_ranks} fits {' and '.join(matches)}, and the trace names no group members"
+    return None, f"group size {n_ranks} fits no dimension of the plan"
+
+
+def _collective_kinds(collectives: pl.DataFrame, split: Split, groups: dict[str, ProcessGroup]) -> pl.DataFrame:
+    """The collectives table with `kind` and `kind_from` columns."""
+    keys = collectives.select("group", "op", "n_ranks").unique()
+    decided = [group_kind(g, op, n, split, groups) for g, op, n in keys.iter_rows()]
+    keys = keys.with_columns(
+        kind=pl.Series([k for k, _ in decided], dtype=pl.String()),
+        kind_from=pl.Series([h for _, h in decided], dtype=pl.String()),
+    )
+    return collectives.join(keys, on=["group", "op", "n_ranks"], how="left", nulls_equal=True)
+
+
+def _exposed(steps: pl.DataFrame, kinds: pl.DataFrame, split: Split, p: Prediction) -> list[Component]:
+    """Exposed communication: the total, and per kind where the trace can attribute it."""
+    t = p.time
+    predicted = {k: getattr(t, f"exposed_{k}_s") for k in KINDS}
+    total = _median_s(steps, "exposed_comm_ns")
+    wait = _median_s(steps, "wait_ns")
+    waiting = f"; median {1e3 * wait:.1f} ms of waiting for peers" if wait else ""
+    rows = [Component(name="exposed_comm", observed=total, predicted=sum(predicted.values()), note=waiting[2:])]
+    degrees = _degrees(split)
+    span = (pl.col("end_ns") - pl.col("first_arrival_ns")).clip(0)
+    share = (
+        kinds.group_by("kind").agg(span.sum().alias("ns"))
+        if kinds.height
+        else pl.DataFrame(schema={"kind": pl.String(), "ns": pl.Int64()})
+    )
+    shares = dict(share.iter_rows())
+    seen = {k for k in shares if k is not None}
+    whole = sum(shares.values()) or 1
+    for k in KINDS:
+        if degrees[k] <= 1 and k not in seen:
+            continue
+        if seen == {k} and None not in shares:
+            observed, note = total, f"all matched collectives are {k.upper()}{waiting}"
+        elif k not in seen:
+            observed, note = None, f"{NOT_VISIBLE}: no {k.upper()} collectives identified"
+        else:
+            pct = 100 * shares[k] / whole
+            observed = None
+            note = (
+                f"{NOT_VISIBLE}: exposed time is not split by group; "
+                f"{k.upper()} collectives are {pct:.0f}% of collective time"
+            )
+        rows.append(Component(name=f"exposed_{k}", observed=observed, predicted=predicted[k], note=note))
+    return rows
+
+
+def _bubble(analysis: Analysis, p: Prediction) -> Component:
+    predicted = p.time.bubble_s
+    if "bubble_ns" in analysis.steps.columns:
+        return Component(name="bubble", observed=_median_s(analysis.steps, "bubble_ns"), predicted=predicted)
+    if p.split.pp == 1 and "pipeline" not in analysis.extra:
+        return Component(name="bubble", observed=0.0, predicted=predicted, note="no pipeline")
+    return Component(
+        name="bubble", observed=None, predicted=predicted, note=f"{NOT_VISIBLE}: pipeline idle is not separated"
+    )
+
+
+def _mfu(steps: pl.DataFrame, p: Prediction, *, on_device: bool) -> Component:
+    if not on_device:
+        return Component(name="mfu", observed=None, predicted=p.mfu, note=f"{NOT_VISIBLE}: no device activity")
+    step = _median_s(steps, "dur_ns")
+    if not step:
+        return Component(name="mfu", observed=None, predicted=p.mfu, note=f"{NOT_VISIBLE}: no complete steps")
+    observed = p.model_flops_per_step / (step * p.device.peak_flops * p.gpus)
+    return Component(name="mfu", observed=observed, predicted=p.mfu, note="the plan's model FLOPs / observed step")
+
+
+def _links(kinds: pl.DataFrame, p: Prediction, *, on_device: bool) -> tuple[LinkCheck, ...]:
+    rows = (
+        kinds.filter(pl.col("busbw_gbps").is_not_null() & (pl.col("bytes") > 0))
+        .group_by("kind", "kind_from", "op")
+        .agg(
+            pl.col("group").drop_nulls().unique().sort(),
+            pl.len().alias("collectives"),
+            pl.col("busbw_gbps").median(),
+        )
+        .sort("kind", "op", nulls_last=True)
+    )
+    out = []
+    for r in rows.iter_rows(named=True):
+        kind = r["kind"]
+        figure = p.link_busbw.get(kind) if kind else None
+        note = "" if on_device else "CPU (gloo) collectives; the link figure is for the plan's devices"
+        out.append(
+            LinkCheck(
+                kind=kind,
+                kind_from=r["kind_from"],
+                op=r["op"],
+                groups=tuple(r["group"]),
+                collectives=r["collectives"],
+                busbw_gbps=float(r["busbw_gbps"]),
+                link=p.links.get(kind) if kind else None,
+                link_busbw_gbps=None if figure is None else figure / 1e9,
+                note=note if kind else f"{NOT_VISIBLE}: {r['kind_from']}",
+            )
+        )
+    return tuple(out)
+
+
+def _ms(seconds: float) -> str:
+    return f"{1e3 * seconds:.1f} ms"
+
+
+def _sentence(components: list[Component], step_s: float) -> str:
+    """One sentence on the component whose observed time exceeds its prediction the most."""
+    by_name = {c.name: c for c in components}
+    step = by_name["step_time"]
+    if step.observed is None:
+        return "The trace has no complete steps to compare with the prediction."
+    kinds = {f"exposed_{k}" for k in KINDS}
+    per_kind = any(c.name in kinds and c.observed is not None for c in components)
+    skip = {"step_time", "mfu"} | ({"exposed_comm"} if per_kind else set())
+    timed = [c for c in components if c.name not in skip and c.observed is not None]
+    worst = max(timed, key=lambda c: c.observed - c.predicted)
+    excess = worst.observed - worst.predicted
+    if excess <= CLOSE * step_s:
+        if step.ratio is not None and step.ratio < 1 - CLOSE:
+            return f"The run is faster than predicted ({step.ratio:.2f}× the step time): check the plan's inputs."
+        return f"Step time is {step.ratio:.2f}× the prediction; no component is off by more than {CLOSE:.0%} of a step."
+    label = _LABELS[worst.name]
+    label = label[0].upper() + label[1:]
+    advice = _ADVICE[worst.name]
+    if worst.ratio is None:
+        return f"{label} takes {_ms(worst.observed)} per step where the model expects none: {advice}."
+    return (
+        f"{label} is {worst.ratio:.1f}× the prediction ({_ms(worst.observed)} vs {_ms(worst.predicted)} "
+        f"per step): {advice}."
+    )
