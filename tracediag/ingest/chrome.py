@@ -26,7 +26,7 @@ from tracediag.errors import TraceError
 _RAW_EMPTY = msgspec.Raw(b"")
 
 
-class _Args(msgspec.Struct, gc=False):
+class _Args(msgspec.Struct, gc=False, frozen=True):
     """The `args` keys tracediag reads; bulky list-valued ones stay undecoded (`Raw`)."""
 
     external_id: Any = msgspec.field(default=None, name="External id")
@@ -61,6 +61,10 @@ ARG_FIELDS: tuple[str, ...] = _Args.__struct_fields__
 _RAW_FIELDS = ("input_dims", "input_type", "concrete_inputs")
 
 
+_NO_ARGS = _Args()
+"""Shared by every event without `args`, so columns are read without None checks."""
+
+
 class _Event(msgspec.Struct, gc=False):
     ph: Any = None
     name: Any = None
@@ -69,7 +73,7 @@ class _Event(msgspec.Struct, gc=False):
     dur: Any = None
     pid: Any = None
     tid: Any = None
-    args: _Args | None = None
+    args: _Args = _NO_ARGS
 
 
 class _Object(msgspec.Struct, gc=False):
@@ -162,8 +166,8 @@ def decode(source: bytes | Iterable[bytes], path: str) -> Decoded:
     n_events = 0
     for events, piece_top, piece, piece_is_array in _pieces(blocks, path, warnings, skipped):
         top.update({k: v for k, v in piece_top.items() if v is not None})
-        base = _piece_frame(events, n_events, piece, piece_is_array, warnings)
-        rare.add(base, [e.args for e in events], n_events)
+        base, args = _piece_frame(events, n_events, piece, piece_is_array, warnings)
+        rare.add(base, args, n_events)
         n_events += len(events)
         bases.append(base)
     frame = pl.concat(bases, rechunk=False)
@@ -332,7 +336,7 @@ def _decode_leniently(data: bytes, path: str, is_array: bool, skipped: dict[str,
         except msgspec.ValidationError:
             if isinstance(item, dict) and "args" in item:
                 try:
-                    events.append(msgspec.convert({**item, "args": None}, _Event))
+                    events.append(msgspec.convert({k: v for k, v in item.items() if k != "args"}, _Event))
                     continue
                 except msgspec.ValidationError:
                     pass
@@ -411,8 +415,10 @@ def _us_to_ns(s: pl.Series) -> pl.Series:
     return (whole.cast(pl.Int64, strict=False) * 1000 + frac_ns.cast(pl.Int64, strict=False)).rename("")
 
 
-def _piece_frame(events: list[_Event], offset: int, piece: bytes, is_array: bool, warnings: list[str]) -> pl.DataFrame:
-    """The base columns of a piece's events, `order` numbered from `offset`."""
+def _piece_frame(
+    events: list[_Event], offset: int, piece: bytes, is_array: bool, warnings: list[str]
+) -> tuple[pl.DataFrame, list[_Args]]:
+    """The base columns of a piece's events (`order` numbered from `offset`), and their args."""
     ts_us = pl.Series([e.ts for e in events], dtype=pl.Float64, strict=False)
     dur_us = pl.Series([e.dur for e in events], dtype=pl.Float64, strict=False)
     exact = None
@@ -422,22 +428,26 @@ def _piece_frame(events: list[_Event], offset: int, piece: bytes, is_array: bool
             exact = None  # a repaired (truncated) piece: keep float precision rather than misalign
             warnings.append("timestamps kept at float64 precision (file cut short)")
     pid = [e.pid for e in events]
+    pid_int = _int_series(pid)
     args = [e.args for e in events]
-    return pl.DataFrame(
+    frame = pl.DataFrame(
         {
             "ph": pl.Series([e.ph for e in events], dtype=pl.String, strict=False),
             "cat": pl.Series([e.cat for e in events], dtype=pl.String, strict=False),
             "name": pl.Series([e.name for e in events], dtype=pl.String, strict=False),
-            "pid": pl.Series(pid, dtype=pl.Int64, strict=False),
-            "tid": pl.Series([e.tid for e in events], dtype=pl.Int64, strict=False),
-            "pid_str": pl.Series([p if type(p) is str else None for p in pid], dtype=pl.String),
-            "ts": _us_to_ns(ts_us) if exact is None else _exact_ns([e.ts for e in exact]),
-            "dur": _us_to_ns(dur_us) if exact is None else _exact_ns([e.dur for e in exact]),
+            "pid": pid_int,
+            "tid": _int_series([e.tid for e in events]),
+            "pid_str": pl.Series([p if type(p) is str else None for p in pid], dtype=pl.String)
+            if pid_int.null_count()
+            else pl.repeat(None, len(pid), dtype=pl.String, eager=True),
+            "ts": _us_to_ns(ts_us) if exact is None else _exact_ns(list(map(attrgetter("ts"), exact))),
+            "dur": _us_to_ns(dur_us) if exact is None else _exact_ns(list(map(attrgetter("dur"), exact))),
             "order": pl.int_range(offset, offset + len(events), eager=True, dtype=pl.Int64),
-            "a_external_id": _arg_series("external_id", [None if a is None else a.external_id for a in args]),
-            "a_correlation": _arg_series("correlation", [None if a is None else a.correlation for a in args]),
+            "a_external_id": _int_series([a.external_id for a in args]),
+            "a_correlation": _int_series([a.correlation for a in args]),
         }
     )
+    return frame, args
 
 
 _GPU_CATS = ["kernel", "gpu_memcpy", "gpu_memset", "cuda_sync", "gpu_user_annotation"]
@@ -478,10 +488,10 @@ class _RareArgs:
         self.rows: list[list[int]] = [[] for _ in _ARG_TIERS]
         self.values: list[dict[str, list[Any]]] = [{f: [] for f in fields} for _, fields in _ARG_TIERS]
 
-    def add(self, base: pl.DataFrame, args: list[_Args | None], offset: int) -> None:
+    def add(self, base: pl.DataFrame, args: list[_Args], offset: int) -> None:
         masks = base.select(pl.arg_where(mask).implode().alias(str(i)) for i, (mask, _) in enumerate(_ARG_TIERS))
         for i, (_, fields) in enumerate(_ARG_TIERS):
-            local = [r for r in masks[str(i)][0].to_list() if args[r] is not None]
+            local = [r for r in masks[str(i)][0].to_list() if args[r] is not _NO_ARGS]
             picked = [args[r] for r in local]
             self.rows[i].extend(offset + r for r in local)
             for fname in fields:
@@ -498,6 +508,11 @@ class _RareArgs:
             )
             for rows, values in zip(self.rows, self.values)
         )
+
+
+def _int_series(values: list[Any]) -> pl.Series:
+    """Integer ids; other values (Kineto's string pids such as "Spans") become null."""
+    return pl.Series([v if type(v) is int else None for v in values], dtype=pl.Int64)
 
 
 def _arg_series(fname: str, values: list[Any]) -> pl.Series:
