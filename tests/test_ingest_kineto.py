@@ -217,3 +217,33 @@ def test_piece_cut_inside_a_string_and_truncated_tail(monkeypatch: pytest.Monkey
     ft = read_file(cut)
     assert ft.meta.skipped.get("truncated") == 1
     assert ft.events.height + sum(ft.meta.skipped.values()) == ft.meta.events_in
+
+
+def test_distributed_info_variants(tmp_path: Path) -> None:
+    """Kineto's on-demand writer: rank as a string, `uid` for the description, ranks as "[0, 1]"."""
+    text = gzip.decompress((KINETO / "gen_torch2.13cpu_gloo_2rank_rank1.pt.trace.json.gz").read_bytes())
+    trace = json.loads(text)
+    trace["distributedInfo"] = {
+        "backend": "nccl",
+        "rank": "1",
+        "world_size": 2,
+        "pg_config": [{"pg_name": "0", "uid": "default_pg", "pg_size": 2, "ranks": "[0, 1]"}],
+        "nccl_version": "unknown",
+    }
+    path = tmp_path / "ondemand.json"
+    path.write_text(json.dumps(trace))
+    meta = read_file(path).meta
+    assert meta.rank == 1 and meta.backend == "nccl"
+    assert meta.process_groups[0].ranks == (0, 1) and meta.process_groups[0].desc == "default_pg"
+
+
+def test_base_time_after_trace_events(tmp_path: Path) -> None:
+    """2024 Kineto wrote `baseTimeNanoseconds` after `traceEvents`; times must be the same."""
+    src = KINETO / "gen_torch2.13cpu_gloo_2rank_rank0.pt.trace.json.gz"
+    trace = json.loads(gzip.decompress(src.read_bytes()))
+    base = trace.pop("baseTimeNanoseconds")
+    reordered = {**trace, "baseTimeNanoseconds": base}
+    assert list(reordered)[-1] == "baseTimeNanoseconds"
+    path = tmp_path / "late_base.json"
+    path.write_text(json.dumps(reordered))
+    assert read_file(path).events["ts"].to_list() == read_file(src).events["ts"].to_list()
