@@ -237,8 +237,13 @@ def test_distributed_info_variants(tmp_path: Path) -> None:
     assert meta.process_groups[0].ranks == (0, 1) and meta.process_groups[0].desc == "default_pg"
 
 
-def test_base_time_after_trace_events(tmp_path: Path) -> None:
+@pytest.mark.parametrize("chunk", [None, 3000], ids=["whole", "pieces"])
+def test_base_time_after_trace_events(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, chunk: int | None) -> None:
     """2024 Kineto wrote `baseTimeNanoseconds` after `traceEvents`; times must be the same."""
+    from tracediag.ingest import chrome
+
+    if chunk:
+        monkeypatch.setattr(chrome, "CHUNK_BYTES", chunk)
     src = KINETO / "gen_torch2.13cpu_gloo_2rank_rank0.pt.trace.json.gz"
     trace = json.loads(gzip.decompress(src.read_bytes()))
     base = trace.pop("baseTimeNanoseconds")
