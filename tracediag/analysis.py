@@ -29,6 +29,9 @@ STEP_SCHEMA: dict[str, pl.DataType] = {
     "idle_ns": pl.Int64(),
     "host_gap_ns": pl.Int64(),
     "input_ns": pl.Int64(),
+    "device": pl.Int16(),
+    "exposed_p2p_ns": pl.Int64(),
+    "stall_ns": pl.Int64(),
 }
 """One row per (rank, step) of complete steps; `step` is the ProfilerStep number as in the trace.
 
@@ -40,6 +43,9 @@ STEP_SCHEMA: dict[str, pl.DataType] = {
 - ``idle_ns``: step time with neither compute nor communication nor copies.
 - ``host_gap_ns``: time the host's training thread is in no operator (Python, scheduling, syncs).
 - ``input_ns``: time in data loading on the host (DataLoader `__next__`, `dataloader` annotations).
+- ``device``: the device whose timeline the row describes (the rank's busiest), -1 on CPU-only traces.
+- ``exposed_p2p_ns``: the part of ``exposed_comm_ns`` where only send/recv is active (pipeline waits).
+- ``stall_ns``: from the step start to its first compute (a device starved at step start).
 """
 
 COLLECTIVE_SCHEMA: dict[str, pl.DataType] = {

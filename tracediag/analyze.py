@@ -1,0 +1,121 @@
+"""`analyze(run) -> Analysis`: where a run waits, from its events to ranked findings.
+
+The façade chains the stages: derive (steps → breakdown → collectives → point-to-point), then the
+detectors, and packs the result into the `analysis.Analysis` contract.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from tracediag.analysis import COLLECTIVE_SCHEMA, STEP_SCHEMA, Analysis
+from tracediag.derive.breakdown import breakdown
+from tracediag.derive.collectives import align_and_match, collective_instances, summarize_instances, wait_per_step
+from tracediag.derive.p2p import p2p_per_step, pipeline_groups
+from tracediag.derive.steps import assign_steps, find_markers, step_spans
+from tracediag.detect import Facts, Thresholds, detect_all
+from tracediag.detect.pipeline import pipeline_stages
+from tracediag.errors import TracediagError
+from tracediag.run import Run
+
+
+class NoStepsError(TracediagError):
+    """The traces hold no step markers the analysis can segment by."""
+
+
+def _needs_split(run: Run, instances: pl.DataFrame) -> bool:
+    """Occurrence matching may mix groups: no group names in the events, several groups in the run."""
+    named = instances.filter(pl.col("group") != "").height > 0
+    rank_sets = {g.ranks for g in run.meta.process_groups.values() if g.ranks}
+    return not named and len(rank_sets) > 1
+
+
+def derive_facts(run: Run, *, step_regex: str | None = None, link_gbps: float | None = None) -> tuple[Facts, dict]:
+    """The derived per-rank and cross-rank tables, plus what was left out (``excluded_steps``,
+    ``warnings``)."""
+    events = run.events
+    markers = find_markers(events, step_regex=step_regex)
+    if not markers.height:
+        what = f"no host row matches --step-regex {step_regex!r}" if step_regex else "no ProfilerStep#N markers"
+        msg = f"{what} in the traces\n\nHint: pass --step-regex REGEX for other step annotations (NVTX ranges, train)"
+        raise NoStepsError(msg)
+    spans = step_spans(events, markers)
+    events = assign_steps(events, spans)
+    instances = collective_instances(events)
+    offsets, matched = align_and_match(instances, split=_needs_split(run, instances))
+    waits = wait_per_step(matched)
+    per_step = breakdown(events, spans).join(offsets, on="rank", how="left")
+    n_ranks = per_step["rank"].n_unique()
+    partial = spans.filter("partial").select("rank", "step")
+    complete = per_step.join(partial, on=["rank", "step"], how="anti")
+    on_all = complete.group_by("step").agg(pl.len()).filter(pl.col("len") == n_ranks)["step"]
+    kept = complete.filter(pl.col("step").is_in(on_all.implode()))
+    excluded = per_step.height - kept.height
+    warnings = []
+    if partial.height:
+        warnings.append(f"{partial.height} partial step(s) at the edges of the recorded window left out")
+    if complete.height - kept.height:
+        warnings.append(f"{complete.height - kept.height} rank-step(s) of steps not recorded on every rank left out")
+    steps = (
+        kept.join(waits, on=["rank", "step"], how="left")
+        .with_columns(
+            pl.col("start_ns") - pl.col("offset_ns").fill_null(0),
+            pl.col("wait_ns").fill_null(0),
+            pl.col("late_n").fill_null(0),
+            pl.col("coll_n").fill_null(0),
+        )
+        .sort("rank", "step")
+    )
+    collectives = summarize_instances(matched).select(list(COLLECTIVE_SCHEMA)).cast(COLLECTIVE_SCHEMA)
+    facts = Facts(
+        steps=steps,
+        collectives=collectives,
+        p2p=p2p_per_step(events, offsets).filter(pl.col("step").is_in(on_all.implode())),
+        pipelines=pipeline_groups(events),
+        link_gbps=link_gbps,
+    )
+    return facts, {"excluded_steps": excluded, "warnings": tuple(warnings)}
+
+
+def analyze(
+    run: Run,
+    *,
+    step_regex: str | None = None,
+    link_gbps: float | None = None,
+    thresholds: Thresholds | None = None,
+) -> Analysis:
+    """Find where `run` waits: per-step breakdown, matched collectives and ranked findings.
+
+    Parameters
+    ----------
+    run
+        From `tracediag.load`.
+    step_regex
+        Step markers other than ``ProfilerStep#N``: a regex over host row names whose first group is
+        the step number (or, without a group, steps are numbered in time order).
+    link_gbps
+        Peak bus bandwidth of the link in GB/s, to say whether communication saturates it.
+    thresholds
+        Detector thresholds (`detect.Thresholds`); the documented defaults when None.
+
+    Raises
+    ------
+    NoStepsError
+        The traces hold no step markers.
+    """
+    facts, left_out = derive_facts(run, step_regex=step_regex, link_gbps=link_gbps)
+    findings = detect_all(facts, thresholds=thresholds)
+    extra = {}
+    pipes = pipeline_stages(facts)
+    if pipes:
+        extra["pipeline"] = pipes
+    return Analysis(
+        ranks=tuple(run.meta.ranks) or tuple(sorted(run.events["rank"].unique().to_list())),
+        world_size=run.meta.world_size,
+        steps=facts.steps.select(list(STEP_SCHEMA)).cast(STEP_SCHEMA),
+        collectives=facts.collectives,
+        findings=findings,
+        excluded_steps=left_out["excluded_steps"],
+        warnings=tuple(run.meta.errors) + left_out["warnings"],
+        extra=extra,
+    )

@@ -1,0 +1,186 @@
+"""Per (rank, step) time breakdown: compute, communication, exposed communication, idle, host gaps.
+
+Two timelines per rank are cut into elementary segments (`intervals.sweep`) and each segment is
+classified by what covers it.
+
+*Device timeline* (what the accelerator does; the step span is the device span):
+
+- GPU ranks: kernels on the rank's main device are compute, NCCL/RCCL kernels communication,
+  memcpy/memset copies.
+- CPU-only ranks (gloo): the host is the device. Compute is the time a host thread is inside a
+  CPU operator that is neither communication (``c10d::*``, ``record_param_comms``, ``wait``, or any
+  op with a collective) nor data loading, counted per thread and then united over threads.
+  Communication is the union of ``gloo:*`` work (on ``pt_gloo_runloop`` threads or the training
+  thread) and of the communication operators. So DDP's all-reduce on the gloo thread that runs
+  during backward is communication hidden by compute; the training thread waiting for it at the
+  end of backward (no operator on the thread) is exposed communication.
+
+Then ``exposed_comm`` = communication and no compute; ``exposed_p2p`` = the part of it where only
+point-to-point traffic (send/recv: pipeline stages waiting on each other) is active;
+``idle`` = no compute, communication or copy.
+
+*Host timeline* (the training thread, i.e. the thread holding the step markers, over the host step
+span): ``host_gap`` = the training thread in no CPU operator or runtime call; ``input`` = data
+loading (any host row whose name contains ``DataLoader``/``dataloader``, on any thread).
+``stall_ns`` = from the step start to its first compute (the device starved at step start).
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from tracediag.derive.intervals import sweep, union_intervals
+
+COMM_OP_REGEX = (
+    r"^(?:c10d::|c10d_functional::|_c10d_functional::|record_param_comms|nccl:|gloo:)|^(?:aten::)?wait(?:_tensor)?$"
+)
+"""Host operators that communicate or wait for communication (never compute)."""
+
+INPUT_REGEX = r"(?i)dataloader"
+"""Host rows that load input (``enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__``, ...)."""
+
+P2P_OPS = ("send", "recv")
+"""Point-to-point operations (pipeline traffic), kept apart so a bubble is not read as comm_bound."""
+
+BREAKDOWN_COLUMNS = (
+    "compute_ns",
+    "comm_ns",
+    "exposed_comm_ns",
+    "exposed_p2p_ns",
+    "idle_ns",
+    "host_gap_ns",
+    "input_ns",
+    "stall_ns",
+)
+
+
+def _end() -> pl.Expr:
+    return pl.col("ts") + pl.col("dur")
+
+
+def _host_compute(events: pl.LazyFrame) -> pl.LazyFrame:
+    """CPU-only ranks: intervals where some host thread computes (rank, ts, end)."""
+    name = pl.col("name").cast(pl.String)
+    ops = events.filter(pl.col("device") == -1, pl.col("kind") == "cpu_op")
+    cat = (
+        pl.when(pl.col("coll_op").is_not_null() | name.str.contains(COMM_OP_REGEX))
+        .then(pl.lit("commop"))
+        .when(name.str.contains(INPUT_REGEX))
+        .then(pl.lit("input"))
+        .otherwise(pl.lit("op"))
+    )
+    loaders = events.filter(pl.col("device") == -1, pl.col("kind") != "cpu_op", name.str.contains(INPUT_REGEX))
+    per_thread = pl.concat(
+        [
+            ops.select("rank", "tid", "ts", end=_end(), cat=cat),
+            loaders.select("rank", "tid", "ts", end=_end(), cat=pl.lit("input")),
+        ]
+    )
+    segs = sweep(per_thread, ["rank", "tid"], ["op", "commop", "input"])
+    busy = segs.filter(pl.col("n_op") > 0, pl.col("n_commop") == 0, pl.col("n_input") == 0)
+    return union_intervals(busy.select("rank", "ts", "end"), ["rank"])
+
+
+def _device_timeline(events: pl.LazyFrame, spans: pl.LazyFrame) -> pl.LazyFrame:
+    """(rank, ts, end, cat) with cat in compute/comm/p2p/copy/step on each rank's device timeline."""
+    gpu = spans.filter(pl.col("device") >= 0).select("rank", "device").unique()
+    dev = events.filter(pl.col("device") >= 0).join(gpu, on=["rank", "device"], how="semi")
+    dev_cat = (
+        pl.when(pl.col("kind") == "kernel")
+        .then(pl.lit("compute"))
+        .when((pl.col("kind") == "comm") & pl.col("coll_op").is_in(P2P_OPS))
+        .then(pl.lit("p2p"))
+        .when(pl.col("kind") == "comm")
+        .then(pl.lit("comm"))
+        .when(pl.col("kind").is_in(["memcpy", "memset"]))
+        .then(pl.lit("copy"))
+    )
+    cpu_ranks = spans.filter(pl.col("device") < 0).select("rank").unique()
+    host = events.filter(pl.col("device") == -1).join(cpu_ranks, on="rank", how="semi")
+    name = pl.col("name").cast(pl.String)
+    host_comm = host.filter(
+        (pl.col("kind") == "comm")
+        | ((pl.col("kind") == "cpu_op") & (pl.col("coll_op").is_not_null() | name.str.contains(COMM_OP_REGEX)))
+    )
+    parts = [
+        dev.select("rank", "ts", end=_end(), cat=dev_cat).filter(pl.col("cat").is_not_null()),
+        _host_compute(host).with_columns(cat=pl.lit("compute")),
+        host_comm.select(
+            "rank",
+            "ts",
+            end=_end(),
+            cat=pl.when(pl.col("coll_op").is_in(P2P_OPS)).then(pl.lit("p2p")).otherwise(pl.lit("comm")),
+        ),
+        spans.filter(pl.col("start").is_not_null()).select("rank", ts="start", end="end", cat=pl.lit("step")),
+    ]
+    return pl.concat([p.select("rank", "ts", "end", "cat") for p in parts])
+
+
+def _host_timeline(events: pl.LazyFrame, spans: pl.LazyFrame) -> pl.LazyFrame:
+    """(rank, ts, end, cat) with cat in busy/input/step on each rank's host (training thread)."""
+    name = pl.col("name").cast(pl.String)
+    train = events.filter(pl.col("device") == -1).join(
+        spans.select("rank", "tid").unique(), on=["rank", "tid"], how="semi"
+    )
+    parts = [
+        train.filter(pl.col("kind").is_in(["cpu_op", "runtime"])).select("rank", "ts", end=_end(), cat=pl.lit("busy")),
+        events.filter(pl.col("device") == -1, name.str.contains(INPUT_REGEX)).select(
+            "rank", "ts", end=_end(), cat=pl.lit("input")
+        ),
+        spans.select("rank", ts="host_start", end="host_end", cat=pl.lit("step")),
+    ]
+    return pl.concat(parts)
+
+
+def _by_step(segments: pl.LazyFrame, spans: pl.LazyFrame, start: str) -> pl.LazyFrame:
+    """Attach the step whose span (starting at column `start`) holds each in-step segment."""
+    keys = spans.filter(pl.col(start).is_not_null()).select("rank", pl.col(start).alias("_s"), "step").sort("_s")
+    return (
+        segments.filter(pl.col("n_step") > 0)
+        .sort("ts")
+        .join_asof(keys, left_on="ts", right_on="_s", by="rank", check_sortedness=False)
+        .with_columns(len=pl.col("end") - pl.col("ts"))
+    )
+
+
+def breakdown(events: pl.DataFrame, spans: pl.DataFrame) -> pl.DataFrame:
+    """Per (rank, step) of `spans` (see `derive.steps.step_spans`): the breakdown columns, in ns.
+
+    Returns ``rank, step, device, start_ns, dur_ns`` and `BREAKDOWN_COLUMNS` (Int64), one row per
+    span, partial steps included (the caller drops them).
+    """
+    lf, sp = events.lazy(), spans.lazy()
+    dev = sweep(_device_timeline(lf, sp), ["rank"], ["compute", "comm", "p2p", "copy", "step"])
+    dev = _by_step(dev, sp, "start")
+    on = pl.col("len")
+    computing = pl.col("n_compute") > 0
+    collective = pl.col("n_comm") > 0
+    p2p = pl.col("n_p2p") > 0
+    communicating = collective | p2p
+    first_compute = pl.col("ts").filter(computing).min()
+    dev_agg = dev.group_by("rank", "step").agg(
+        compute_ns=on.filter(computing).sum(),
+        comm_ns=on.filter(communicating).sum(),
+        exposed_comm_ns=on.filter(communicating & ~computing).sum(),
+        exposed_p2p_ns=on.filter(p2p & ~collective & ~computing).sum(),
+        idle_ns=on.filter(~computing & ~communicating & (pl.col("n_copy") == 0)).sum(),
+        _first_compute=first_compute,
+    )
+    host = _by_step(sweep(_host_timeline(lf, sp), ["rank"], ["busy", "input", "step"]), sp, "host_start")
+    host_agg = host.group_by("rank", "step").agg(
+        host_gap_ns=on.filter(pl.col("n_busy") == 0).sum(),
+        input_ns=on.filter(pl.col("n_input") > 0).sum(),
+    )
+    out = (
+        sp.join(dev_agg, on=["rank", "step"], how="left")
+        .join(host_agg, on=["rank", "step"], how="left")
+        .with_columns(
+            start_ns=pl.col("start"),
+            dur_ns=pl.col("end") - pl.col("start"),
+            stall_ns=(pl.col("_first_compute") - pl.col("start")).fill_null(pl.col("end") - pl.col("start")),
+        )
+        .with_columns(pl.col(c).fill_null(0).cast(pl.Int64) for c in BREAKDOWN_COLUMNS)
+        .select("rank", "step", "device", "start_ns", "dur_ns", *BREAKDOWN_COLUMNS)
+        .sort("rank", "step")
+    )
+    return out.collect()

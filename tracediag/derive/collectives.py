@@ -1,0 +1,234 @@
+"""Collective instances per rank, matched across ranks, on aligned clocks.
+
+Per rank, one row per collective instance: NCCL/RCCL kernels on GPU traces, ``gloo:*`` work on CPU
+traces (else collective CPU operators). Point-to-point traffic (send/recv) and unnamed kernels
+(``SendRecv`` without arguments) are not matched: they have no group-wide instance.
+
+Matching key: (process group, ``Seq``) when the trace has a sequence number, else (group, op, k) for
+the k-th occurrence of that op in that group on the rank. Clock alignment: ranks leave a collective
+together, so each rank's clock offset is the median over its instances of (its end − the median end
+of the instance over ranks). Then, on aligned clocks: arrival = start, last arriver, skew, a rank's
+wait = last arrival − its arrival (capped by its duration), transfer = end − last arrival, and the
+nccl-tests bandwidths: algbw = bytes / transfer, busbw = algbw × factor(op, n).
+
+Without group names (gloo), a k-th occurrence may mix instances of different groups (tensor- and
+data-parallel all-reduces in the same order on every rank). When the run has several process groups
+and the events name none, a matched key is split where the ranks' aligned ends are more than
+`SPLIT_GAP_NS` apart (the ranks of one instance leave it together), one instance per cluster; the
+offsets are then recomputed on the split instances (`align_and_match`).
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from tracediag.derive.intervals import union_intervals
+
+MATCHED_OPS = (
+    "all_reduce",
+    "all_gather",
+    "reduce_scatter",
+    "all_to_all",
+    "broadcast",
+    "reduce",
+    "gather",
+    "scatter",
+    "barrier",
+    "coalesced",
+)
+"""Operations with a group-wide instance to match across ranks."""
+
+SPLIT_GAP_NS = 1_000_000
+"""Aligned ends of the ranks of one instance lie within this (1 ms); a larger gap separates
+instances of different groups matched by occurrence. Ends of one collective differ by the
+completion skew (µs on NCCL, ~0.1 ms on gloo/TCP), while different groups' instances differ by
+the compute between them (ms)."""
+
+INSTANCE_SCHEMA: dict[str, pl.DataType] = {
+    "rank": pl.Int32(),
+    "group": pl.String(),
+    "op": pl.String(),
+    "seq": pl.Int64(),
+    "step": pl.Int32(),
+    "bytes": pl.Int64(),
+    "group_size": pl.Int32(),
+    "ts": pl.Int64(),
+    "end": pl.Int64(),
+}
+"""Per rank and instance, on the rank's own clock."""
+
+
+def bus_factor(op: pl.Expr, n: pl.Expr) -> pl.Expr:
+    """nccl-tests bus-bandwidth factor: all_reduce 2(n−1)/n; all_gather, reduce_scatter and
+    all_to_all (n−1)/n; broadcast, reduce and the rest 1."""
+    n = n.cast(pl.Float64)
+    return (
+        pl.when(op == "all_reduce")
+        .then(2 * (n - 1) / n)
+        .when(op.is_in(["all_gather", "reduce_scatter", "all_to_all"]))
+        .then((n - 1) / n)
+        .otherwise(1.0)
+    )
+
+
+def collective_instances(events: pl.DataFrame) -> pl.DataFrame:
+    """Per rank and instance: ``rank, group, op, seq, step, bytes, group_size, ts, end`` (own clock).
+
+    ``events`` must have ``step`` filled (`derive.steps.assign_steps`). ``seq`` is the trace's
+    ``Seq`` or the k-th occurrence (0-based) of ``op`` in ``group`` on the rank.
+    """
+    lf = events.lazy().filter(pl.col("coll_op").cast(pl.String).is_in(MATCHED_OPS))
+    source = (
+        pl.when(pl.col("device") >= 0)
+        .then(0)
+        .when(pl.col("kind") == "comm")
+        .then(1)
+        .when(pl.col("kind") == "cpu_op")
+        .then(2)
+    )
+    lf = lf.with_columns(_src=source).filter(pl.col("_src").is_not_null())
+    lf = lf.filter(pl.col("_src") == pl.col("_src").min().over("rank"))
+    group = pl.col("coll_group").fill_null("")
+    op = pl.col("coll_op").cast(pl.String)
+    return (
+        lf.sort("rank", "ts")
+        .with_columns(
+            group=group,
+            op=op,
+            seq=pl.coalesce(pl.col("coll_seq"), pl.int_range(pl.len()).over("rank", group, op).cast(pl.Int64)),
+            bytes=pl.col("coll_bytes"),
+            group_size=pl.col("coll_group_size"),
+            end=pl.col("ts") + pl.col("dur"),
+        )
+        .select(list(INSTANCE_SCHEMA))
+        .collect()
+        .cast(INSTANCE_SCHEMA)
+    )
+
+
+def clock_offsets(instances: pl.DataFrame, key: tuple[str, ...] = ("group", "op", "seq")) -> pl.DataFrame:
+    """Per rank: ``offset_ns`` to subtract from its timestamps (median of end − instance median end).
+
+    Ranks with no instance shared with another rank get 0.
+    """
+    key = list(key)
+    shared = instances.lazy().filter(pl.len().over(key) > 1)
+    off = (
+        shared.with_columns(_d=pl.col("end") - pl.col("end").median().over(key))
+        .group_by("rank")
+        .agg(offset_ns=pl.col("_d").median().round(0).cast(pl.Int64))
+    )
+    ranks = instances.lazy().select("rank").unique()
+    return ranks.join(off, on="rank", how="left").with_columns(pl.col("offset_ns").fill_null(0)).sort("rank").collect()
+
+
+def match_instances(instances: pl.DataFrame, offsets: pl.DataFrame, *, split_gap_ns: int | None = None) -> pl.DataFrame:
+    """Per rank and matched instance, aligned: adds ``iid`` (instance id), ``arrival``, ``aligned_end``,
+    ``last_arrival``, ``wait_ns``, ``is_last`` and ``n_ranks``.
+
+    `split_gap_ns`: split a key's ranks into separate instances where consecutive aligned ends are
+    further apart than this (None: never split).
+    """
+    key = ["group", "op", "seq"]
+    gap = split_gap_ns if split_gap_ns is not None else 2**62
+    lf = (
+        instances.lazy()
+        .join(offsets.lazy(), on="rank", how="left")
+        .with_columns(
+            arrival=pl.col("ts") - pl.col("offset_ns").fill_null(0),
+            aligned_end=pl.col("end") - pl.col("offset_ns").fill_null(0),
+        )
+        .sort(*key, "aligned_end")
+        .with_columns(_part=(pl.col("aligned_end").diff().over(key) > gap).fill_null(False).cum_sum().over(key))
+    )
+    inst = [*key, "_part"]
+    return (
+        lf.with_columns(
+            n_ranks=pl.len().over(inst).cast(pl.Int32),
+            last_arrival=pl.col("arrival").max().over(inst),
+            _last_rank=pl.col("rank").sort_by("arrival").last().over(inst),
+        )
+        .with_columns(
+            wait_ns=pl.min_horizontal(pl.col("last_arrival") - pl.col("arrival"), pl.col("end") - pl.col("ts")).clip(
+                lower_bound=0
+            ),
+            is_last=pl.col("rank") == pl.col("_last_rank"),
+            iid=pl.struct(inst).rank("dense").cast(pl.Int64),
+        )
+        .drop("_last_rank", "_part")
+        .sort("iid", "rank")
+        .collect()
+    )
+
+
+def align_and_match(instances: pl.DataFrame, *, split: bool = False) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Clock offsets and matched instances (`clock_offsets`, then `match_instances`).
+
+    With `split`, instances are split by `SPLIT_GAP_NS` on the first offsets, and the offsets are
+    recomputed on the split instances before the final match.
+    """
+    offsets = clock_offsets(instances)
+    if not split:
+        return offsets, match_instances(instances, offsets)
+    first = match_instances(instances, offsets, split_gap_ns=SPLIT_GAP_NS)
+    offsets = clock_offsets(first.select(*INSTANCE_SCHEMA, "iid"), key=("iid",))
+    return offsets, match_instances(instances, offsets, split_gap_ns=SPLIT_GAP_NS)
+
+
+def summarize_instances(matched: pl.DataFrame) -> pl.DataFrame:
+    """One row per instance seen on at least two ranks: `analysis.COLLECTIVE_SCHEMA` columns."""
+    n = pl.coalesce(pl.col("group_size").max(), pl.len()).cast(pl.Int32)
+    out = (
+        matched.lazy()
+        .group_by("iid")
+        .agg(
+            pl.col("group").first(),
+            pl.col("seq").first(),
+            pl.col("op").first(),
+            pl.col("bytes").max(),
+            pl.col("step").min(),
+            n_ranks=pl.len().cast(pl.Int32),
+            _n=n,
+            first_arrival_ns=pl.col("arrival").min(),
+            last_arrival_ns=pl.col("arrival").max(),
+            last_rank=pl.col("rank").sort_by("arrival").last(),
+            end_ns=pl.col("aligned_end").median().round(0).cast(pl.Int64),
+        )
+        .filter(pl.col("n_ranks") > 1)
+        .with_columns(
+            skew_ns=pl.col("last_arrival_ns") - pl.col("first_arrival_ns"),
+            transfer_ns=(pl.col("end_ns") - pl.col("last_arrival_ns")).clip(lower_bound=0),
+        )
+        .with_columns(
+            algbw_gbps=pl.when(pl.col("transfer_ns") > 0).then(pl.col("bytes") / pl.col("transfer_ns")),
+        )
+        .with_columns(busbw_gbps=pl.col("algbw_gbps") * bus_factor(pl.col("op"), pl.col("_n")))
+        .sort("first_arrival_ns")
+        .drop("iid", "_n")
+    )
+    return out.collect()
+
+
+def wait_per_step(matched: pl.DataFrame) -> pl.DataFrame:
+    """Per (rank, step): ``wait_ns`` (time in collectives waiting for the last peer: the union of
+    [arrival, last arrival] over the step's instances, so concurrent buckets count once), ``late_n``
+    (instances where the rank arrived last) and ``coll_n`` (instances)."""
+    lf = matched.lazy().filter(pl.col("n_ranks") > 1, pl.col("step").is_not_null())
+    waiting = lf.filter(pl.col("wait_ns") > 0).select(
+        "rank", "step", ts="arrival", end=pl.col("arrival") + pl.col("wait_ns")
+    )
+    waits = (
+        union_intervals(waiting, ["rank", "step"])
+        .group_by("rank", "step")
+        .agg(wait_ns=(pl.col("end") - pl.col("ts")).sum())
+    )
+    counts = lf.group_by("rank", "step").agg(
+        late_n=pl.col("is_last").sum().cast(pl.Int32),
+        coll_n=pl.len().cast(pl.Int32),
+    )
+    return (
+        counts.join(waits, on=["rank", "step"], how="left")
+        .with_columns(pl.col("wait_ns").fill_null(0))
+        .select("rank", "step", "wait_ns", "late_n", "coll_n")
+        .collect()
+    )

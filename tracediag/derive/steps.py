@@ -1,0 +1,217 @@
+"""Step segmentation: which training step every event belongs to.
+
+Steps come from host markers: ``ProfilerStep#N`` (Kineto, Nsight), ``train#N`` (JAX), or any host row
+whose name matches a user regex (NVTX ranges, annotations). The rank's *training thread* is the
+thread holding the markers. On GPU traces a step is projected onto each device through correlation:
+a kernel belongs to the step during which its launch ran on the host, and the device span of step N
+runs from its first device activity to the first device activity of step N+1 (the last step ends at
+its last activity), so device steps partition the device timeline.
+
+A step at the edge of a rank's recorded window is *partial* and left out of the analysis when its
+marker is cut short (shorter than half the median of the rank's other steps) or, on GPU traces,
+when kernels launched in it never reached the trace (the profiler stopped before they ran).
+"""
+
+from __future__ import annotations
+
+import re
+
+import polars as pl
+
+DEFAULT_STEP_REGEX = r"^(?:ProfilerStep|train)#(\d+)$"
+"""Marker names recognised without ``--step-regex`` (only on rows of kind ``step``)."""
+
+LAUNCH_REGEX = r"(?i)launch"
+"""Runtime calls that put a kernel on the device: a launch with no kernel row was lost. (Memsets and
+copies are left out: the runtime elides some, e.g. empty ones, in every step.)"""
+
+PARTIAL_SHORT = 0.5
+"""An edge step shorter than this fraction of the rank's median step is cut by the window."""
+
+STEP_SPAN_SCHEMA: dict[str, pl.DataType] = {
+    "rank": pl.Int32(),
+    "step": pl.Int32(),
+    "tid": pl.Int64(),
+    "host_start": pl.Int64(),
+    "host_end": pl.Int64(),
+    "device": pl.Int16(),
+    "start": pl.Int64(),
+    "end": pl.Int64(),
+    "partial": pl.Boolean(),
+}
+"""Per (rank, step): the marker thread and host span, and the span the breakdown uses (``start``,
+``end``: the device span on GPU traces, ``device`` = -1 and the host span on CPU-only traces)."""
+
+
+def find_markers(events: pl.DataFrame, *, step_regex: str | None = None) -> pl.DataFrame:
+    """Host step markers: ``rank, step, tid, host_start, host_end`` (one row per rank and step).
+
+    Without `step_regex`, rows of kind ``step`` named ``ProfilerStep#N`` / ``train#N``. With it, host
+    rows of any kind whose name matches; the first group is the step number, or, when the regex
+    has no group, steps are numbered 0, 1, ... in time order per rank.
+    """
+    pattern = step_regex or DEFAULT_STEP_REGEX
+    try:
+        compiled = re.compile(pattern)
+    except re.error as e:
+        msg = f"--step-regex {pattern!r} is not a valid regular expression ({e})"
+        raise ValueError(msg) from None
+    host = events.lazy().filter(pl.col("device") == -1)
+    if step_regex is None:
+        host = host.filter(pl.col("kind") == "step")
+    name = pl.col("name").cast(pl.String)
+    rows = host.filter(name.str.contains(pattern)).select(
+        "rank", "tid", pl.col("ts").alias("host_start"), (pl.col("ts") + pl.col("dur")).alias("host_end"), name
+    )
+    if compiled.groups:
+        rows = rows.with_columns(step=pl.col("name").str.extract(pattern, 1).cast(pl.Int32, strict=False))
+    else:
+        rows = rows.sort("rank", "host_start").with_columns(step=pl.int_range(pl.len()).over("rank").cast(pl.Int32))
+    return (
+        rows.filter(pl.col("step").is_not_null())
+        .sort("rank", "host_start")
+        # one marker per (rank, step): the longest, should a step be annotated twice
+        .group_by("rank", "step")
+        .agg(pl.all().sort_by(pl.col("host_end") - pl.col("host_start")).last())
+        .select("rank", "step", "tid", "host_start", "host_end")
+        .sort("rank", "step")
+        .collect()
+    )
+
+
+def _host_step(lf: pl.LazyFrame, markers: pl.DataFrame, ts: str = "ts") -> pl.LazyFrame:
+    """Add ``step``: the marker of the same rank whose host span contains column `ts`."""
+    m = markers.lazy().select("rank", pl.col("host_start").alias("_ms"), "host_end", pl.col("step").alias("_step"))
+    return (
+        lf.sort(ts)
+        .join_asof(m.sort("_ms"), left_on=ts, right_on="_ms", by="rank", strategy="backward", check_sortedness=False)
+        .with_columns(
+            _step=pl.when(pl.col(ts) < pl.col("host_end")).then(pl.col("_step")).otherwise(pl.lit(None, pl.Int32))
+        )
+        .drop("_ms", "host_end")
+    )
+
+
+def _launch_steps(events: pl.DataFrame, markers: pl.DataFrame) -> pl.LazyFrame:
+    """Per (rank, correlation) of host runtime calls: the step during which the call ran, and its name."""
+    runtime = (
+        events.lazy()
+        .filter(pl.col("kind") == "runtime", pl.col("device") == -1, pl.col("correlation").is_not_null())
+        .select("rank", "correlation", "ts", pl.col("name").cast(pl.String).alias("_call"))
+    )
+    return _host_step(runtime, markers).select("rank", "correlation", "_call", pl.col("_step").alias("_launch_step"))
+
+
+def step_spans(events: pl.DataFrame, markers: pl.DataFrame) -> pl.DataFrame:
+    """Per (rank, step): host span, the span the breakdown uses and whether the step is partial.
+
+    Returns a frame with `STEP_SPAN_SCHEMA`. A rank with device activity gets the device span of the
+    device that has most of it; other ranks use the host span and ``device = -1``.
+    """
+    launches = _launch_steps(events, markers)
+    dev = (
+        events.lazy()
+        .filter(pl.col("device") >= 0, pl.col("kind") != "step")
+        .select("rank", "device", "correlation", "ts", "dur")
+    )
+    main_dev = (
+        dev.group_by("rank", "device")
+        .len()
+        .sort("len", "device", descending=[True, False])
+        .group_by("rank")
+        .agg(pl.col("device").first().alias("main_device"))
+    )
+    dev_steps = (
+        dev.join(main_dev, on="rank")
+        .filter(pl.col("device") == pl.col("main_device"))
+        .join(launches, on=["rank", "correlation"], how="inner")
+        .filter(pl.col("_launch_step").is_not_null())
+        .group_by("rank", "device", pl.col("_launch_step").alias("step"))
+        .agg(dev_first=pl.col("ts").min(), dev_last=(pl.col("ts") + pl.col("dur")).max())
+        .sort("rank", "step")
+        .with_columns(
+            dev_end=pl.coalesce(pl.col("dev_first").shift(-1).over("rank"), pl.col("dev_last")),
+        )
+    )
+    seen = dev.select("rank", "correlation").unique()
+    lost = (
+        launches.filter(pl.col("_call").str.contains(LAUNCH_REGEX), pl.col("_launch_step").is_not_null())
+        .join(main_dev, on="rank")
+        .join(seen, on=["rank", "correlation"], how="anti")
+        .group_by("rank", pl.col("_launch_step").alias("step"))
+        .agg(lost=pl.len())
+    )
+    out = (
+        markers.lazy()
+        .join(main_dev, on="rank", how="left")
+        .join(dev_steps.select("rank", "step", "dev_first", "dev_end"), on=["rank", "step"], how="left")
+        .join(lost, on=["rank", "step"], how="left")
+        .with_columns(
+            device=pl.col("main_device").fill_null(-1).cast(pl.Int16),
+            start=pl.when(pl.col("main_device").is_null()).then(pl.col("host_start")).otherwise(pl.col("dev_first")),
+            end=pl.when(pl.col("main_device").is_null()).then(pl.col("host_end")).otherwise(pl.col("dev_end")),
+        )
+        .with_columns(
+            _dur=pl.col("host_end") - pl.col("host_start"),
+            _edge=(pl.col("step") == pl.col("step").min().over("rank"))
+            | (pl.col("step") == pl.col("step").max().over("rank")),
+        )
+        .with_columns(
+            _others=pl.col("_dur").filter(~pl.col("_edge")).median().over("rank"),
+        )
+        .with_columns(
+            partial=pl.col("_edge")
+            & (
+                (pl.col("_dur") < PARTIAL_SHORT * pl.col("_others")).fill_null(False)
+                | (pl.col("lost").fill_null(0) > 0)
+                | pl.col("start").is_null()
+            )
+        )
+        .select(list(STEP_SPAN_SCHEMA))
+        .sort("rank", "step")
+        .collect()
+    )
+    return out.cast(STEP_SPAN_SCHEMA)
+
+
+def assign_steps(events: pl.DataFrame, spans: pl.DataFrame) -> pl.DataFrame:
+    """Return `events` with ``step`` filled (null outside every step).
+
+    Host rows: the step whose host span contains ``ts``. Device rows: the step of their launch
+    (through ``correlation``), else the device step span that contains ``ts``.
+    """
+    markers = spans.select("rank", "step", "host_start", "host_end")
+    cols = events.columns
+    lf = events.lazy().with_row_index("_row")
+    host = _host_step(lf.filter(pl.col("device") == -1), markers)
+    launches = _launch_steps(events, markers).select("rank", "correlation", "_launch_step")
+    dev_span = (
+        spans.lazy()
+        .filter(pl.col("device") >= 0)
+        .select("rank", pl.col("start").alias("_ds"), pl.col("end").alias("_de"), pl.col("step").alias("_dstep"))
+    )
+    device = (
+        lf.filter(pl.col("device") >= 0)
+        .join(launches, on=["rank", "correlation"], how="left")
+        .sort("ts")
+        .join_asof(
+            dev_span.filter(pl.col("_ds").is_not_null()).sort("_ds"),
+            left_on="ts",
+            right_on="_ds",
+            by="rank",
+            check_sortedness=False,
+        )
+        .with_columns(
+            _step=pl.coalesce(
+                pl.col("_launch_step"), pl.when(pl.col("ts") < pl.col("_de")).then(pl.col("_dstep"))
+            ).cast(pl.Int32)
+        )
+    )
+    keep = ["_row", *[c for c in cols if c != "step"], "_step"]
+    return (
+        pl.concat([host.select(keep), device.select(keep)])
+        .sort("_row")
+        .rename({"_step": "step"})
+        .select(cols)
+        .collect()
+    )

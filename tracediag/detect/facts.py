@@ -1,0 +1,24 @@
+"""What the detectors read: small per-rank and cross-rank tables, never the event table."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import polars as pl
+
+
+@dataclass(frozen=True, kw_only=True)
+class Facts:
+    """The derived facts of one run (all times in ns, aligned clocks)."""
+
+    steps: pl.DataFrame
+    """Complete steps, one row per (rank, step): `analysis.STEP_SCHEMA` plus ``late_n`` (collective
+    instances of the step where the rank arrived last) and ``coll_n`` (instances)."""
+    collectives: pl.DataFrame
+    """Matched instances, `analysis.COLLECTIVE_SCHEMA`."""
+    p2p: pl.DataFrame
+    """Per (rank, step): ``sends``, ``recvs``, ``first_send_ns`` (`derive.p2p.p2p_per_step`)."""
+    pipelines: list[list[int]] = field(default_factory=list)
+    """Ranks of each pipeline (`derive.p2p.pipeline_groups`)."""
+    link_gbps: float | None = None
+    """Peak bus bandwidth of the link in GB/s, when the user gave it."""

@@ -1,0 +1,125 @@
+"""compute_straggler: one rank computes longer than its peers while they wait for it.
+
+Per (rank, step): ``ratio`` = the rank's compute / its peers' median compute in that step (the
+median over all ranks from three ranks on, the other rank's for two). The step has the straggler
+*pattern* when the rank arrived last at one of the step's collectives, the others' median wait is
+at least `straggler_peer_wait` × the rank's excess compute, the rank itself waits at most that
+share of the others' wait, and the excess is at least `straggler_min_excess` of the step.
+
+- Persistent: the rank's median ratio over steps ≥ `straggler_persistent_ratio` and the pattern on
+  at least half of the steps; its steps are those with the pattern and that ratio.
+- Transient: otherwise, single steps with the pattern, ratio ≥ `straggler_transient_ratio` and the
+  step ≥ `straggler_slow_step` × the median step (one rank per step: the highest ratio).
+
+time_lost_ns = Σ over its steps of min(peers' median wait, excess compute).
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from tracediag.analysis import Finding
+from tracediag.detect.facts import Facts
+from tracediag.detect.thresholds import Thresholds
+
+MS = 1e6
+
+
+def rank_step_ratios(steps: pl.DataFrame, th: Thresholds) -> pl.DataFrame:
+    """Per (rank, step): ``peer_compute_ns``, ``ratio``, ``excess_ns``, ``peer_wait_ns``, ``pattern``."""
+    n = pl.len().over("step")
+    c = pl.col("compute_ns")
+    peer_c = pl.when(n == 2).then(c.sum().over("step") - c).otherwise(c.median().over("step"))
+    w = pl.col("wait_ns")
+    peer_w = pl.when(n == 2).then(w.sum().over("step") - w).otherwise(w.median().over("step"))
+    return (
+        steps.lazy()
+        .with_columns(
+            peer_compute_ns=peer_c,
+            peer_wait_ns=peer_w,
+            step_ns=pl.col("dur_ns").median().over("step"),
+        )
+        .with_columns(
+            ratio=c / pl.col("peer_compute_ns").clip(lower_bound=1),
+            excess_ns=c - pl.col("peer_compute_ns"),
+        )
+        .with_columns(
+            pattern=(pl.col("late_n") > 0)
+            & (pl.col("excess_ns") >= th.straggler_min_excess * pl.col("step_ns"))
+            & (pl.col("peer_wait_ns") >= th.straggler_peer_wait * pl.col("excess_ns"))
+            & (w <= th.straggler_peer_wait * pl.col("peer_wait_ns")),
+            lost_ns=pl.min_horizontal(pl.col("peer_wait_ns"), pl.col("excess_ns")).clip(lower_bound=0),
+        )
+        .collect()
+    )
+
+
+def _finding(rows: pl.DataFrame, rank: int, kind: str, n_steps: int, confidence: float) -> Finding:
+    steps = tuple(sorted(rows["step"].to_list()))
+    ratio = rows["ratio"].median()
+    peer_wait = rows["peer_wait_ns"].median()
+    own_wait = rows["wait_ns"].median()
+    lost = int(rows["lost_ns"].sum())
+    summary = (
+        f"rank {rank} computes {ratio:.1f}x its peers' median on {len(steps)} of {n_steps} steps "
+        f"({kind}); the other ranks wait {peer_wait / MS:.1f} ms per step in collectives for it, "
+        f"it waits {own_wait / MS:.1f} ms"
+    )
+    evidence = {
+        "kind": kind,
+        "compute_ratio_median": round(float(ratio), 3),
+        "compute_ratio_by_step": {str(s): round(float(r), 3) for s, r in rows.select("step", "ratio").iter_rows()},
+        "compute_ms_median": round(float(rows["compute_ns"].median()) / MS, 3),
+        "peer_compute_ms_median": round(float(rows["peer_compute_ns"].median()) / MS, 3),
+        "peer_wait_ms_median": round(float(peer_wait) / MS, 3),
+        "own_wait_ms_median": round(float(own_wait) / MS, 3),
+        "last_arrivals": int(rows["late_n"].sum()),
+        "collectives": int(rows["coll_n"].sum()),
+    }
+    return Finding(
+        cause="compute_straggler",
+        ranks=(rank,),
+        steps=steps,
+        time_lost_ns=lost,
+        confidence=confidence,
+        summary=summary,
+        evidence=evidence,
+    )
+
+
+def detect(facts: Facts, *, thresholds: Thresholds) -> list[Finding]:
+    """Findings for persistent and transient compute stragglers (one per rank)."""
+    th = thresholds
+    steps = facts.steps
+    if steps.select(pl.col("rank").n_unique()).item() < 2 or not steps.height:
+        return []
+    r = rank_step_ratios(steps, th)
+    n_steps = r["step"].n_unique()
+    per_rank = r.group_by("rank").agg(
+        med_ratio=pl.col("ratio").median(),
+        pattern_share=pl.col("pattern").mean(),
+    )
+    persistent = per_rank.filter(
+        pl.col("med_ratio") >= th.straggler_persistent_ratio, pl.col("pattern_share") >= 0.5
+    ).sort("rank")
+    findings = []
+    for rank, med_ratio, share in persistent.iter_rows():
+        rows = r.filter(pl.col("rank") == rank, pl.col("pattern"), pl.col("ratio") >= th.straggler_persistent_ratio)
+        strength = min(1.0, (med_ratio - 1) / (2 * (th.straggler_persistent_ratio - 1)))
+        findings.append(_finding(rows, rank, "persistent", n_steps, strength * share))
+    median_step = r.group_by("step").agg(pl.col("step_ns").first())["step_ns"].median()
+    transient = (
+        r.filter(
+            ~pl.col("rank").is_in(persistent["rank"].implode()),
+            pl.col("pattern"),
+            pl.col("ratio") >= th.straggler_transient_ratio,
+            pl.col("step_ns") >= th.straggler_slow_step * median_step,
+        )
+        .sort("ratio", descending=True)
+        .unique("step", keep="first")
+    )
+    for rank in sorted(transient["rank"].unique().to_list()):
+        rows = transient.filter(pl.col("rank") == rank).sort("step")
+        strength = min(1.0, (rows["ratio"].min() - 1) / (2 * (th.straggler_transient_ratio - 1)))
+        findings.append(_finding(rows, rank, "transient", n_steps, strength))
+    return findings
