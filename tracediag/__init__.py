@@ -7,7 +7,8 @@ Python API (see docs/api.md)::
     run.save("run.parquet"); tracediag.load("run.parquet")
 """
 
+from tracediag.analyze import analyze
 from tracediag.errors import RankError, TracediagError, TraceError
 from tracediag.run import Run, RunMeta, load
 
-__all__ = ["RankError", "Run", "RunMeta", "TraceError", "TracediagError", "load"]
+__all__ = ["RankError", "Run", "RunMeta", "TraceError", "TracediagError", "analyze", "load"]

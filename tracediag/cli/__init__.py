@@ -15,6 +15,9 @@ def _register() -> None:
     from tracediag.cli.ingest import ingest
 
     cli.add_command(ingest)
+    from tracediag.cli.analyze import analyze
+
+    cli.add_command(analyze)
     from tracediag.cli.model import register as register_model
 
     register_model(cli)

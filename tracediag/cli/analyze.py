@@ -1,0 +1,81 @@
+"""`tracediag analyze`: where a run's slow steps wait, as text or versioned JSON, with CI gating."""
+
+from __future__ import annotations
+
+import click
+import orjson
+
+from tracediag.analysis import CAUSES, Analysis
+from tracediag.analyze import analyze as _analyze
+from tracediag.cli.common import EXIT_FINDING, InputError
+from tracediag.cli.ingest import load_traces, trace_options
+from tracediag.errors import TracediagError
+from tracediag.report.text import render_text
+from tracediag.run import Run
+
+
+def run_analysis(run: Run, *, step_regex: str | None = None, link_gbps: float | None = None) -> Analysis:
+    """The work behind the command (a hook for options added later)."""
+    return _analyze(run, step_regex=step_regex, link_gbps=link_gbps)
+
+
+def _causes(value: str | None) -> tuple[str, ...]:
+    if not value:
+        return ()
+    causes = tuple(c.strip() for c in value.split(",") if c.strip())
+    bad = [c for c in causes if c not in CAUSES]
+    if bad:
+        raise click.BadParameter(f"unknown cause {bad[0]!r}; one of {', '.join(CAUSES)}", param_hint="--fail-on")
+    return causes
+
+
+def _link(value: str | None) -> float | None:
+    if value is None:
+        return None
+    from tracediag.model.specs import parse_link
+
+    try:
+        return parse_link(value).bandwidth_gbps
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="--link-gbps") from None
+
+
+@click.command()
+@click.argument("paths", nargs=-1, required=True)
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the report to this file.")
+@click.option("--fail-on", metavar="CAUSE[,CAUSE]", help=f"Exit {EXIT_FINDING} when a finding of these causes exists.")
+@click.option("--step-regex", metavar="REGEX", help=r"Step markers other than ProfilerStep#N, e.g. '^step (\d+)$'.")
+@click.option(
+    "--link-gbps",
+    metavar="GBPS|PRESET",
+    help="Peak bus bandwidth of the link in GB/s, or a link preset (nvlink4, ib-ndr, ...).",
+)
+@trace_options
+def analyze(
+    paths: tuple[str, ...],
+    fmt: str,
+    output: str | None,
+    fail_on: str | None,
+    step_regex: str | None,
+    link_gbps: str | None,
+    jobs: int,
+    rank_from_filename: str | None,
+    rank_map: tuple[str, ...],
+) -> None:
+    """Name the cause of slow steps in trace files, globs, directories or an ingest Parquet."""
+    gate = _causes(fail_on)
+    peak = _link(link_gbps)
+    run = load_traces(paths, jobs, rank_from_filename, rank_map)
+    try:
+        result = run_analysis(run, step_regex=step_regex, link_gbps=peak)
+    except (TracediagError, ValueError) as e:
+        raise InputError(str(e).replace("\n", "\nError: ")) from None
+    text = orjson.dumps(result.to_dict()).decode() if fmt == "json" else render_text(result)
+    if output:
+        with open(output, "w", encoding="utf-8") as f:
+            f.write(text + "\n")
+    else:
+        click.echo(text)
+    if gate and any(f.cause in gate for f in result.findings):
+        raise SystemExit(EXIT_FINDING)
