@@ -152,6 +152,18 @@ def test_pipeline_bubble_uses_bubble_column_else_is_not_visible():
     assert rows["bubble"]["ratio"] == pytest.approx(0.3 / p.time.bubble_s, rel=1e-3)
 
 
+def test_send_recv_waits_are_compared_with_bubble_plus_pp_and_left_out_of_collectives():
+    p = _prediction(Split(pp=2, dp=2))
+    a = _analysis(collectives=[_coll("5", "all_reduce", 2), _coll("6", "send", 2)])
+    a = dataclasses.replace(a, steps=a.steps.with_columns(exposed_p2p_ns=pl.lit(150 * MS)))
+    rows = _by_name(check(a, p))
+    assert rows["bubble"]["observed"] == pytest.approx(0.15)
+    assert rows["bubble"]["predicted"] == pytest.approx(p.time.bubble_s + p.time.exposed_pp_s)
+    assert "exposed_pp" not in rows
+    assert rows["exposed_comm"]["observed"] == pytest.approx(0.05)
+    assert rows["exposed_dp"]["observed"] == pytest.approx(0.05)  # the only collective kind left is DP
+
+
 def test_world_size_mismatch_and_close_match_sentence():
     p = _prediction(Split(dp=8), gpus=8)
     step_ms = round(1e3 * p.step_time_s)

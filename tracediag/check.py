@@ -51,7 +51,9 @@ _ADVICE = {
     "bubble": "the pipeline idles more than its schedule should (stage imbalance, too few micro-batches)",
     "idle": "the device is left without work (input loading, host overhead, synchronisation)",
 }
-_P2P = {"send", "recv"}
+_P2P = ("send", "recv")
+P2P_COLUMN = "exposed_p2p_ns"
+"""Optional steps column: exposed time in which only send/recv (pipeline traffic) is active."""
 _DESC_KIND = re.compile(r"(?<![a-z])(tp|cp|ep|dp|pp)(?![a-z])")
 
 
@@ -293,24 +295,28 @@ def _collective_kinds(collectives: pl.DataFrame, split: Split, groups: dict[str,
 
 
 def _exposed(steps: pl.DataFrame, kinds: pl.DataFrame, split: Split, p: Prediction) -> list[Component]:
-    """Exposed communication: the total, and per kind where the trace can attribute it."""
+    """Exposed communication: the total over collectives, and per kind where the trace can attribute it.
+
+    When the steps table separates send/recv waits (`exposed_p2p_ns`), they go to the pipeline row
+    (`_bubble`) and are left out here, together with the PP kind.
+    """
     t = p.time
-    predicted = {k: getattr(t, f"exposed_{k}_s") for k in KINDS}
-    total = _median_s(steps, "exposed_comm_ns")
+    p2p_apart = P2P_COLUMN in steps.columns
+    kinds_here = tuple(k for k in KINDS if not (p2p_apart and k == "pp"))
+    predicted = {k: getattr(t, f"exposed_{k}_s") for k in kinds_here}
+    exposed = pl.col("exposed_comm_ns") - (pl.col(P2P_COLUMN) if p2p_apart else 0)
+    total = _median_s(steps.select(exposed), "exposed_comm_ns")
     wait = _median_s(steps, "wait_ns")
     waiting = f"; median {1e3 * wait:.1f} ms of waiting for peers" if wait else ""
-    rows = [Component(name="exposed_comm", observed=total, predicted=sum(predicted.values()), note=waiting[2:])]
+    note = ("send/recv waits are in the pipeline row" + waiting) if p2p_apart else waiting[2:]
+    rows = [Component(name="exposed_comm", observed=total, predicted=sum(predicted.values()), note=note)]
     degrees = _degrees(split)
     span = (pl.col("end_ns") - pl.col("first_arrival_ns")).clip(0)
-    share = (
-        kinds.group_by("kind").agg(span.sum().alias("ns"))
-        if kinds.height
-        else pl.DataFrame(schema={"kind": pl.String(), "ns": pl.Int64()})
-    )
-    shares = dict(share.iter_rows())
+    colls = kinds.filter(~pl.col("op").is_in(_P2P)) if p2p_apart else kinds
+    shares = dict(colls.group_by("kind").agg(span.sum()).iter_rows()) if colls.height else {}
     seen = {k for k in shares if k is not None}
     whole = sum(shares.values()) or 1
-    for k in KINDS:
+    for k in kinds_here:
         if degrees[k] <= 1 and k not in seen:
             continue
         if seen == {k} and None not in shares:
@@ -318,24 +324,31 @@ def _exposed(steps: pl.DataFrame, kinds: pl.DataFrame, split: Split, p: Predicti
         elif k not in seen:
             observed, note = None, f"{NOT_VISIBLE}: no {k.upper()} collectives identified"
         else:
-            pct = 100 * shares[k] / whole
             observed = None
             note = (
                 f"{NOT_VISIBLE}: exposed time is not split by group; "
-                f"{k.upper()} collectives are {pct:.0f}% of collective time"
+                f"{k.upper()} collectives are {100 * shares[k] / whole:.0f}% of collective time"
             )
         rows.append(Component(name=f"exposed_{k}", observed=observed, predicted=predicted[k], note=note))
     return rows
 
 
 def _bubble(analysis: Analysis, p: Prediction) -> Component:
-    predicted = p.time.bubble_s
-    if "bubble_ns" in analysis.steps.columns:
-        return Component(name="bubble", observed=_median_s(analysis.steps, "bubble_ns"), predicted=predicted)
-    if p.split.pp == 1 and "pipeline" not in analysis.extra:
-        return Component(name="bubble", observed=0.0, predicted=predicted, note="no pipeline")
+    """The pipeline bubble: measured directly, or as send/recv waits (bubble + PP transfers), or not at all."""
+    steps, t = analysis.steps, p.time
+    if "bubble_ns" in steps.columns:
+        return Component(name="bubble", observed=_median_s(steps, "bubble_ns"), predicted=t.bubble_s)
+    if P2P_COLUMN in steps.columns:
+        return Component(
+            name="bubble",
+            observed=_median_s(steps, P2P_COLUMN),
+            predicted=t.bubble_s + t.exposed_pp_s,
+            note="waits in send/recv: the bubble and PP transfers together (the trace does not separate them)",
+        )
+    if p.split.pp == 1:
+        return Component(name="bubble", observed=0.0, predicted=t.bubble_s, note="no pipeline")
     return Component(
-        name="bubble", observed=None, predicted=predicted, note=f"{NOT_VISIBLE}: pipeline idle is not separated"
+        name="bubble", observed=None, predicted=t.bubble_s, note=f"{NOT_VISIBLE}: pipeline waits are not separated"
     )
 
 

@@ -1,0 +1,256 @@
+"""The HTML report: one self-contained file (plotly.js inline, no network) for a CI artifact.
+
+Order: findings with their evidence (and the observed-vs-predicted sentence), rank × step heat-maps
+of step time and compute, per-rank breakdown bars, the slowest step's timeline with collective waits,
+pipeline stage idle shares (when the analysis has a pipeline section), observed against predicted
+(when a model was given), warnings, and the report's size. Every string from a trace is escaped.
+"""
+
+from __future__ import annotations
+
+from importlib.metadata import version
+from typing import TYPE_CHECKING, Any
+
+from tracediag.report.figures import Figure, breakdown, check_chart, esc, heatmap, pipeline_idle, timeline
+
+if TYPE_CHECKING:
+    from tracediag.analysis import Analysis, Finding
+
+CONFIG = {"displaylogo": False, "responsive": True, "modeBarButtonsToRemove": ["select2d", "lasso2d"]}
+_SIZE_MARK = "@@REPORT_SIZE@@"
+_MAX_LIST = 12
+"""Ranks or steps listed in a finding before the rest are counted."""
+
+_CSS = """
+body{margin:0;background:#f5f6f8;color:#1f2328;font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif}
+main{max-width:1320px;margin:0 auto;padding:20px 24px 40px}
+header h1{font-size:22px;margin:4px 0}
+header p{margin:2px 0;color:#57606a}
+nav a{margin-right:14px;color:#0969da;text-decoration:none;font-size:13px}
+section{background:#fff;border:1px solid #d8dee4;border-radius:8px;padding:14px 20px;margin:16px 0}
+section h2{font-size:17px;margin:2px 0 10px}
+.grid2{display:grid;grid-template-columns:1fr 1fr;gap:16px}
+@media (max-width:1000px){.grid2{grid-template-columns:1fr}}
+.caption{color:#57606a;font-size:12px;margin:2px 0 8px}
+.finding{border-left:5px solid #8c959f;padding:6px 12px;margin:10px 0;background:#fafbfc}
+.finding h3{font-size:15px;margin:2px 0 4px;font-weight:600}
+.finding.bad{border-left-color:#cf222e}
+.finding.ok{border-left-color:#1a7f37}
+.finding.check{border-left-color:#8250df}
+.badge{display:inline-block;font-size:12px;padding:1px 8px;border-radius:10px;background:#eaeef2;margin-right:6px}
+.meta{color:#57606a;font-size:13px;margin:2px 0 6px}
+table{border-collapse:collapse;font-size:13px;margin:6px 0}
+th,td{padding:3px 10px;border-bottom:1px solid #eaeef2;text-align:left;vertical-align:top}
+th{background:#f6f8fa;font-weight:600}
+td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
+td.key{color:#57606a;white-space:nowrap}
+.note{color:#57606a}
+footer{color:#57606a;font-size:12px;margin-top:10px}
+"""
+
+
+def _figure(fig: Figure, name: str) -> str:
+    import plotly.io as pio
+
+    div = pio.to_html(
+        fig.figure, include_plotlyjs=False, full_html=False, div_id=f"fig-{name}", config=CONFIG, default_width="100%"
+    )
+    return f'<div class="plot">{div}<p class="caption">{esc(fig.caption)}</p></div>'
+
+
+def _ms(ns: float) -> str:
+    return f"{ns / 1e6:,.1f} ms"
+
+
+def _size(n: int) -> str:
+    return f"{n / 1e6:.1f} MB" if n >= 1e5 else f"{n / 1e3:.0f} kB"
+
+
+def _listing(values: tuple[int, ...]) -> str:
+    """`0–3, 7, 9` style, the first `_MAX_LIST` pieces, then a count."""
+    runs: list[list[int]] = []
+    for v in sorted(values):
+        if runs and v == runs[-1][1] + 1:
+            runs[-1][1] = v
+        else:
+            runs.append([v, v])
+    pieces = [str(a) if a == b else f"{a}–{b}" for a, b in runs]
+    more = f" … ({len(values):,} in all)" if len(pieces) > _MAX_LIST else ""
+    return ", ".join(pieces[:_MAX_LIST]) + more if pieces else "—"
+
+
+def _value(v: Any) -> str:
+    """An evidence value as text: numbers to 4 digits, lists and mappings without brackets, long ones cut."""
+    if isinstance(v, float):
+        return f"{v:,.4g}"
+    if isinstance(v, dict):
+        items = [f"{k}: {_value(x)}" for k, x in v.items()]
+    elif isinstance(v, (list, tuple)):
+        items = [_value(x) for x in v]
+    else:
+        return str(v)
+    more = f" … ({len(items):,} in all)" if len(items) > 2 * _MAX_LIST else ""
+    return ", ".join(items[: 2 * _MAX_LIST]) + more
+
+
+def _finding(f: Finding) -> str:
+    kind = "ok" if f.cause == "healthy" else "bad"
+    evidence = "".join(
+        f'<tr><td class="key">{esc(k)}</td><td>{esc(_value(v))}</td></tr>' for k, v in f.evidence.items()
+    )
+    return (
+        f'<article class="finding {kind}"><h3><span class="badge">{esc(f.cause)}</span>{esc(f.summary)}</h3>'
+        f'<p class="meta">ranks {esc(_listing(f.ranks))} · steps {esc(_listing(f.steps))} · time lost '
+        f"{_ms(f.time_lost_ns)} · confidence {f.confidence:.2f}</p>"
+        + (f"<table>{evidence}</table>" if evidence else "")
+        + "</article>"
+    )
+
+
+def _findings(analysis: Analysis) -> str:
+    cards = [_finding(f) for f in analysis.findings] or ['<p class="note">No findings.</p>']
+    check = analysis.extra.get("check")
+    if isinstance(check, dict) and check.get("sentence"):
+        cards.insert(
+            0,
+            '<article class="finding check"><h3><span class="badge">vs prediction</span>'
+            f'{esc(check["sentence"])}</h3><p class="meta"><a href="#check">observed against predicted</a></p>'
+            "</article>",
+        )
+    return '<section id="findings"><h2>Findings</h2>' + "".join(cards) + "</section>"
+
+
+def _num(v: float | None, unit: str) -> str:
+    if v is None:
+        return "—"
+    return f"{100 * v:.1f}%" if unit == "fraction" else f"{1e3 * v:,.1f} ms"
+
+
+def _ratio(r: float | None) -> str:
+    return "—" if r is None else f"{r:.2f}×"
+
+
+def _check(check: dict[str, Any]) -> str:
+    plan = check.get("plan", {})
+    split = " ".join(f"{k}={esc(v)}" for k, v in plan.get("split", {}).items())
+    head = (
+        f'<p class="meta">{esc(plan.get("model", "?"))} on {esc(plan.get("gpus", "?"))} × '
+        f"{esc(plan.get('device', '?'))}, {split}, engine {esc(plan.get('engine', '?'))}</p>"
+    )
+    comp = "".join(
+        f"<tr><td>{esc(c['label'])}</td><td class='num'>{_num(c['observed'], c['unit'])}</td>"
+        f"<td class='num'>{_num(c['predicted'], c['unit'])}</td>"
+        f"<td class='num'>{_ratio(c['ratio'])}</td>"
+        f"<td class='note'>{esc(c['note'])}</td></tr>"
+        for c in check.get("components", [])
+    )
+    links = "".join(
+        f"<tr><td>{esc(li['kind'] or '?')}</td><td>{esc(li['op'])}</td><td>{esc(', '.join(li['groups']) or '—')}</td>"
+        f"<td class='num'>{li['collectives']:,}</td><td class='num'>{li['busbw_gbps']:,.2f}</td>"
+        f"<td class='num'>{'—' if li['link_busbw_gbps'] is None else format(li['link_busbw_gbps'], ',.0f')}</td>"
+        f"<td>{esc(li['link'] or '—')}</td>"
+        f"<td class='num'>{_ratio(li['ratio'])}</td>"
+        f"<td class='note'>{esc(li['kind_from'])}{'; ' + esc(li['note']) if li['note'] else ''}</td></tr>"
+        for li in check.get("links", [])
+    )
+    notes = "".join(f"<li>{esc(n)}</li>" for n in check.get("notes", []))
+    return (
+        '<section id="check"><h2>Observed against predicted</h2>'
+        + head
+        + f"<p><b>{esc(check.get('sentence', ''))}</b></p>"
+        + (f"<ul class='note'>{notes}</ul>" if notes else "")
+        + _figure(check_chart(check), "check")
+        + "<table><tr><th>component</th><th>observed</th><th>predicted</th><th>ratio</th><th>note</th></tr>"
+        + comp
+        + "</table>"
+        + (
+            "<h3>Bus bandwidth per collective kind</h3><table><tr><th>kind</th><th>op</th><th>groups</th>"
+            "<th>collectives</th><th>achieved GB/s</th><th>link GB/s</th><th>link</th><th>ratio</th>"
+            f"<th>how the kind was told</th></tr>{links}</table>"
+            if links
+            else '<p class="note">No collective with a measured bus bandwidth.</p>'
+        )
+        + "</section>"
+    )
+
+
+def _pipeline(section: Any) -> str:
+    if not isinstance(section, list) or not section:
+        return ""
+    fig = pipeline_idle([p for p in section if isinstance(p, dict)])
+    return (
+        '<section id="pipeline"><h2>Pipeline stages: idle share against the ideal bubble</h2>'
+        + (_figure(fig, "pipeline") if fig else '<p class="note">No stage shares in the analysis.</p>')
+        + "</section>"
+    )
+
+
+def _body(analysis: Analysis) -> str:
+    steps = analysis.steps
+    parts = [_findings(analysis)]
+    if steps.height:
+        parts.append(
+            '<section id="heatmaps"><h2>Step time and compute per rank and step</h2><div class="grid2">'
+            + _figure(heatmap(steps, "dur_ns", "step time (ms)"), "step-time")
+            + _figure(heatmap(steps, "compute_ns", "compute (ms)"), "compute")
+            + "</div></section>"
+        )
+        parts.append(
+            '<section id="breakdown"><h2>Where each rank\'s step goes</h2>'
+            + _figure(breakdown(steps), "breakdown")
+            + "</section>"
+        )
+        tl = timeline(analysis)
+        if tl is not None:
+            parts.append(
+                '<section id="timeline"><h2>The slowest step across ranks</h2>' + _figure(tl, "timeline") + "</section>"
+            )
+    parts.append(_pipeline(analysis.extra.get("pipeline")))
+    check = analysis.extra.get("check")
+    if isinstance(check, dict):
+        parts.append(_check(check))
+    if analysis.warnings:
+        items = "".join(f"<li>{esc(w)}</li>" for w in analysis.warnings)
+        parts.append(f'<section id="warnings"><h2>Warnings</h2><ul>{items}</ul></section>')
+    return "".join(parts)
+
+
+def _header(analysis: Analysis, title: str) -> str:
+    steps = analysis.steps
+    median = _ms(steps["dur_ns"].median()) if steps.height else "—"
+    excluded = f" ({analysis.excluded_steps} partial steps left out)" if analysis.excluded_steps else ""
+    links = [("findings", "Findings"), ("heatmaps", "Heat-maps"), ("breakdown", "Breakdown")]
+    links += [("timeline", "Slowest step")] if steps.height else []
+    links += [("pipeline", "Pipeline")] if analysis.extra.get("pipeline") else []
+    links += [("check", "vs prediction")] if isinstance(analysis.extra.get("check"), dict) else []
+    nav = "".join(f'<a href="#{a}">{t}</a>' for a, t in links)
+    return (
+        f"<header><h1>{esc(title)}</h1><p>{len(analysis.ranks):,} ranks traced of world size "
+        f"{analysis.world_size:,} · {len(analysis.step_numbers):,} steps{excluded} · median step {median}</p>"
+        f"<nav>{nav}</nav></header>"
+    )
+
+
+def render_html(analysis: Analysis, *, title: str = "tracediag report") -> str:
+    """The report as one self-contained HTML page (plotly.js embedded; opens offline).
+
+    The footer states the page's own size; at 1,024 ranks × 100 steps it is about
+    the size of plotly.js (4.8 MB) plus 1-2 MB of figures (docs/report.md).
+    """
+    from plotly.offline import get_plotlyjs
+
+    js = get_plotlyjs()
+    page = (
+        '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{esc(title)}</title><style>{_CSS}</style>"
+        f'<script type="text/javascript">{js}</script></head><body><main>'
+        + _header(analysis, title)
+        + _body(analysis)
+        + f"<footer>Report size {_SIZE_MARK} (plotly.js {_size(len(js.encode()))} of it, embedded: the page "
+        f"needs no network) · tracediag {esc(version('tracediag'))}</footer></main></body></html>"
+    )
+    size = len(page.encode())
+    for _ in range(2):  # the size line's own length changes the size by a few bytes at most
+        size = len(page.replace(_SIZE_MARK, _size(size)).encode())
+    return page.replace(_SIZE_MARK, _size(size))
