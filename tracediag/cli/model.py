@@ -208,6 +208,14 @@ def _dump(data: dict) -> str:
 @_errors
 def predict(**kw: Any) -> None:
     """Predict memory per device, step time by part, MFU and tokens/s of one split."""
+    p = prediction_from_options(kw)
+    if kw["output"]:
+        p.save(kw["output"])
+    click.echo(_dump(p.to_dict()) if kw["fmt"] == "json" else render_prediction(p))
+
+
+def prediction_from_options(kw: dict) -> Prediction:
+    """The prediction `predict`'s options describe (also used by `analyze --model ...`)."""
     model, device = _model(kw), _device(kw)
     cp, tp, pp = kw["cp"], kw["tp"], kw["pp"]
     dp = kw["dp"] if kw["dp"] is not None else max(kw["gpus"] // (tp * pp * cp), 1)
@@ -227,10 +235,7 @@ def predict(**kw: Any) -> None:
         micro_batch=kw["micro_batch"],
         recompute=kw["recompute"],
     )
-    p = run_predict(model, device, split, train, resolve_engine(kw["engine_name"]), gpus=kw["gpus"])
-    if kw["output"]:
-        p.save(kw["output"])
-    click.echo(_dump(p.to_dict()) if kw["fmt"] == "json" else render_prediction(p))
+    return run_predict(model, device, split, train, resolve_engine(kw["engine_name"]), gpus=kw["gpus"])
 
 
 @click.command()
