@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 import orjson
 
 from tracediag.analysis import CAUSES, Analysis
 from tracediag.analyze import analyze as _analyze
+from tracediag.cli.check_options import add_check, append_check_text, check_options, finish_report
 from tracediag.cli.common import EXIT_FINDING, InputError
 from tracediag.cli.ingest import load_traces, trace_options
 from tracediag.errors import TracediagError
@@ -36,8 +39,8 @@ def _link(value: str | None) -> float | None:
 
     try:
         return parse_link(value).bandwidth_gbps
-    except ValueError as e:
-        raise click.BadParameter(str(e), param_hint="--link-gbps") from None
+    except (TracediagError, ValueError) as e:
+        raise click.BadParameter(str(e).split("\n")[0], param_hint="--link-gbps") from None
 
 
 @click.command()
@@ -52,6 +55,7 @@ def _link(value: str | None) -> float | None:
     help="Peak bus bandwidth of the link in GB/s, or a link preset (nvlink4, ib-ndr, ...).",
 )
 @trace_options
+@check_options
 def analyze(
     paths: tuple[str, ...],
     fmt: str,
@@ -62,6 +66,7 @@ def analyze(
     jobs: int,
     rank_from_filename: str | None,
     rank_map: tuple[str, ...],
+    **check_kw: Any,
 ) -> None:
     """Name the cause of slow steps in trace files, globs, directories or an ingest Parquet."""
     gate = _causes(fail_on)
@@ -71,11 +76,14 @@ def analyze(
         result = run_analysis(run, step_regex=step_regex, link_gbps=peak)
     except (TracediagError, ValueError) as e:
         raise InputError(str(e).replace("\n", "\nError: ")) from None
+    result = add_check(result, run, check_kw)
     text = orjson.dumps(result.to_dict()).decode() if fmt == "json" else render_text(result)
+    text = append_check_text(text, result, fmt)
     if output:
         with open(output, "w", encoding="utf-8") as f:
             f.write(text + "\n")
     else:
         click.echo(text)
+    finish_report(result, check_kw)
     if gate and any(f.cause in gate for f in result.findings):
         raise SystemExit(EXIT_FINDING)

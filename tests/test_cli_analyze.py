@@ -1,0 +1,58 @@
+"""`tracediag analyze` wiring: formats, output file, --fail-on, bad input, Parquet input (issue 3)."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+from conftest import FIXTURES
+
+from tracediag.cli import cli
+from tracediag.cli.common import EXIT_FINDING
+
+RUN = FIXTURES / "runs" / "straggler_persistent"
+TRACES = [str(p) for p in sorted(RUN.glob("rank*.pt.trace.json.gz"))]
+
+
+def test_text_names_cause_rank_and_steps_first(runner):
+    result = runner.invoke(cli, ["analyze", *TRACES, "-j", "1"])
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines[2].startswith("1. compute_straggler  ranks 2  steps 2..9")
+    assert any(line.strip().startswith("step ") or "per step" in line for line in lines)
+
+
+def test_json_to_file_and_fail_on_exits_3(runner, tmp_path):
+    out = tmp_path / "a.json"
+    args = ["analyze", str(RUN / "rank*.pt.trace.json.gz"), "-j", "1", "--format", "json", "-o", str(out)]
+    result = runner.invoke(cli, [*args, "--fail-on", "comm_bound,compute_straggler"])
+    assert result.exit_code == EXIT_FINDING
+    doc = orjson.loads(out.read_bytes())
+    assert doc["schema_version"] == "1.0"
+    assert doc["run"]["steps"] == list(range(2, 10))
+    assert [(f["cause"], f["ranks"]) for f in doc["findings"]] == [("compute_straggler", [2])]
+    assert runner.invoke(cli, [*args, "--fail-on", "input_bound"]).exit_code == 0
+
+
+def test_parquet_from_ingest_gives_the_same_findings(runner, tmp_path):
+    pq = tmp_path / "run.parquet"
+    assert runner.invoke(cli, ["ingest", *TRACES, "-j", "1", "-o", str(pq)]).exit_code == 0
+    direct = orjson.loads(runner.invoke(cli, ["analyze", *TRACES, "-j", "1", "--format", "json"]).stdout)
+    cached = orjson.loads(runner.invoke(cli, ["analyze", str(pq), "--format", "json"]).stdout)
+    assert cached["findings"] == direct["findings"]
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--fail-on", "slow"], "unknown cause 'slow'"),
+        (["--link-gbps", "warp-drive"], "unknown link"),
+        (["--step-regex", "^nothing (\\d+)$"], "no host row matches --step-regex"),
+        (["--step-regex", "(unclosed"], "not a valid regular expression"),
+    ],
+    ids=["fail-on", "link", "no-steps", "bad-regex"],
+)
+def test_bad_options_exit_2_with_one_line(runner, extra, message):
+    result = runner.invoke(cli, ["analyze", *TRACES, "-j", "1", *extra])
+    assert result.exit_code == 2
+    assert message in result.stderr
+    assert "Traceback" not in result.output

@@ -1,0 +1,105 @@
+"""Steps and per-step breakdown on hand-built CPU and GPU timelines with known answers (issue 3)."""
+
+from __future__ import annotations
+
+import polars as pl
+from _events import events
+
+from tracediag.derive.breakdown import breakdown
+from tracediag.derive.steps import assign_steps, find_markers, step_spans
+
+MS = 1_000_000
+
+
+def _gloo_ddp() -> pl.DataFrame:
+    """One 100 ms step: compute 0-60 on the training thread (tid 1), a gloo all-reduce on the runloop
+    thread (tid 2) 40-90 (20 ms hidden by compute, 30 exposed), a c10d op nested in compute 50-55,
+    data loading 0-10, the thread in no op 60-90, an optimizer op 90-95."""
+    return events(
+        [
+            {"tid": 1, "kind": "step", "name": "ProfilerStep#7", "ts": 0, "dur": 100 * MS},
+            {"tid": 1, "kind": "annotation", "name": "enumerate(DataLoader)#_Iter.__next__", "ts": 0, "dur": 10 * MS},
+            {"tid": 1, "kind": "cpu_op", "name": "aten::linear", "ts": 10 * MS, "dur": 50 * MS},
+            {
+                "tid": 1,
+                "kind": "cpu_op",
+                "name": "c10d::allreduce_",
+                "ts": 50 * MS,
+                "dur": 5 * MS,
+                "coll_op": "all_reduce",
+            },
+            {
+                "tid": 2,
+                "kind": "comm",
+                "name": "gloo:all_reduce",
+                "ts": 40 * MS,
+                "dur": 50 * MS,
+                "coll_op": "all_reduce",
+            },
+            {"tid": 1, "kind": "cpu_op", "name": "aten::add_", "ts": 90 * MS, "dur": 5 * MS},
+        ]
+    )
+
+
+def test_cpu_breakdown_counts_nested_comm_and_loading_as_non_compute():
+    ev = _gloo_ddp()
+    spans = step_spans(ev, find_markers(ev))
+    b = breakdown(assign_steps(ev, spans), spans).row(0, named=True)
+    assert (b["rank"], b["step"], b["device"], b["dur_ns"]) == (0, 7, -1, 100 * MS)
+    assert b["compute_ns"] == 50 * MS  # 10-50, 55-60, 90-95
+    assert b["comm_ns"] == 50 * MS  # 40-90
+    assert b["exposed_comm_ns"] == 35 * MS  # 50-55 (c10d op) and 60-90
+    assert b["idle_ns"] == 15 * MS  # 0-10 loading, 95-100
+    assert b["input_ns"] == 10 * MS
+    assert b["host_gap_ns"] == 45 * MS  # 0-10 (annotation only), 60-90, 95-100
+    assert b["stall_ns"] == 10 * MS
+
+
+def _gpu_two_steps() -> pl.DataFrame:
+    """Host steps 0-10 and 10-20 ms; step 1's kernels run late (after host step 2 began); a kernel
+    launch in step 2 has no device row (the profiler stopped before it ran)."""
+    host = [
+        {"tid": 1, "kind": "step", "name": "ProfilerStep#1", "ts": 0, "dur": 10 * MS},
+        {"tid": 1, "kind": "step", "name": "ProfilerStep#2", "ts": 10 * MS, "dur": 10 * MS},
+        {"tid": 1, "kind": "runtime", "name": "cudaLaunchKernel", "ts": 1 * MS, "dur": 10, "correlation": 1},
+        {"tid": 1, "kind": "runtime", "name": "cudaLaunchKernel", "ts": 2 * MS, "dur": 10, "correlation": 2},
+        {"tid": 1, "kind": "runtime", "name": "cudaLaunchKernel", "ts": 11 * MS, "dur": 10, "correlation": 3},
+        {"tid": 1, "kind": "runtime", "name": "cudaLaunchKernel", "ts": 12 * MS, "dur": 10, "correlation": 4},
+    ]
+    dev = {"device": 0, "pid": 0, "tid": 7, "stream": 7}
+    kernels = [
+        {**dev, "kind": "kernel", "name": "gemm", "ts": 3 * MS, "dur": 6 * MS, "correlation": 1},
+        {**dev, "kind": "comm", "name": "ncclKernel_AllReduce", "ts": 7 * MS, "dur": 5 * MS, "correlation": 2},
+        {**dev, "kind": "kernel", "name": "gemm", "ts": 14 * MS, "dur": 2 * MS, "correlation": 3},
+    ]
+    return events(host + kernels)
+
+
+def test_gpu_steps_follow_launch_correlation_and_edge_step_with_lost_launch_is_partial():
+    ev = _gpu_two_steps()
+    spans = step_spans(ev, find_markers(ev))
+    assert spans.select("step", "device", "start", "end", "partial").rows() == [
+        (1, 0, 3 * MS, 14 * MS, False),
+        (2, 0, 14 * MS, 16 * MS, True),
+    ]
+    assigned = assign_steps(ev, spans)
+    late = assigned.filter(pl.col("name").cast(pl.String) == "ncclKernel_AllReduce")
+    assert late["step"].to_list() == [1]  # ran during host step 2, launched in step 1
+    b = breakdown(assigned, spans).filter(pl.col("step") == 1).row(0, named=True)
+    assert b["compute_ns"] == 6 * MS
+    assert b["comm_ns"] == 5 * MS
+    assert b["exposed_comm_ns"] == 3 * MS  # 9-12
+    assert b["idle_ns"] == 2 * MS  # 12-14 until step 2's first kernel
+
+
+def test_step_regex_numbers_markers_from_group_or_order():
+    ev = events(
+        [
+            {"kind": "annotation", "name": "train step 5", "ts": 0, "dur": 10},
+            {"kind": "annotation", "name": "train step 6", "ts": 10, "dur": 10},
+            {"kind": "annotation", "name": "forward", "ts": 1, "dur": 2},
+        ]
+    )
+    assert find_markers(ev, step_regex=r"^train step (\d+)$")["step"].to_list() == [5, 6]
+    assert find_markers(ev, step_regex=r"^train step")["step"].to_list() == [0, 1]
+    assert find_markers(ev).height == 0
