@@ -35,7 +35,7 @@ def _analysis(
         {
             "rank": r, "step": s, "start_ns": s * step_ms * MS, "dur_ns": step_ms * MS, "compute_ns": compute_ms * MS,
             "comm_ns": exposed_ms * MS, "exposed_comm_ns": exposed_ms * MS, "wait_ns": wait_ms * MS,
-            "idle_ns": idle_ms * MS, "host_gap_ns": 0, "input_ns": 0,
+            "idle_ns": idle_ms * MS, "host_gap_ns": 0, "input_ns": 0, "device": 0, "exposed_p2p_ns": 0, "stall_ns": 0,
         }
         for r in range(ranks)
         for s in steps
@@ -144,6 +144,7 @@ def test_cpu_only_trace_has_no_mfu_and_says_so():
 def test_pipeline_bubble_uses_bubble_column_else_is_not_visible():
     p = _prediction(Split(pp=2, dp=2))
     a = _analysis()
+    a = dataclasses.replace(a, steps=a.steps.drop("exposed_p2p_ns"))  # an analysis that does not separate p2p
     rows = _by_name(check(a, p))
     assert rows["bubble"]["observed"] is None and rows["bubble"]["note"].startswith(NOT_VISIBLE)
     with_bubble = dataclasses.replace(a, steps=a.steps.with_columns(bubble_ns=pl.lit(300 * MS)))
@@ -155,7 +156,7 @@ def test_pipeline_bubble_uses_bubble_column_else_is_not_visible():
 def test_send_recv_waits_are_compared_with_bubble_plus_pp_and_left_out_of_collectives():
     p = _prediction(Split(pp=2, dp=2))
     a = _analysis(collectives=[_coll("5", "all_reduce", 2), _coll("6", "send", 2)])
-    a = dataclasses.replace(a, steps=a.steps.with_columns(exposed_p2p_ns=pl.lit(150 * MS)))
+    a = dataclasses.replace(a, steps=a.steps.with_columns(exposed_p2p_ns=pl.lit(150 * MS, pl.Int64)))
     rows = _by_name(check(a, p))
     assert rows["bubble"]["observed"] == pytest.approx(0.15)
     assert rows["bubble"]["predicted"] == pytest.approx(p.time.bubble_s + p.time.exposed_pp_s)
@@ -175,12 +176,16 @@ def test_world_size_mismatch_and_close_match_sentence():
 
 
 def test_real_gloo_run_is_compared_and_cpu_limits_are_stated():
-    """A real 4-rank gloo run (TP 2 × DP 2): kinds come from the traces' group names where matched."""
-    analyze = pytest.importorskip("tracediag.analyze").analyze
-    run = tracediag.load(RUNS / "healthy_tp_dp")
-    result = check(analyze(run), _prediction(Split(tp=2, dp=2)), run=run)
+    """A real 4-rank gloo run (TP 2 × DP 2): gloo names no group, so TP and DP (both of size 2) stay apart."""
+    run = tracediag.load(sorted((RUNS / "healthy_tp_dp").glob("rank*.pt.trace.json.gz")))
+    result = check(tracediag.analyze(run), _prediction(Split(tp=2, dp=2)), run=run)
     rows = _by_name(result)
     assert rows["step_time"]["observed"] > 0.05
-    assert rows["mfu"]["observed"] is None
+    assert rows["mfu"]["observed"] is None and any("CPU-only" in n for n in result.notes)
+    for kind in ("tp", "dp"):
+        assert rows[f"exposed_{kind}"]["observed"] is None
+        assert "kind the trace does not tell" in rows[f"exposed_{kind}"]["note"]
+    assert rows["exposed_comm"]["observed"] > 0
+    assert rows["bubble"]["note"] == "no pipeline"
     assert result.sentence
     orjson.dumps(result.to_dict())

@@ -308,7 +308,8 @@ def _exposed(steps: pl.DataFrame, kinds: pl.DataFrame, split: Split, p: Predicti
     total = _median_s(steps.select(exposed), "exposed_comm_ns")
     wait = _median_s(steps, "wait_ns")
     waiting = f"; median {1e3 * wait:.1f} ms of waiting for peers" if wait else ""
-    note = ("send/recv waits are in the pipeline row" + waiting) if p2p_apart else waiting[2:]
+    piped = p2p_apart and (split.pp > 1 or bool(_median_s(steps, P2P_COLUMN)))
+    note = ("send/recv waits are in the pipeline row" + waiting) if piped else waiting[2:]
     rows = [Component(name="exposed_comm", observed=total, predicted=sum(predicted.values()), note=note)]
     degrees = _degrees(split)
     span = (pl.col("end_ns") - pl.col("first_arrival_ns")).clip(0)
@@ -316,19 +317,25 @@ def _exposed(steps: pl.DataFrame, kinds: pl.DataFrame, split: Split, p: Predicti
     shares = dict(colls.group_by("kind").agg(span.sum()).iter_rows()) if colls.height else {}
     seen = {k for k in shares if k is not None}
     whole = sum(shares.values()) or 1
+    unknown = colls.filter(pl.col("kind").is_null())["kind_from"]
     for k in kinds_here:
         if degrees[k] <= 1 and k not in seen:
             continue
-        if seen == {k} and None not in shares:
+        observed = None
+        if seen == {k} and unknown.is_empty():
             observed, note = total, f"all matched collectives are {k.upper()}{waiting}"
-        elif k not in seen:
-            observed, note = None, f"{NOT_VISIBLE}: no {k.upper()} collectives identified"
-        else:
-            observed = None
+        elif k in seen:
             note = (
                 f"{NOT_VISIBLE}: exposed time is not split by group; "
                 f"{k.upper()} collectives are {100 * shares[k] / whole:.0f}% of collective time"
             )
+        elif not unknown.is_empty():
+            note = (
+                f"{NOT_VISIBLE}: {100 * shares[None] / whole:.0f}% of collective time is in collectives whose "
+                f"kind the trace does not tell ({unknown[0]})"
+            )
+        else:
+            note = f"{NOT_VISIBLE}: no {k.upper()} collectives matched"
         rows.append(Component(name=f"exposed_{k}", observed=observed, predicted=predicted[k], note=note))
     return rows
 
@@ -338,15 +345,16 @@ def _bubble(analysis: Analysis, p: Prediction) -> Component:
     steps, t = analysis.steps, p.time
     if "bubble_ns" in steps.columns:
         return Component(name="bubble", observed=_median_s(steps, "bubble_ns"), predicted=t.bubble_s)
+    p2p = _median_s(steps, P2P_COLUMN)
+    if p.split.pp == 1 and not p2p:
+        return Component(name="bubble", observed=0.0, predicted=t.bubble_s, note="no pipeline")
     if P2P_COLUMN in steps.columns:
         return Component(
             name="bubble",
-            observed=_median_s(steps, P2P_COLUMN),
+            observed=p2p,
             predicted=t.bubble_s + t.exposed_pp_s,
             note="waits in send/recv: the bubble and PP transfers together (the trace does not separate them)",
         )
-    if p.split.pp == 1:
-        return Component(name="bubble", observed=0.0, predicted=t.bubble_s, note="no pipeline")
     return Component(
         name="bubble", observed=None, predicted=t.bubble_s, note=f"{NOT_VISIBLE}: pipeline waits are not separated"
     )

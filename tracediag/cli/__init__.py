@@ -21,6 +21,9 @@ def _register() -> None:
     from tracediag.cli.model import register as register_model
 
     register_model(cli)
+    from tracediag.cli.report import report
+
+    cli.add_command(report)
 
 
 _register()

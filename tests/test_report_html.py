@@ -1,0 +1,165 @@
+"""Issue 5: the self-contained HTML report: hostile names stay text, sections, aggregation at 1,024 ranks, CLI."""
+
+from __future__ import annotations
+
+import gzip
+import html
+import re
+import shutil
+from pathlib import Path
+
+import orjson
+import polars as pl
+import pytest
+from click.testing import CliRunner
+
+import tracediag
+from tracediag.analysis import Analysis
+from tracediag.check import check
+from tracediag.cli import cli
+from tracediag.model.engine import resolve_engine
+from tracediag.model.predict import predict
+from tracediag.model.specs import Split, Training, resolve_device, resolve_model
+from tracediag.report import figures
+from tracediag.report.html import render_html
+
+RUNS = Path(__file__).parent.parent / "fixtures" / "runs"
+SCRIPT = "<script>alert(1)</script>"
+IMG = "<img src=x onerror=alert(1)>"
+
+
+def _prediction(split: Split):
+    model, device = resolve_model("tiny"), resolve_device("a100-80gb")
+    return predict(model, device, split, Training(seq_len=512, global_batch=16), resolve_engine("modern"), gpus=4)
+
+
+def _traces(folder: Path) -> list[Path]:
+    return sorted(folder.glob("rank*.pt.trace.json.gz"))
+
+
+def _hostile_copy(src: Path, dst: Path) -> None:
+    """A real run with trace text replaced by markup: op names, the process group's name and description.
+
+    The folder name (`dst`, e.g. the `<img …>` payload) reaches the report through the warning about the
+    manifest, which is not a trace.
+    """
+    dst.mkdir(parents=True)
+    shutil.copy(src / "manifest.json", dst / "manifest.json")
+    for f in _traces(src):
+        trace = orjson.loads(gzip.decompress(f.read_bytes()))
+        trace["distributedInfo"]["pg_config"][0]["pg_desc"] = SCRIPT
+        for e in trace["traceEvents"]:
+            if e.get("name") == "aten::mm":
+                e["name"] = IMG
+            elif e.get("name") == "aten::addmm":
+                e["name"] = SCRIPT
+            elif e.get("name") in ("c10d::allreduce_", "gloo:all_reduce"):
+                # as newer PyTorch records them: the group's name and the message size
+                group = {"Process Group Name": SCRIPT, "In msg nelems": 262144, "Out msg nelems": 262144}
+                e["args"].update({**group, "dtype": "Float", "Group size": 4})
+        (dst / f.name).write_bytes(gzip.compress(orjson.dumps(trace)))
+
+
+def _outside_plotly_js(page: str) -> str:
+    """The page without the embedded plotly.js bundle (which contains its own markup strings)."""
+    from plotly.offline import get_plotlyjs
+
+    js = get_plotlyjs()
+    assert page.count(js) == 1
+    return page.replace(js, "")
+
+
+def test_markup_in_trace_names_appears_as_text(tmp_path):
+    """Kernel, annotation and process-group names from a real trace cannot inject markup or script."""
+    folder = tmp_path / IMG
+    _hostile_copy(RUNS / "straggler_persistent", folder)
+    run = tracediag.load(folder)
+    analysis = tracediag.analyze(run)
+    assert SCRIPT in analysis.collectives["group"].to_list()  # the names did reach the analysis
+    result = check(analysis, _prediction(Split(dp=4)), run=run)
+    page = render_html(Analysis(**{**analysis.__dict__, "extra": {"check": result.to_dict()}}))
+    rest = _outside_plotly_js(page)
+    for raw in (SCRIPT, IMG, "<img", "alert(1)</script>"):
+        assert raw not in rest
+    for shown in (html.escape(SCRIPT), html.escape(IMG)):
+        assert shown in rest
+    # every <script> element is ours: the bundle and one per figure
+    assert rest.count("<script") == 1 + rest.count("Plotly.newPlot(")
+
+
+@pytest.fixture(scope="module")
+def pipeline_analysis() -> Analysis:
+    run = tracediag.load(_traces(RUNS / "pipeline_gpipe_m8"))
+    analysis = tracediag.analyze(run)
+    result = check(analysis, _prediction(Split(pp=4)), run=run)
+    return Analysis(**{**analysis.__dict__, "extra": {**analysis.extra, "check": result.to_dict()}})
+
+
+def test_report_has_every_section_in_order_and_states_its_size(pipeline_analysis):
+    page = render_html(pipeline_analysis)
+    order = ["findings", "heatmaps", "breakdown", "timeline", "pipeline", "check"]
+    positions = [page.index(f'<section id="{s}">') for s in order]
+    assert positions == sorted(positions)
+    for fig in ("step-time", "compute", "breakdown", "timeline", "pipeline", "check"):
+        assert f'id="fig-{fig}"' in page
+    size = re.search(r"Report size ([\d.]+) MB", page)
+    assert size and abs(float(size.group(1)) - len(page.encode()) / 1e6) < 0.051
+    rest = _outside_plotly_js(page)
+    assert "cdn.plot.ly" not in rest and "http" not in rest  # nothing to fetch (the browser test checks it offline)
+
+
+def _replicated(analysis: Analysis, ranks: int, steps: int) -> Analysis:
+    """A 1,024-rank, 100-step analysis made of a real analysis' rows (rank r copies rank r mod n)."""
+    src = analysis.steps
+    n, first = src["rank"].n_unique(), min(src["step"])
+    count = src["step"].n_unique()
+    grid = pl.DataFrame({"rank": range(ranks)}).join(pl.DataFrame({"step": range(first, first + steps)}), how="cross")
+    rows = grid.with_columns(
+        src_rank=(pl.col("rank") % n).cast(pl.Int32), src_step=((pl.col("step") - first) % count + first).cast(pl.Int32)
+    ).join(src.rename({"rank": "src_rank", "step": "src_step"}), on=["src_rank", "src_step"])
+    rows = rows.drop("src_rank", "src_step").select(src.columns).cast(dict(src.schema))
+    return Analysis(**{**analysis.__dict__, "steps": rows, "ranks": tuple(range(ranks)), "world_size": ranks})
+
+
+def test_1024_ranks_are_aggregated(pipeline_analysis):
+    big = _replicated(pipeline_analysis, 1024, 100)
+    heat = figures.heatmap(big.steps, "dur_ns", "step time").figure
+    assert len(heat.data[0].z) == figures.MAX_ROWS and len(heat.data[0].z[0]) == 100
+    bars = figures.breakdown(big.steps).figure
+    assert all(len(t.x) == figures.MAX_BARS for t in bars.data)
+    timeline = figures.timeline(big)
+    rank_rows = {y for t in timeline.figure.data if t.type == "bar" for y in t.y if y.startswith("rank ")}
+    assert len(rank_rows) <= figures.MAX_TIMELINE_RANKS and "of 1,024 ranks" in timeline.caption
+    page = render_html(big)
+    assert len(page.encode()) < 8e6
+
+
+def test_report_command_renders_a_saved_analysis(pipeline_analysis, tmp_path):
+    saved = tmp_path / "analysis.json"
+    saved.write_bytes(orjson.dumps(pipeline_analysis.to_dict()))
+    out = tmp_path / "report.html"
+    result = CliRunner().invoke(cli, ["report", str(saved), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "MB, self-contained" in result.stderr
+    assert 'id="fig-pipeline"' in out.read_text() and 'id="fig-check"' in out.read_text()
+    bad = tmp_path / "bad.json"
+    bad.write_text("{}")
+    result = CliRunner().invoke(cli, ["report", str(bad), "-o", str(out)])
+    assert result.exit_code == 2 and result.stderr.startswith("Error: ") and "Traceback" not in result.output
+
+
+def test_analyze_with_model_options_adds_the_check_to_every_output(tmp_path):
+    traces = [str(p) for p in _traces(RUNS / "healthy_ddp")]
+    model = ["--model", "tiny", "--gpu", "a100-80gb", "--seq-len", "512", "--global-batch", "16"]
+    runner = CliRunner()
+    report = tmp_path / "r.html"
+    text = runner.invoke(cli, ["analyze", *traces, *model, "--html", str(report)])
+    assert text.exit_code == 0, text.output
+    assert "observed vs predicted (tiny on 4 x a100-80gb" in text.stdout
+    assert 'id="fig-check"' in report.read_text()
+    plan = tmp_path / "plan.json"
+    runner.invoke(cli, ["predict", *model, "--gpus", "4", "-o", str(plan)])
+    data = runner.invoke(cli, ["analyze", *traces, "--plan", str(plan), "--format", "json"])
+    assert orjson.loads(data.stdout)["check"]["plan"]["gpus"] == 4
+    missing = runner.invoke(cli, ["analyze", *traces, "--model", "tiny"])
+    assert missing.exit_code == 2 and "needs --gpu --seq-len --global-batch" in missing.stderr

@@ -1,0 +1,97 @@
+"""What `tracediag analyze` gets for the observed-vs-predicted check and the HTML report.
+
+`check_options` adds `--html FILE`, `--plan plan.json` and `predict`'s model options (`--model`,
+`--gpu`, `--tp`, ...; the same definitions, none required) to a command; the command passes the
+extra keyword arguments to `add_check` (before rendering) and `finish_report` (after).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from tracediag.check import check
+from tracediag.cli.common import InputError
+from tracediag.cli.model import predict, prediction_from_options
+from tracediag.cli.report import write_html
+from tracediag.errors import TracediagError
+from tracediag.model.predict import load_prediction
+from tracediag.report.check_text import render_check_text
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from tracediag.analysis import Analysis
+    from tracediag.model.predict import Prediction
+    from tracediag.run import Run
+
+_NOT_SHARED = {"fmt", "output"}
+"""`predict` options that mean something else (or nothing) for `analyze`."""
+_NEEDED = ("gpu", "seq_len", "global_batch")
+
+
+def _optional(param: click.Parameter) -> click.Parameter:
+    p = copy.copy(param)
+    p.required = False
+    return p
+
+
+def check_options(f: Callable) -> Callable:
+    """Decorator: add `--html`, `--plan` and the model options of `tracediag predict`."""
+    params = [
+        click.Option(
+            ["--html", "html_path"],
+            type=click.Path(dir_okay=False, path_type=Path),
+            help="Also write the report as one self-contained HTML file (opens offline).",
+        ),
+        click.Option(
+            ["--plan", "plan_path"],
+            type=click.Path(exists=True, dir_okay=False, path_type=Path),
+            help="Compare with a prediction saved by `tracediag predict -o` (instead of --model ...).",
+        ),
+        *(_optional(p) for p in predict.params if p.name not in _NOT_SHARED),
+    ]
+    # click applies decorators bottom-up and reverses the list it collects; keep the order above
+    f.__click_params__ = [*getattr(f, "__click_params__", []), *reversed(params)]
+    return f
+
+
+def _prediction(kw: dict[str, Any], analysis: Analysis) -> Prediction | None:
+    if kw["plan_path"] is not None:
+        return load_prediction(kw["plan_path"])
+    if kw["model_name"] is None and kw["layers"] is None:
+        return None
+    missing = [n for n in _NEEDED if kw[n] is None]
+    if missing:
+        msg = f"a model check needs --{' --'.join(m.replace('_', '-') for m in missing)} (or --plan plan.json)"
+        raise InputError(msg)
+    gpus = kw["gpus"] if kw["gpus"] is not None else analysis.world_size
+    return prediction_from_options({**kw, "gpus": gpus})
+
+
+def add_check(analysis: Analysis, run: Run, kw: dict[str, Any]) -> Analysis:
+    """The analysis with `extra["check"]` when a plan or a model was given; else unchanged."""
+    try:
+        prediction = _prediction(kw, analysis)
+    except TracediagError as e:
+        raise InputError(str(e).replace("\n\n", " ")) from None
+    if prediction is None:
+        return analysis
+    result = check(analysis, prediction, run=run)
+    return dataclasses.replace(analysis, extra={**analysis.extra, "check": result.to_dict()})
+
+
+def append_check_text(text: str, analysis: Analysis, fmt: str) -> str:
+    """The text report followed by the check's block (text format, when a check was made)."""
+    found = analysis.extra.get("check")
+    return f"{text}\n\n{render_check_text(found)}" if fmt == "text" and found else text
+
+
+def finish_report(analysis: Analysis, kw: dict[str, Any]) -> None:
+    """Write the HTML report when `--html` was given."""
+    if kw["html_path"] is not None:
+        write_html(analysis, kw["html_path"])

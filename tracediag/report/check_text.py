@@ -1,0 +1,40 @@
+"""The terminal rendering of the observed-vs-predicted check (`analysis.extra["check"]`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def _value(v: float | None, unit: str) -> str:
+    if v is None:
+        return "-"
+    return f"{100 * v:.1f}%" if unit == "fraction" else f"{1e3 * v:,.1f} ms"
+
+
+def render_check_text(check: dict[str, Any]) -> str:
+    """A block printed after the analysis text: the sentence, one line per component, bus bandwidths."""
+    plan = check.get("plan", {})
+    split = " ".join(f"{k}={v}" for k, v in plan.get("split", {}).items())
+    lines = [
+        f"observed vs predicted ({plan.get('model')} on {plan.get('gpus')} x {plan.get('device')}, {split})",
+        f"   {check.get('sentence', '')}",
+        *(f"   note: {n}" for n in check.get("notes", [])),
+        f"   {'component':<36}{'observed':>12}{'predicted':>12}{'ratio':>9}",
+    ]
+    for c in check.get("components", []):
+        ratio = "-" if c["ratio"] is None else f"{c['ratio']:.2f}x"
+        lines.append(
+            f"   {c['label']:<36}{_value(c['observed'], c['unit']):>12}{_value(c['predicted'], c['unit']):>12}"
+            f"{ratio:>9}  {c['note']}".rstrip()
+        )
+    links = check.get("links", [])
+    if links:
+        lines.append("   bus bandwidth (GB/s): achieved vs the link's figure")
+    for li in links:
+        figure = "-" if li["link_busbw_gbps"] is None else f"{li['link_busbw_gbps']:,.0f} ({li['link']})"
+        ratio = "" if li["ratio"] is None else f" = {li['ratio']:.2f}x"
+        lines.append(
+            f"   {li['kind'] or '?'} {li['op']}: {li['busbw_gbps']:,.2f} vs {figure}{ratio}; "
+            f"{li['collectives']} collectives; kind from {li['kind_from']}"
+        )
+    return "\n".join(lines)
