@@ -44,6 +44,10 @@ instances of different groups matched by occurrence. Ends of one collective diff
 completion skew (µs on NCCL, ~0.1 ms on gloo/TCP), while different groups' instances differ by
 the compute between them (ms)."""
 
+LATE_SHARE = 0.1
+"""A rank counts among an instance's last arrivers when it arrives within this share of the
+instance's skew of the last one (a slow node's ranks arrive last together)."""
+
 INSTANCE_SCHEMA: dict[str, pl.DataType] = {
     "rank": pl.Int32(),
     "group": pl.String(),
@@ -124,7 +128,7 @@ def clock_offsets(instances: pl.DataFrame, key: tuple[str, ...] = ("group", "op"
 
 def match_instances(instances: pl.DataFrame, offsets: pl.DataFrame, *, split_gap_ns: int | None = None) -> pl.DataFrame:
     """Per rank and matched instance, aligned: adds ``iid`` (instance id), ``arrival``, ``aligned_end``,
-    ``last_arrival``, ``wait_ns``, ``is_last`` and ``n_ranks``.
+    ``last_arrival``, ``wait_ns``, ``is_last`` (among the last arrivers, `LATE_SHARE`) and ``n_ranks``.
 
     `split_gap_ns`: split a key's ranks into separate instances where consecutive aligned ends are
     further apart than this (None: never split).
@@ -146,17 +150,16 @@ def match_instances(instances: pl.DataFrame, offsets: pl.DataFrame, *, split_gap
         lf.with_columns(
             n_ranks=pl.len().over(inst).cast(pl.Int32),
             last_arrival=pl.col("arrival").max().over(inst),
-            _last_rank=pl.col("rank").sort_by("arrival").last().over(inst),
         )
         .with_columns(
             wait_ns=pl.min_horizontal(pl.col("last_arrival") - pl.col("arrival"), pl.col("end") - pl.col("ts")).clip(
                 lower_bound=0
             ),
-            is_last=pl.col("rank") == pl.col("_last_rank"),
-            iid=pl.struct(inst).rank("dense").cast(pl.Int64),
+            is_last=pl.col("arrival")
+            >= pl.col("last_arrival") - LATE_SHARE * (pl.col("last_arrival") - pl.col("arrival").min().over(inst)),
+            iid=pl.struct(inst).hash(),
         )
-        .drop("_last_rank", "_part")
-        .sort("iid", "rank")
+        .drop("_part")
         .collect()
     )
 
@@ -212,7 +215,7 @@ def summarize_instances(matched: pl.DataFrame) -> pl.DataFrame:
 def wait_per_step(matched: pl.DataFrame) -> pl.DataFrame:
     """Per (rank, step): ``wait_ns`` (time in collectives waiting for the last peer: the union of
     [arrival, last arrival] over the step's instances, so concurrent buckets count once), ``late_n``
-    (instances where the rank arrived last) and ``coll_n`` (instances)."""
+    (instances where the rank was among the last arrivers) and ``coll_n`` (instances)."""
     lf = matched.lazy().filter(pl.col("n_ranks") > 1, pl.col("step").is_not_null())
     waiting = lf.filter(pl.col("wait_ns") > 0).select(
         "rank", "step", ts="arrival", end=pl.col("arrival") + pl.col("wait_ns")
