@@ -2,62 +2,21 @@
 
 from __future__ import annotations
 
-import gzip
+import dataclasses
 import html
 import re
-import shutil
-from pathlib import Path
 
 import orjson
 import polars as pl
 import pytest
+from _reports import IMG, RUNS, SCRIPT, analysis_with_check, hostile_copy, traces
 from click.testing import CliRunner
 
-import tracediag
 from tracediag.analysis import Analysis
-from tracediag.check import check
 from tracediag.cli import cli
-from tracediag.model.engine import resolve_engine
-from tracediag.model.predict import predict
-from tracediag.model.specs import Split, Training, resolve_device, resolve_model
+from tracediag.model.specs import Split
 from tracediag.report import figures
 from tracediag.report.html import render_html
-
-RUNS = Path(__file__).parent.parent / "fixtures" / "runs"
-SCRIPT = "<script>alert(1)</script>"
-IMG = "<img src=x onerror=alert(1)>"
-
-
-def _prediction(split: Split):
-    model, device = resolve_model("tiny"), resolve_device("a100-80gb")
-    return predict(model, device, split, Training(seq_len=512, global_batch=16), resolve_engine("modern"), gpus=4)
-
-
-def _traces(folder: Path) -> list[Path]:
-    return sorted(folder.glob("rank*.pt.trace.json.gz"))
-
-
-def _hostile_copy(src: Path, dst: Path) -> None:
-    """A real run with trace text replaced by markup: op names, the process group's name and description.
-
-    The folder name (`dst`, e.g. the `<img …>` payload) reaches the report through the warning about the
-    manifest, which is not a trace.
-    """
-    dst.mkdir(parents=True)
-    shutil.copy(src / "manifest.json", dst / "manifest.json")
-    for f in _traces(src):
-        trace = orjson.loads(gzip.decompress(f.read_bytes()))
-        trace["distributedInfo"]["pg_config"][0]["pg_desc"] = SCRIPT
-        for e in trace["traceEvents"]:
-            if e.get("name") == "aten::mm":
-                e["name"] = IMG
-            elif e.get("name") == "aten::addmm":
-                e["name"] = SCRIPT
-            elif e.get("name") in ("c10d::allreduce_", "gloo:all_reduce"):
-                # as newer PyTorch records them: the group's name and the message size
-                group = {"Process Group Name": SCRIPT, "In msg nelems": 262144, "Out msg nelems": 262144}
-                e["args"].update({**group, "dtype": "Float", "Group size": 4})
-        (dst / f.name).write_bytes(gzip.compress(orjson.dumps(trace)))
 
 
 def _outside_plotly_js(page: str) -> str:
@@ -72,12 +31,11 @@ def _outside_plotly_js(page: str) -> str:
 def test_markup_in_trace_names_appears_as_text(tmp_path):
     """Kernel, annotation and process-group names from a real trace cannot inject markup or script."""
     folder = tmp_path / IMG
-    _hostile_copy(RUNS / "straggler_persistent", folder)
-    run = tracediag.load(folder)
-    analysis = tracediag.analyze(run)
+    hostile_copy(RUNS / "straggler_persistent", folder)
+    analysis = analysis_with_check(folder, Split(dp=4))
     assert SCRIPT in analysis.collectives["group"].to_list()  # the names did reach the analysis
-    result = check(analysis, _prediction(Split(dp=4)), run=run)
-    page = render_html(Analysis(**{**analysis.__dict__, "extra": {"check": result.to_dict()}}))
+    assert any(IMG in w for w in analysis.warnings)
+    page = render_html(analysis)
     rest = _outside_plotly_js(page)
     for raw in (SCRIPT, IMG, "<img", "alert(1)</script>"):
         assert raw not in rest
@@ -89,10 +47,7 @@ def test_markup_in_trace_names_appears_as_text(tmp_path):
 
 @pytest.fixture(scope="module")
 def pipeline_analysis() -> Analysis:
-    run = tracediag.load(_traces(RUNS / "pipeline_gpipe_m8"))
-    analysis = tracediag.analyze(run)
-    result = check(analysis, _prediction(Split(pp=4)), run=run)
-    return Analysis(**{**analysis.__dict__, "extra": {**analysis.extra, "check": result.to_dict()}})
+    return analysis_with_check(traces(RUNS / "pipeline_gpipe_m8"), Split(pp=4))
 
 
 def test_report_has_every_section_in_order_and_states_its_size(pipeline_analysis):
@@ -118,7 +73,7 @@ def _replicated(analysis: Analysis, ranks: int, steps: int) -> Analysis:
         src_rank=(pl.col("rank") % n).cast(pl.Int32), src_step=((pl.col("step") - first) % count + first).cast(pl.Int32)
     ).join(src.rename({"rank": "src_rank", "step": "src_step"}), on=["src_rank", "src_step"])
     rows = rows.drop("src_rank", "src_step").select(src.columns).cast(dict(src.schema))
-    return Analysis(**{**analysis.__dict__, "steps": rows, "ranks": tuple(range(ranks)), "world_size": ranks})
+    return dataclasses.replace(analysis, steps=rows, ranks=tuple(range(ranks)), world_size=ranks)
 
 
 def test_1024_ranks_are_aggregated(pipeline_analysis):
@@ -149,17 +104,17 @@ def test_report_command_renders_a_saved_analysis(pipeline_analysis, tmp_path):
 
 
 def test_analyze_with_model_options_adds_the_check_to_every_output(tmp_path):
-    traces = [str(p) for p in _traces(RUNS / "healthy_ddp")]
+    paths = [str(p) for p in traces(RUNS / "healthy_ddp")]
     model = ["--model", "tiny", "--gpu", "a100-80gb", "--seq-len", "512", "--global-batch", "16"]
     runner = CliRunner()
     report = tmp_path / "r.html"
-    text = runner.invoke(cli, ["analyze", *traces, *model, "--html", str(report)])
+    text = runner.invoke(cli, ["analyze", *paths, *model, "--html", str(report)])
     assert text.exit_code == 0, text.output
     assert "observed vs predicted (tiny on 4 x a100-80gb" in text.stdout
     assert 'id="fig-check"' in report.read_text()
     plan = tmp_path / "plan.json"
     runner.invoke(cli, ["predict", *model, "--gpus", "4", "-o", str(plan)])
-    data = runner.invoke(cli, ["analyze", *traces, "--plan", str(plan), "--format", "json"])
+    data = runner.invoke(cli, ["analyze", *paths, "--plan", str(plan), "--format", "json"])
     assert orjson.loads(data.stdout)["check"]["plan"]["gpus"] == 4
-    missing = runner.invoke(cli, ["analyze", *traces, "--model", "tiny"])
+    missing = runner.invoke(cli, ["analyze", *paths, "--model", "tiny"])
     assert missing.exit_code == 2 and "needs --gpu --seq-len --global-batch" in missing.stderr

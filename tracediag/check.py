@@ -196,7 +196,8 @@ def check(analysis: Analysis, prediction: Prediction, *, run: Run | None = None)
     return Check(
         components=tuple(components),
         links=_links(kinds, prediction, on_device=on_device),
-        sentence=_sentence(components, t.step_time_s),
+        sentence=_sentence(components, t.step_time_s)
+        + ("" if on_device else " (CPU-only trace: CPU times against the plan's devices)"),
         notes=tuple(notes),
         plan=_plan(prediction),
     )

@@ -30,6 +30,8 @@ MAX_BARS = 128
 """Rank bars in the breakdown chart before ranks are binned."""
 MAX_TIMELINE_RANKS = 32
 MAX_TIMELINE_COLLECTIVES = 300
+LOG_SPAN = 50
+"""The check chart switches to a log axis when its largest value exceeds the smallest by this factor."""
 MAX_GROUP_ROWS = 12
 """Collective rows in the timeline, one per group, before groups are merged into one row per op."""
 MS = 1e6
@@ -385,5 +387,10 @@ def check_chart(check: dict[str, Any]) -> Figure:
         )
     )
     _layout(fig, height=120 + 48 * len(rows), barmode="group")
-    fig.update_xaxes(title="ms per step (median)")
-    return Figure(fig, "median over ranks and steps; a missing observed bar is a component the trace cannot tell")
+    values = [1e3 * v for c in rows for v in (c["observed"], c["predicted"]) if v]
+    log = bool(values) and max(values) > LOG_SPAN * min(values)
+    fig.update_xaxes(title="ms per step (median)" + (", log scale" if log else ""), type="log" if log else "linear")
+    scale = f"; log scale, as the values span more than {LOG_SPAN}×" if log else ""
+    return Figure(
+        fig, f"median over ranks and steps; a missing observed bar is a component the trace cannot tell{scale}"
+    )

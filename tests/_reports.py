@@ -1,0 +1,62 @@
+"""Reports from real runs for the HTML and browser tests: hostile names, a run with every section."""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import shutil
+from pathlib import Path
+
+import orjson
+
+import tracediag
+from tracediag.analysis import Analysis
+from tracediag.check import check
+from tracediag.model.engine import resolve_engine
+from tracediag.model.predict import Prediction, predict
+from tracediag.model.specs import Split, Training, resolve_device, resolve_model
+
+RUNS = Path(__file__).parent.parent / "fixtures" / "runs"
+SCRIPT = "<script>alert(1)</script>"
+IMG = "<img src=x onerror=alert(1)>"
+
+
+def prediction(split: Split) -> Prediction:
+    """The tiny model on 4 A100s, for checks against the 4-rank fixture runs."""
+    model, device = resolve_model("tiny"), resolve_device("a100-80gb")
+    return predict(model, device, split, Training(seq_len=512, global_batch=16), resolve_engine("modern"), gpus=4)
+
+
+def traces(folder: Path) -> list[Path]:
+    return sorted(folder.glob("rank*.pt.trace.json.gz"))
+
+
+def hostile_copy(src: Path, dst: Path) -> None:
+    """A real run with trace text replaced by markup: op names, the process group's name and description.
+
+    The folder name (`dst`, e.g. the `<img …>` payload) reaches the report through the warning about the
+    manifest, which is not a trace.
+    """
+    dst.mkdir(parents=True)
+    shutil.copy(src / "manifest.json", dst / "manifest.json")
+    for f in traces(src):
+        trace = orjson.loads(gzip.decompress(f.read_bytes()))
+        trace["distributedInfo"]["pg_config"][0]["pg_desc"] = SCRIPT
+        for e in trace["traceEvents"]:
+            if e.get("name") == "aten::mm":
+                e["name"] = IMG
+            elif e.get("name") == "aten::addmm":
+                e["name"] = SCRIPT
+            elif e.get("name") in ("c10d::allreduce_", "gloo:all_reduce"):
+                # as newer PyTorch records them: the group's name and the message size
+                group = {"Process Group Name": SCRIPT, "In msg nelems": 262144, "Out msg nelems": 262144}
+                e["args"].update({**group, "dtype": "Float", "Group size": 4})
+        (dst / f.name).write_bytes(gzip.compress(orjson.dumps(trace)))
+
+
+def analysis_with_check(paths: Path | list[Path], split: Split) -> Analysis:
+    """`tracediag.analyze` of a run, with the check against `prediction(split)` in `extra`."""
+    run = tracediag.load(paths)
+    analysis = tracediag.analyze(run)
+    result = check(analysis, prediction(split), run=run)
+    return dataclasses.replace(analysis, extra={**analysis.extra, "check": result.to_dict()})

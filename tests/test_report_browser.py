@@ -1,0 +1,96 @@
+"""Issue 5: the HTML report in a real browser (headless Chromium), with networking off.
+
+The page must load with no console output at all (no errors, no failed fetches), draw every plot,
+keep trace text as text in the live DOM, and produce a screenshot. Set TRACEDIAG_SCREENSHOT=path.png
+to keep the screenshot for a look.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import struct
+import subprocess
+from pathlib import Path
+
+import pytest
+from _reports import IMG, RUNS, SCRIPT, analysis_with_check, hostile_copy, traces
+
+from tracediag.model.specs import Split
+from tracediag.report.html import render_html
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+pytestmark = pytest.mark.skipif(
+    CHROMIUM is None, reason="no chromium binary (Debian: apt-get install chromium; .ci/run installs it)"
+)
+OFFLINE = ["--proxy-server=127.0.0.1:9", "--host-resolver-rules=MAP * ~NOTFOUND"]
+"""Networking off: every request goes to a closed port, every host name fails to resolve."""
+WIDTH, HEIGHT = 1400, 3800
+
+
+def _chromium(tmp_path: Path, page: Path, *action: str) -> subprocess.CompletedProcess:
+    args = [
+        CHROMIUM,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={tmp_path / 'profile'}",
+        "--enable-logging=stderr",
+        "--v=0",
+        *OFFLINE,
+        *action,
+        page.as_uri(),
+    ]
+    return subprocess.run(args, capture_output=True, text=True, timeout=90, check=False)
+
+
+def _console(stderr: str) -> list[str]:
+    """The page's console output (Chromium logs it as `CONSOLE` lines on stderr)."""
+    return [line for line in stderr.splitlines() if ":CONSOLE" in line]
+
+
+def _write(tmp_path: Path, analysis, name: str) -> Path:
+    page = tmp_path / name
+    page.write_text(render_html(analysis), encoding="utf-8")
+    return page
+
+
+def test_report_opens_offline_draws_every_plot_and_keeps_trace_text_as_text(tmp_path):
+    folder = tmp_path / IMG  # the name reaches the page through the warning about manifest.json
+    hostile_copy(RUNS / "straggler_persistent", folder)
+    page = _write(tmp_path, analysis_with_check(folder, Split(dp=4)), "hostile.html")
+    done = _chromium(tmp_path, page, "--dump-dom")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert _console(done.stderr) == []
+    dom = done.stdout
+    plots = re.findall(r'<div id="fig-([a-z-]+)" class="plotly-graph-div js-plotly-plot"', dom)
+    assert plots == ["step-time", "compute", "breakdown", "timeline", "check"]
+    assert dom.count('<g class="heatmaplayer') == 2 and dom.count("<image ") == 2  # heat-maps drawn
+    assert dom.count('<g class="trace bars"') >= 6  # breakdown, timeline and check bars drawn
+    # the hostile names are text in the page and in the plots' SVG labels, never elements
+    scripts = re.findall(r"<script\b.*?</script>", dom, flags=re.DOTALL)
+    assert len(scripts) == 1 + len(plots)  # plotly.js and one per plot: no script from a trace
+    rest = re.sub(r"<script\b.*?</script>", "", dom, flags=re.DOTALL)
+    assert re.search(r"<img\b", rest) is None and SCRIPT not in rest and IMG not in rest
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in rest and "&lt;img src=x onerror=alert(1)&gt;" in rest
+
+
+def test_report_screenshot_renders_the_pipeline_report(tmp_path):
+    page = _write(tmp_path, analysis_with_check(traces(RUNS / "pipeline_gpipe_m8"), Split(pp=4)), "pipeline.html")
+    shot = tmp_path / "report.png"
+    done = _chromium(tmp_path, page, f"--window-size={WIDTH},{HEIGHT}", "--hide-scrollbars", f"--screenshot={shot}")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert _console(done.stderr) == []
+    png = shot.read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    assert struct.unpack(">II", png[16:24]) == (WIDTH, HEIGHT)
+    assert len(png) > 100_000  # a blank page of this size compresses to a few kB
+    keep = os.environ.get("TRACEDIAG_SCREENSHOT")
+    if keep:
+        shutil.copy(shot, keep)
