@@ -403,8 +403,12 @@ def _links(kinds: pl.DataFrame, p: Prediction, *, on_device: bool) -> tuple[Link
     return tuple(out)
 
 
-def _ms(seconds: float) -> str:
-    return f"{1e3 * seconds:.1f} ms"
+def format_ms(seconds: float) -> str:
+    """Seconds as milliseconds, small values kept readable ("0.03 ms", "< 0.01 ms")."""
+    ms = 1e3 * seconds
+    if ms == 0 or ms >= 1:
+        return f"{ms:,.1f} ms"
+    return f"{ms:.2f} ms" if ms >= 0.01 else "< 0.01 ms"
 
 
 def _sentence(components: list[Component], step_s: float) -> str:
@@ -427,8 +431,8 @@ def _sentence(components: list[Component], step_s: float) -> str:
     label = label[0].upper() + label[1:]
     advice = _ADVICE[worst.name]
     if worst.ratio is None:
-        return f"{label} takes {_ms(worst.observed)} per step where the model expects none: {advice}."
+        return f"{label} takes {format_ms(worst.observed)} per step where the model expects none: {advice}."
     return (
-        f"{label} is {worst.ratio:.1f}× the prediction ({_ms(worst.observed)} vs {_ms(worst.predicted)} "
+        f"{label} is {worst.ratio:.1f}× the prediction ({format_ms(worst.observed)} vs {format_ms(worst.predicted)} "
         f"per step): {advice}."
     )

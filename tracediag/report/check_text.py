@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from tracediag.check import format_ms
+
 
 def _value(v: float | None, unit: str) -> str:
     if v is None:
         return "-"
-    return f"{100 * v:.1f}%" if unit == "fraction" else f"{1e3 * v:,.1f} ms"
+    return f"{100 * v:.1f}%" if unit == "fraction" else format_ms(v)
 
 
 def render_check_text(check: dict[str, Any]) -> str:

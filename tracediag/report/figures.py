@@ -389,7 +389,11 @@ def check_chart(check: dict[str, Any]) -> Figure:
     _layout(fig, height=120 + 48 * len(rows), barmode="group")
     values = [1e3 * v for c in rows for v in (c["observed"], c["predicted"]) if v]
     log = bool(values) and max(values) > LOG_SPAN * min(values)
-    fig.update_xaxes(title="ms per step (median)" + (", log scale" if log else ""), type="log" if log else "linear")
+    fig.update_xaxes(
+        title="ms per step (median)" + (", log scale" if log else ""),
+        type="log" if log else "linear",
+        dtick=1 if log else None,
+    )
     scale = f"; log scale, as the values span more than {LOG_SPAN}×" if log else ""
     return Figure(
         fig, f"median over ranks and steps; a missing observed bar is a component the trace cannot tell{scale}"

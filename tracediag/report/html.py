@@ -11,6 +11,7 @@ from __future__ import annotations
 from importlib.metadata import version
 from typing import TYPE_CHECKING, Any
 
+from tracediag.check import format_ms
 from tracediag.report.figures import Figure, breakdown, check_chart, esc, heatmap, pipeline_idle, timeline
 
 if TYPE_CHECKING:
@@ -123,7 +124,7 @@ def _findings(analysis: Analysis) -> str:
 def _num(v: float | None, unit: str) -> str:
     if v is None:
         return "—"
-    return f"{100 * v:.1f}%" if unit == "fraction" else f"{1e3 * v:,.1f} ms"
+    return f"{100 * v:.1f}%" if unit == "fraction" else format_ms(v)
 
 
 def _ratio(r: float | None) -> str:
