@@ -71,3 +71,19 @@ def test_cli_ingest_summary_and_output(runner, tmp_path: Path) -> None:
     assert f"{run.meta.events_in:,} in -> {run.events.height:,} rows" in result.stdout
     assert "steps   2 (551..552)" in result.stdout
     assert "ranks   2 (0, 1) of world size 128" in result.stdout
+
+
+def test_non_trace_files_in_a_directory_are_ignored_and_listed(runner, tmp_path: Path) -> None:
+    """A manifest or README beside the traces is not an error; the same file named explicitly is."""
+    import shutil
+
+    for p in NCCL:
+        shutil.copy(p, tmp_path / p.name)
+    (tmp_path / "manifest.json").write_text('{"cause": "healthy"}')
+    run = tracediag.load(tmp_path, jobs=1, rank_from_filename=r"rank(\d+)")
+    assert run.meta.ranks == [0, 1] and not run.meta.errors
+    assert len(run.meta.ignored) == 1 and "manifest.json: not a trace" in run.meta.ignored[0]
+    result = runner.invoke(cli, ["ingest", str(tmp_path), "-j", "1"])
+    assert result.exit_code == 0 and "ignored (not traces" in result.stdout
+    result = runner.invoke(cli, ["ingest", *map(str, NCCL), str(tmp_path / "manifest.json"), "-j", "1"])
+    assert result.exit_code == 2 and "manifest.json: not a trace" in result.stderr

@@ -16,6 +16,12 @@ class TraceError(TracediagError):
         super().__init__(f"{self.path}: {problem}")
 
 
+class NotATraceError(TraceError):
+    """The file is a well-formed document of another kind (JSON without `traceEvents`, an SQLite
+    database that is not an Nsight export, a saved run among traces): in a directory scan such a
+    file is a sidecar and is ignored; a damaged file (not JSON, an image, cut gzip) is an error."""
+
+
 class RankError(TracediagError):
     """The rank of a file is unknown, or two files claim the same rank."""
 

@@ -20,7 +20,7 @@ import orjson
 import polars as pl
 import pyarrow.parquet as pq
 
-from tracediag.errors import RankError, TracediagError, TraceError
+from tracediag.errors import NotATraceError, RankError, TracediagError, TraceError
 from tracediag.ingest.read import read_file
 from tracediag.ingest.sniff import sniff
 from tracediag.ingest.trace import FileMeta, FileTrace, ProcessGroup
@@ -38,6 +38,8 @@ class RunMeta:
     files: tuple[FileMeta, ...] = ()
     errors: tuple[str, ...] = ()
     """One line per file that could not be read (the other files were still read)."""
+    ignored: tuple[str, ...] = ()
+    """Files found in a directory that are not traces (a manifest, a README, other JSON), one line each."""
 
     @property
     def ranks(self) -> list[int]:
@@ -92,7 +94,7 @@ class RunMeta:
                     }
                 )
             )
-        return cls(files=tuple(files), errors=tuple(d.get("errors", ())))
+        return cls(files=tuple(files), errors=tuple(d.get("errors", ())), ignored=tuple(d.get("ignored", ())))
 
 
 @dataclass(frozen=True)
@@ -141,7 +143,12 @@ def rank_resolver(*, rank_from_filename: str | None = None, rank_map: dict[str, 
 
 def resolve_paths(sources: Iterable[str | Path]) -> list[str]:
     """Files named, glob matches, and trace files found under directories, in a stable order."""
-    out: list[str] = []
+    return [path for path, _ in _resolve(sources)]
+
+
+def _resolve(sources: Iterable[str | Path]) -> list[tuple[str, bool]]:
+    """(path, found in a directory) for every input file, without duplicates."""
+    out: list[tuple[str, bool]] = []
     for src in sources:
         src = str(src)
         if os.path.isdir(src):
@@ -150,26 +157,29 @@ def resolve_paths(sources: Iterable[str | Path]) -> list[str]:
                 raise TracediagError(
                     f"{src}: no trace files in this directory (looked for {', '.join(TRACE_SUFFIXES)})"
                 )
-            out.extend(found)
+            out.extend((p, True) for p in found)
         elif any(ch in src for ch in "*?["):
             matches = sorted(glob.glob(src, recursive=True))
             if not matches:
                 raise TracediagError(f"{src}: the pattern matches no file")
-            out.extend(matches)
+            out.extend((p, False) for p in matches)
         else:
-            out.append(src)
+            out.append((src, False))
     seen: set[str] = set()
-    return [p for p in out if not (p in seen or seen.add(p))]
+    return [(p, d) for p, d in out if not (p in seen or seen.add(p))]
 
 
-def _read_one(args: tuple[str, int | None, int | None]) -> FileTrace | str:
+def _read_one(args: tuple[str, int | None, int | None]) -> FileTrace | tuple[str, bool]:
+    """The file's trace, or (one-line error, whether the file is simply not a trace)."""
     path, rank, default_rank = args
     try:
         return read_file(path, rank=rank, default_rank=default_rank)
+    except NotATraceError as e:
+        return str(e), True
     except TracediagError as e:
-        return str(e)
+        return str(e), False
     except MemoryError:
-        return f"{path}: out of memory while reading"
+        return f"{path}: out of memory while reading", False
 
 
 def load(
@@ -188,29 +198,45 @@ def load(
     """
     if isinstance(sources, (str, Path)):
         sources = [sources]
-    paths = resolve_paths(sources)
-    if not paths:
+    resolved = _resolve(sources)
+    if not resolved:
         raise TracediagError("no trace files given")
-    if len(paths) == 1 and _is_parquet(paths[0]):
-        return _load_parquet(paths[0])
+    if len(resolved) == 1 and _is_parquet(resolved[0][0]):
+        return _load_parquet(resolved[0][0])
     resolve = rank_resolver(rank_from_filename=rank_from_filename, rank_map=rank_map)
-    default_rank = 0 if len(paths) == 1 else None
-    tasks = [(p, resolve(p), default_rank) for p in paths]
-    results = _map_files(tasks, jobs, on_file_done)
-    traces = [r for r in results if isinstance(r, FileTrace)]
-    errors = tuple(r for r in results if isinstance(r, str))
+    default_rank = 0 if len(resolved) == 1 else None
+    tasks, results = [], {}
+    for path, in_directory in resolved:
+        try:
+            tasks.append((path, resolve(path), default_rank))
+        except RankError as e:
+            if not in_directory:
+                results[path] = (str(e), False)
+            else:  # maybe not a trace at all (a manifest beside the traces): let reading decide
+                tasks.append((path, None, default_rank))
+    results.update(zip([t[0] for t in tasks], _map_files(tasks, jobs, on_file_done)))
+    traces, errors, ignored = [], [], []
+    for path, in_directory in resolved:
+        result = results[path]
+        if isinstance(result, FileTrace):
+            traces.append(result)
+        elif result[1] and in_directory:
+            ignored.append(result[0])
+        else:
+            errors.append(result[0])
     if not traces:
-        raise TracediagError("\n".join(errors))
+        raise TracediagError("\n".join(errors or ignored))
     _check_unique_ranks(traces)
     events = pl.concat([t.events for t in traces]).sort("rank", "ts", maintain_order=True)
-    return Run(events=events, meta=RunMeta(files=tuple(t.meta for t in traces), errors=errors))
+    meta = RunMeta(files=tuple(t.meta for t in traces), errors=tuple(errors), ignored=tuple(ignored))
+    return Run(events=events, meta=meta)
 
 
 def _map_files(
     tasks: list[tuple[str, int | None, int | None]], jobs: int, on_file_done: Callable[[str], None] | None
-) -> list[FileTrace | str]:
+) -> list[FileTrace | tuple[str, bool]]:
     jobs = min(jobs or os.cpu_count() or 1, len(tasks))
-    results: list[FileTrace | str] = []
+    results: list[FileTrace | tuple[str, bool]] = []
     if jobs <= 1:
         for task in tasks:
             results.append(_read_one(task))

@@ -56,14 +56,14 @@ def load_traces(paths: tuple[str, ...], jobs: int, rank_from_filename: str | Non
         if sys.stderr.isatty() and len(files) > 1:
             with click.progressbar(length=len(files), label="reading", file=sys.stderr) as bar:
                 run = load(
-                    files,
+                    paths,
                     jobs=jobs,
                     rank_from_filename=rank_from_filename,
                     rank_map=mapping,
                     on_file_done=lambda _p: bar.update(1),
                 )
         else:
-            run = load(files, jobs=jobs, rank_from_filename=rank_from_filename, rank_map=mapping)
+            run = load(paths, jobs=jobs, rank_from_filename=rank_from_filename, rank_map=mapping)
     except TracediagError as e:
         raise InputError(str(e).replace("\n", "\nError: ")) from None
     for line in run.meta.errors:
@@ -75,6 +75,9 @@ def summary(run: Run) -> str:
     """A one-screen summary: ranks, events, steps, time span, skipped by reason, warnings."""
     ev, meta = run.events, run.meta
     lines = [f"files   {len(meta.files)} read" + (f", {len(meta.errors)} failed" if meta.errors else "")]
+    if meta.ignored:
+        lines[0] += f", {len(meta.ignored)} in the directories ignored (not traces: {meta.ignored[0]}"
+        lines[0] += f" and {len(meta.ignored) - 1} more)" if len(meta.ignored) > 1 else ")"
     ranks = meta.ranks
     rank_text = f"{ranks[0]}..{ranks[-1]}" if len(ranks) > 3 else ", ".join(map(str, ranks))
     lines.append(f"ranks   {len(ranks)} ({rank_text}) of world size {meta.world_size}")

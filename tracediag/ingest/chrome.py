@@ -21,7 +21,7 @@ import msgspec
 import orjson
 import polars as pl
 
-from tracediag.errors import TraceError
+from tracediag.errors import NotATraceError, TraceError
 
 _RAW_EMPTY = msgspec.Raw(b"")
 
@@ -303,7 +303,7 @@ def _decode_doc(
         parsed = _decode_truncated(doc, path, is_array, str(e), warnings, skipped)
     events, top = (parsed, {}) if is_array else (parsed.traceEvents, _top_dict(parsed))
     if whole and not is_array and not events and "traceEvents" not in _peek_keys(doc):
-        raise TraceError(path, "not a trace: JSON object without a `traceEvents` list")
+        raise NotATraceError(path, "not a trace: JSON object without a `traceEvents` list")
     return events, top
 
 
@@ -327,7 +327,7 @@ def _decode_leniently(data: bytes, path: str, is_array: bool, skipped: dict[str,
         raise TraceError(path, f"invalid JSON ({e})") from None
     raw_events = loaded if is_array else loaded.get("traceEvents")
     if not isinstance(raw_events, list):
-        raise TraceError(path, "not a trace: `traceEvents` is not a list")
+        raise NotATraceError(path, "not a trace: `traceEvents` is not a list")
     events = []
     bad = 0
     for item in raw_events:

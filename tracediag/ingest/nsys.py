@@ -21,7 +21,7 @@ from pathlib import Path
 
 import polars as pl
 
-from tracediag.errors import RankError, TraceError
+from tracediag.errors import NotATraceError, RankError, TraceError
 from tracediag.ingest.trace import FileMeta, FileTrace
 from tracediag.schema import conform
 
@@ -216,7 +216,7 @@ def _check_header(path: Path, head: bytes, *, shown: Path) -> None:
 def _read(con: sqlite3.Connection, path: Path, rank: int | None, default_rank: int | None) -> FileTrace:
     tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     if "StringIds" not in tables:
-        raise TraceError(str(path), "not a trace: SQLite without the Nsight Systems StringIds table")
+        raise NotATraceError(str(path), "not a trace: SQLite without the Nsight Systems StringIds table")
     strings = _query(con, "SELECT id, value FROM StringIds", {"id": pl.Int64(), "value": pl.String()}, path)
 
     warnings: list[str] = []

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tracediag.errors import TraceError
+from tracediag.errors import NotATraceError
 from tracediag.ingest import chrome, kineto
 from tracediag.ingest.sniff import iter_blocks, read_head, sniff
 from tracediag.ingest.trace import FileTrace
@@ -27,7 +27,7 @@ def read_file(path: str | Path, *, rank: int | None = None, default_rank: int | 
 
         return read_nsys(path, rank=rank, default_rank=default_rank)
     if fmt != "json":
-        raise TraceError(path, f"a {fmt} file is not a trace; pass it on its own to load a saved run")
+        raise NotATraceError(path, f"a {fmt} file is not a trace; pass it on its own to load a saved run")
     decoded = chrome.decode(iter_blocks(path), path)
     if _is_jax(decoded):
         from tracediag.ingest import jax
