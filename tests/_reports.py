@@ -34,14 +34,14 @@ def traces(folder: Path) -> list[Path]:
 def hostile_copy(src: Path, dst: Path) -> None:
     """A real run with trace text replaced by markup: op names, the process group's name and description.
 
-    The folder name (`dst`, e.g. the `<img …>` payload) reaches the report through the warning about the
-    manifest, which is not a trace.
+    The group's name (`SCRIPT`) and description (`IMG`) reach the report through the collectives table and
+    the check's bus-bandwidth rows.
     """
     dst.mkdir(parents=True)
     shutil.copy(src / "manifest.json", dst / "manifest.json")
     for f in traces(src):
         trace = orjson.loads(gzip.decompress(f.read_bytes()))
-        trace["distributedInfo"]["pg_config"][0]["pg_desc"] = SCRIPT
+        trace["distributedInfo"]["pg_config"][0].update({"pg_name": SCRIPT, "pg_desc": IMG})
         for e in trace["traceEvents"]:
             if e.get("name") == "aten::mm":
                 e["name"] = IMG

@@ -125,6 +125,7 @@ def test_kinds_from_groups_split_busbw_and_mark_exposed_per_kind_not_visible():
     result = check(_analysis(collectives=colls), p, run=_run(groups))
     kinds = {li.kind: li for li in result.links}
     assert kinds["tp"].busbw_gbps == 200.0 and kinds["dp"].busbw_gbps == 20.0
+    assert kinds["tp"].groups == ("1 (tp0)",)
     assert kinds["tp"].link == p.links["tp"]
     rows = _by_name(result)
     # both kinds present: the steps table cannot say which of them the exposed time belongs to

@@ -62,7 +62,7 @@ def _write(tmp_path: Path, analysis, name: str) -> Path:
 
 
 def test_report_opens_offline_draws_every_plot_and_keeps_trace_text_as_text(tmp_path):
-    folder = tmp_path / IMG  # the name reaches the page through the warning about manifest.json
+    folder = tmp_path / "run"
     hostile_copy(RUNS / "straggler_persistent", folder)
     page = _write(tmp_path, analysis_with_check(folder, Split(dp=4)), "hostile.html")
     done = _chromium(tmp_path, page, "--dump-dom")

@@ -98,6 +98,7 @@ class LinkCheck:
     """How the kind was decided (group name, membership, group size, ...) or why it could not be."""
     op: str
     groups: tuple[str, ...]
+    """Group names, each with the trace's description when it has one: "3 (dp0)"."""
     collectives: int
     busbw_gbps: float
     """Median achieved bus bandwidth (nccl-tests convention), GB/s."""
@@ -195,7 +196,7 @@ def check(analysis: Analysis, prediction: Prediction, *, run: Run | None = None)
         notes.append("no complete steps in the trace: nothing to compare")
     return Check(
         components=tuple(components),
-        links=_links(kinds, prediction, on_device=on_device),
+        links=_links(kinds, prediction, groups, on_device=on_device),
         sentence=_sentence(components, t.step_time_s)
         + ("" if on_device else " (CPU-only trace: CPU times against the plan's devices)"),
         notes=tuple(notes),
@@ -371,7 +372,15 @@ def _mfu(steps: pl.DataFrame, p: Prediction, *, on_device: bool) -> Component:
     return Component(name="mfu", observed=observed, predicted=p.mfu, note="the plan's model FLOPs / observed step")
 
 
-def _links(kinds: pl.DataFrame, p: Prediction, *, on_device: bool) -> tuple[LinkCheck, ...]:
+def _group_label(name: str, groups: dict[str, ProcessGroup]) -> str:
+    """A group's name, with the trace's description of it when there is one ("3 (dp0)")."""
+    desc = groups[name].desc if name in groups else None
+    return f"{name} ({desc})" if desc and desc != name else name
+
+
+def _links(
+    kinds: pl.DataFrame, p: Prediction, groups: dict[str, ProcessGroup], *, on_device: bool
+) -> tuple[LinkCheck, ...]:
     rows = (
         kinds.filter(pl.col("busbw_gbps").is_not_null() & (pl.col("bytes") > 0))
         .group_by("kind", "kind_from", "op")
@@ -392,7 +401,7 @@ def _links(kinds: pl.DataFrame, p: Prediction, *, on_device: bool) -> tuple[Link
                 kind=kind,
                 kind_from=r["kind_from"],
                 op=r["op"],
-                groups=tuple(r["group"]),
+                groups=tuple(_group_label(g, groups) for g in r["group"]),
                 collectives=r["collectives"],
                 busbw_gbps=float(r["busbw_gbps"]),
                 link=p.links.get(kind) if kind else None,
