@@ -124,7 +124,12 @@ def step_spans(events: pl.DataFrame, markers: pl.DataFrame) -> pl.DataFrame:
     dev_steps = (
         dev.join(main_dev, on="rank")
         .filter(pl.col("device") == pl.col("main_device"))
-        .join(launches, on=["rank", "correlation"], how="inner")
+        .join(launches, on=["rank", "correlation"], how="left")
+        .pipe(_host_step, markers)
+        # a device row without a launch link (JAX, Nsight without runtime rows) falls in the host step it overlaps
+        .with_columns(
+            _launch_step=pl.when(pl.col("_call").is_null()).then(pl.col("_step")).otherwise(pl.col("_launch_step"))
+        )
         .filter(pl.col("_launch_step").is_not_null())
         .group_by("rank", "device", pl.col("_launch_step").alias("step"))
         .agg(dev_first=pl.col("ts").min(), dev_last=(pl.col("ts") + pl.col("dur")).max())
