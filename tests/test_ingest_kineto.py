@@ -13,7 +13,7 @@ from conftest import KINETO, SAMPLES, needs_shared
 
 from tracediag.errors import RankError
 from tracediag.ingest.read import read_file
-from tracediag.schema import EVENT_SCHEMA
+from tracediag.schema import EVENT_SCHEMA, SKIP_REASONS
 
 
 def _load_json(path: Path) -> dict | list:
@@ -55,6 +55,7 @@ def test_every_fixture_event_is_a_row_or_counted(path: Path) -> None:
     assert ft.events.height + sum(ft.meta.skipped.values()) == len(events)
     assert ft.events.height == _expected_rows(events)
     assert ft.events.schema == pl.Schema(EVENT_SCHEMA)
+    assert set(ft.meta.skipped) <= set(SKIP_REASONS)
 
 
 @pytest.mark.parametrize("path", FIXTURE_FILES, ids=lambda p: p.name)

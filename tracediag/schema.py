@@ -76,8 +76,6 @@ EVENT_SCHEMA: dict[str, pl.DataType] = {
 - ``step``: left null by ingest, filled by ``derive.steps``.
 """
 
-EVENT_COLUMNS: tuple[str, ...] = tuple(EVENT_SCHEMA)
-
 SKIP_REASONS: tuple[str, ...] = (
     "metadata",  # ph=M: process / thread names
     "instant",  # ph=i/I/R: instant events and marks

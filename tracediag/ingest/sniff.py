@@ -51,20 +51,6 @@ def read_head(path: str | Path, size: int = 64) -> bytes:
     return head
 
 
-def read_bytes(path: str | Path) -> bytes:
-    """The file's bytes, gunzipped when they start with the gzip magic."""
-    try:
-        data = Path(path).read_bytes()
-    except OSError as e:
-        raise TraceError(str(path), f"cannot read file ({e.strerror or e})") from None
-    if data[:2] == GZIP_MAGIC:
-        try:
-            data = gzip.decompress(data)
-        except (OSError, EOFError, zlib.error) as e:
-            raise TraceError(str(path), f"corrupt gzip data ({e})") from None
-    return data
-
-
 def sniff(path: str | Path, head: bytes) -> str:
     """The format of a file from its first bytes (after gunzip): "json", "sqlite" or "parquet".
 
