@@ -36,6 +36,7 @@ def _analysis(
             "rank": r, "step": s, "start_ns": s * step_ms * MS, "dur_ns": step_ms * MS, "compute_ns": compute_ms * MS,
             "comm_ns": exposed_ms * MS, "exposed_comm_ns": exposed_ms * MS, "wait_ns": wait_ms * MS,
             "idle_ns": idle_ms * MS, "host_gap_ns": 0, "input_ns": 0, "device": 0, "exposed_p2p_ns": 0, "stall_ns": 0,
+                    "lead_idle_ns": 0,
         }
         for r in range(ranks)
         for s in steps

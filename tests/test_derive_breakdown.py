@@ -53,6 +53,7 @@ def test_cpu_breakdown_counts_nested_comm_and_loading_as_non_compute():
     assert b["input_ns"] == 10 * MS
     assert b["host_gap_ns"] == 45 * MS  # 0-10 (annotation only), 60-90, 95-100
     assert b["stall_ns"] == 10 * MS
+    assert b["lead_idle_ns"] == 10 * MS  # nothing runs before the first op at 10 ms
 
 
 def _gpu_two_steps() -> pl.DataFrame:
@@ -90,6 +91,8 @@ def test_gpu_steps_follow_launch_correlation_and_edge_step_with_lost_launch_is_p
     assert b["comm_ns"] == 5 * MS
     assert b["exposed_comm_ns"] == 3 * MS  # 9-12
     assert b["idle_ns"] == 2 * MS  # 12-14 until step 2's first kernel
+    step2 = breakdown(assigned, spans).filter(pl.col("step") == 2).row(0, named=True)
+    assert step2["lead_idle_ns"] == 2 * MS  # the device gap between step 1's last and step 2's first work
 
 
 def test_step_regex_numbers_markers_from_group_or_order():

@@ -34,6 +34,7 @@ def _steps(compute: dict[tuple[int, int], float], wait: dict[tuple[int, int], fl
                     "device": -1,
                     "exposed_p2p_ns": 0,
                     "stall_ns": 0,
+                    "lead_idle_ns": 0,
                     "late_n": int(rank == slow),
                     "coll_n": 2,
                 }
@@ -71,3 +72,60 @@ def test_exposed_comm_on_every_rank_is_comm_bound_with_bandwidth_verdict():
     assert f.cause == "comm_bound" and f.ranks == (0, 1, 2, 3) and f.steps == tuple(range(8))
     assert f.evidence["busbw_share_of_peak"] == 0.8
     assert "too much traffic" in f.evidence["bandwidth_verdict"]
+
+
+def _with(facts: Facts, **columns: dict[tuple[int, int], float]) -> Facts:
+    """`facts` with some (rank, step) cells of the named columns replaced (ms, or counts for late_n)."""
+    steps = facts.steps
+    for col, cells in columns.items():
+        scale = 1 if col == "late_n" else MS
+        new = pl.DataFrame(
+            [(r, s, int(v * scale)) for (r, s), v in cells.items()],
+            schema={"rank": pl.Int32, "step": pl.Int32, "_new": pl.Int64},
+            orient="row",
+        )
+        steps = (
+            steps.join(new, on=["rank", "step"], how="left")
+            .with_columns(pl.coalesce("_new", col).cast(steps.schema[col]).alias(col))
+            .drop("_new")
+        )
+    return Facts(steps=steps, collectives=facts.collectives, p2p=facts.p2p)
+
+
+def test_mild_rank_last_on_every_step_with_waiting_peers_is_persistent():
+    """1.2x compute is under the 1.3x ratio, but last at every step with everyone waiting is the signal."""
+    facts = _steps({(2, s): 84 for s in range(8)}, _waits_for(2, range(8), 14))
+    (f,) = detect_all(facts)
+    assert (f.cause, f.ranks, f.steps, f.evidence["kind"]) == ("compute_straggler", (2,), tuple(range(8)), "persistent")
+
+
+def test_mild_excess_without_being_last_is_healthy():
+    facts = _steps({(2, s): 84 for s in range(8)}, _waits_for(2, range(8), 14))
+    facts = _with(facts, late_n={(r, s): int(r == 0) for r in range(4) for s in range(8)})
+    assert [f.cause for f in detect_all(facts)] == ["healthy"]
+
+
+def test_extra_compute_after_the_last_collective_names_the_step_it_happened_in():
+    """Rank 0 computes 2.5x in step 4 after the step's all-reduce: its peers wait for it in step 5."""
+    facts = _steps({(0, 4): 175}, {})
+    waits = {(r, 5): 100 for r in (1, 2, 3)}
+    late = {(r, s): int(r == 0 and s == 5) for r in range(4) for s in (4, 5)}
+    facts = _with(facts, wait_ns=waits, late_n=late, dur_ns={(r, 5): 200 for r in range(4)})
+    (f,) = detect_all(facts)
+    assert (f.cause, f.ranks, f.steps, f.evidence["kind"]) == ("compute_straggler", (0,), (4,), "transient")
+
+
+def test_transient_episode_takes_adjacent_weaker_steps_but_not_isolated_ones():
+    """Steps 3 (1.7x) and 4 (2.5x) form one episode of rank 1; an isolated 1.7x step 7 is noise."""
+    compute = {(1, 3): 119, (1, 4): 175, (1, 7): 119}
+    facts = _steps(compute, {**_waits_for(1, [3, 7], 49), **_waits_for(1, [4], 105)})
+    (f,) = detect_all(facts)
+    assert (f.cause, f.ranks, f.steps) == ("compute_straggler", (1,), (3, 4))
+
+
+def test_unnamed_loader_starving_every_rank_is_input_bound_at_half_confidence():
+    facts = _with(_steps({}, {}), lead_idle_ns={(r, s): 35 for r in range(4) for s in range(8)})
+    (f,) = detect_all(facts)
+    assert (f.cause, f.ranks, f.steps) == ("input_bound", (0, 1, 2, 3), tuple(range(8)))
+    assert f.evidence["loader_annotated"] is False and f.confidence <= 0.5
+    assert "record_function" in f.summary

@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 import polars as pl
 
-SCHEMA_VERSION = "1.0"
+SCHEMA_VERSION = "1.1"
 
 Cause = Literal["compute_straggler", "comm_bound", "pipeline_bubble", "input_bound", "healthy"]
 CAUSES: tuple[str, ...] = ("compute_straggler", "comm_bound", "pipeline_bubble", "input_bound", "healthy")
@@ -32,6 +32,7 @@ STEP_SCHEMA: dict[str, pl.DataType] = {
     "device": pl.Int16(),
     "exposed_p2p_ns": pl.Int64(),
     "stall_ns": pl.Int64(),
+    "lead_idle_ns": pl.Int64(),
 }
 """One row per (rank, step) of complete steps; `step` is the ProfilerStep number as in the trace.
 
@@ -46,6 +47,8 @@ STEP_SCHEMA: dict[str, pl.DataType] = {
 - ``device``: the device whose timeline the row describes (the rank's busiest), -1 on CPU-only traces.
 - ``exposed_p2p_ns``: the part of ``exposed_comm_ns`` where only send/recv is active (pipeline waits).
 - ``stall_ns``: from the step start to its first compute (a device starved at step start).
+- ``lead_idle_ns``: the device idle with nothing to do right before the step's first activity (CPU
+  ranks: from the step start; GPU ranks: from the previous step's last activity).
 """
 
 COLLECTIVE_SCHEMA: dict[str, pl.DataType] = {

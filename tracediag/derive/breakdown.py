@@ -23,6 +23,10 @@ point-to-point traffic (send/recv: pipeline stages waiting on each other) is act
 span): ``host_gap`` = the training thread in no CPU operator or runtime call; ``input`` = data
 loading (any host row whose name contains ``DataLoader``/``dataloader``, on any thread).
 ``stall_ns`` = from the step start to its first compute (the device starved at step start).
+``lead_idle_ns`` = the device idle with nothing at all to do (no compute, communication or copy)
+right before the step's first activity: on CPU-only ranks from the step start, on GPU ranks from the
+previous step's last activity (a GPU step span starts at its first activity, so the wait for the
+next batch is the gap between steps). A host that prepares the batch starves the device this way.
 """
 
 from __future__ import annotations
@@ -51,6 +55,7 @@ BREAKDOWN_COLUMNS = (
     "host_gap_ns",
     "input_ns",
     "stall_ns",
+    "lead_idle_ns",
 )
 
 
@@ -165,6 +170,8 @@ def breakdown(events: pl.DataFrame, spans: pl.DataFrame) -> pl.DataFrame:
         exposed_p2p_ns=on.filter(p2p & ~collective & ~computing).sum(),
         idle_ns=on.filter(~computing & ~communicating & (pl.col("n_copy") == 0)).sum(),
         _first_compute=first_compute,
+        _first_active=pl.col("ts").filter(computing | communicating | (pl.col("n_copy") > 0)).min(),
+        _last_active=pl.col("end").filter(computing | communicating | (pl.col("n_copy") > 0)).max(),
     )
     host = _by_step(sweep(_host_timeline(lf, sp), ["rank"], ["busy", "input", "step"]), sp, "host_start")
     host_agg = host.group_by("rank", "step").agg(
@@ -178,6 +185,11 @@ def breakdown(events: pl.DataFrame, spans: pl.DataFrame) -> pl.DataFrame:
             start_ns=pl.col("start"),
             dur_ns=pl.col("end") - pl.col("start"),
             stall_ns=(pl.col("_first_compute") - pl.col("start")).fill_null(pl.col("end") - pl.col("start")),
+            lead_idle_ns=pl.when(pl.col("device") >= 0)
+            .then(pl.col("_first_active") - pl.col("_last_active").shift(1).over("rank", order_by="step"))
+            .otherwise(pl.col("_first_active") - pl.col("start"))
+            .fill_null(0)
+            .clip(lower_bound=0),
         )
         .with_columns(pl.col(c).fill_null(0).cast(pl.Int64) for c in BREAKDOWN_COLUMNS)
         .select("rank", "step", "device", "start_ns", "dur_ns", *BREAKDOWN_COLUMNS)

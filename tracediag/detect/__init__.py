@@ -6,6 +6,8 @@ when none fires.
 
 from __future__ import annotations
 
+import polars as pl
+
 from tracediag.analysis import Finding
 from tracediag.detect import comm_bound, input_bound, pipeline, straggler
 from tracediag.detect.facts import Facts
@@ -16,12 +18,34 @@ __all__ = ["Facts", "Thresholds", "detect_all"]
 MS = 1e6
 
 
-def _healthy(facts: Facts) -> Finding:
+def _closest(s, th: Thresholds) -> str:
+    """The cause whose run-level measure came nearest its threshold, as a clause (or "")."""
+    share = (pl.col("exposed_comm_ns") - pl.col("exposed_p2p_ns")) / pl.col("dur_ns").clip(1)
+    comm = s.group_by("rank").agg(share.median())["exposed_comm_ns"].median()
+    ratio = straggler.rank_step_ratios(s, th).group_by("rank").agg(pl.col("ratio").median())["ratio"].max()
+    lead = s.group_by("rank").agg((pl.col("lead_idle_ns") / pl.col("dur_ns").clip(1)).median())["lead_idle_ns"].min()
+    near = [
+        (comm / th.comm_share, f"exposed communication {comm:.0%} of the step (comm_bound from {th.comm_share:.0%})"),
+        (
+            (ratio - 1) / (th.straggler_persistent_ratio - 1),
+            f"the slowest rank computes {ratio:.2f}x its peers (compute_straggler from "
+            f"{th.straggler_persistent_ratio}x, or {th.straggler_min_ratio}x when it is last on most steps)",
+        ),
+        (
+            lead / th.input_share,
+            f"device idle before each step's first work {lead:.0%} (input_bound from {th.input_share:.0%})",
+        ),
+    ]
+    score, text = max(near, key=lambda x: x[0] if x[0] == x[0] else -1)
+    return f"; closest: {text}" if score >= 0.5 else ""
+
+
+def _healthy(facts: Facts, th: Thresholds) -> Finding:
     s = facts.steps
     ranks = tuple(sorted(s["rank"].unique().to_list())) if s.height else ()
     evidence = {}
     if s.height:
-        ratio = straggler.rank_step_ratios(s, Thresholds())["ratio"]
+        ratio = straggler.rank_step_ratios(s, th)["ratio"]
         evidence = {
             "step_ms_median": round(float(s["dur_ns"].median()) / MS, 3),
             "exposed_comm_share_median": round(float((s["exposed_comm_ns"] / s["dur_ns"].clip(1)).median()), 3),
@@ -31,7 +55,7 @@ def _healthy(facts: Facts) -> Finding:
     summary = (
         f"no cause found over {s['step'].n_unique() if s.height else 0} steps on {len(ranks)} ranks: "
         "no rank computes persistently longer than its peers, exposed communication, pipeline idle "
-        "and data loading stay below their thresholds"
+        "and data loading stay below their thresholds" + (_closest(s, th) if s.height else "")
     )
     return Finding(
         cause="healthy", ranks=ranks, steps=(), time_lost_ns=0, confidence=1.0, summary=summary, evidence=evidence
@@ -49,5 +73,5 @@ def detect_all(facts: Facts, *, thresholds: Thresholds | None = None) -> tuple[F
     found += comm_bound.detect(facts, thresholds=th, straggler_ranks=persistent)
     found += input_bound.detect(facts, thresholds=th)
     if not found:
-        return (_healthy(facts),)
+        return (_healthy(facts, th),)
     return tuple(sorted(found, key=lambda f: (-f.time_lost_ns, f.cause)))

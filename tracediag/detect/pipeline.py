@@ -7,7 +7,8 @@ step, the bubble is the time the stage neither computes nor runs a collective: w
 send/recv (``exposed_p2p_ns``) plus idle (``idle_ns``). Its share of the step is reported next to
 the ideal (p−1)/(m+p−1) (÷ v when interleaved; Narayanan et al. 2021). Found when the median
 over stages of each stage's median share ≥ `bubble_share`. Steps: those whose median share over
-stages reaches it. time_lost_ns = Σ over them of the median bubble time over stages.
+stages reaches `step_share` × `bubble_share`. time_lost_ns = Σ over them of the median bubble time
+over stages.
 """
 
 from __future__ import annotations
@@ -82,7 +83,7 @@ def detect(facts: Facts, *, thresholds: Thresholds) -> list[Finding]:
             .group_by("step")
             .agg(share=pl.col("share").median(), lost=pl.col("bubble_ns").median())
         )
-        hit = per_step.filter(pl.col("share") >= th.bubble_share).sort("step")
+        hit = per_step.filter(pl.col("share") >= th.step_share * th.bubble_share).sort("step")
         expected = pipe["expected_bubble_share"]
         p, m = pipe["p"], pipe["m"]
         stage_text = ", ".join(

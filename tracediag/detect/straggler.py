@@ -6,10 +6,14 @@ median over all ranks from three ranks on, the other rank's for two). The step h
 at least `straggler_peer_wait` × the rank's excess compute, the rank itself waits at most that
 share of the others' wait, and the excess is at least `straggler_min_excess` of the step.
 
-- Persistent: the rank's median ratio over steps ≥ `straggler_persistent_ratio` and the pattern on
-  at least half of the steps; its steps are those with the pattern and that ratio.
+- Persistent: the rank's median ratio over steps ≥ `straggler_persistent_ratio` with the pattern on
+  at least half of the steps, or the pattern on at least `straggler_pattern_share` of the steps with
+  a median ratio ≥ `straggler_min_ratio`; its steps are those with the pattern.
 - Transient: otherwise, single steps with the pattern, ratio ≥ `straggler_transient_ratio` and the
-  step ≥ `straggler_slow_step` × the median step (one rank per step: the highest ratio).
+  step ≥ `straggler_slow_step` × the median step (one rank per step: the highest ratio). Extra
+  compute after a step's last collective (logging, a checkpoint) makes the peers wait only in the
+  *next* step: a step where the rank arrives last and the peers wait for the previous step's excess
+  (`pattern_next`) names that previous step.
 
 time_lost_ns = Σ over its steps of min(peers' median wait, excess compute).
 """
@@ -32,6 +36,16 @@ def rank_step_ratios(steps: pl.DataFrame, th: Thresholds) -> pl.DataFrame:
     peer_c = pl.when(n == 2).then(c.sum().over("step") - c).otherwise(c.median().over("step"))
     w = pl.col("wait_ns")
     peer_w = pl.when(n == 2).then(w.sum().over("step") - w).otherwise(w.median().over("step"))
+    def waited_for(excess: pl.Expr) -> pl.Expr:
+        """Late at a collective, the peers waiting for `excess` while the rank itself hardly waits."""
+        return (
+            (pl.col("late_n") > 0)
+            & (excess >= th.straggler_min_excess * pl.col("step_ns"))
+            & (pl.col("peer_wait_ns") >= th.straggler_peer_wait * excess)
+            & (w <= th.straggler_peer_wait * pl.col("peer_wait_ns"))
+        )
+
+    previous = pl.col("step").shift(1).over("rank", order_by="step")
     return (
         steps.lazy()
         .with_columns(
@@ -44,12 +58,20 @@ def rank_step_ratios(steps: pl.DataFrame, th: Thresholds) -> pl.DataFrame:
             excess_ns=c - pl.col("peer_compute_ns"),
         )
         .with_columns(
-            pattern=(pl.col("late_n") > 0)
-            & (pl.col("excess_ns") >= th.straggler_min_excess * pl.col("step_ns"))
-            & (pl.col("peer_wait_ns") >= th.straggler_peer_wait * pl.col("excess_ns"))
-            & (w <= th.straggler_peer_wait * pl.col("peer_wait_ns")),
-            lost_ns=pl.min_horizontal(pl.col("peer_wait_ns"), pl.col("excess_ns")).clip(lower_bound=0),
+            prev_step=previous,
+            prev_ratio=pl.col("ratio").shift(1).over("rank", order_by="step"),
+            prev_excess_ns=pl.col("excess_ns").shift(1).over("rank", order_by="step"),
+            prev_compute_ns=c.shift(1).over("rank", order_by="step"),
+            prev_peer_compute_ns=pl.col("peer_compute_ns").shift(1).over("rank", order_by="step"),
         )
+        .with_columns(
+            pattern=waited_for(pl.col("excess_ns")),
+            pattern_next=waited_for(pl.col("prev_excess_ns")).fill_null(False)
+            & (pl.col("prev_step") == pl.col("step") - 1),
+            lost_ns=pl.min_horizontal(pl.col("peer_wait_ns"), pl.col("excess_ns")).clip(lower_bound=0),
+            prev_lost_ns=pl.min_horizontal(pl.col("peer_wait_ns"), pl.col("prev_excess_ns")).clip(lower_bound=0),
+        )
+        .with_columns(pattern_next=pl.col("pattern_next") & ~pl.col("pattern"))
         .collect()
     )
 
@@ -100,24 +122,47 @@ def detect(facts: Facts, *, thresholds: Thresholds) -> list[Finding]:
         pattern_share=pl.col("pattern").mean(),
     )
     persistent = per_rank.filter(
-        pl.col("med_ratio") >= th.straggler_persistent_ratio, pl.col("pattern_share") >= 0.5
+        ((pl.col("med_ratio") >= th.straggler_persistent_ratio) & (pl.col("pattern_share") >= 0.5))
+        | ((pl.col("med_ratio") >= th.straggler_min_ratio) & (pl.col("pattern_share") >= th.straggler_pattern_share))
     ).sort("rank")
     findings = []
     for rank, med_ratio, share in persistent.iter_rows():
-        rows = r.filter(pl.col("rank") == rank, pl.col("pattern"), pl.col("ratio") >= th.straggler_persistent_ratio)
+        rows = r.filter(pl.col("rank") == rank, pl.col("pattern"))
         strength = min(1.0, (med_ratio - 1) / (2 * (th.straggler_persistent_ratio - 1)))
-        findings.append(_finding(rows, rank, "persistent", n_steps, strength * share))
+        findings.append(_finding(rows, rank, "persistent", n_steps, max(strength, share) * share))
     median_step = r.group_by("step").agg(pl.col("step_ns").first())["step_ns"].median()
-    transient = (
-        r.filter(
-            ~pl.col("rank").is_in(persistent["rank"].implode()),
-            pl.col("pattern"),
-            pl.col("ratio") >= th.straggler_transient_ratio,
-            pl.col("step_ns") >= th.straggler_slow_step * median_step,
-        )
+    slow = pl.col("step_ns") >= th.straggler_slow_step * median_step
+    candidates = r.filter(~pl.col("rank").is_in(persistent["rank"].implode()), slow)
+    direct = candidates.filter(pl.col("pattern"), pl.col("ratio") >= th.straggler_episode_ratio)
+    # extra compute after the last collective of step N-1: the peers wait for it in step N
+    shifted = candidates.filter(pl.col("pattern_next"), pl.col("prev_ratio") >= th.straggler_episode_ratio)
+    shifted = shifted.select(
+        "rank",
+        step=pl.col("prev_step").cast(pl.Int32),
+        ratio="prev_ratio",
+        excess_ns="prev_excess_ns",
+        lost_ns="prev_lost_ns",
+        compute_ns="prev_compute_ns",
+        peer_compute_ns="prev_peer_compute_ns",
+        peer_wait_ns="peer_wait_ns",
+        wait_ns="wait_ns",
+        late_n="late_n",
+        coll_n="coll_n",
+    )
+    keep = shifted.columns
+    steps_seen = (
+        pl.concat([direct.select(keep), shifted.cast(direct.select(keep).schema)])
         .sort("ratio", descending=True)
         .unique("step", keep="first")
     )
+    strong = steps_seen.filter(pl.col("ratio") >= th.straggler_transient_ratio)
+    # an episode: weaker steps right next to a strong one of the same rank belong to it
+    neighbours = strong.select("rank", pl.concat_list(pl.col("step") - 1, pl.col("step") + 1).alias("step"))
+    neighbours = neighbours.explode("step").with_columns(pl.col("step").cast(pl.Int32))
+    episode = steps_seen.filter(pl.col("ratio") < th.straggler_transient_ratio).join(
+        neighbours, on=["rank", "step"], how="semi"
+    )
+    transient = pl.concat([strong, episode]).unique(["rank", "step"])
     for rank in sorted(transient["rank"].unique().to_list()):
         rows = transient.filter(pl.col("rank") == rank).sort("step")
         strength = min(1.0, (rows["ratio"].min() - 1) / (2 * (th.straggler_transient_ratio - 1)))

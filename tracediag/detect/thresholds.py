@@ -14,10 +14,21 @@ class Thresholds:
     """A rank's compute, median over steps, at least this times its peers' median. NVRx flags a
     relative score below 0.7 (≈ 1.43×); MegaScale's stragglers were ~1.1× in forward; 1.3 sits
     above the 1.5× single-step noise of a loaded host once the median over steps is taken."""
+    straggler_pattern_share: float = 0.75
+    """A rank with the straggler pattern (last to arrive while its peers wait for its extra
+    compute) on at least this share of the steps is a persistent straggler once its median compute
+    ratio reaches `straggler_min_ratio`: being last with everyone waiting, step after step, is the
+    signal; the size of the excess only has to clear noise (MegaScale's slow hosts were ~1.1×)."""
+    straggler_min_ratio: float = 1.1
+    """The least median compute ratio of a pattern-consistent persistent straggler."""
     straggler_transient_ratio: float = 2.0
-    """A single step is a straggler step when the rank computes at least this times its peers'
-    median: Holmes calls iterations over 2× normal irregular. Single healthy steps on an
-    oversubscribed host reach 1.5–1.8×."""
+    """A single step is a straggler step when it shows the pattern, the step is slow for the whole
+    job (`straggler_slow_step`) and the rank computes at least this times its peers' median: Holmes
+    calls iterations over 2× normal irregular, and single healthy steps of an oversubscribed host
+    reach 1.5–1.8× (with their peers waiting, so the pattern alone cannot tell)."""
+    straggler_episode_ratio: float = 1.5
+    """A step next to a transient straggler step of the same rank joins the episode at this lower
+    ratio (with the pattern and a slow step): noise rarely strikes the same rank on adjacent steps."""
     straggler_slow_step: float = 1.2
     """...and the step itself is at least this times the median step (the job felt it; What-if
     counts a job straggling at S > 1.1)."""
@@ -39,6 +50,11 @@ class Thresholds:
     bubble_share: float = 0.15
     """pipeline_bubble: stages idle (no compute, no collective) at least this share of the step,
     median over stages."""
+    step_share: float = 0.5
+    """Once a job-wide cause (comm_bound, input_bound, pipeline_bubble) holds for the run (medians
+    over steps and ranks), a step belongs to it when its own share reaches this fraction of the
+    cause's threshold: single steps of a persistent cause scatter around the run's median, and
+    cutting them at the full threshold would make the step list random."""
     input_share: float = 0.2
     """input_bound: data loading at least this share of the step on every rank (median over steps)."""
     input_stall: float = 0.5
