@@ -217,7 +217,7 @@ def _fill_collectives(ev: pl.DataFrame, dec: Decoded) -> pl.DataFrame:
     extra = [c for c in _COLL_ARGS if c != "a_coll_name"] + ["a_input_dims", "a_input_type", "a_concrete_inputs"]
     coll = _collective_columns(dec.with_args(ev[idx], *extra)).select(COLL_COLUMNS)
     return ev.select(pl.exclude("^a_.*$")).with_columns(
-        pl.Series(c, [None], dtype=coll[c].dtype).extend_constant(None, ev.height - 1).scatter(idx, coll[c])
+        pl.repeat(None, ev.height, dtype=coll[c].dtype, eager=True).alias(c).scatter(idx, coll[c])
         for c in COLL_COLUMNS
     )
 

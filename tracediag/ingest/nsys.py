@@ -137,7 +137,7 @@ def read_nsys(path: str | Path, *, rank: int | None = None, default_rank: int | 
     with _connect(source, shown=path) as con:
         try:
             return _read(con, path, rank, default_rank)
-        except sqlite3.DatabaseError as e:
+        except (sqlite3.DatabaseError, UnicodeDecodeError) as e:  # damaged pages can yield invalid text
             raise TraceError(str(path), f"corrupt SQLite file ({e})") from e
 
 
@@ -180,6 +180,8 @@ def _connect(path: Path, *, shown: Path) -> Iterator[sqlite3.Connection]:
             path = plain
         _check_header(path, head, shown=shown)
         con = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro&immutable=1", uri=True)
+        # names are untrusted bytes: a damaged string must not stop the read
+        con.text_factory = lambda b: b.decode("utf-8", "replace")
         try:
             yield con
         finally:
