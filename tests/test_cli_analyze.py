@@ -56,3 +56,24 @@ def test_bad_options_exit_2_with_one_line(runner, extra, message):
     assert result.exit_code == 2
     assert message in result.stderr
     assert "Traceback" not in result.output
+
+
+def test_an_internal_error_is_one_line_with_exit_1(monkeypatch, capsys) -> None:
+    """A bug (not bad input) still gives one line, not a traceback; TRACEDIAG_DEBUG re-raises it."""
+    import tracediag.cli.analyze as cli_analyze
+    from tracediag.cli import main
+
+    def broken(*_a, **_k):
+        raise ZeroDivisionError("division by zero")
+
+    monkeypatch.setattr(cli_analyze, "run_analysis", broken)
+    monkeypatch.setattr("sys.argv", ["tracediag", "analyze", *TRACES])
+    monkeypatch.delenv("TRACEDIAG_DEBUG", raising=False)
+    with pytest.raises(SystemExit) as exit_info:
+        main()
+    assert exit_info.value.code == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("Error: internal error (ZeroDivisionError: division by zero)")
+    monkeypatch.setenv("TRACEDIAG_DEBUG", "1")
+    with pytest.raises(ZeroDivisionError):
+        main()

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import sys
+
 import click
 
 
@@ -12,17 +15,14 @@ def cli() -> None:
 
 
 def _register() -> None:
-    from tracediag.cli.ingest import ingest
-
-    cli.add_command(ingest)
     from tracediag.cli.analyze import analyze
-
-    cli.add_command(analyze)
+    from tracediag.cli.ingest import ingest
     from tracediag.cli.model import register as register_model
-
-    register_model(cli)
     from tracediag.cli.report import report
 
+    cli.add_command(ingest)
+    cli.add_command(analyze)
+    register_model(cli)
     cli.add_command(report)
 
 
@@ -30,5 +30,19 @@ _register()
 
 
 def main() -> None:
-    """Console-script entry point."""
-    cli()
+    """Console-script entry point.
+
+    Bad input and options exit 2 with one line (click and `InputError`). Anything else is a bug in
+    tracediag: it too gets one line and exit status 1, with the traceback when TRACEDIAG_DEBUG is set.
+    """
+    try:
+        cli()
+    except Exception as e:
+        if os.environ.get("TRACEDIAG_DEBUG"):
+            raise
+        click.echo(
+            f"Error: internal error ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); "
+            "rerun with TRACEDIAG_DEBUG=1 for the traceback, and please report it",
+            err=True,
+        )
+        sys.exit(1)
