@@ -11,11 +11,12 @@ time units, B/E pairing and the rule that every input event is a row or a counte
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from decimal import Decimal
 from operator import attrgetter
-from typing import Any
+from typing import Any, Union
 
 import msgspec
 import orjson
@@ -29,8 +30,8 @@ _RAW_EMPTY = msgspec.Raw(b"")
 class _Args(msgspec.Struct, gc=False, frozen=True):
     """The `args` keys tracediag reads; bulky list-valued ones stay undecoded (`Raw`)."""
 
-    external_id: Any = msgspec.field(default=None, name="External id")
-    correlation: Any = None
+    external_id: int | None = msgspec.field(default=None, name="External id")
+    correlation: int | None = None
     device: Any = None
     stream: Any = None
     coll_name: Any = msgspec.field(default=None, name="Collective name")
@@ -65,38 +66,47 @@ _NO_ARGS = _Args()
 """Shared by every event without `args`, so columns are read without None checks."""
 
 
+_EVENT_FIELDS = (
+    [(f, Any, None) for f in ("name", "cat", "ts", "dur")]
+    + [(f, int | str | None, None) for f in ("pid", "tid")]
+    + [("args", _Args, _NO_ARGS)]
+)
+"""Ids are typed (a wrong-typed one sends the piece to the lenient path, which counts the event
+as malformed); names and times stay untyped and are checked as columns."""
+
+
 class _Event(msgspec.Struct, gc=False):
+    """Any event, whatever its phase (the fallback when a file has phases the tagged union lacks)."""
+
     ph: Any = None
     name: Any = None
     cat: Any = None
     ts: Any = None
     dur: Any = None
-    pid: Any = None
-    tid: Any = None
+    pid: int | str | None = None
+    tid: int | str | None = None
     args: _Args = _NO_ARGS
 
-
-class _Object(msgspec.Struct, gc=False):
-    """The JSON Object form; every other top-level key is ignored."""
-
-    traceEvents: list[_Event] = msgspec.field(default_factory=list)
-    baseTimeNanoseconds: Any = None
-    distributedInfo: Any = None
-    deviceProperties: Any = None
-    metadata: Any = None
-    displayTimeUnit: Any = None
+    @property
+    def phase(self) -> Any:
+        return self.ph
 
 
-_OBJECT = msgspec.json.Decoder(_Object)
-_ARRAY = msgspec.json.Decoder(list[_Event])
-_OBJECT_EXACT = msgspec.json.Decoder(_Object, float_hook=Decimal)
-_ARRAY_EXACT = msgspec.json.Decoder(list[_Event], float_hook=Decimal)
+class _Tagged(msgspec.Struct, gc=False, tag_field="ph"):
+    """Events decoded by phase: the phases that become rows (or metadata) get every field; the
+    phases only counted (flows, instants, counters, ...) get none, so the decoder skips their
+    fields instead of building objects for them (Kineto's flow arrows are a third of its events)."""
 
-_EXACT_LIMIT_US = float(2**43)
-"""Below 2**43 µs (~102 days) a float64's ulp is under 1 ns, so the 3-decimal text is recoverable."""
 
+def _tagged(phase: str, fields: list) -> type:
+    return msgspec.defstruct(
+        f"_Phase_{ord(phase)}", fields, bases=(_Tagged,), tag=phase, namespace={"phase": phase}, gc=False
+    )
+
+
+_ROW_PHASES = ("X", "B", "E", "M")
+_OTHER_PHASES = ("c", "(", ")", "V", "v")
 _PHASE_SKIP = {
-    "M": "metadata",
     "i": "instant",
     "I": "instant",
     "R": "instant",
@@ -116,6 +126,57 @@ _PHASE_SKIP = {
     "D": "object",
     "P": "object",
 }
+"""Phases that never become rows, by skip reason (`M` is counted as metadata once decoded)."""
+
+_ROW_TYPES = {_tagged(p, _EVENT_FIELDS) for p in _ROW_PHASES} | {_Event}
+_SKIP_TYPES = {_tagged(p, []): reason for p, reason in _PHASE_SKIP.items()}
+_SKIP_TYPES.update({_tagged(p, []): "other_phase" for p in _OTHER_PHASES})
+_TaggedEvent = Union[tuple(_ROW_TYPES - {_Event}) + tuple(_SKIP_TYPES)]  # noqa: UP007 - built at run time
+
+
+def _object_type(event: Any) -> type:
+    return msgspec.defstruct(
+        "_Object",
+        [
+            ("traceEvents", list[event], msgspec.field(default_factory=list)),
+            *[(k, Any, None) for k in _TOP_KEYS],
+        ],
+        gc=False,
+    )
+
+
+_TOP_KEYS = ("baseTimeNanoseconds", "distributedInfo", "deviceProperties", "metadata", "displayTimeUnit")
+"""The Object form's top-level keys tracediag reads; every other one is ignored."""
+
+
+def _decoders(event: Any) -> dict[tuple[bool, bool], msgspec.json.Decoder]:
+    """(is_array, exact) -> decoder; exact keeps floats as `Decimal` (their decimal text)."""
+    obj = _object_type(event)
+    return {
+        (is_array, exact): msgspec.json.Decoder(list[event] if is_array else obj, float_hook=Decimal if exact else None)
+        for is_array in (False, True)
+        for exact in (False, True)
+    }
+
+
+_TAGGED = _decoders(_TaggedEvent)
+_PLAIN = _decoders(_Event)
+_PlainObject = _object_type(_Event)
+
+
+def _decode_fast(doc: bytes, is_array: bool, *, exact: bool = False) -> Any:
+    """Decode with the tagged union, or, when a phase is unknown or missing, with plain events.
+
+    Raises msgspec's DecodeError (bad JSON) or ValidationError (wrong-typed fields).
+    """
+    try:
+        return _TAGGED[(is_array, exact)].decode(doc)
+    except msgspec.ValidationError:
+        return _PLAIN[(is_array, exact)].decode(doc)
+
+
+_EXACT_LIMIT_US = float(2**43)
+"""Below 2**43 µs (~102 days) a float64's ulp is under 1 ns, so the 3-decimal text is recoverable."""
 
 
 CHUNK_BYTES = 4 << 20
@@ -163,28 +224,41 @@ def decode(source: bytes | Iterable[bytes], path: str) -> Decoded:
     top: dict[str, Any] = {}
     bases: list[pl.DataFrame] = []
     rare = _RareArgs()
-    n_events = 0
+    n_events = n_kept = 0  # input events seen; events that reached the frame (their `order`)
     for events, piece_top, piece, piece_is_array in _pieces(blocks, path, warnings, skipped):
         top.update({k: v for k, v in piece_top.items() if v is not None})
-        base, args = _piece_frame(events, n_events, piece, piece_is_array, warnings)
-        rare.add(base, args, n_events)
         n_events += len(events)
+        kept = _drop_counted(events, skipped)
+        base, args = _piece_frame(kept, n_kept, piece, piece_is_array, warnings)
+        rare.add(base, args, n_kept)
+        n_kept += len(kept)
         bases.append(base)
     frame = pl.concat(bases, rechunk=False)
     # events dropped while decoding (cut off, or not convertible) never reached the frame
     events_in = n_events + skipped.get("malformed", 0) + skipped.get("truncated", 0)
     decoded = Decoded(frame, rare.frames(), frame.clear(), top, events_in, skipped, warnings)
     for phase, count in frame.group_by("ph").len().iter_rows():
-        reason = _PHASE_SKIP.get(phase) if phase is not None else "malformed"
-        if reason is not None:
-            skipped[reason] = skipped.get(reason, 0) + count
-        elif phase not in ("X", "B", "E"):
-            skipped["other_phase"] = skipped.get("other_phase", 0) + count
+        if phase in ("X", "B", "E"):
+            continue
+        reason = "metadata" if phase == "M" else "malformed" if phase is None else _PHASE_SKIP.get(phase)
+        skipped[reason or "other_phase"] = skipped.get(reason or "other_phase", 0) + count
     decoded.metadata = decoded.with_args(frame.filter(pl.col("ph") == "M"), "a_label", "a_labels").select(
         "name", "pid", "pid_str", "tid", label="a_label", labels="a_labels"
     )
     decoded.slices = _slices_from(frame, skipped, warnings)
     return decoded
+
+
+def _drop_counted(events: list[Any], skipped: dict[str, int]) -> list[Any]:
+    """The events that carry fields (rows and metadata); the field-less phases only add to `skipped`."""
+    types = Counter(map(type, events))
+    if all(t in _ROW_TYPES for t in types):
+        return events
+    for t, n in types.items():
+        reason = _SKIP_TYPES.get(t)
+        if reason is not None:
+            skipped[reason] = skipped.get(reason, 0) + n
+    return [e for e in events if type(e) in _ROW_TYPES]
 
 
 def _pieces(
@@ -292,9 +366,8 @@ def _decode_doc(
     DecodeError propagates to the caller. `whole`: `doc` is the whole file, so an object without
     `traceEvents` is not a trace.
     """
-    decoder = _ARRAY if is_array else _OBJECT
     try:
-        parsed = decoder.decode(doc)
+        parsed = _decode_fast(doc, is_array)
     except msgspec.ValidationError:
         parsed = _decode_leniently(doc, path, is_array, skipped)
     except msgspec.DecodeError as e:
@@ -307,8 +380,8 @@ def _decode_doc(
     return events, top
 
 
-def _top_dict(obj: _Object) -> dict[str, Any]:
-    return {k: getattr(obj, k) for k in _Object.__struct_fields__ if k != "traceEvents"}
+def _top_dict(obj: Any) -> dict[str, Any]:
+    return {k: getattr(obj, k) for k in _TOP_KEYS}
 
 
 def _peek_keys(data: bytes) -> set[str]:
@@ -345,8 +418,8 @@ def _decode_leniently(data: bytes, path: str, is_array: bool, skipped: dict[str,
         skipped["malformed"] = skipped.get("malformed", 0) + bad
     if is_array:
         return events
-    rest = {k: v for k, v in loaded.items() if k in _Object.__struct_fields__ and k != "traceEvents"}
-    return _Object(traceEvents=events, **rest)
+    rest = {k: v for k, v in loaded.items() if k in _TOP_KEYS}
+    return _PlainObject(traceEvents=events, **rest)
 
 
 def _decode_truncated(
@@ -360,14 +433,13 @@ def _decode_truncated(
     if "truncated" not in error.lower() and "trailing comma" not in error.lower():
         raise TraceError(path, f"invalid JSON ({error})")
     closing = b"]" if is_array else b"]}"
-    decoder = _ARRAY if is_array else _OBJECT
     end = len(data)
     for _ in range(64):
         cut = data.rfind(b"}", 0, end)
         if cut < 0:
             break
         try:
-            parsed = decoder.decode(data[: cut + 1] + closing)
+            parsed = _decode_fast(data[: cut + 1] + closing, is_array)
         except msgspec.ValidationError:
             parsed = _decode_leniently(data[: cut + 1] + closing, path, is_array, skipped)
         except msgspec.DecodeError:
@@ -381,14 +453,16 @@ def _decode_truncated(
     raise TraceError(path, f"invalid JSON ({error}), and no complete event could be recovered")
 
 
-def _exact_events(piece: bytes, is_array: bool, warnings: list[str]) -> list[_Event] | None:
-    """Re-read a piece with floats kept as decimal text, for epoch-µs floats with ns digits."""
+def _exact_events(piece: bytes, is_array: bool, warnings: list[str]) -> list[Any] | None:
+    """Re-read a piece with floats kept as decimal text, for epoch-µs floats with ns digits (the
+    events with fields only, aligned with `_drop_counted`'s)."""
     try:
-        reparsed = (_ARRAY_EXACT if is_array else _OBJECT_EXACT).decode(piece)
+        reparsed = _decode_fast(piece, is_array, exact=True)
     except msgspec.MsgspecError:
         warnings.append("timestamps kept at float64 precision (the exact re-read failed)")
         return None
-    return reparsed if is_array else reparsed.traceEvents
+    events = reparsed if is_array else reparsed.traceEvents
+    return [e for e in events if type(e) in _ROW_TYPES]
 
 
 def _exact_ns(values: list[Any]) -> pl.Series:
@@ -432,7 +506,7 @@ def _piece_frame(
     args = [e.args for e in events]
     frame = pl.DataFrame(
         {
-            "ph": pl.Series([e.ph for e in events], dtype=pl.String, strict=False),
+            "ph": pl.Series([e.phase for e in events], dtype=pl.String, strict=False),
             "cat": pl.Series([e.cat for e in events], dtype=pl.String, strict=False),
             "name": pl.Series([e.name for e in events], dtype=pl.String, strict=False),
             "pid": pid_int,
@@ -512,7 +586,10 @@ class _RareArgs:
 
 def _int_series(values: list[Any]) -> pl.Series:
     """Integer ids; other values (Kineto's string pids such as "Spans") become null."""
-    return pl.Series([v if type(v) is int else None for v in values], dtype=pl.Int64)
+    try:
+        return pl.Series(values, dtype=pl.Int64)  # the decoder admits only ints, strings and nulls
+    except (TypeError, OverflowError):
+        return pl.Series([v if type(v) is int and -(2**63) <= v < 2**63 else None for v in values], dtype=pl.Int64)
 
 
 def _arg_series(fname: str, values: list[Any]) -> pl.Series:
