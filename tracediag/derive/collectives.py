@@ -23,19 +23,9 @@ from __future__ import annotations
 import polars as pl
 
 from tracediag.derive.intervals import union_intervals
+from tracediag.schema import COLL_OPS
 
-MATCHED_OPS = (
-    "all_reduce",
-    "all_gather",
-    "reduce_scatter",
-    "all_to_all",
-    "broadcast",
-    "reduce",
-    "gather",
-    "scatter",
-    "barrier",
-    "coalesced",
-)
+MATCHED_OPS = tuple(op for op in COLL_OPS if op not in ("send", "recv", "other"))
 """Operations with a group-wide instance to match across ranks."""
 
 SPLIT_GAP_NS = 1_000_000
