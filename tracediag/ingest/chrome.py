@@ -57,8 +57,6 @@ class _Args(msgspec.Struct, gc=False, frozen=True):
     concrete_inputs: msgspec.Raw = msgspec.field(default=_RAW_EMPTY, name="Concrete Inputs")
 
 
-ARG_FIELDS: tuple[str, ...] = _Args.__struct_fields__
-"""Names of the decoded `args` columns (prefixed with ``a_`` in the slice table)."""
 _RAW_FIELDS = ("input_dims", "input_type", "concrete_inputs")
 
 
