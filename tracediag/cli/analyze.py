@@ -18,7 +18,7 @@ from tracediag.run import Run
 
 
 def run_analysis(run: Run, *, step_regex: str | None = None, link_gbps: float | None = None) -> Analysis:
-    """The work behind the command (a hook for options added later)."""
+    """The work behind the command: load is done, options are parsed; rendering happens after."""
     return _analyze(run, step_regex=step_regex, link_gbps=link_gbps)
 
 
