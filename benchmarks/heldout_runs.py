@@ -13,6 +13,8 @@ Usage (torch is not a tracediag dependency; use the separate torch environment):
     /work/torchenv/bin/python benchmarks/heldout_runs.py                  # all 18 x 2 runs (~5 min) + score
     /work/torchenv/bin/python benchmarks/heldout_runs.py --only strag_r0_mild --repeats 1
     /work/torchenv/bin/python benchmarks/heldout_runs.py --analyze-only   # re-score existing runs
+    /work/torchenv/bin/python benchmarks/heldout_runs.py --set healthy2   # round 3: 12 x 2 new healthy runs
+                                                                          # into /tmp/heldout2 (~3 min) + score
     TRACEDIAG=/path/to/tracediag  ...                                     # CLI to score with
 
 Writes /tmp/heldout/<scenario>_r<k>/rank<R>.pt.trace.json.gz + manifest.json, and
@@ -218,6 +220,153 @@ sc(
 
 
 # ---------------------------------------------------------------------------
+# --set healthy2 (round 3): new healthy runs only, for false positives of the loosened detectors.
+# Every rank does identical work; whatever tracediag reports other than healthy is a false positive
+# unless the run itself is genuinely limited (said in benchmarks/heldout_validation.md, round 3).
+H = {}
+
+
+def hc(name, **kw):
+    kw.setdefault("world", 4)
+    kw.setdefault("active", 8)
+    kw.setdefault("record_shapes", False)
+    kw.setdefault("dim", mr.MLP_DIM)
+    kw.setdefault("batch", mr.MLP_BATCH)
+    kw.setdefault("layers", mr.MLP_LAYERS)
+    kw.setdefault("truth", dict(cause="healthy", ranks=[], steps=[]))
+    H[name] = kw
+
+
+hc(
+    "h2_mlp_narrow_w3",
+    kind="ddp",
+    world=3,
+    dim=256,
+    batch=256,
+    layers=4,
+    active=7,
+    note="3-rank DDP, 4x Linear(256,256), batch 256",
+)
+hc(
+    "h2_mlp_wide_w2",
+    kind="ddp",
+    world=2,
+    dim=1536,
+    batch=128,
+    layers=2,
+    active=6,
+    note="2-rank DDP, 2x Linear(1536,1536) (18 MiB grads), batch 128",
+)
+hc(
+    "h2_mlp_b128_shapes_w4",
+    kind="ddp",
+    world=4,
+    dim=512,
+    batch=128,
+    layers=6,
+    record_shapes=True,
+    note="4-rank DDP, 6x Linear(512,512), batch 128, record_shapes=True",
+)
+hc(
+    "h2_conv_w4",
+    kind="conv",
+    world=4,
+    conv_batch=32,
+    active=7,
+    note="4-rank DDP small conv net (3 conv + pool + linear) on 32x3x32x32",
+)
+hc(
+    "h2_conv_shapes_w2",
+    kind="conv",
+    world=2,
+    conv_batch=48,
+    record_shapes=True,
+    note="2-rank DDP small conv net on 48x3x32x32, record_shapes=True",
+)
+hc(
+    "h2_tfm_w4",
+    kind="transformer",
+    world=4,
+    d_model=256,
+    nhead=4,
+    seq=64,
+    tfm_batch=8,
+    note="4-rank DDP, one TransformerEncoderLayer(d=256, 4 heads, ff 1024), 8x64 tokens",
+)
+hc(
+    "h2_tfm_shapes_w3",
+    kind="transformer",
+    world=3,
+    d_model=192,
+    nhead=6,
+    seq=96,
+    tfm_batch=6,
+    active=6,
+    record_shapes=True,
+    note="3-rank DDP, one TransformerEncoderLayer(d=192, 6 heads), 6x96 tokens, record_shapes",
+)
+hc(
+    "h2_dl_fast_w4",
+    kind="dl_fast",
+    world=4,
+    dim=512,
+    batch=256,
+    layers=4,
+    note="4-rank DDP MLP fed by DataLoader(num_workers=0, batch 256) over an in-memory map-style dataset "
+    "(per-sample __getitem__ + default collate, no sleep)",
+)
+hc(
+    "h2_dl_fast_shapes_w2",
+    kind="dl_fast",
+    world=2,
+    dim=512,
+    batch=128,
+    layers=4,
+    record_shapes=True,
+    active=6,
+    note="2-rank DDP MLP, fast DataLoader (batch 128), record_shapes=True",
+)
+hc(
+    "h2_bookkeep_w4",
+    kind="bookkeep",
+    world=4,
+    dim=512,
+    batch=512,
+    layers=4,
+    book_iters=20000,
+    note="4-rank DDP MLP + per-step metrics: loss.item(), accuracy .item(), grad-norm .item(), "
+    "a Python loop over the metric history (~3-5 ms)",
+)
+hc(
+    "h2_bookkeep_shapes_w3",
+    kind="bookkeep",
+    world=3,
+    dim=384,
+    batch=384,
+    layers=4,
+    book_iters=15000,
+    record_shapes=True,
+    active=7,
+    note="3-rank DDP MLP + per-step metrics bookkeeping, record_shapes=True",
+)
+hc(
+    "h2_tp_dp_w4",
+    kind="tp_dp",
+    world=4,
+    dim=384,
+    tp_hidden=1536,
+    tp_blocks=3,
+    batch=256,
+    note="healthy TP x2 ([0,1],[2,3]) x DP x2 ([0,2],[1,3]), 3 Megatron blocks d=384 h=1536, batch 256",
+)
+SETS = {
+    "heldout": (S, Path(os.environ.get("HELDOUT_OUT", "/tmp/heldout"))),
+    "healthy2": (H, Path(os.environ.get("HELDOUT2_OUT", "/tmp/heldout2"))),
+}
+ALL = {**S, **H}
+
+
+# ---------------------------------------------------------------------------
 # bodies: (torch, rank, cfg, seed) -> step(i)
 
 
@@ -387,12 +536,199 @@ def body_pipeline(torch, rank, cfg, seed):
     return step
 
 
+def _ddp_train(torch, model, make_batch, loss_of, after=None):
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    ddp = DDP(model)
+    opt = torch.optim.SGD(ddp.parameters(), lr=1e-3)
+
+    def step(i):
+        x, y = make_batch()
+        out = ddp(x)
+        loss = loss_of(out, y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        if after:
+            after(out, y, loss, ddp)
+
+    return step
+
+
+def body_conv(torch, rank, cfg, seed):
+    nn = torch.nn
+    torch.manual_seed(0)
+    model = nn.Sequential(
+        nn.Conv2d(3, 16, 3, padding=1),
+        nn.ReLU(),
+        nn.Conv2d(16, 32, 3, stride=2, padding=1),
+        nn.ReLU(),
+        nn.Conv2d(32, 64, 3, stride=2, padding=1),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(64, 10),
+    )
+    g = torch.Generator().manual_seed(seed * 100 + rank)
+    B = cfg["conv_batch"]
+    lossf = nn.CrossEntropyLoss()
+    return _ddp_train(
+        torch,
+        model,
+        lambda: (torch.randn(B, 3, 32, 32, generator=g), torch.randint(0, 10, (B,), generator=g)),
+        lossf,
+    )
+
+
+def body_transformer(torch, rank, cfg, seed):
+    nn = torch.nn
+    torch.manual_seed(0)
+    d = cfg["d_model"]
+
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layer = nn.TransformerEncoderLayer(
+                d, cfg["nhead"], dim_feedforward=4 * d, dropout=0.0, batch_first=True
+            )
+            self.head = nn.Linear(d, 10)
+
+        def forward(self, x):
+            return self.head(self.layer(x).mean(dim=1))
+
+    g = torch.Generator().manual_seed(seed * 100 + rank)
+    B, T = cfg["tfm_batch"], cfg["seq"]
+    return _ddp_train(
+        torch,
+        M(),
+        lambda: (torch.randn(B, T, d, generator=g), torch.randint(0, 10, (B,), generator=g)),
+        nn.CrossEntropyLoss(),
+    )
+
+
+def body_dl_fast(torch, rank, cfg, seed):
+    from torch.utils.data import DataLoader, Dataset
+
+    D = cfg["dim"]
+    gen = torch.Generator().manual_seed(seed * 100 + rank)
+    X = torch.randn(8192, D, generator=gen)
+    Y = torch.randint(0, 10, (8192,), generator=gen)
+
+    class InMem(Dataset):
+        def __len__(self):
+            return len(X)
+
+        def __getitem__(self, idx):
+            return X[idx], Y[idx]
+
+    dl = DataLoader(
+        InMem(),
+        batch_size=cfg["batch"],
+        shuffle=True,
+        num_workers=0,
+        drop_last=True,
+        generator=torch.Generator().manual_seed(seed),
+    )
+    state = {"it": iter(dl)}
+
+    def nxt():
+        try:
+            return next(state["it"])
+        except StopIteration:
+            state["it"] = iter(dl)
+            return next(state["it"])
+
+    torch.manual_seed(0)
+    return _ddp_train(torch, mr._mlp(torch, dim=D, layers=cfg["layers"]), nxt, torch.nn.CrossEntropyLoss())
+
+
+def body_bookkeep(torch, rank, cfg, seed):
+    B, D = cfg["batch"], cfg["dim"]
+    g = torch.Generator().manual_seed(seed * 100 + rank)
+    hist = []
+
+    def after(out, y, loss, ddp):
+        # typical per-step metrics: host syncs via .item() and a little Python over the history
+        m = {
+            "loss": loss.item(),
+            "acc": (out.argmax(dim=1) == y).float().mean().item(),
+            "gnorm": torch.norm(torch.stack([p.grad.norm() for p in ddp.parameters()])).item(),
+        }
+        hist.append(m)
+        acc = 0.0
+        for k in range(cfg["book_iters"]):
+            acc += hist[k % len(hist)]["loss"] * 1e-6
+        m["ema"] = acc
+        json.dumps(hist[-50:])
+
+    torch.manual_seed(0)
+    return _ddp_train(
+        torch,
+        mr._mlp(torch, dim=D, layers=cfg["layers"]),
+        lambda: (torch.randn(B, D, generator=g), torch.randint(0, 10, (B,), generator=g)),
+        torch.nn.CrossEntropyLoss(),
+        after=after,
+    )
+
+
+def body_tp_dp(torch, rank, cfg, seed):
+    import torch.distributed as dist
+
+    nn = torch.nn
+    TP, DP = 2, 2
+    tp_groups = [dist.new_group([d * TP + t for t in range(TP)], group_desc=f"tp{d}") for d in range(DP)]
+    dp_groups = [dist.new_group([d * TP + t for d in range(DP)], group_desc=f"dp{t}") for t in range(TP)]
+    tp_idx, dp_idx = rank % TP, rank // TP
+    tp_group, dp_group = tp_groups[dp_idx], dp_groups[tp_idx]
+    f = mr._TPFuncs(torch, dist, tp_group)
+    D, Hd = cfg["dim"], cfg["tp_hidden"]
+
+    class TPBlock(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.col = nn.Linear(D, Hd // TP)
+            self.row = nn.Linear(Hd // TP, D, bias=False)
+
+        def forward(self, x):
+            return x + f.reduce_from(self.row(torch.relu(self.col(f.copy_to(x)))))
+
+    torch.manual_seed(tp_idx)
+    blocks = nn.Sequential(*[TPBlock() for _ in range(cfg["tp_blocks"])])
+    torch.manual_seed(0)
+    head = nn.Linear(D, 10)
+    params = list(blocks.parameters()) + list(head.parameters())
+    opt = torch.optim.SGD(params, lr=1e-3)
+    lossf = nn.CrossEntropyLoss()
+    g = torch.Generator().manual_seed(1000 * (seed + 1) + dp_idx)
+
+    def step(i):
+        x = torch.randn(cfg["batch"], D, generator=g)
+        y = torch.randint(0, 10, (cfg["batch"],), generator=g)
+        loss = lossf(head(blocks(x)), y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        grads = [p.grad for p in params]
+        flat = torch._utils._flatten_dense_tensors(grads)
+        dist.all_reduce(flat, group=dp_group)
+        flat /= DP
+        for gsrc, gdst in zip(torch._utils._unflatten_dense_tensors(flat, grads), grads):
+            gdst.copy_(gsrc)
+        opt.step()
+
+    return step
+
+
 BODIES = {
     "ddp": body_ddp,
     "comm_emb": body_comm_emb,
     "comm_linear": body_comm_linear,
     "input": body_input,
     "pipeline": body_pipeline,
+    "conv": body_conv,
+    "transformer": body_transformer,
+    "dl_fast": body_dl_fast,
+    "bookkeep": body_bookkeep,
+    "tp_dp": body_tp_dp,
 }
 
 
@@ -431,7 +767,7 @@ def generate(name, repeat):
     import torch
     import torch.multiprocessing as mp
 
-    cfg = S[name]
+    cfg = ALL[name]
     outdir = OUT / f"{name}_r{repeat}"
     outdir.mkdir(parents=True, exist_ok=True)
     for f in outdir.glob("*"):
@@ -585,11 +921,19 @@ def table(results):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--only", action="append", choices=sorted(S), help="scenario(s); default all")
+    ap.add_argument(
+        "--set",
+        default="heldout",
+        choices=sorted(SETS),
+        help="heldout: round 1-2 scenarios into /tmp/heldout; healthy2: round 3 new healthy runs into /tmp/heldout2",
+    )
+    ap.add_argument("--only", action="append", choices=sorted(ALL), help="scenario(s); default all of --set")
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--analyze-only", action="store_true", help="score existing runs under /tmp/heldout")
     args = ap.parse_args(argv)
-    names = args.only or list(S)
+    global OUT
+    scen, OUT = SETS[args.set]
+    names = args.only or list(scen)
     dirs = []
     for name in names:
         for k in range(args.repeats):
