@@ -129,3 +129,18 @@ def test_unnamed_loader_starving_every_rank_is_input_bound_at_half_confidence():
     assert (f.cause, f.ranks, f.steps) == ("input_bound", (0, 1, 2, 3), tuple(range(8)))
     assert f.evidence["loader_annotated"] is False and f.confidence <= 0.5
     assert "record_function" in f.summary
+
+
+def _two_ranks(facts: Facts) -> Facts:
+    steps = facts.steps.filter(pl.col("rank") < 2)
+    return Facts(steps=steps, collectives=facts.collectives, p2p=facts.p2p)
+
+
+def test_last_on_most_steps_counts_only_when_unlikely_by_chance():
+    """Rank 1 at 1.2x, last with its peers waiting on 6 of 8 steps: with 4 ranks that happens by
+    chance 0.4% of the time (a straggler); with 2 ranks one of them is always last, 14% (healthy)."""
+    slow = [0, 1, 2, 4, 5, 7]
+    facts = _steps({(1, s): 84 for s in slow}, _waits_for(1, slow, 14))
+    (f,) = detect_all(facts)
+    assert (f.cause, f.ranks, f.steps) == ("compute_straggler", (1,), tuple(slow))
+    assert [f.cause for f in detect_all(_two_ranks(facts))] == ["healthy"]

@@ -8,7 +8,8 @@ share of the others' wait, and the excess is at least `straggler_min_excess` of 
 
 - Persistent: the rank's median ratio over steps ≥ `straggler_persistent_ratio` with the pattern on
   at least half of the steps, or the pattern on at least `straggler_pattern_share` of the steps with
-  a median ratio ≥ `straggler_min_ratio`; its steps are those with the pattern.
+  a median ratio ≥ `straggler_min_ratio` when being last that often is unlikely by chance
+  (`straggler_pattern_chance`, binomial with p = 1/ranks); its steps are those with the pattern.
 - Transient: otherwise, single steps with the pattern, ratio ≥ `straggler_transient_ratio` and the
   step ≥ `straggler_slow_step` × the median step (one rank per step: the highest ratio). Extra
   compute after a step's last collective (logging, a checkpoint) makes the peers wait only in the
@@ -19,6 +20,8 @@ time_lost_ns = Σ over its steps of min(peers' median wait, excess compute).
 """
 
 from __future__ import annotations
+
+from math import comb
 
 import polars as pl
 
@@ -109,6 +112,11 @@ def _finding(rows: pl.DataFrame, rank: int, kind: str, n_steps: int, confidence:
     )
 
 
+def _chance(k: int, n: int, p: float) -> float:
+    """P(X ≥ k) for X ~ Binomial(n, p): how often a rank is last on k of n steps by chance alone."""
+    return sum(comb(n, i) * p**i * (1 - p) ** (n - i) for i in range(k, n + 1))
+
+
 def detect(facts: Facts, *, thresholds: Thresholds) -> list[Finding]:
     """Findings for persistent and transient compute stragglers (one per rank)."""
     th = thresholds
@@ -117,19 +125,31 @@ def detect(facts: Facts, *, thresholds: Thresholds) -> list[Finding]:
         return []
     r = rank_step_ratios(steps, th)
     n_steps = r["step"].n_unique()
+    n_ranks = r["rank"].n_unique()
     per_rank = r.group_by("rank").agg(
         med_ratio=pl.col("ratio").median(),
         pattern_share=pl.col("pattern").mean(),
+        n=pl.len(),
+        k=pl.col("pattern").sum(),
+    )
+    per_rank = per_rank.with_columns(
+        chance=pl.Series([_chance(k, n, 1 / n_ranks) for k, n in per_rank.select("k", "n").iter_rows()])
     )
     persistent = per_rank.filter(
         ((pl.col("med_ratio") >= th.straggler_persistent_ratio) & (pl.col("pattern_share") >= 0.5))
-        | ((pl.col("med_ratio") >= th.straggler_min_ratio) & (pl.col("pattern_share") >= th.straggler_pattern_share))
+        | (
+            (pl.col("med_ratio") >= th.straggler_min_ratio)
+            & (pl.col("pattern_share") >= th.straggler_pattern_share)
+            & (pl.col("chance") <= th.straggler_pattern_chance)
+        )
     ).sort("rank")
     findings = []
-    for rank, med_ratio, share in persistent.iter_rows():
+    for rank, med_ratio, share, *_ in persistent.iter_rows():
         rows = r.filter(pl.col("rank") == rank, pl.col("pattern"))
         strength = min(1.0, (med_ratio - 1) / (2 * (th.straggler_persistent_ratio - 1)))
-        findings.append(_finding(rows, rank, "persistent", n_steps, max(strength, share) * share))
+        finding = _finding(rows, rank, "persistent", n_steps, max(strength, share) * share)
+        finding.evidence["compute_ratio_median_all_steps"] = round(float(med_ratio), 3)
+        findings.append(finding)
     median_step = r.group_by("step").agg(pl.col("step_ns").first())["step_ns"].median()
     slow = pl.col("step_ns") >= th.straggler_slow_step * median_step
     candidates = r.filter(~pl.col("rank").is_in(persistent["rank"].implode()), slow)

@@ -21,6 +21,10 @@ class Thresholds:
     signal; the size of the excess only has to clear noise (MegaScale's slow hosts were ~1.1×)."""
     straggler_min_ratio: float = 1.1
     """The least median compute ratio of a pattern-consistent persistent straggler."""
+    straggler_pattern_chance: float = 0.01
+    """...and being last that often must be unlikely by chance: P(≥ k of n steps) under a
+    Binomial(n, 1/ranks) at most this. With 2 ranks one of them is always last, so 6 of 8 steps
+    happens 14% of the time by chance (0.4% with 4 ranks)."""
     straggler_transient_ratio: float = 2.0
     """A single step is a straggler step when it shows the pattern, the step is slow for the whole
     job (`straggler_slow_step`) and the rank computes at least this times its peers' median: Holmes
