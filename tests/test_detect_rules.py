@@ -41,7 +41,10 @@ def _steps(compute: dict[tuple[int, int], float], wait: dict[tuple[int, int], fl
             )
     steps = pl.DataFrame(rows, schema={**STEP_SCHEMA, "late_n": pl.Int32, "coll_n": pl.Int32})
     empty = pl.DataFrame(schema={"rank": pl.Int32, "step": pl.Int32})
-    return Facts(steps=steps, collectives=pl.DataFrame({"busbw_gbps": [40.0]}), p2p=empty)
+    collectives = pl.DataFrame(
+        {"step": [s for s in range(8) for _ in range(3)], "bytes": [1 << 20] * 24, "busbw_gbps": [40.0] * 24}
+    )
+    return Facts(steps=steps, collectives=collectives, p2p=empty)
 
 
 def _waits_for(rank: int, steps: range | list[int], ms: float) -> dict[tuple[int, int], float]:
@@ -71,6 +74,7 @@ def test_exposed_comm_on_every_rank_is_comm_bound_with_bandwidth_verdict():
     (f,) = detect_all(facts)
     assert f.cause == "comm_bound" and f.ranks == (0, 1, 2, 3) and f.steps == tuple(range(8))
     assert f.evidence["busbw_share_of_peak"] == 0.8
+    assert (f.evidence["collectives_per_step_median"], f.evidence["message_bytes_median"]) == (3.0, 1 << 20)
     assert "too much traffic" in f.evidence["bandwidth_verdict"]
 
 

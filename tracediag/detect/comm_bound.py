@@ -44,6 +44,19 @@ def _bandwidth_verdict(busbw: float | None, link_gbps: float | None, th: Thresho
     return f"bus bandwidth {busbw:.2f} GB/s = {share:.0%} of {link_gbps:g} GB/s, {verdict}", fields
 
 
+def _traffic(collectives: pl.DataFrame) -> dict:
+    """What the wire carries per step: matched collectives and their median size (when recorded),
+    so a reader can tell many small messages (latency, bucketing) from a few large ones."""
+    if not collectives.height:
+        return {}
+    per_step = collectives.group_by("step").len()["len"].median()
+    sizes = collectives["bytes"].drop_nulls()
+    return {
+        "collectives_per_step_median": float(per_step),
+        "message_bytes_median": int(sizes.median()) if sizes.len() else None,
+    }
+
+
 def detect(facts: Facts, *, thresholds: Thresholds, straggler_ranks: tuple[int, ...] = ()) -> list[Finding]:
     """A comm_bound finding when exposed collective communication dominates every rank's steps."""
     th = thresholds
@@ -75,6 +88,7 @@ def detect(facts: Facts, *, thresholds: Thresholds, straggler_ranks: tuple[int, 
         "wait_for_peers_ms_median": round(float(s["wait_ns"].median()) / MS, 3),
         "step_ms_median": round(float(s["dur_ns"].median()) / MS, 3),
         "compute_ms_median": round(float(s["compute_ns"].median()) / MS, 3),
+        **_traffic(facts.collectives),
         **bw_fields,
     }
     return [
