@@ -465,9 +465,9 @@ def check_split(model: ModelSpec, device: DeviceSpec, split: Split, train: Train
         problems.append(f"tp={split.tp} exceeds gpus_per_node={device.gpus_per_node}")
     if split.pp * split.vpp > model.layers:
         problems.append(f"pp·vpp = {split.pp * split.vpp} exceeds layers={model.layers}")
-    per_stage = sorted(set(stage_layers(model.layers, split.pp)))
-    if split.vpp > 1 and any(n % split.vpp for n in per_stage):
-        problems.append(f"layers per stage {per_stage} not divisible by vpp={split.vpp}")
+    # Interleaving with layers per stage not divisible by vpp is allowed: engines take uneven
+    # virtual chunks (Megatron's first/last-stage layer options; Llama 3 §3.3.2). `plan` still
+    # proposes only even chunks, which every engine accepts.
     if train.global_batch % (train.micro_batch * split.dp):
         problems.append(
             f"global_batch={train.global_batch} not divisible by micro_batch·dp = "
