@@ -77,3 +77,13 @@ def test_an_internal_error_is_one_line_with_exit_1(monkeypatch, capsys) -> None:
     monkeypatch.setenv("TRACEDIAG_DEBUG", "1")
     with pytest.raises(ZeroDivisionError):
         main()
+
+
+def test_traces_without_step_markers_are_one_line_exit_2(runner):
+    """The HTA-derived fixture without ProfilerStep markers (a single annotated forward) is refused in one line."""
+    from conftest import KINETO
+
+    result = runner.invoke(cli, ["analyze", str(KINETO / "hta_triton_example.json.gz"), "--step-regex", "^nomatch$"])
+    assert result.exit_code == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "--step-regex" in lines[0] and "no host row matches" in lines[0]

@@ -148,3 +148,11 @@ def test_last_on_most_steps_counts_only_when_unlikely_by_chance():
     (f,) = detect_all(facts)
     assert (f.cause, f.ranks, f.steps) == ("compute_straggler", (1,), tuple(slow))
     assert [f.cause for f in detect_all(_two_ranks(facts))] == ["healthy"]
+
+
+def test_comm_bound_on_some_ranks_of_a_larger_job_says_a_slow_untraced_rank_is_possible():
+    facts = _steps({}, {}, exposed=60)
+    full = detect_all(facts)[0]
+    part = detect_all(Facts(steps=facts.steps, collectives=facts.collectives, p2p=facts.p2p, world_size=64))[0]
+    assert full.cause == part.cause == "comm_bound"
+    assert part.confidence == full.confidence / 2 and "only 4 of 64 ranks traced" in part.summary

@@ -37,7 +37,7 @@ def derive_facts(run: Run, *, step_regex: str | None = None, link_gbps: float | 
     markers = find_markers(events, step_regex=step_regex)
     if not markers.height:
         what = f"no host row matches --step-regex {step_regex!r}" if step_regex else "no ProfilerStep#N markers"
-        msg = f"{what} in the traces\n\nHint: pass --step-regex REGEX for other step annotations (NVTX ranges, train)"
+        msg = f"{what} in the traces; pass --step-regex REGEX for other step annotations (NVTX ranges, train)"
         raise NoStepsError(msg)
     spans = step_spans(events, markers)
     events = assign_steps(events, spans)
@@ -73,6 +73,7 @@ def derive_facts(run: Run, *, step_regex: str | None = None, link_gbps: float | 
         p2p=p2p_per_step(events, offsets).filter(pl.col("step").is_in(on_all.implode())),
         pipelines=pipeline_groups(events),
         link_gbps=link_gbps,
+        world_size=run.meta.world_size,
     )
     return facts, {"excluded_steps": excluded, "warnings": tuple(warnings)}
 

@@ -81,6 +81,13 @@ def detect(facts: Facts, *, thresholds: Thresholds, straggler_ranks: tuple[int, 
         f"{per_rank['share'].min():.0%}..{per_rank['share'].max():.0%}) and no rank is an outlier; {bw_text}"
     )
     confidence = min(1.0, median_share / (2 * th.comm_share) + 0.5) * min(1.0, per_rank["share"].min() / th.comm_share)
+    if facts.world_size and len(ranks) < facts.world_size:
+        # exposed time includes waiting for peers: an untraced slow rank would look the same
+        summary += (
+            f"; only {len(ranks)} of {facts.world_size} ranks traced, so waiting for an untraced slow rank "
+            "cannot be ruled out"
+        )
+        confidence *= 0.5
     evidence = {
         "exposed_comm_share_median": round(float(median_share), 3),
         "exposed_comm_share_by_rank": {str(r): round(float(v), 3) for r, v in per_rank.iter_rows()},

@@ -22,3 +22,5 @@ class Facts:
     """Ranks of each pipeline (`derive.p2p.pipeline_groups`)."""
     link_gbps: float | None = None
     """Peak bus bandwidth of the link in GB/s, when the user gave it."""
+    world_size: int | None = None
+    """Ranks in the job, as the traces state it (more than the traced ranks when only some were profiled)."""

@@ -74,7 +74,8 @@ def render_text(analysis: Analysis) -> str:
     """The summary and per-step table as text (no trailing newline)."""
     nums = analysis.step_numbers
     lines = [
-        f"tracediag analyze: {len(analysis.ranks)} ranks (world size {analysis.world_size}), "
+        f"tracediag analyze: {len(analysis.ranks)} rank{'s' if len(analysis.ranks) != 1 else ''} "
+        f"(world size {analysis.world_size}), "
         f"{len(nums)} steps ({_span(tuple(nums))}), {analysis.excluded_steps} partial rank-steps left out",
         "",
     ]
