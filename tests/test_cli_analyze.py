@@ -80,7 +80,7 @@ def test_an_internal_error_is_one_line_with_exit_1(monkeypatch, capsys) -> None:
 
 
 def test_traces_without_step_markers_are_one_line_exit_2(runner):
-    """The HTA-derived fixture without ProfilerStep markers (a single annotated forward) is refused in one line."""
+    """A run with no step marker for the given --step-regex is refused in one line, exit 2."""
     from conftest import KINETO
 
     result = runner.invoke(cli, ["analyze", str(KINETO / "hta_triton_example.json.gz"), "--step-regex", "^nomatch$"])
