@@ -23,6 +23,7 @@ import orjson
 import polars as pl
 
 from tracediag.errors import NotATraceError, TraceError
+from tracediag.schema import MAX_NS
 
 _RAW_EMPTY = msgspec.Raw(b"")
 
@@ -265,56 +266,86 @@ def _pieces(
     """Decode a streamed file in pieces of about CHUNK_BYTES, each made a complete JSON document.
 
     Only a few pieces' bytes are held at a time. Cuts fall between two events (`}, {` after the
-    events' opening bracket): the head keeps the keys before the events and is closed with `]}`;
-    middle pieces become arrays; the tail is opened with `{"traceEvents":[`, keeps the keys after
-    the events and gets the truncation repair. A cut that lands inside a string makes its piece
-    fail as "truncated", and the piece is extended. Files that fit in two pieces, or where the
-    events cannot be located, are decoded whole. Yields (events, top-level keys, the piece's
-    bytes, whether the piece is in Array form).
+    events' opening bracket): the head keeps the keys before the events and is closed with an end
+    marker event and `]}`; middle pieces become arrays; the tail is opened with `{"traceEvents":[`,
+    keeps the keys after the events and gets the truncation repair. A cut that lands inside a
+    string makes its piece fail as "truncated", and the piece is extended (by a doubling step, so
+    a huge string costs linear time). Every piece is checked to lie inside the events array: the
+    head's end marker must be its last event, and a middle piece that crosses the array's end is
+    not valid JSON; either way the rest of the file is decoded as one document, so objects of a
+    later top-level list never become events. Files that fit in two pieces, or where the events
+    cannot be located, are decoded whole. Yields (events, top-level keys, the piece's bytes,
+    whether the piece is in Array form).
     """
     buf = _Buffer(blocks)
     buf.fill(2 * CHUNK_BYTES)
-    is_array = bytes(buf.data[:4096]).lstrip(b"\xef\xbb\xbf \t\r\n")[:1] == b"["
+    buf.strip_leading()
+    is_array = buf.data[:1] == b"["
     start = _events_start(buf.data, is_array)
     if buf.eof or start is None:
-        buf.fill(None)
-        data = bytes(buf.data)
-        events, top = _decode_doc(data, path, is_array, warnings, skipped, repair=True, whole=True)
-        yield events, top, data, is_array
+        yield _rest(buf, path, is_array, warnings, skipped, head=True)
         return
     head = True
     while True:
         at = start + CHUNK_BYTES
         buf.fill(at + CHUNK_BYTES)
         m = _BOUNDARY.search(buf.data, at)
+        step = CHUNK_BYTES
         while m is not None:
             body = memoryview(buf.data)[: m.start() + 1]
             if head:
-                piece, piece_is_array = b"".join((body, b"]" if is_array else b"]}")), is_array
+                piece, piece_is_array = b"".join((body, _HEAD_END[is_array])), is_array
             else:
                 piece, piece_is_array = b"".join((b"[", body, b"]")), True
             del body
             try:
                 events, top = _decode_doc(piece, path, piece_is_array, warnings, skipped, repair=False)
-                break
             except msgspec.DecodeError as e:
-                if "truncated" not in str(e).lower():
-                    raise TraceError(path, f"invalid JSON ({e}, in the piece at byte {buf.consumed})") from None
-                buf.fill(m.end() + 2 * CHUNK_BYTES)
-                m = _BOUNDARY.search(buf.data, m.end() + CHUNK_BYTES)
+                if "truncated" in str(e).lower():  # the cut fell inside a string or an event's args
+                    step *= 2
+                    buf.fill(m.end() + step + CHUNK_BYTES)
+                    m = _BOUNDARY.search(buf.data, m.end() + step)
+                    continue
+                m = None  # the piece crosses the end of the events (or the JSON is bad): read the rest whole
+                break
+            if head and not _drop_end_marker(events):
+                m = None  # the events array closed before the cut
+            break
         if m is None:
-            buf.fill(None)
-            if head:
-                piece, piece_is_array = bytes(buf.data), is_array
-            else:
-                piece, piece_is_array = b"".join((b"[" if is_array else b'{"traceEvents":[', buf.data)), is_array
-            buf.data.clear()
-            events, top = _decode_doc(piece, path, piece_is_array, warnings, skipped, repair=True, whole=head)
-            yield events, top, piece, piece_is_array
+            yield _rest(buf, path, is_array, warnings, skipped, head=head)
             return
         buf.drop(m.end() - 1)
         yield events, top, piece, piece_is_array
         start, head = 0, False
+
+
+_END_NAME = "\x00tracediag: end of piece"
+_END_EVENT = b'{"ph":"M","name":"\\u0000tracediag: end of piece"}'
+_HEAD_END = {True: b"," + _END_EVENT + b"]", False: b"," + _END_EVENT + b"]}"}
+"""Closes a head piece; the marker must come back as the last event, or the cut was not inside
+the events array."""
+
+
+def _drop_end_marker(events: list[Any]) -> bool:
+    """Remove the head piece's end marker; False when it is not the last event."""
+    if events and getattr(events[-1], "name", None) == _END_NAME and events[-1].phase == "M":
+        events.pop()
+        return True
+    return False
+
+
+def _rest(
+    buf: _Buffer, path: str, is_array: bool, warnings: list[str], skipped: dict[str, int], *, head: bool
+) -> tuple[list[_Event], dict[str, Any], bytes, bool]:
+    """Decode everything not yet decoded as one document (the whole file when nothing was)."""
+    buf.fill(None)
+    if head:
+        piece = bytes(buf.data)
+    else:
+        piece = b"".join((b"[" if is_array else b'{"traceEvents":[', buf.data))
+    buf.data.clear()
+    events, top = _decode_doc(piece, path, is_array, warnings, skipped, repair=True, whole=head)
+    return events, top, piece, is_array
 
 
 class _Buffer:
@@ -334,6 +365,18 @@ class _Buffer:
                 self.eof = True
             else:
                 self.data += block
+
+    def strip_leading(self) -> None:
+        """Drop a UTF-8 byte-order mark and the whitespace before the document."""
+        if self.data.startswith(b"\xef\xbb\xbf"):
+            del self.data[:3]
+        while True:
+            n = len(self.data) - len(self.data.lstrip(b" \t\r\n"))
+            del self.data[:n]
+            self.consumed += n
+            if self.data or self.eof:
+                return
+            self.fill(CHUNK_BYTES)
 
     def drop(self, n: int) -> None:
         del self.data[:n]
@@ -365,13 +408,16 @@ def _decode_doc(
     `traceEvents` is not a trace.
     """
     try:
-        parsed = _decode_fast(doc, is_array)
-    except msgspec.ValidationError:
-        parsed = _decode_leniently(doc, path, is_array, skipped)
-    except msgspec.DecodeError as e:
-        if not repair:
-            raise
-        parsed = _decode_truncated(doc, path, is_array, str(e), warnings, skipped)
+        try:
+            parsed = _decode_fast(doc, is_array)
+        except msgspec.ValidationError:
+            parsed = _decode_leniently(doc, path, is_array, skipped)
+        except msgspec.DecodeError as e:
+            if not repair:
+                raise
+            parsed = _decode_truncated(doc, path, is_array, str(e), warnings, skipped)
+    except RecursionError:
+        raise TraceError(path, "JSON nested too deeply to decode (an event's args go 1,000 levels deep)") from None
     events, top = (parsed, {}) if is_array else (parsed.traceEvents, _top_dict(parsed))
     if whole and not is_array and not events and "traceEvents" not in _peek_keys(doc):
         raise NotATraceError(path, "not a trace: JSON object without a `traceEvents` list")
@@ -399,6 +445,8 @@ def _decode_leniently(data: bytes, path: str, is_array: bool, skipped: dict[str,
     raw_events = loaded if is_array else loaded.get("traceEvents")
     if not isinstance(raw_events, list):
         raise NotATraceError(path, "not a trace: `traceEvents` is not a list")
+    if is_array and raw_events and not any(isinstance(item, dict) for item in raw_events):
+        raise NotATraceError(path, "not a trace: a JSON array without event objects")
     events = []
     bad = 0
     for item in raw_events:
@@ -456,23 +504,25 @@ def _exact_events(piece: bytes, is_array: bool, warnings: list[str]) -> list[Any
     events with fields only, aligned with `_drop_counted`'s)."""
     try:
         reparsed = _decode_fast(piece, is_array, exact=True)
-    except msgspec.MsgspecError:
+    except (msgspec.MsgspecError, RecursionError):
         warnings.append("timestamps kept at float64 precision (the exact re-read failed)")
         return None
-    events = reparsed if is_array else reparsed.traceEvents
-    return [e for e in events if type(e) in _ROW_TYPES]
+    events = [e for e in (reparsed if is_array else reparsed.traceEvents) if type(e) in _ROW_TYPES]
+    _drop_end_marker(events)
+    return events
 
 
 def _exact_ns(values: list[Any]) -> pl.Series:
     """Decimal/int µs values (from the exact re-read) to integer ns, rounding half up."""
     out: list[int | None] = []
     for v in values:
-        if isinstance(v, Decimal):
-            out.append(int((v * 1000).to_integral_value()))
+        if isinstance(v, Decimal) and v.is_finite():
+            ns = int((v * 1000).to_integral_value())
         elif type(v) is int:
-            out.append(v * 1000)
+            ns = v * 1000
         else:
-            out.append(None)
+            ns = None
+        out.append(ns if ns is not None and -MAX_NS <= ns <= MAX_NS else None)
     return pl.Series(out, dtype=pl.Int64)
 
 
@@ -482,6 +532,7 @@ def _us_to_ns(s: pl.Series) -> pl.Series:
     Integer part and fraction are converted separately: floor() and the subtraction are exact in
     float64, so only the fraction (< 1 µs) is scaled and rounded.
     """
+    s = s.set(s.is_nan() | (s.abs() > MAX_NS / 1000), None)  # out of range: null, counted as malformed
     whole = s.floor()
     frac_ns = ((s - whole) * 1000.0).round(0)
     return (whole.cast(pl.Int64, strict=False) * 1000 + frac_ns.cast(pl.Int64, strict=False)).rename("")

@@ -18,11 +18,11 @@ from pathlib import Path
 
 import polars as pl
 
-from tracediag.errors import RankError
+from tracediag.errors import RankError, shown
 from tracediag.ingest.chrome import Decoded
 from tracediag.ingest.kineto import COMM_KERNEL, coll_op_expr
 from tracediag.ingest.trace import FileMeta, FileTrace
-from tracediag.schema import conform
+from tracediag.schema import MAX_NS, check_rank, conform, shifted
 
 DEVICE_PLANE = r"^/device:(?:GPU|TPU):(\d+)$"
 """Device planes whose number is the process-local device index."""
@@ -61,16 +61,17 @@ def to_events(dec: Decoded, path: str, *, rank: int | None, default_rank: int | 
     if rank is None:
         if default_rank is None:
             raise RankError(
-                f"{path}: a JAX trace names no rank (one file per process); "
+                f"{shown(path)}: a JAX trace names no rank (one file per process); "
                 "give it with --rank-from-filename REGEX or --rank FILE=N"
             )
         rank = default_rank
         warnings.append(f"no rank in a JAX trace; taken as rank {rank}")
+    check_rank(rank, path)
     slices = _with_planes(dec)
     has_device_planes = bool(slices["plane_device"].is_not_null().any()) if slices.height else False
     events = _fill_collectives(_classify(slices, has_device_planes))
     events, time_base = _place_in_time(events, path, warnings)
-    events = conform(events.with_columns(rank=pl.lit(rank, dtype=pl.Int32)))
+    events = conform(events.with_columns(rank=pl.lit(rank, dtype=pl.Int32)), skipped=dec.skipped, warnings=warnings)
     meta = FileMeta(
         path=path,
         format="jax",
@@ -88,7 +89,7 @@ def _with_planes(dec: Decoded) -> pl.DataFrame:
     """Slices with their plane's device index, their line's name and stream, and its plane's streams."""
     meta = dec.metadata
     planes = meta.filter(pl.col("name") == "process_name").select(
-        "pid", plane_device=pl.col("label").str.extract(DEVICE_PLANE, 1).cast(pl.Int64)
+        "pid", plane_device=pl.col("label").str.extract(DEVICE_PLANE, 1).cast(pl.Int64, strict=False)
     ).unique("pid", keep="first")
     lines = meta.filter(pl.col("name") == "thread_name").select(
         "pid", "tid", line=pl.col("label")
@@ -101,7 +102,7 @@ def _with_planes(dec: Decoded) -> pl.DataFrame:
         .join(lines, on=["pid", "tid"], how="left")
         .join(streamed, on="pid", how="left")
         .with_columns(
-            line_stream=pl.col("line").str.extract(STREAM_LINE, 1).cast(pl.Int64),
+            line_stream=pl.col("line").str.extract(STREAM_LINE, 1).cast(pl.Int64, strict=False),
             plane_has_streams=pl.col("plane_has_streams").fill_null(False),
         )
     )
@@ -188,7 +189,7 @@ def _group_from_rendezvous(ev: pl.DataFrame) -> pl.DataFrame:
         ev.filter((pl.col("name") == "Rendezvous") & pl.col("a_label").is_not_null())
         .select(
             "pid", "tid", "ts",
-            r_run=pl.col("a_label").str.extract(key, 1).cast(pl.Int64),
+            r_run=pl.col("a_label").str.extract(key, 1).cast(pl.Int64, strict=False),
             r_group=pl.col("a_label").str.extract(key, 2).str.replace_all(" ", ""),
         )
         .drop_nulls("r_group")
@@ -231,8 +232,10 @@ def _place_in_time(ev: pl.DataFrame, path: str, warnings: list[str]) -> tuple[pl
         if span is not None:
             start, stop = span
             end = ev.select((pl.col("ts") + pl.col("dur")).max()).item() or 0
-            if end <= stop - start + _STOP_SLACK_NS:
-                return ev.with_columns(pl.col("ts") + start), "epoch"
+            if not 0 <= start <= stop <= MAX_NS:
+                warnings.append(f"{xplane.name} gives an impossible profile span ({start}..{stop}); times are relative")
+            elif end <= stop - start + _STOP_SLACK_NS:
+                return ev.with_columns(ts=shifted("ts", start)), "epoch"
             warnings.append(f"{xplane.name} is from another profile (this trace runs past its stop time)")
     if ev.height:
         warnings.append(
@@ -326,14 +329,15 @@ def _fields(buf: memoryview) -> Iterator[tuple[int, int | memoryview]]:
 
 
 def _varint(buf: memoryview, i: int) -> tuple[int, int]:
-    shift = result = 0
-    while True:
+    """A protobuf varint at `i` (at most 10 bytes, so garbage costs linear time) and the next offset."""
+    result = 0
+    for shift in range(0, 70, 7):
         b = buf[i]
         i += 1
         result |= (b & 0x7F) << shift
         if b < 0x80:
             return result, i
-        shift += 7
+    raise ValueError("a varint longer than 10 bytes (not a protobuf)")
 
 
 def _device_names(dec: Decoded, events: pl.DataFrame) -> tuple[str, ...]:
