@@ -7,9 +7,7 @@
 from __future__ import annotations
 
 import dataclasses
-import glob
 import os
-import re
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
@@ -20,11 +18,12 @@ import orjson
 import polars as pl
 import pyarrow.parquet as pq
 
-from tracediag.errors import NotATraceError, RankError, TracediagError, TraceError
+from tracediag.errors import NotATraceError, RankError, TracediagError, TraceError, shown
 from tracediag.ingest.read import read_file
-from tracediag.ingest.sniff import sniff
+from tracediag.ingest.sniff import is_stream, sniff
 from tracediag.ingest.trace import FileMeta, FileTrace, ProcessGroup
-from tracediag.schema import conform, empty_events
+from tracediag.regex import user_regex
+from tracediag.schema import MAX_RANK, conform, empty_events
 
 TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".sqlite.gz", ".nsys-rep")
 """What a directory is searched for (recursively). Files named explicitly may have any name."""
@@ -119,10 +118,17 @@ def rank_resolver(*, rank_from_filename: str | None = None, rank_map: dict[str, 
     """A function from a file path to the rank the user assigned it (None: let the file say).
 
     `rank_map` keys match a full path or a base name; `rank_from_filename` is a regex whose first
-    group (or whole match) is the rank, searched in the base name.
+    group (or whole match) is the rank, searched in the base name (by the linear-time engine of
+    `tracediag.regex`). A refused regex or a rank out of range is a `RankError`.
     """
-    pattern = re.compile(rank_from_filename) if rank_from_filename else None
+    try:
+        pattern = user_regex(rank_from_filename, "--rank-from-filename") if rank_from_filename else None
+    except ValueError as e:
+        raise RankError(str(e)) from None
     mapping = dict(rank_map or {})
+    for key, value in mapping.items():
+        if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_RANK:
+            raise RankError(f"--rank {shown(key)}={value!r}: a rank is a whole number in 0..{MAX_RANK:,}")
 
     def resolve(path: str) -> int | None:
         for key in (path, os.path.basename(path)):
@@ -130,12 +136,11 @@ def rank_resolver(*, rank_from_filename: str | None = None, rank_map: dict[str, 
                 return mapping[key]
         if pattern is None:
             return None
-        m = pattern.search(os.path.basename(path))
-        if m is None:
-            raise RankError(f"{path}: --rank-from-filename {pattern.pattern!r} does not match the file name")
-        text = m.group(1) if m.groups() else m.group(0)
-        if not text.isdigit():
-            raise RankError(f"{path}: --rank-from-filename matched {text!r}, not a rank number")
+        text = pattern.first_group([os.path.basename(path)])[0]
+        if text is None:
+            raise RankError(f"{shown(path)}: --rank-from-filename {pattern.pattern!r} does not match the file name")
+        if not (text.isascii() and text.isdigit()) or int(text) > MAX_RANK:
+            raise RankError(f"{shown(path)}: --rank-from-filename matched {text!r}, not a rank in 0..{MAX_RANK:,}")
         return int(text)
 
     return resolve
@@ -147,7 +152,11 @@ def resolve_paths(sources: Iterable[str | Path]) -> list[str]:
 
 
 def _resolve(sources: Iterable[str | Path]) -> list[tuple[str, bool]]:
-    """(path, found in a directory) for every input file, without duplicates."""
+    """(path, found in a directory) for every input file, each file once (by its resolved path).
+
+    Directory scans and `**` never descend into symlinked directories, so a symlink loop can
+    neither repeat a file nor run without end.
+    """
     out: list[tuple[str, bool]] = []
     for src in sources:
         src = str(src)
@@ -155,18 +164,31 @@ def _resolve(sources: Iterable[str | Path]) -> list[tuple[str, bool]]:
             found = [str(p) for p in sorted(Path(src).rglob("*")) if p.is_file() and p.name.endswith(TRACE_SUFFIXES)]
             if not found:
                 raise TracediagError(
-                    f"{src}: no trace files in this directory (looked for {', '.join(TRACE_SUFFIXES)})"
+                    f"{shown(src)}: no trace files in this directory (looked for {', '.join(TRACE_SUFFIXES)})"
                 )
             out.extend((p, True) for p in found)
         elif any(ch in src for ch in "*?["):
-            matches = sorted(glob.glob(src, recursive=True))
+            matches = _glob(src)
             if not matches:
-                raise TracediagError(f"{src}: the pattern matches no file")
+                raise TracediagError(f"{shown(src)}: the pattern matches no file")
             out.extend((p, False) for p in matches)
         else:
             out.append((src, False))
     seen: set[str] = set()
-    return [(p, d) for p, d in out if not (p in seen or seen.add(p))]
+    return [(p, d) for p, d in out if not ((key := os.path.realpath(p)) in seen or seen.add(key))]
+
+
+def _glob(pattern: str) -> list[str]:
+    """Files matching a glob pattern, sorted; `**` spans directories but not symlinked ones."""
+    parts = Path(pattern).parts
+    first = next(i for i, part in enumerate(parts) if any(ch in part for ch in "*?["))
+    root = Path(*parts[:first]) if first else Path()
+    rest = "/".join(parts[first:])
+    try:
+        found = [p for p in root.glob(rest) if p.is_file()]
+    except (OSError, ValueError):
+        found = []
+    return sorted(str(p) for p in found)
 
 
 def _read_one(args: tuple[str, int | None, int | None]) -> FileTrace | tuple[str, bool]:
@@ -235,7 +257,10 @@ def load(
 def _map_files(
     tasks: list[tuple[str, int | None, int | None]], jobs: int, on_file_done: Callable[[str], None] | None
 ) -> list[FileTrace | tuple[str, bool]]:
-    jobs = min(jobs or os.cpu_count() or 1, len(tasks))
+    cores = os.cpu_count() or 1
+    jobs = min(jobs if jobs > 0 else cores, cores, len(tasks))
+    if any(is_stream(t[0]) for t in tasks):
+        jobs = 1  # a pipe (`<(zcat ...)`) is this process's own: a worker cannot open it
     results: list[FileTrace | tuple[str, bool]] = []
     if jobs <= 1:
         for task in tasks:
@@ -257,12 +282,14 @@ def _check_unique_ranks(traces: list[FileTrace]) -> None:
         other = by_rank.setdefault(t.meta.rank, t.meta.path)
         if other != t.meta.path:
             raise RankError(
-                f"{other} and {t.meta.path} both claim rank {t.meta.rank}; "
+                f"{shown(other)} and {shown(t.meta.path)} both claim rank {t.meta.rank}; "
                 "give ranks explicitly with --rank-from-filename REGEX or --rank FILE=N"
             )
 
 
 def _is_parquet(path: str) -> bool:
+    if not os.path.isfile(path):  # a pipe is read once, by the trace reader
+        return False
     try:
         with open(path, "rb") as f:
             head = f.read(64)

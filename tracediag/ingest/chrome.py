@@ -339,10 +339,7 @@ def _rest(
 ) -> tuple[list[_Event], dict[str, Any], bytes, bool]:
     """Decode everything not yet decoded as one document (the whole file when nothing was)."""
     buf.fill(None)
-    if head:
-        piece = bytes(buf.data)
-    else:
-        piece = b"".join((b"[" if is_array else b'{"traceEvents":[', buf.data))
+    piece = bytes(buf.data) if head else b"".join((b"[" if is_array else b'{"traceEvents":[', buf.data))
     buf.data.clear()
     events, top = _decode_doc(piece, path, is_array, warnings, skipped, repair=True, whole=head)
     return events, top, piece, is_array

@@ -23,6 +23,7 @@ from pathlib import Path
 import polars as pl
 
 from tracediag.errors import NotATraceError, RankError, TraceError, shown
+from tracediag.ingest.sniff import is_stream, open_input
 from tracediag.ingest.trace import FileMeta, FileTrace
 from tracediag.schema import MAX_NS, check_base_ns, check_rank, conform, shifted
 
@@ -167,11 +168,13 @@ def export_nsys_rep(path: str | Path) -> Path:
 @contextmanager
 def _connect(path: Path, *, shown: Path) -> Iterator[sqlite3.Connection]:
     """Open `path` read-only, decompressing a gzip file to a temporary copy first."""
-    try:
-        with path.open("rb") as f:
+    if is_stream(path):
+        raise TraceError(str(shown), "an SQLite export must be a regular file (not a pipe): save it first")
+    with open_input(path) as f:
+        try:
             head = f.read(100)
-    except OSError as e:
-        raise TraceError(str(shown), f"cannot read file ({e.strerror or e})") from None
+        except OSError as e:
+            raise TraceError(str(shown), f"cannot read file ({e.strerror or e})") from None
     with tempfile.TemporaryDirectory(prefix="tracediag-nsys-") as tmp:
         if head.startswith(_GZIP_MAGIC):
             plain = Path(tmp) / "export.sqlite"
@@ -277,7 +280,9 @@ def _read(con: sqlite3.Connection, path: Path, rank: int | None, default_rank: i
                 skipped[reason] = skipped.get(reason, 0) + n
 
     events = pl.concat(parts, how="diagonal_relaxed")
-    events = events.with_columns(rank=pl.lit(rank, pl.Int32), ts=shifted("start", epoch or 0), dur=pl.col("end") - pl.col("start"))
+    events = events.with_columns(
+        rank=pl.lit(rank, pl.Int32), ts=shifted("start", epoch or 0), dur=pl.col("end") - pl.col("start")
+    )
     has_comm = (events["kind"] == "comm").any()
     meta = FileMeta(
         path=str(path),
