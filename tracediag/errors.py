@@ -43,3 +43,7 @@ class RankError(TracediagError):
 
 class SpecError(TracediagError):
     """A model, device, link or split specification is invalid or impossible."""
+
+
+class OutputError(TracediagError):
+    """An output cannot be written where asked (it is an input, its folder is missing, a device)."""

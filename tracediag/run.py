@@ -14,16 +14,19 @@ from dataclasses import dataclass, field
 from multiprocessing import get_context
 from pathlib import Path
 
+import msgspec
 import orjson
 import polars as pl
+import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tracediag.errors import NotATraceError, RankError, TracediagError, TraceError, shown
+from tracediag.errors import NotATraceError, OutputError, RankError, TracediagError, TraceError, one_line, shown
 from tracediag.ingest.read import read_file
 from tracediag.ingest.sniff import is_stream, sniff
 from tracediag.ingest.trace import FileMeta, FileTrace, ProcessGroup
+from tracediag.output import write_atomic
 from tracediag.regex import user_regex
-from tracediag.schema import MAX_RANK, conform, empty_events
+from tracediag.schema import EVENT_SCHEMA, MAX_RANK, conform, empty_events
 
 TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".sqlite.gz", ".nsys-rep")
 """What a directory is searched for (recursively). Files named explicitly may have any name."""
@@ -104,11 +107,18 @@ class Run:
     meta: RunMeta = field(default_factory=RunMeta)
 
     def save(self, path: str | Path) -> None:
-        """Write events and metadata to one Parquet file (`load(path)` reads it back exactly)."""
+        """Write events and metadata to one Parquet file (`load(path)` reads it back exactly).
+
+        Written beside `path` and renamed over it when complete (`output.write_atomic`); raises
+        `OutputError` in one line when it cannot be written.
+        """
         table = self.events.to_arrow()
         extra = {PARQUET_META_KEY: orjson.dumps(self.meta.to_dict())}
         table = table.replace_schema_metadata({**(table.schema.metadata or {}), **extra})
-        pq.write_table(table, str(path), compression="zstd")
+        try:
+            write_atomic(path, lambda f: pq.write_table(table, f, compression="zstd"))
+        except pa.ArrowException as e:
+            raise OutputError(f"{shown(path)}: cannot write Parquet ({one_line(str(e))})") from None
 
 
 RankResolver = Callable[[str], "int | None"]
@@ -302,6 +312,7 @@ def _is_parquet(path: str) -> bool:
 
 
 def _load_parquet(path: str) -> Run:
+    """A run saved by `Run.save`; a damaged or altered file is a one-line `TraceError`."""
     try:
         table = pq.read_table(path)
     except Exception as e:  # pyarrow raises several types for corrupt files
@@ -309,7 +320,18 @@ def _load_parquet(path: str) -> Run:
     raw = (table.schema.metadata or {}).get(PARQUET_META_KEY)
     if raw is None:
         raise TraceError(path, "a Parquet file not written by `tracediag ingest`")
-    meta = RunMeta.from_dict(orjson.loads(raw))
-    frame = pl.from_arrow(table)
-    events = conform(frame) if frame.height else empty_events()
+    try:
+        meta = msgspec.convert(orjson.loads(raw), RunMeta)
+    except (orjson.JSONDecodeError, msgspec.ValidationError) as e:
+        raise TraceError(path, f"the saved run's metadata is damaged ({e})") from None
+    missing = [c for c in EVENT_SCHEMA if c not in table.column_names]
+    if missing:
+        raise TraceError(path, f"the saved event table lacks column(s) {', '.join(missing)}")
+    try:
+        frame = pl.from_arrow(table)
+        events = conform(frame) if frame.height else empty_events()
+    except (pl.exceptions.PolarsError, pa.ArrowException) as e:
+        raise TraceError(path, f"the saved event table has columns of the wrong type ({e})") from None
+    if events.height != frame.height:
+        raise TraceError(path, f"the saved event table has {frame.height - events.height:,} impossible rows")
     return Run(events=events, meta=meta)

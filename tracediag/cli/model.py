@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -10,7 +12,7 @@ import click
 import orjson
 
 from tracediag.cli.common import InputError
-from tracediag.errors import TracediagError
+from tracediag.errors import TracediagError, one_line, shown
 from tracediag.model.emit import ENGINES as EMIT_TARGETS
 from tracediag.model.emit import emit
 from tracediag.model.engine import ENGINES, resolve_engine
@@ -38,6 +40,26 @@ if TYPE_CHECKING:
 GIB = 2**30
 
 
+class _Positive(click.ParamType):
+    """A finite number above 0 (no nan, no inf, no 0): never silently replaced or propagated."""
+
+    name = "number"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number", param, ctx)
+        if not (math.isfinite(number) and number > 0):
+            self.fail(f"{value!r} must be a finite number above 0", param, ctx)
+        return number
+
+
+POSITIVE = _Positive()
+COUNT = click.IntRange(1, 2**31 - 1)
+"""Sizes, degrees and counts: a whole number of at least 1 (and within Int32)."""
+
+
 def _options(*decorators: Callable) -> Callable:
     def wrap(f: Callable) -> Callable:
         for d in reversed(decorators):
@@ -51,23 +73,23 @@ model_options = _options(
     click.option(
         "--model", "model_name", help="Preset name (gpt3-175b, llama3-8b, ...) or a HF config.json."
     ),
-    click.option("--layers", type=int, help="Layers (instead of --model)."),
-    click.option("--hidden", type=int, help="Hidden size."),
-    click.option("--heads", type=int, help="Attention heads."),
-    click.option("--kv-heads", type=int, help="Key/value heads (GQA); default = heads."),
-    click.option("--ffn", type=int, help="MLP inner size; default 4·hidden."),
+    click.option("--layers", type=COUNT, help="Layers (instead of --model)."),
+    click.option("--hidden", type=COUNT, help="Hidden size."),
+    click.option("--heads", type=COUNT, help="Attention heads."),
+    click.option("--kv-heads", type=COUNT, help="Key/value heads (GQA); default = heads."),
+    click.option("--ffn", type=COUNT, help="MLP inner size; default 4·hidden."),
     click.option("--swiglu/--gelu", default=False, help="Gated (SwiGLU) MLP or GeLU; with --layers."),
-    click.option("--vocab", type=int, help="Vocabulary size."),
+    click.option("--vocab", type=COUNT, help="Vocabulary size."),
 )
 device_options = _options(
-    click.option("--gpus", type=int, required=True, help="Total GPUs."),
+    click.option("--gpus", type=COUNT, required=True, help="Total GPUs."),
     click.option("--gpu", "gpu", type=click.Choice(list(DEVICES)), required=True, help="Device preset."),
-    click.option("--gpus-per-node", type=int, help="GPUs per node (default: the preset's 8)."),
+    click.option("--gpus-per-node", type=COUNT, help="GPUs per node (default: the preset's 8)."),
     click.option("--intra-link", help="In-node link preset (nvlink4, ...) or measured GB/s."),
     click.option("--inter-link", help="Network link preset (ib-ndr, roce-400g, ...) or measured GB/s."),
-    click.option("--peak-tflops", type=float, help="Override dense bf16 peak, TFLOP/s."),
-    click.option("--memory-gb", type=float, help="Override device memory, GB."),
-    click.option("--hbm-gbps", type=float, help="Override HBM bandwidth, GB/s."),
+    click.option("--peak-tflops", type=POSITIVE, help="Override dense bf16 peak, TFLOP/s."),
+    click.option("--memory-gb", type=POSITIVE, help="Override device memory, GB."),
+    click.option("--hbm-gbps", type=POSITIVE, help="Override HBM bandwidth, GB/s."),
     click.option(
         "--engine",
         "engine_name",
@@ -76,8 +98,8 @@ device_options = _options(
         show_default=True,
         help="Software profile: kernels and overlap.",
     ),
-    click.option("--seq-len", type=int, required=True, help="Tokens per sequence."),
-    click.option("--global-batch", type=int, required=True, help="Sequences per step."),
+    click.option("--seq-len", type=COUNT, required=True, help="Tokens per sequence."),
+    click.option("--global-batch", type=COUNT, required=True, help="Sequences per step."),
     click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True),
 )
 
@@ -93,9 +115,30 @@ def _errors(f: Callable) -> Callable:
     return wrapper
 
 
+FILE_ERRORS = (KeyError, TypeError, ValueError, AttributeError, OverflowError, RecursionError)
+"""What a JSON file with a wrong-typed value (a string or a list where a number belongs, 1e400)
+raises in the code that reads it; at the command line it is one line naming the file."""
+
+
+def checked_numbers(obj: Any, source: str) -> None:
+    """`InputError` unless every number field of the dataclass `obj` is finite, and every int in 0..2^31-1."""
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            continue
+        if (isinstance(value, int) and not 0 <= value < 2**31) or not math.isfinite(value):
+            raise InputError(f"{shown(source)}: {f.name} = {value!r} is out of range")
+
+
 def _model(kw: dict) -> ModelSpec:
     if kw["model_name"]:
-        return resolve_model(kw["model_name"])
+        try:
+            spec = resolve_model(kw["model_name"])
+        except FILE_ERRORS as e:
+            why = one_line(f"{type(e).__name__}: {e}")
+            raise InputError(f"{shown(kw['model_name'])}: not a usable model config ({why})") from None
+        checked_numbers(spec, kw["model_name"])
+        return spec
     missing = [n for n in ("layers", "hidden", "heads", "vocab") if kw[n] is None]
     if missing:
         msg = f"missing --model or --{' --'.join(missing)}"
@@ -111,15 +154,24 @@ def _model(kw: dict) -> ModelSpec:
     )
 
 
+def _link(text: str | None, option: str) -> Any:
+    if text is None:
+        return None
+    link = parse_link(text)
+    if not (math.isfinite(link.bandwidth_gbps) and link.bandwidth_gbps > 0):
+        raise InputError(f"{option} {text!r}: a bandwidth is a finite number of GB/s above 0")
+    return link
+
+
 def _device(kw: dict) -> Any:
     return resolve_device(
         kw["gpu"],
         gpus_per_node=kw["gpus_per_node"],
-        intra_link=parse_link(kw["intra_link"]) if kw["intra_link"] else None,
-        inter_link=parse_link(kw["inter_link"]) if kw["inter_link"] else None,
-        peak_flops=kw["peak_tflops"] * TFLOPS if kw["peak_tflops"] else None,
-        memory_bytes=kw["memory_gb"] * GB if kw["memory_gb"] else None,
-        hbm_bandwidth=kw["hbm_gbps"] * GB if kw["hbm_gbps"] else None,
+        intra_link=_link(kw["intra_link"], "--intra-link"),
+        inter_link=_link(kw["inter_link"], "--inter-link"),
+        peak_flops=kw["peak_tflops"] * TFLOPS if kw["peak_tflops"] is not None else None,
+        memory_bytes=kw["memory_gb"] * GB if kw["memory_gb"] is not None else None,
+        hbm_bandwidth=kw["hbm_gbps"] * GB if kw["hbm_gbps"] is not None else None,
     )
 
 
@@ -187,13 +239,13 @@ def _dump(data: dict) -> str:
 @click.command()
 @model_options
 @device_options
-@click.option("--micro-batch", type=int, default=1, show_default=True, help="Sequences per micro-batch.")
-@click.option("--tp", type=int, default=1, show_default=True)
-@click.option("--pp", type=int, default=1, show_default=True)
-@click.option("--dp", type=int, help="Data-parallel degree; default gpus/(tp·pp·cp).")
-@click.option("--cp", type=int, default=1, show_default=True)
-@click.option("--ep", type=int, default=1, show_default=True, help="Expert parallel (MoE).")
-@click.option("--vpp", type=int, default=1, show_default=True, help="Virtual stages per GPU (interleaving).")
+@click.option("--micro-batch", type=COUNT, default=1, show_default=True, help="Sequences per micro-batch.")
+@click.option("--tp", type=COUNT, default=1, show_default=True)
+@click.option("--pp", type=COUNT, default=1, show_default=True)
+@click.option("--dp", type=COUNT, help="Data-parallel degree; default gpus/(tp·pp·cp).")
+@click.option("--cp", type=COUNT, default=1, show_default=True)
+@click.option("--ep", type=COUNT, default=1, show_default=True, help="Expert parallel (MoE).")
+@click.option("--vpp", type=COUNT, default=1, show_default=True, help="Virtual stages per GPU (interleaving).")
 @click.option(
     "--zero", type=click.IntRange(0, 3), default=1, show_default=True, help="ZeRO stage (3 = FSDP)."
 )
@@ -241,7 +293,7 @@ def prediction_from_options(kw: dict) -> Prediction:
 @click.command()
 @model_options
 @device_options
-@click.option("--top", type=int, default=5, show_default=True, help="Splits to show.")
+@click.option("--top", type=COUNT, default=5, show_default=True, help="Splits to show.")
 @click.option(
     "--emit", "emit_target", type=click.Choice(EMIT_TARGETS), help="Print the best split as settings."
 )

@@ -133,7 +133,7 @@ def _ratio(r: float | None) -> str:
 
 def _check(check: dict[str, Any]) -> str:
     plan = check.get("plan", {})
-    split = " ".join(f"{k}={esc(v)}" for k, v in plan.get("split", {}).items())
+    split = " ".join(f"{esc(k)}={esc(v)}" for k, v in plan.get("split", {}).items())
     head = (
         f'<p class="meta">{esc(plan.get("model", "?"))} on {esc(plan.get("gpus", "?"))} × '
         f"{esc(plan.get('device', '?'))}, {split}, engine {esc(plan.get('engine', '?'))}</p>"
