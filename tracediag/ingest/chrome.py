@@ -128,6 +128,7 @@ _PHASE_SKIP = {
 """Phases that never become rows, by skip reason (`M` is counted as metadata once decoded)."""
 
 _ROW_TYPES = {_tagged(p, _EVENT_FIELDS) for p in _ROW_PHASES} | {_Event}
+_META_TYPE = next(t for t in _ROW_TYPES if t is not _Event and t.phase == "M")
 _SKIP_TYPES = {_tagged(p, []): reason for p, reason in _PHASE_SKIP.items()}
 _SKIP_TYPES.update({_tagged(p, []): "other_phase" for p in _OTHER_PHASES})
 _TaggedEvent = Union[tuple(_ROW_TYPES - {_Event}) + tuple(_SKIP_TYPES)]  # noqa: UP007 - built at run time
@@ -222,12 +223,16 @@ def decode(source: bytes | Iterable[bytes], path: str) -> Decoded:
     blocks = iter([source] if isinstance(source, (bytes, bytearray)) else source)
     top: dict[str, Any] = {}
     bases: list[pl.DataFrame] = []
+    metas: list[pl.DataFrame] = []
     rare = _RareArgs()
     n_events = n_kept = 0  # input events seen; events that reached the frame (their `order`)
     for events, piece_top, piece, piece_is_array in _pieces(blocks, path, warnings, skipped):
         top.update({k: v for k, v in piece_top.items() if v is not None})
         n_events += len(events)
-        kept = _drop_counted(events, skipped)
+        kept, meta = _split_metadata(_drop_counted(events, skipped))
+        if meta:
+            skipped["metadata"] = skipped.get("metadata", 0) + len(meta)
+            metas.append(_metadata_frame(meta))
         base, args = _piece_frame(kept, n_kept, piece, piece_is_array, warnings)
         rare.add(base, args, n_kept)
         n_kept += len(kept)
@@ -235,17 +240,40 @@ def decode(source: bytes | Iterable[bytes], path: str) -> Decoded:
     frame = pl.concat(bases, rechunk=False)
     # events dropped while decoding (cut off, or not convertible) never reached the frame
     events_in = n_events + skipped.get("malformed", 0) + skipped.get("truncated", 0)
-    decoded = Decoded(frame, rare.frames(), frame.clear(), top, events_in, skipped, warnings)
+    metadata = pl.concat(metas) if metas else _metadata_frame([])
+    decoded = Decoded(frame, rare.frames(), metadata, top, events_in, skipped, warnings)
     for phase, count in frame.group_by("ph").len().iter_rows():
         if phase in ("X", "B", "E"):
             continue
-        reason = "metadata" if phase == "M" else "malformed" if phase is None else _PHASE_SKIP.get(phase)
+        reason = "malformed" if phase is None else _PHASE_SKIP.get(phase)
         skipped[reason or "other_phase"] = skipped.get(reason or "other_phase", 0) + count
-    decoded.metadata = decoded.with_args(frame.filter(pl.col("ph") == "M"), "a_label", "a_labels").select(
-        "name", "pid", "pid_str", "tid", label="a_label", labels="a_labels"
-    )
     decoded.slices = _slices_from(frame, skipped, warnings)
     return decoded
+
+
+def _split_metadata(events: list[Any]) -> tuple[list[Any], list[Any]]:
+    """(the other events, the `M` events): metadata never enters the event frame (a trace may hold
+    hundreds of thousands of repeated process and thread names)."""
+    types = set(map(type, events))
+    if _META_TYPE not in types and _Event not in types:
+        return events, []
+    return [e for e in events if e.phase != "M"], [e for e in events if e.phase == "M"]
+
+
+def _metadata_frame(meta: list[Any]) -> pl.DataFrame:
+    """`M` events: name (process_name, thread_name, ...), pid, pid_str, tid, label, labels."""
+    pid = [e.pid for e in meta]
+    pid_int = _int_series(pid)
+    return pl.DataFrame(
+        {
+            "name": pl.Series([e.name for e in meta], dtype=pl.String, strict=False),
+            "pid": pid_int,
+            "pid_str": pl.Series([p if type(p) is str else None for p in pid], dtype=pl.String),
+            "tid": _int_series([e.tid for e in meta]),
+            "label": _arg_series("label", [e.args.label for e in meta]),
+            "labels": _arg_series("labels", [e.args.labels for e in meta]),
+        }
+    )
 
 
 def _drop_counted(events: list[Any], skipped: dict[str, int]) -> list[Any]:
@@ -586,47 +614,49 @@ _COLL_FIELDS = (
     "input_type",
     "concrete_inputs",
 )
+_NO_CAT = pl.col("cat").is_null() & (pl.col("ph") != "M")
 _ARG_TIERS: tuple[tuple[pl.Expr, tuple[str, ...]], ...] = (
-    (pl.col("cat").is_in(_GPU_CATS) | pl.col("cat").is_null(), ("device", "stream", "nbytes")),
+    (pl.col("cat").is_in(_GPU_CATS) | _NO_CAT, ("device", "stream", "nbytes")),
     (
         pl.col("name").str.contains(r"^(?:gloo:|c10d::|nccl:|record_param_comms|(?i:nccl|rccl))"),
         _COLL_FIELDS,
     ),
-    (pl.col("ph") == "M", ("labels",)),
-    ((pl.col("ph") == "M") | pl.col("cat").is_null(), ("label",)),
-    (pl.col("cat").is_null(), ("step_num", "device_ordinal", "hlo_op", "hlo_module", "run_id")),
+    (_NO_CAT, ("label", "step_num", "device_ordinal", "hlo_op", "hlo_module", "run_id")),
 )
-"""Which rows can carry which less common args: device rows, collectives, metadata, JAX steps.
+"""Which rows can carry which less common args: device rows, collectives, rows without `cat` (JAX).
 Reading every field of every event would cost more than the JSON decode itself."""
 
 
 class _RareArgs:
-    """Collects, piece by piece, each tier's fields on that tier's rows (as plain values, so no
-    piece's bytes or structs stay alive), and builds one frame per tier at the end."""
+    """Collects, piece by piece, each tier's fields on that tier's rows as small frames (so no
+    piece's bytes, structs or Python values outlive the piece), concatenated at the end."""
 
     def __init__(self) -> None:
-        self.rows: list[list[int]] = [[] for _ in _ARG_TIERS]
-        self.values: list[dict[str, list[Any]]] = [{f: [] for f in fields} for _, fields in _ARG_TIERS]
+        self.parts: list[list[pl.DataFrame]] = [[] for _ in _ARG_TIERS]
 
     def add(self, base: pl.DataFrame, args: list[_Args], offset: int) -> None:
         masks = base.select(pl.arg_where(mask).implode().alias(str(i)) for i, (mask, _) in enumerate(_ARG_TIERS))
         for i, (_, fields) in enumerate(_ARG_TIERS):
             local = [r for r in masks[str(i)][0].to_list() if args[r] is not _NO_ARGS]
+            if not local:
+                continue
             picked = [args[r] for r in local]
-            self.rows[i].extend(offset + r for r in local)
+            columns = [pl.Series("order", [offset + r for r in local], dtype=pl.Int64)]
             for fname in fields:
                 values = map(attrgetter(fname), picked)
                 if fname in _RAW_FIELDS:
                     values = (bytes(v) or None for v in values)
-                self.values[i][fname].extend(values)
+                columns.append(_arg_series(fname, list(values)).alias(f"a_{fname}"))
+            self.parts[i].append(pl.DataFrame(columns))
 
     def frames(self) -> tuple[pl.DataFrame, ...]:
         return tuple(
-            pl.DataFrame(
-                [pl.Series("order", rows, dtype=pl.Int64)]
-                + [_arg_series(f, vals).alias(f"a_{f}") for f, vals in values.items()]
+            pl.concat(parts)
+            if parts
+            else pl.DataFrame(
+                [pl.Series("order", [], dtype=pl.Int64)] + [_arg_series(f, []).alias(f"a_{f}") for f in fields]
             )
-            for rows, values in zip(self.rows, self.values)
+            for parts, (_, fields) in zip(self.parts, _ARG_TIERS)
         )
 
 
