@@ -628,35 +628,32 @@ Reading every field of every event would cost more than the JSON decode itself."
 
 
 class _RareArgs:
-    """Collects, piece by piece, each tier's fields on that tier's rows as small frames (so no
-    piece's bytes, structs or Python values outlive the piece), concatenated at the end."""
+    """Collects, piece by piece, each tier's fields on that tier's rows (as plain values, so no
+    piece's bytes or structs stay alive), and builds one frame per tier at the end."""
 
     def __init__(self) -> None:
-        self.parts: list[list[pl.DataFrame]] = [[] for _ in _ARG_TIERS]
+        self.rows: list[list[int]] = [[] for _ in _ARG_TIERS]
+        self.values: list[dict[str, list[Any]]] = [{f: [] for f in fields} for _, fields in _ARG_TIERS]
 
     def add(self, base: pl.DataFrame, args: list[_Args], offset: int) -> None:
         masks = base.select(pl.arg_where(mask).implode().alias(str(i)) for i, (mask, _) in enumerate(_ARG_TIERS))
         for i, (_, fields) in enumerate(_ARG_TIERS):
             local = [r for r in masks[str(i)][0].to_list() if args[r] is not _NO_ARGS]
-            if not local:
-                continue
             picked = [args[r] for r in local]
-            columns = [pl.Series("order", [offset + r for r in local], dtype=pl.Int64)]
+            self.rows[i].extend(offset + r for r in local)
             for fname in fields:
                 values = map(attrgetter(fname), picked)
                 if fname in _RAW_FIELDS:
                     values = (bytes(v) or None for v in values)
-                columns.append(_arg_series(fname, list(values)).alias(f"a_{fname}"))
-            self.parts[i].append(pl.DataFrame(columns))
+                self.values[i][fname].extend(values)
 
     def frames(self) -> tuple[pl.DataFrame, ...]:
         return tuple(
-            pl.concat(parts)
-            if parts
-            else pl.DataFrame(
-                [pl.Series("order", [], dtype=pl.Int64)] + [_arg_series(f, []).alias(f"a_{f}") for f in fields]
+            pl.DataFrame(
+                [pl.Series("order", rows, dtype=pl.Int64)]
+                + [_arg_series(f, vals).alias(f"a_{f}") for f, vals in values.items()]
             )
-            for parts, (_, fields) in zip(self.parts, _ARG_TIERS)
+            for rows, values in zip(self.rows, self.values)
         )
 
 
