@@ -205,11 +205,18 @@ class Decoded:
     warnings: list[str] = field(default_factory=list)
 
     def with_args(self, frame: pl.DataFrame, *fields: str) -> pl.DataFrame:
-        """`frame` (with an `order` column) plus the named `a_*` rare-arg columns (null where absent)."""
+        """`frame` (with an `order` column) plus the named `a_*` rare-arg columns (null where absent).
+
+        Only the `order` column takes part in the join, and the result's new columns are added to
+        `frame`: its other columns are shared, never copied (a join of the whole frame would hold
+        it twice at once).
+        """
+        keys = frame.select("order")
         for tier in self.rare:
             wanted = [f for f in fields if f in tier.columns]
             if wanted:
-                frame = frame.join(tier.select("order", *wanted), on="order", how="left", maintain_order="left")
+                found = keys.join(tier.select("order", *wanted), on="order", how="left", maintain_order="left")
+                frame = frame.with_columns(found.drop("order"))
         return frame
 
 
@@ -680,7 +687,8 @@ def _slices_from(
     if frame.height == 0 or "ts" not in frame.columns:
         return frame.clear() if frame.height else frame
     skipped = skipped if skipped is not None else {}
-    complete = frame.filter(pl.col("ph") == "X")
+    all_complete = frame.select((pl.col("ph") == "X").all()).item()
+    complete = frame if all_complete else frame.filter(pl.col("ph") == "X")  # no copy in the common case
     has_pairs = frame.height > complete.height and frame.select(pl.col("ph").is_in(["B", "E"]).any()).item()
     if has_pairs:
         begin_end = frame.filter(pl.col("ph").is_in(["B", "E"]))

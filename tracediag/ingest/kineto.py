@@ -17,7 +17,7 @@ import polars as pl
 from tracediag.errors import RankError, shown
 from tracediag.ingest.chrome import Decoded
 from tracediag.ingest.trace import FileMeta, FileTrace, ProcessGroup
-from tracediag.schema import MAX_NS, check_base_ns, check_rank, conform, shifted
+from tracediag.schema import MAX_NS, Kind, check_base_ns, check_rank, conform, shifted
 
 EPOCH_FLOOR_NS = 10**17
 """Times above this (1973) are taken as Unix-epoch ns; below, the trace is relative."""
@@ -180,15 +180,15 @@ def _absolute_times(dec: Decoded, path: str, warnings: list[str]) -> tuple[pl.Da
 def _classify(s: pl.DataFrame) -> pl.DataFrame:
     cat = pl.col("cat")
     name = pl.col("name")
-    base_kind = cat.replace_strict(_KIND_BY_CAT, default="other", return_dtype=pl.String)
+    base_kind = cat.replace_strict(_KIND_BY_CAT, default="other", return_dtype=Kind)  # Enum: 1 B/row, not a string
     is_comm_kernel = (cat == "kernel") & (name.str.contains(COMM_KERNEL) | pl.col("a_coll_name").is_not_null())
     kind = (
         pl.when(cat.is_in(["user_annotation", "gpu_user_annotation"]) & name.str.contains(STEP_NAME))
-        .then(pl.lit("step"))
+        .then(pl.lit("step", dtype=Kind))
         .when((cat == "user_annotation") & name.str.starts_with("gloo:"))
-        .then(pl.lit("comm"))
+        .then(pl.lit("comm", dtype=Kind))
         .when(is_comm_kernel)
-        .then(pl.lit("comm"))
+        .then(pl.lit("comm", dtype=Kind))
         .otherwise(base_kind)
     )
     on_device = cat.is_in(_GPU_CATS)
