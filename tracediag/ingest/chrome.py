@@ -687,7 +687,7 @@ def _slices_from(
     if frame.height == 0 or "ts" not in frame.columns:
         return frame.clear() if frame.height else frame
     skipped = skipped if skipped is not None else {}
-    all_complete = frame.select((pl.col("ph") == "X").all()).item()
+    all_complete = frame.select(pl.col("ph").eq_missing("X").all()).item()
     complete = frame if all_complete else frame.filter(pl.col("ph") == "X")  # no copy in the common case
     has_pairs = frame.height > complete.height and frame.select(pl.col("ph").is_in(["B", "E"]).any()).item()
     if has_pairs:
