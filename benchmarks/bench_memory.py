@@ -6,7 +6,7 @@ Traces (real, or built from real ones into benchmarks/data/):
 
 - control: HTA's trace_diff/control (A100 + NCCL, 34.8 MB);
 - mtia: HTA's mtia_trace_single_rank (86.9 MB, 310k metadata events);
-- mtia x4.5: the mtia trace's events written 4.5 times over (about 392 MB);
+- mtia x5.7: the mtia trace's events written 5.7 times over, compact (about 392 MB);
 - tiny x1M: one million argument-less events taken from the control trace (ts shifted per copy).
 
 Each is read by `tracediag.ingest.read_file` in a fresh process after a warm-up read of a small
@@ -114,7 +114,7 @@ def main() -> None:
         "tiny x1M": _tiny(control, "tiny_1m.json", 1_000_000),
     }
     if not args.skip_big:
-        traces["mtia x4.5"] = _repeated(mtia, "mtia_x4.5.json", 4.5)
+        traces["mtia x5.7"] = _repeated(mtia, "mtia_x5.7.json", 5.7)
     for name, path in traces.items():
         ours = max(measure("tracediag", path)[0] for _ in range(args.runs))
         base = measure("orjson", path)[0]
