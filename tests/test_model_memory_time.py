@@ -59,22 +59,25 @@ def test_collective_time_follows_nccl_tests_bus_bandwidth():
     dev = resolve_device("a100-80gb")
     link = group_link(dev, 8, 1)
     assert link.link == "nvlink3" and link.busbw == pytest.approx(300e9 * 0.75)
-    expected = 8e-6 * (1 + 3) + 2 * 7 / 8 * 1e9 / link.busbw
+    # all-reduce as a tree: a launch plus 2·log2(n) hops; all-gather as a ring: n − 1 hops
+    expected = 10e-6 + 2 * 3 * 2e-6 + 2 * 7 / 8 * 1e9 / link.busbw
     assert collective_time("all_reduce", 1e9, 8, link) == pytest.approx(expected)
+    assert collective_time("all_gather", 1e9, 8, link) == pytest.approx(10e-6 + 7 * 2e-6 + 7 / 8 * 1e9 / link.busbw)
+    # a ring of 512 ranks, one per node, pays 511 network hops: latency-bound for small messages
+    wide = group_link(dev, 512, 8)
+    assert collective_time("all_gather", 1e6, 512, wide) > 511 * 8e-6
     # a DP group one GPU per node rides one NIC; eight per node share the node's eight NICs
     assert group_link(dev, 4, 8).busbw == pytest.approx(25e9 * 0.9)
     assert group_link(dev, 32, 1).busbw == pytest.approx(min(300e9 * 0.75, 8 * 25e9 * 0.9))
 
 
 def _stage_time(t):
-    return (
-        t.compute_s - t.interference_s + t.exposed_tp_s + t.exposed_cp_s + t.exposed_ep_s
-    ) / t.micro_batches
+    return (t.compute_s - t.interference_s + t.exposed_tp_s + t.exposed_cp_s + t.exposed_ep_s) / t.micro_batches
 
 
 @pytest.mark.parametrize("vpp", [1, 2])
 def test_bubble_is_p_minus_1_over_v_micro_batches(vpp):
-    model, dev = MODELS["gpt3-6.7b"](), resolve_device("a100-80gb")
+    model, dev = MODELS["gpt3-6.7b"](), resolve_device("a100-80gb", speed_variation=0.0)
     split = Split(tp=2, pp=4, dp=1, vpp=vpp, zero=0, sequence_parallel=True)
     t = step_time(model, dev, split, Training(seq_len=2048, global_batch=8, micro_batch=1), MEGATRON)
     assert t.micro_batches == 8

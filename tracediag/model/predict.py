@@ -115,7 +115,7 @@ def predict(
     time = step_time(model, device, split, training, engine)
     flops = model_flops(model, training.seq_len, training.global_batch)
     peak = device.peak_flops * time.step_time_s
-    links = process_group_links(device, split)
+    links = process_group_links(device, split, engine.collective_overhead_us)
     return Prediction(
         model=model,
         device=device,
