@@ -7,6 +7,7 @@ import math
 
 import pytest
 
+from tracediag.errors import SpecError
 from tracediag.model.engine import resolve_engine
 from tracediag.model.flops import param_count
 from tracediag.model.memory import activation_bytes_per_layer, memory_per_device
@@ -131,3 +132,61 @@ def test_interleaving_with_uneven_stages_is_allowed_and_shrinks_the_bubble():
         bubbles[v] = predict(model, device, split, training, MODERN).time.bubble_s
     assert bubbles[2] == pytest.approx(bubbles[1] / 2, rel=1e-6)
     assert bubbles[4] == pytest.approx(bubbles[1] / 4, rel=1e-6)
+
+
+def test_op_recompute_sits_between_none_and_full():
+    model, dev = MODELS["llama3-8b"](), resolve_device("h100-sxm")
+    split = Split(tp=2, dp=4, zero=1, sequence_parallel=True)
+    engine = resolve_engine("torchtitan")
+    preds = {
+        mode: predict(model, dev, split, Training(seq_len=8192, global_batch=8, recompute=mode), engine)
+        for mode in ("none", "op", "full")
+    }
+    acts = {k: p.memory.activations for k, p in preds.items()}
+    times = {k: p.step_time_s for k, p in preds.items()}
+    assert acts["full"] < acts["op"] < acts["none"]
+    assert times["none"] < times["op"] < times["full"]
+    # op recomputes every second matmul: half of full recompute's FLOPs without attention
+    extra = {k: (p.hfu - p.mfu) * p.step_time_s for k, p in preds.items()}
+    attention = 4.0 * 8192**2 * model.heads * model.head_dim * model.layers * 8
+    full_extra_flops = extra["full"] * preds["full"].gpus * dev.peak_flops
+    op_extra_flops = extra["op"] * preds["op"].gpus * dev.peak_flops
+    assert extra["none"] == 0
+    assert op_extra_flops == pytest.approx((full_extra_flops - attention) / 2)
+
+
+def test_fp8_speeds_up_gemms_on_hopper_and_is_refused_on_ampere():
+    model = MODELS["llama3-8b"]()
+    split = Split(dp=8, zero=1)
+    h100 = resolve_device("h100-sxm")
+    bf16 = predict(model, h100, split, Training(seq_len=8192, global_batch=8), MODERN)
+    fp8 = predict(model, h100, split, Training(seq_len=8192, global_batch=8, dtype="fp8"), MODERN)
+    assert fp8.time.gemm_s < 0.8 * bf16.time.gemm_s
+    with pytest.raises(SpecError, match="fp8"):
+        predict(model, resolve_device("a100-80gb"), split, Training(seq_len=8192, global_batch=8, dtype="fp8"), MODERN)
+
+
+def test_attention_runs_slower_per_flop_at_short_sequences_and_with_fa2_on_hopper():
+    from tracediag.model.kernels import attention_rate
+
+    assert attention_rate("hopper", "fa3", 512, 128, backward=False) < attention_rate(
+        "hopper", "fa3", 16384, 128, backward=False
+    )
+    assert attention_rate("hopper", "fa2", 8192, 128, backward=False) < 0.6 * attention_rate(
+        "hopper", "fa3", 8192, 128, backward=False
+    )
+    assert attention_rate("hopper", "fa3", 8192, 64, backward=True) < attention_rate(
+        "hopper", "fa3", 8192, 128, backward=True
+    )
+
+
+def test_zero3_ring_latency_makes_wide_data_parallel_groups_slower_per_gpu():
+    model, dev = MODELS["gpt3-175b"](), resolve_device("a100-80gb")
+    engine = resolve_engine("deepspeed")
+    per_gpu = []
+    for gpus in (384, 1536):
+        train = Training(seq_len=2048, global_batch=1536, micro_batch=1536 // gpus, recompute="full", grad_bytes=2)
+        p = predict(model, dev, Split(dp=gpus, zero=3), train, engine)
+        per_gpu.append(p.mfu)
+        assert p.time.exposed_dp_s > 0
+    assert per_gpu[1] < 0.6 * per_gpu[0]

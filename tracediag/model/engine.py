@@ -39,6 +39,13 @@ class Engine:
     zero3_prefetch_params: float | None = None
     """Parameters of the next unit gathered ahead while the current one computes: None = the whole next unit
     (FSDP); DeepSpeed ZeRO-3 at most `stage3_prefetch_bucket_size` (default 5e7) elements."""
+    zero3_collectives_per_unit: int = 1
+    """Separate gathers (and reduce-scatters) per layer: FSDP flattens a unit into one; DeepSpeed ZeRO-3 fetches
+    each submodule with parameters on its own (GPT layer: 2 norms, QKV, projection, 2 MLP linears = 6), each
+    paying a ring's n−1 hops."""
+    zero3_regather_on_recompute: bool = False
+    """Full recompute gathers the layer's parameters a third time (DeepSpeed's fetch hooks fire again when the
+    checkpointed forward reruns; FSDP recomputes inside the backward gather)."""
     overlap_slowdown: float = 0.5
     """Compute slowdown while overlapped communication runs, as a share of that communication's time (NCCL
     kernels take SMs and HBM bandwidth; Echo, arXiv 2412.12487; Ultra-Scale Playbook)."""
@@ -68,6 +75,9 @@ class Engine:
             raise SpecError(msg)
         if self.attention_kernel not in ("fa2", "fa3"):
             msg = f"attention_kernel must be fa2 or fa3, got {self.attention_kernel!r}"
+            raise SpecError(msg)
+        if self.zero3_collectives_per_unit < 1:
+            msg = f"zero3_collectives_per_unit must be >= 1, got {self.zero3_collectives_per_unit}"
             raise SpecError(msg)
         if self.moe_imbalance < 1 or (self.zero3_prefetch_params or 0) < 0 or self.collective_overhead_us < 0:
             msg = "moe_imbalance must be >= 1, zero3_prefetch_params and collective_overhead_us >= 0"
@@ -128,6 +138,8 @@ ENGINES = {
         name="deepspeed",
         attention_kernel="fa2",
         zero3_prefetch_params=5e7,
+        zero3_collectives_per_unit=6,
+        zero3_regather_on_recompute=True,
         p2p_scatter_gather=False,
         interleaving=False,
         elementwise_traffic=_traffic("deepspeed"),

@@ -90,10 +90,14 @@ class Prediction:
 
 
 def recompute_flops(model: ModelSpec, training: Training, engine: Engine) -> float:
-    """Forward FLOPs recomputed per step: whole layers (full) or the attention core (selective, unfused)."""
+    """Forward FLOPs recomputed per step: whole layers (full), every second matmul (op) or the attention core
+    (selective, unfused)."""
     seqs, s = training.global_batch, training.seq_len
     if training.recompute == "full":
         return seqs * model.layers * layer_forward_flops(model, s)
+    if training.recompute == "op":  # every second matmul of the linear layers
+        attention = 4.0 * s * s * model.heads * model.head_dim
+        return seqs * model.layers * (layer_forward_flops(model, s) - attention) / 2
     if training.recompute == "selective" and not engine.flash_attention:
         return seqs * model.layers * 4.0 * s * s * model.heads * model.head_dim
     return 0.0

@@ -56,7 +56,7 @@ def group_link(device: DeviceSpec, size: int, stride: int, overhead_us: float = 
 
     A ring over nodes with k members each crosses the network once per node per channel and NCCL runs one
     channel per NIC, so the group gets min(intra, k·inter) (one NIC per GPU), divided by the network's
-    oversubscription; hops inside a node cost the in-node latency, hops between nodes the network's.
+    oversubscription. A ring's hops move together, so each of its steps costs the slowest hop's latency.
     """
     intra, inter = device.intra_link, device.inter_link
     overhead = overhead_us * 1e-6
@@ -64,8 +64,8 @@ def group_link(device: DeviceSpec, size: int, stride: int, overhead_us: float = 
         return GroupLink(busbw=intra.busbw, hop_latency=intra.latency_us * 1e-6, link=intra.name, overhead=overhead)
     per_node = max(1, min(size, device.gpus_per_node // stride))
     net = inter.busbw / device.network_oversubscription
-    nodes = max(1, size // per_node)
-    hop = ((size - nodes) * intra.latency_us + nodes * inter.latency_us) / size * 1e-6
+    # All hops of a ring move at once; each step waits for the slowest, a network hop.
+    hop = inter.latency_us * 1e-6
     if per_node == 1:
         return GroupLink(busbw=net, hop_latency=hop, link=inter.name, overhead=overhead)
     busbw = min(intra.busbw, per_node * net)
@@ -305,7 +305,7 @@ class TimeBreakdown:
 
 
 def _dp_time(
-    model: ModelSpec, device: DeviceSpec, split: Split, train: Training, link: GroupLink
+    model: ModelSpec, device: DeviceSpec, split: Split, train: Training, link: GroupLink, engine: Engine
 ) -> tuple[float, float, float, float, float, float]:
     """Per-step gradient reduce and parameter gather seconds (ZeRO 0-2), and for ZeRO-3 / FSDP the seconds of
     one unit's (one layer's) parameter all-gather and gradient reduce-scatter, its size in parameters, and the
@@ -320,9 +320,10 @@ def _dp_time(
     if split.zero == 3:
         layer_dense, layer_expert = layer_params_local(model, split)
         layers = max(stage_layers(model.layers, split.pp))
+        k = engine.zero3_collectives_per_unit
         for params, size in ((layer_dense, n), (layer_expert, n // max(split.ep, 1))):
-            unit_gather += collective_time("all_gather", 2 * params, size, link)
-            unit_reduce += collective_time("reduce_scatter", train.grad_bytes * params, size, link)
+            unit_gather += k * collective_time("all_gather", 2 * params / k, size, link)
+            unit_reduce += k * collective_time("reduce_scatter", train.grad_bytes * params / k, size, link)
         unit_params = layer_dense + layer_expert
         rest = max(dense + expert - layers * unit_params, 0.0)
         edge = 2 * collective_time("all_gather", 2 * rest, n, link) + collective_time(
@@ -381,11 +382,16 @@ def step_time(model: ModelSpec, device: DeviceSpec, split: Split, train: Trainin
         # Overlapped send/recv still pays its launch; blocking ones stall the stage for the whole transfer.
         exposed_pp = transfers * (links["pp"].overhead if engine.pp_overlap else p2p)
 
-    reduce_s, gather_s, unit_gather, unit_reduce, unit_params, edge = _dp_time(model, device, split, train, links["dp"])
+    reduce_s, gather_s, unit_gather, unit_reduce, unit_params, edge = _dp_time(
+        model, device, split, train, links["dp"], engine
+    )
     if split.zero == 3:
         layer_fwd = (lc.gemm + lc.elementwise) / 3
-        per_mb = n_slow * _zero3_exposed(unit_gather, unit_reduce, unit_params, layer_fwd, 2 * layer_fwd, engine)
-        dp_total = m * (n_slow * (2 * unit_gather + unit_reduce) + edge)
+        regather = unit_gather if train.recompute == "full" and engine.zero3_regather_on_recompute else 0.0
+        per_mb = n_slow * (
+            _zero3_exposed(unit_gather, unit_reduce + regather, unit_params, layer_fwd, 2 * layer_fwd, engine)
+        )
+        dp_total = m * (n_slow * (2 * unit_gather + regather + unit_reduce) + edge)
         # The first unit's gather and the last reduce-scatter wait in every micro-batch; the embedding and
         # output layers' traffic too.
         exposed_dp = min(dp_total, m * (per_mb + edge + unit_gather))
