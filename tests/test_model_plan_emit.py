@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import shlex
 
 import orjson
@@ -37,7 +38,7 @@ def test_plan_keeps_fitting_splits_ranked_by_throughput(llama_plan):
     assert len(preds) == 4 and llama_plan.fitting >= 4
     # Ranked by step time, except that a split within 1% of a faster one may go first when simpler.
     times = [p.step_time_s for p in preds]
-    assert all(later >= earlier * (1 - NEAR_TIE) for earlier, later in zip(times, times[1:]))
+    assert all(later >= earlier * (1 - NEAR_TIE) for earlier, later in itertools.pairwise(times))
     for p in preds:
         assert p.split.gpus == 16 and p.split.tp <= 8 and 32 % p.split.tp == 0
         assert p.memory.total <= (1 - DEFAULT_HEADROOM) * p.memory.capacity

@@ -21,6 +21,7 @@ from tracediag.model.plan import plan as run_plan
 from tracediag.model.predict import predict as run_predict
 from tracediag.model.specs import (
     DEVICES,
+    DTYPES,
     GB,
     RECOMPUTE_MODES,
     TFLOPS,
@@ -89,7 +90,7 @@ device_options = _options(
         "--engine",
         "engine_name",
         type=click.Choice(list(ENGINES)),
-        default="modern",
+        default="megatron-core",
         show_default=True,
         help="Software profile: kernels and overlap.",
     ),
@@ -243,6 +244,13 @@ split_options = _options(
         show_default=True,
         help="Gradient dtype kept and reduced (fp32 main grads, as Megatron; bf16 as FSDP mixed precision).",
     ),
+    click.option(
+        "--dtype",
+        type=click.Choice(list(DTYPES)),
+        default="bf16",
+        show_default=True,
+        help="GEMM precision (fp8: Transformer Engine style, bf16 weights and activations kept).",
+    ),
     click.option("--sequence-parallel", is_flag=True, help="Megatron sequence parallelism (tp > 1)."),
 )
 
@@ -292,13 +300,13 @@ def split_from_options(kw: dict) -> tuple[Split, Training]:
         zero=kw["zero"],
         sequence_parallel=kw["sequence_parallel"],
     )
-    # TODO(lead: Training.dtype): wire `--dtype bf16|fp8` here once Training has a dtype field on main.
     train = Training(
         seq_len=kw["seq_len"],
         global_batch=kw["global_batch"],
         micro_batch=kw["micro_batch"],
         recompute=kw["recompute"],
         grad_bytes=2 if kw.get("grad_dtype") == "bf16" else 4,
+        dtype=kw.get("dtype") or "bf16",
     )
     return split, train
 
@@ -339,6 +347,7 @@ def prediction_from_options(kw: dict, profile: Profile | None = None) -> Predict
     show_default=True,
     help="Gradient dtype kept and reduced.",
 )
+@click.option("--dtype", type=click.Choice(list(DTYPES)), default="bf16", show_default=True, help="GEMM precision.")
 @_errors
 def plan(**kw: Any) -> None:
     """Search every split that fits, rank by predicted throughput, say why each wins or loses."""
@@ -354,6 +363,7 @@ def plan(**kw: Any) -> None:
         headroom=kw["headroom"],
         target=kw["emit_target"],
         grad_bytes=2 if kw["grad_dtype"] == "bf16" else 4,
+        dtype=kw["dtype"],
     )
     if kw["emit_target"]:
         click.echo(emit(result.ranked[0].prediction, kw["emit_target"]), nl=False)

@@ -326,7 +326,8 @@ def gemm_table(paths: Iterable[str]) -> pl.DataFrame:
 
 
 def fit_gemms(table: pl.DataFrame, device: DeviceSpec, engine: Engine) -> tuple[float | None, tuple[GemmFit, ...]]:
-    """(achieved / predicted GEMM rate over the 16-bit GEMMs, per-shape rates, slowest first)."""
+    """(achieved / predicted GEMM rate over the 16-bit GEMMs (fp8 when there are none), per-shape rates with
+    the most time first)."""
     if not table.height:
         return None, ()
     shapes = (
@@ -339,11 +340,15 @@ def fit_gemms(table: pl.DataFrame, device: DeviceSpec, engine: Engine) -> tuple[
         .sort("seconds", descending=True)
     )
     predicted = [
-        _gemm_time(f, min(m, k, n), device, engine) for f, m, k, n in shapes.select("flops", "m", "k", "n").iter_rows()
+        _gemm_time(f, min(m, k, n), device, engine, "fp8" if cls == "fp8" else "bf16")
+        for f, m, k, n, cls in shapes.select("flops", "m", "k", "n", "cls").iter_rows()
     ]
     shapes = shapes.with_columns(predicted_s=pl.Series(predicted, dtype=pl.Float64))
-    bf16 = shapes.filter(pl.col("cls") == "bf16")
-    scale = float(bf16["predicted_s"].sum() / bf16["seconds"].sum()) if bf16.height else None
+    # The model's GEMM rate is the 16-bit one (fp8 runs scale from it): fit on bf16/fp16 GEMMs, else fp8.
+    chosen = shapes.filter(pl.col("cls") == "bf16")
+    if not chosen.height:
+        chosen = shapes.filter(pl.col("cls") == "fp8")
+    scale = float(chosen["predicted_s"].sum() / chosen["seconds"].sum()) if chosen.height else None
     fits = tuple(
         GemmFit(
             op=op,

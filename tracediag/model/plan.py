@@ -152,6 +152,7 @@ def candidate_splits(
     global_batch: int,
     target: str | None = None,
     grad_bytes: int = 4,
+    dtype: str = "bf16",
 ) -> Iterator[tuple[Split, tuple[Training, ...]]]:
     """Every split the search considers, each with its trainings from least to most recompute.
 
@@ -178,7 +179,10 @@ def candidate_splits(
                 dp = gpus // (tp * cp * pp)
                 if global_batch % dp:
                     continue
-                for split, trainings in _inner(model, tp, cp, pp, dp, seq_len, global_batch, modes, grad_bytes):
+                inner = _inner(
+                    model, tp, cp, pp, dp, seq_len, global_batch, modes, grad_bytes, dtype, engine.interleaving
+                )
+                for split, trainings in inner:
                     if target is None or unsupported(target, model, split) is None:
                         yield split, trainings
 
@@ -201,16 +205,25 @@ def _inner(
     global_batch: int,
     modes: tuple[str, ...],
     grad_bytes: int,
+    dtype: str,
+    interleaving: bool,
 ) -> Iterator[tuple[Split, tuple[Training, ...]]]:
     per_replica = global_batch // dp
-    vpps = [1, *interleavings(stage_layers(model.layers, pp))]
+    vpps = [1, *interleavings(stage_layers(model.layers, pp))] if interleaving else [1]
     eps = [1] + [e for e in _powers_of_two(model.experts)[1:] if (dp * cp) % e == 0] if model.experts > 1 else [1]
     for b in _powers_of_two(per_replica):
         if per_replica % b:
             continue
         m = per_replica // b
         trainings = tuple(
-            Training(seq_len=seq_len, global_batch=global_batch, micro_batch=b, recompute=r, grad_bytes=grad_bytes)
+            Training(
+                seq_len=seq_len,
+                global_batch=global_batch,
+                micro_batch=b,
+                recompute=r,
+                grad_bytes=grad_bytes,
+                dtype=dtype,
+            )
             for r in modes
         )
         for v in vpps:
@@ -333,6 +346,7 @@ def plan(
     headroom: float = DEFAULT_HEADROOM,
     target: str | None = None,
     grad_bytes: int = 4,
+    dtype: str = "bf16",
 ) -> Plan:
     """Search every split; return the `top` fastest that fit with `headroom` of memory to spare.
 
@@ -346,7 +360,9 @@ def plan(
     budget = (1 - headroom) * device.memory_bytes
     explored = fitting = 0
     results: list[tuple[float, float, Split, Training]] = []
-    for split, trainings in candidate_splits(model, device, engine, gpus, seq_len, global_batch, target, grad_bytes):
+    for split, trainings in candidate_splits(
+        model, device, engine, gpus, seq_len, global_batch, target, grad_bytes, dtype
+    ):
         for train in trainings:
             try:
                 check_split(model, device, split, train, gpus)
