@@ -1,15 +1,15 @@
-"""Enumerate splits, keep those that fit and respect the rules, rank them by predicted throughput.
+"""Enumerate splits, keep those that fit with memory headroom and that the target engine runs, rank them.
 
 Notes
 -----
 Searched: tp (powers of two up to the node, dividing heads), cp (powers of two, seq_len divisible by 2·cp),
-pp (powers of two up to the layer count; uneven stages allowed as in `stage_layers`), dp = gpus/(tp·cp·pp),
-ZeRO stage 0-3, micro-batch (powers of two dividing the per-replica batch), interleaving depth 1-8
-(dividing every stage's layers),
-recompute, sequence parallelism whenever tp > 1, and ep for MoE models. Ties in step time go to the split
-needing less memory.
-Memory is checked first (cheap); step time is computed only for splits that fit, with the per-layer cost
-memoised across pp, dp and ZeRO, which makes a 405B model on 16,384 GPUs a few seconds of work.
+pp (powers of two up to the layer count; uneven stages as in `stage_layers`), dp = gpus/(tp·cp·pp), ZeRO
+stage 0-3, micro-batch (powers of two dividing the per-replica batch), interleaving depth 2-8 (dividing the
+largest stage, every stage at least that deep; only where the engine interleaves), recompute, sequence
+parallelism whenever tp > 1, and ep for MoE. With `target`, only what that engine runs (`emit.unsupported`).
+Memory is checked first (cheap) against (1 − headroom) of capacity; step time is computed only for splits
+that fit, with the per-layer cost memoised across pp, dp and ZeRO. Splits within `NEAR_TIE` of the fastest
+remaining one are ties, broken towards the simpler split (`complexity`).
 """
 
 from __future__ import annotations
