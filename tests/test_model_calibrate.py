@@ -78,7 +78,7 @@ def profiles(runs):
                                                  ("transformer_tp2_dp2", "transformer_dp4")])  # fmt: skip
 def test_profile_from_one_run_predicts_the_other(runs, profiles, source, target):
     """A profile measured on one split predicts the other split's step time (measured on 2 shared cores:
-    dp4 -> tp2·dp2 -30%, tp2·dp2 -> dp4 +5% when generated); uncalibrated, the preset is 10x off."""
+    dp4 -> tp2·dp2 -30%, tp2·dp2 -> dp4 +11% with the model of this commit); uncalibrated, the preset is 10x off."""
     _, analysis, _, split, train = runs[target]
     measured = measured_step_time(analysis)[0]
     profile = profiles[source]
