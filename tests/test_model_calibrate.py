@@ -27,7 +27,7 @@ from tracediag.model.predict import predict
 from tracediag.model.specs import MODELS, ModelSpec, Split, Training, parse_link, resolve_device
 
 RUNS = Path(__file__).parent.parent / "fixtures" / "model_runs"
-MODERN = resolve_engine("modern")
+MODERN = resolve_engine("megatron-core")
 
 # The fixtures' model (fixtures/model_runs/make_model_runs.py) and the CPU as a device: a nominal
 # 4 TFLOP/s bf16 peak and 20 GB/s memory; calibration measures what the run reached against these.

@@ -295,8 +295,8 @@ def _reason(p: Prediction, best: Prediction | None, fastest: Prediction | None =
         if fastest is not None and fastest is not p:
             gap = 100 * (t.step_time_s / fastest.time.step_time_s - 1)
             head = (
-                f"within {100 * NEAR_TIE:.0f}% of the fastest split found ({_setting_diff(fastest, p)}; "
-                f"{gap:.1f}% faster) — simpler split preferred"
+                f"{gap:.1f}% slower than the fastest split found ({_setting_diff(fastest, p)}), within "
+                f"{100 * NEAR_TIE:.0f}%: the simpler split is preferred"
             )
         overhead = (
             f"largest overhead is {name} ({100 * worst / t.step_time_s:.0f}% of the step)"
