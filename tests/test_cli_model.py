@@ -143,3 +143,22 @@ def test_plan_headroom_and_emit_flags(runner):
     assert all(s["memory_bytes_per_device"] <= 0.75 * s["memory"]["capacity"] for s in data["splits"])
     emitted = runner.invoke(cli, [*base, "--emit", "torchtitan"])
     assert emitted.exit_code == 0 and "[parallelism]" in emitted.stdout
+
+
+def test_plan_emit_times_splits_with_the_target_engine(runner):
+    """Without --engine, `--emit deepspeed` plans with the deepspeed profile (and --engine still wins)."""
+    from tracediag.model.emit import emit
+    from tracediag.model.engine import resolve_engine
+    from tracediag.model.plan import plan
+    from tracediag.model.specs import resolve_device, resolve_model
+
+    base = ["plan", "--model", "llama3-70b", "--gpus", "64", "--gpu", "h100-sxm", "--seq-len", "8192",
+            "--global-batch", "128", "--emit", "deepspeed"]  # fmt: skip
+    args = {"gpus": 64, "seq_len": 8192, "global_batch": 128, "top": 1, "target": "deepspeed"}
+    model, device = resolve_model("llama3-70b"), resolve_device("h100-sxm")
+    outputs = []
+    for extra, engine in (([], "deepspeed"), (["--engine", "megatron-core"], "megatron-core")):
+        expected = emit(plan(model, device, resolve_engine(engine), **args).ranked[0].prediction, "deepspeed")
+        outputs.append(runner.invoke(cli, [*base, *extra]).stdout)
+        assert outputs[-1] == expected
+    assert outputs[0] != outputs[1]  # the two profiles pick different splits here

@@ -217,6 +217,10 @@ def _dump(data: dict) -> str:
     return orjson.dumps(data, option=orjson.OPT_INDENT_2).decode()
 
 
+EMIT_ENGINE = {"megatron": "megatron-core", "torchtitan": "torchtitan", "deepspeed": "deepspeed"}
+"""Engine profile `plan --emit TARGET` uses unless --engine is given."""
+
+
 def _calibration_line(profile: Profile | None) -> str:
     return f"{profile.describe()}\n" if profile is not None else ""
 
@@ -331,7 +335,8 @@ def prediction_from_options(kw: dict, profile: Profile | None = None) -> Predict
     "--emit",
     "emit_target",
     type=click.Choice(EMIT_TARGETS),
-    help="Search only splits this engine can run as predicted, and print the best as its settings.",
+    help="Search only splits this engine can run as predicted (timed with its engine profile unless "
+    "--engine is given), and print the best as its settings.",
 )
 @click.option(
     "--headroom",
@@ -352,10 +357,15 @@ def prediction_from_options(kw: dict, profile: Profile | None = None) -> Predict
 def plan(**kw: Any) -> None:
     """Search every split that fits, rank by predicted throughput, say why each wins or loses."""
     profile = _profile(kw)
+    engine_name = kw["engine_name"]
+    source = click.get_current_context().get_parameter_source("engine_name")
+    if kw["emit_target"] and source == click.core.ParameterSource.DEFAULT:
+        # Time and size the splits with the profile of the stack that will run them.
+        engine_name = EMIT_ENGINE[kw["emit_target"]]
     result = run_plan(
         _model(kw),
         _device(kw, profile),
-        resolve_engine(kw["engine_name"]),
+        resolve_engine(engine_name),
         gpus=kw["gpus"],
         seq_len=kw["seq_len"],
         global_batch=kw["global_batch"],
