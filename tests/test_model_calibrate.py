@@ -201,3 +201,12 @@ def test_cli_calibrate_from_measured_step_time(tmp_path):
     assert load_profile(out).calibrated == ("compute",)
     both = runner.invoke(cli, ["calibrate", str(RUNS / "transformer_dp4"), *flags, "--measured-mfu", "0.4", "-o", "x"])
     assert both.exit_code == 2 and both.stderr.count("\n") == 1 and "either trace files" in both.stderr
+
+
+def test_calibrated_device_says_so_in_every_rendering(profiles):
+    device = apply_profile(CPU, profiles["transformer_dp4"])
+    assert device.name == "a100-80gb (calibrated: compute, hbm, intra_link)"
+    p = predict(CPU_MODEL, device, Split(tp=2, dp=2, zero=0), Training(seq_len=256, global_batch=16, micro_batch=8),
+                EAGER, gpus=4)  # fmt: skip
+    assert p.to_dict()["inputs"]["device"]["name"] == device.name
+    assert apply_profile(CPU, dataclasses.replace(profiles["transformer_dp4"], calibrated=())) == CPU

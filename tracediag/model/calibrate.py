@@ -181,6 +181,10 @@ def apply_profile(device: DeviceSpec, profile: Profile) -> DeviceSpec:
             changes[field] = dataclasses.replace(
                 link, name=f"{link.name}(calibrated)", bandwidth_gbps=gbps, efficiency=1.0
             )
+    if changes:
+        # The name carries what is calibrated, so every rendering of a prediction (predict, plan, the
+        # observed-vs-predicted check of analyze) says so.
+        changes["name"] = f"{device.name} (calibrated: {', '.join(profile.calibrated)})"
     return dataclasses.replace(device, **changes)
 
 
