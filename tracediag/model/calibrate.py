@@ -184,7 +184,7 @@ def apply_profile(device: DeviceSpec, profile: Profile) -> DeviceSpec:
     if changes:
         # The name carries what is calibrated, so every rendering of a prediction (predict, plan, the
         # observed-vs-predicted check of analyze) says so.
-        changes["name"] = f"{device.name} (calibrated: {', '.join(profile.calibrated)})"
+        changes["name"] = f"{device.name} (calibrated: {', '.join(p for p in PARTS if p in profile.calibrated)})"
     return dataclasses.replace(device, **changes)
 
 
