@@ -210,3 +210,13 @@ def test_calibrated_device_says_so_in_every_rendering(profiles):
                 EAGER, gpus=4)  # fmt: skip
     assert p.to_dict()["inputs"]["device"]["name"] == device.name
     assert apply_profile(CPU, dataclasses.replace(profiles["transformer_dp4"], calibrated=())) == CPU
+
+
+def test_cli_calibrate_refuses_traces_without_shapes(tmp_path):
+    """The diagnosis fixtures were profiled without record_shapes: no GEMM shape, no collective size."""
+    runs = Path(__file__).parent.parent / "fixtures" / "runs" / "healthy_ddp"
+    out = tmp_path / "p.json"
+    result = CliRunner().invoke(cli, ["calibrate", str(runs / "rank*.pt.trace.json.gz"), *CPU_FLAGS, "-o", str(out)])
+    assert result.exit_code == 2 and result.stderr.count("\n") == 1
+    assert "nothing to calibrate in 4 file(s)" in result.stderr and "record_shapes=True" in result.stderr
+    assert not out.exists()

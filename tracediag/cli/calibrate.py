@@ -96,6 +96,9 @@ def calibrate(paths: tuple[str, ...], output: Path, **kw: Any) -> None:
             split, train = split_from_options(kw)
             extra = {"model": _model(kw), "split": split, "training": train}
         profile = calibrate_from_trace(files, result, device, engine, groups=groups, **extra)
+        if not profile.calibrated:
+            msg = f"nothing to calibrate in {len(files)} file(s): {'; '.join(profile.notes)}"
+            raise InputError(msg)
     else:
         _needs(kw, "gpus", "seq_len", "global_batch")
         if not has_model:
