@@ -3,6 +3,7 @@ true reasons, published MFU ceilings."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import shlex
 
@@ -147,3 +148,6 @@ def test_published_mfu_ceiling_flags_optimistic_plans():
     assert ceiling_warning(predict(model, resolve_device("mi300x"), split, train, MODERN)) == ""
     slow = predict(model, resolve_device("h100-sxm", gemm_efficiency=0.3), split, train, MODERN)
     assert slow.mfu < 0.47 and ceiling_warning(slow) == ""
+    # the ceilings are bf16 runs: an fp8 plan is not compared with them
+    fp8 = predict(model, H100, split, dataclasses.replace(train, dtype="fp8"), MODERN)
+    assert fp8.mfu > 0.47 and ceiling_warning(fp8) == ""

@@ -87,7 +87,8 @@ def mfu_ceiling(device: DeviceSpec) -> Ceiling | None:
 def ceiling_warning(p: Prediction) -> str:
     """A warning when the prediction's MFU exceeds every published run of its device class ('' if not)."""
     ceiling = mfu_ceiling(p.device)
-    if ceiling is None or p.mfu <= ceiling.mfu:
+    # The table holds bf16 runs; an fp8 run's MFU (against the bf16 peak) is not comparable with them.
+    if ceiling is None or p.mfu <= ceiling.mfu or p.training.dtype != "bf16":
         return ""
     cls = next(c for prefix, c in _DEVICE_CLASS.items() if p.device.name.startswith(prefix))
     return (
