@@ -50,12 +50,13 @@ def baseline_module(ref: str):
     source = subprocess.run(
         ["git", "show", f"{ref}:tracediag/model/plan.py"], cwd=root, capture_output=True, text=True, check=True
     ).stdout
-    path = Path(tempfile.mkdtemp()) / "plan_baseline.py"
-    path.write_text(source)
-    spec = importlib.util.spec_from_file_location("plan_baseline", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["plan_baseline"] = module
-    spec.loader.exec_module(module)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "plan_baseline.py"
+        path.write_text(source)
+        spec = importlib.util.spec_from_file_location("plan_baseline", path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["plan_baseline"] = module
+        spec.loader.exec_module(module)
     return module
 
 
