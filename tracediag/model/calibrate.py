@@ -24,7 +24,7 @@ import polars as pl
 
 from tracediag.errors import SpecError
 from tracediag.model.predict import predict
-from tracediag.model.time import FACTOR, _gemm_time
+from tracediag.model.time import FACTOR, gemm_time
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -344,7 +344,7 @@ def fit_gemms(table: pl.DataFrame, device: DeviceSpec, engine: Engine) -> tuple[
         .sort("seconds", descending=True)
     )
     predicted = [
-        _gemm_time(f, min(m, k, n), device, engine, "fp8" if cls == "fp8" else "bf16")
+        gemm_time(f, min(m, k, n), device, engine, "fp8" if cls == "fp8" else "bf16")
         for f, m, k, n, cls in shapes.select("flops", "m", "k", "n", "cls").iter_rows()
     ]
     shapes = shapes.with_columns(predicted_s=pl.Series(predicted, dtype=pl.Float64))

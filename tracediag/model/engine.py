@@ -34,6 +34,9 @@ class Engine:
     p2p_scatter_gather: bool = True
     """Each TP rank sends only its 1/t slice of the activation between stages (PTD-P §4.1); DeepSpeed's
     pipeline engine sends the whole tensor from every TP rank."""
+    cp_all_gather: bool = False
+    """Context parallelism all-gathers K,V before attention (Llama 3 §3.3.2, torchtitan's allgather rotation)
+    instead of passing them round a ring behind the attention blocks (Megatron's p2p CP)."""
     interleaving: bool = True
     """The pipeline schedule supports virtual stages (DeepSpeed's PipelineEngine does not)."""
     zero3_prefetch_params: float | None = None
