@@ -625,12 +625,15 @@ _NO_CAT = pl.col("cat").is_null() & (pl.col("ph") != "M")
 _ARG_TIERS: tuple[tuple[pl.Expr, tuple[str, ...]], ...] = (
     (pl.col("cat").is_in(_GPU_CATS) | _NO_CAT, ("device", "stream", "nbytes")),
     (
-        pl.col("name").str.contains(r"^(?:gloo:|c10d::|nccl:|record_param_comms|(?i:nccl|rccl))"),
+        pl.col("name").str.contains(
+            r"^(?:gloo:|c10d::|nccl:|record_param_comms|(?i:nccl|rccl)|aten::(?:mm|addmm|bmm|baddbmm|_scaled_mm)$)"
+        ),
         _COLL_FIELDS,
     ),
     (_NO_CAT, ("label", "step_num", "device_ordinal", "hlo_op", "hlo_module", "run_id")),
 )
-"""Which rows can carry which less common args: device rows, collectives, rows without `cat` (JAX).
+"""Which rows can carry which less common args: device rows, collectives (and the GEMM ops, whose recorded
+`Input Dims` `tracediag calibrate` reads), rows without `cat` (JAX).
 Reading every field of every event would cost more than the JSON decode itself."""
 
 
