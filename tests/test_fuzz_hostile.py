@@ -35,7 +35,7 @@ import tracediag
 from tracediag.cli import cli
 from tracediag.derive.steps import find_markers
 from tracediag.errors import TracediagError, shown
-from tracediag.ingest import chrome, nsys
+from tracediag.ingest import chrome, nsys, sniff
 from tracediag.ingest.read import read_file
 from tracediag.model.specs import Split
 from tracediag.run import resolve_paths
@@ -340,6 +340,26 @@ def test_sqlite_gz_bomb_stops_at_the_cap(tmp_path, monkeypatch):
     with time_limit(20):
         result = invoke(["ingest", bomb])
     assert assert_read_or_refused(result, bomb) == "refused" and "expands past" in result.stderr
+
+
+def test_json_gz_bomb_stops_at_the_cap(tmp_path, monkeypatch):
+    monkeypatch.setattr(sniff, "GUNZIP_FLOOR", 1 << 20)
+    doc = text_of(GLOO0)
+    bomb = tmp_path / "bomb.json.gz"
+    at = doc.index(b'"traceEvents"')
+    bomb.write_bytes(gzip.compress(doc[:at] + b'"x": "' + b"a" * (64 << 20) + b'", ' + doc[at:]))
+    with time_limit(20):
+        result = invoke(["ingest", bomb])
+    assert assert_read_or_refused(result, bomb) == "refused" and "expands past" in result.stderr
+    assert read_file(GLOO0).events.height  # a real gzipped trace is far below the cap
+
+
+def test_xplane_gz_bomb_is_a_warning_not_a_hang(tmp_path):
+    shutil.copy(JAX, tmp_path / "h.trace.json.gz")
+    (tmp_path / "h.xplane.pb.gz").write_bytes(gzip.compress(bytes(80 << 20)))
+    with time_limit(20):
+        ft = read_file(tmp_path / "h.trace.json.gz", default_rank=0)
+    assert any("expands past" in w for w in ft.meta.warnings)
 
 
 # ------------------------------------------------------------------------------- 4. clobbered files

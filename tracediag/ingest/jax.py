@@ -11,6 +11,7 @@ docs/formats/jax.md and trace-formats.md §4.
 from __future__ import annotations
 
 import gzip
+import io
 import re
 import zlib
 from collections.abc import Iterator
@@ -47,6 +48,8 @@ RENDEZVOUS_HELPERS = r"^(?:Rendezvous|InvokeRendezvous|Wait for rendezvous callb
 RUNTIME_CALL = r"^(?:cu|cuda|hip)[A-Z]"
 """Host-side CUDA/HIP driver and runtime calls (GPU traces)."""
 
+XPLANE_GUNZIP_RATIO = 100
+"""A gzipped xplane.pb may grow at most this many times its size (at least 64 MB): no decompression bomb."""
 _STOP_SLACK_NS = 1_000_000
 """How far the JSON may run past the xplane's profile stop before the two are taken as unrelated."""
 
@@ -276,7 +279,10 @@ def profile_span_ns(xplane: Path) -> tuple[int, int] | None:
     """
     data = Path(xplane).read_bytes()
     if data[:2] == b"\x1f\x8b":
-        data = gzip.decompress(data)
+        limit = max(XPLANE_GUNZIP_RATIO * len(data), 64 << 20)
+        data = gzip.GzipFile(fileobj=io.BytesIO(data)).read(limit + 1)
+        if len(data) > limit:
+            raise ValueError(f"gzip data expands past {limit:,} bytes ({XPLANE_GUNZIP_RATIO}x the file)")
     for field, plane in _fields(memoryview(data)):
         if field != 1:
             continue

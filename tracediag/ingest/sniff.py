@@ -66,11 +66,29 @@ def iter_blocks(path: str | Path, size: int = BLOCK_BYTES) -> Iterator[bytes]:
     raw = open_input(path)
     with raw:
         try:
-            stream = gzip.GzipFile(fileobj=raw) if raw.peek(2)[:2] == GZIP_MAGIC else raw
+            gzipped = raw.peek(2)[:2] == GZIP_MAGIC
+            stream = gzip.GzipFile(fileobj=raw) if gzipped else raw
+            limit = gunzip_limit(os.fstat(raw.fileno()).st_size) if gzipped else None
+            total = 0
             while block := stream.read(size):
+                total += len(block)
+                if limit is not None and total > limit:
+                    raise TraceError(
+                        str(path), f"gzip data expands past {limit / 1e6:,.0f} MB ({GUNZIP_RATIO}x the file): a bomb?"
+                    )
                 yield block
         except (OSError, EOFError, zlib.error) as e:
             raise TraceError(str(path), f"corrupt gzip data ({e})") from None
+
+
+GUNZIP_RATIO = 200
+"""A gzipped trace may grow at most this many times its compressed size (real traces: 20-50x)."""
+GUNZIP_FLOOR = 256 << 20
+
+
+def gunzip_limit(compressed: int) -> int | None:
+    """The most bytes a gzipped file of `compressed` bytes may expand to (None: a pipe, size unknown)."""
+    return max(GUNZIP_RATIO * compressed, GUNZIP_FLOOR) if compressed > 0 else None
 
 
 def peek_head(blocks: Iterator[bytes], size: int = 64) -> tuple[bytes, Iterator[bytes]]:
