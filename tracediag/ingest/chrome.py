@@ -244,7 +244,7 @@ def decode(source: bytes | Iterable[bytes], path: str) -> Decoded:
         rare.add(base, args, n_kept)
         n_kept += len(kept)
         bases.append(base)
-    frame = pl.concat(bases, rechunk=False)
+    frame = _contiguous(bases)
     # events dropped while decoding (cut off, or not convertible) never reached the frame
     events_in = n_events + skipped.get("malformed", 0) + skipped.get("truncated", 0)
     metadata = pl.concat(metas) if metas else _metadata_frame([])
@@ -256,6 +256,19 @@ def decode(source: bytes | Iterable[bytes], path: str) -> Decoded:
         skipped[reason or "other_phase"] = skipped.get(reason or "other_phase", 0) + count
     decoded.slices = _slices_from(frame, skipped, warnings)
     return decoded
+
+
+def _contiguous(parts: list[pl.DataFrame]) -> pl.DataFrame:
+    """The pieces' frames as one frame of single-chunk columns, built column by column (each
+    column's pieces are released as it is joined), so the file's columns are never held twice.
+
+    Single chunks matter: an expression over columns of different chunk layouts (a piece-chunked
+    column and a joined one) copies the chunked one whole, in every later expression.
+    """
+    columns = []
+    for name in parts[0].columns:
+        columns.append(pl.concat([p.drop_in_place(name) for p in parts], rechunk=True))
+    return pl.DataFrame(columns)
 
 
 def _split_metadata(events: list[Any]) -> tuple[list[Any], list[Any]]:
@@ -602,7 +615,7 @@ def _piece_frame(
             "a_correlation": _int_series([a.correlation for a in args]),
         }
     )
-    return frame, args
+    return frame.shrink_to_fit(in_place=False), args
 
 
 _GPU_CATS = ["kernel", "gpu_memcpy", "gpu_memset", "cuda_sync", "gpu_user_annotation"]
