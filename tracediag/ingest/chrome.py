@@ -214,7 +214,9 @@ class Decoded:
         keys = frame.select("order")
         for tier in self.rare:
             wanted = [f for f in fields if f in tier.columns]
-            if wanted:
+            if wanted and tier.height == 0:
+                frame = frame.with_columns(pl.lit(None, dtype=tier.schema[f]).alias(f) for f in wanted)
+            elif wanted:
                 found = keys.join(tier.select("order", *wanted), on="order", how="left", maintain_order="left")
                 frame = frame.with_columns(found.drop("order"))
         return frame
