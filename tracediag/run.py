@@ -211,7 +211,12 @@ def _read_one(args: tuple[str, int | None, int | None]) -> FileTrace | tuple[str
     except TracediagError as e:
         return str(e), False
     except MemoryError:
-        return f"{path}: out of memory while reading", False
+        return f"{shown(path)}: out of memory while reading", False
+    except Exception as e:  # a reader bug on one file must not stop the others (nor lose the file's name)
+        if os.environ.get("TRACEDIAG_DEBUG"):
+            raise
+        why = one_line(f"{type(e).__name__}: {e}")[:300]
+        return f"{shown(path)}: internal error while reading ({why}); please report it", False
 
 
 def load(
