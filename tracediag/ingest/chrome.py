@@ -348,8 +348,10 @@ def _pieces(
             else:
                 piece, piece_is_array = b"".join((b"[", body, b"]")), True
             del body
+            piece_warnings: list[str] = []
+            piece_skipped: dict[str, int] = {}  # counted only once the piece is accepted
             try:
-                events, top = _decode_doc(piece, path, piece_is_array, warnings, skipped, repair=False)
+                events, top = _decode_doc(piece, path, piece_is_array, piece_warnings, piece_skipped, repair=False)
             except msgspec.DecodeError as e:
                 if "truncated" in str(e).lower():  # the cut fell inside a string or an event's args
                     step *= 2
@@ -365,6 +367,9 @@ def _pieces(
             yield _rest(buf, path, is_array, warnings, skipped, head=head)
             return
         buf.drop(m.end() - 1)
+        warnings.extend(piece_warnings)
+        for reason, n in piece_skipped.items():
+            skipped[reason] = skipped.get(reason, 0) + n
         yield events, top, piece, piece_is_array
         start, head = 0, False
 
