@@ -13,6 +13,18 @@ Each is read by `tracediag.ingest.read_file` in a fresh process after a warm-up 
 fixture (imports and caches are not per-file memory); the number is the growth of the process's
 peak RSS (VmHWM) over the warm process, divided by the file size. The baseline measured in the same
 run is `orjson.loads` of the same bytes (the whole document as Python objects), in its own process.
+
+Measured 2026-11-30 (2 shared cores; the spread between runs is about ±0.3x on the tiny trace):
+
+    trace        size     main (before issue 14)   now     orjson.loads
+    control      34.8 MB  1.40x                    1.39x   7.0x
+    mtia         86.9 MB  3.63x                    1.14x   8.9x
+    mtia x5.7   382.5 MB  4.06x                    1.30x  11.1x
+    tiny x1M    144.9 MB  3.01x                    2.2-2.6x 7.8x
+
+The rest of the tiny trace's peak is freed memory polars' allocator keeps for reuse: with
+`_RJEM_MALLOC_CONF=dirty_decay_ms:0,muzzy_decay_ms:0` it reads at 1.6x (mtia x5.7: 0.9x), but a
+file is then read about 1.5x slower, so tracediag does not set it.
 """
 
 from __future__ import annotations
