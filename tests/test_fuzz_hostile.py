@@ -446,6 +446,23 @@ def test_a_fifo_with_no_writer_is_one_line_not_a_hang(tmp_path):
     assert done.returncode == 2 and done.stderr.strip().splitlines() == [f"Error: {fifo}: empty file"]
 
 
+@pytest.mark.parametrize("option", ["report", "--model", "--plan", "--profile"])
+def test_a_fifo_as_a_side_file_is_one_line_not_a_hang(tmp_path, option):
+    fifo = tmp_path / "side.json"
+    os.mkfifo(fifo)
+    src = tmp_path / "rank0.json.gz"
+    shutil.copy(GLOO0, src)
+    args = {
+        "report": ["report", fifo, "-o", tmp_path / "r.html"],
+        "--model": ["predict", *[fifo if a == "tiny" else a for a in MODEL]],
+        "--plan": ["analyze", src, "--plan", fifo],
+        "--profile": ["predict", *MODEL, "--profile", fifo],
+    }[option]
+    with time_limit(10):
+        result = invoke(args)
+    assert assert_read_or_refused(result, fifo) == "refused" and "regular file" in result.stderr
+
+
 def test_process_substitution_is_read_as_a_stream(tmp_path):
     done = _subprocess(f'"$TD" ingest <(zcat {GLOO0}) <(zcat {GLOO1})')
     assert done.returncode == 0, done.stderr

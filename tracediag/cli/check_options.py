@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from tracediag.check import check
-from tracediag.cli.common import InputError
+from tracediag.cli.common import InputError, regular_file
 from tracediag.cli.model import FILE_ERRORS, checked_numbers, predict, prediction_from_options
 from tracediag.cli.report import write_html
 from tracediag.errors import TracediagError, one_line, shown
@@ -62,6 +62,7 @@ def check_options(f: Callable) -> Callable:
 
 def _prediction(kw: dict[str, Any], analysis: Analysis) -> Prediction | None:
     if kw["plan_path"] is not None:
+        regular_file(kw["plan_path"], "--plan")
         try:
             prediction = load_prediction(kw["plan_path"])
         except FILE_ERRORS as e:

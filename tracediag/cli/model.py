@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import click
 import orjson
 
-from tracediag.cli.common import InputError
+from tracediag.cli.common import InputError, regular_file
 from tracediag.errors import TracediagError, one_line, shown
 from tracediag.model.calibrate import apply_profile, load_profile
 from tracediag.model.emit import ENGINES as EMIT_TARGETS
@@ -164,6 +164,7 @@ def checked_numbers(obj: Any, source: str) -> None:
 def _model(kw: dict) -> ModelSpec:
     overrides = {k: kw[k] for k in ("experts", "top_k", "tied_embeddings") if kw.get(k) is not None}
     if kw["model_name"]:
+        regular_file(kw["model_name"], "--model")
         try:
             model = resolve_model(kw["model_name"])
         except FILE_ERRORS as e:
@@ -188,7 +189,14 @@ def _model(kw: dict) -> ModelSpec:
 
 
 def _profile(kw: dict) -> Profile | None:
-    return load_profile(kw["profile_path"]) if kw.get("profile_path") else None
+    if not kw.get("profile_path"):
+        return None
+    regular_file(kw["profile_path"], "--profile")
+    try:
+        return load_profile(kw["profile_path"])
+    except FILE_ERRORS as e:
+        why = one_line(f"{type(e).__name__}: {e}")
+        raise InputError(f"{shown(kw['profile_path'])}: not a usable calibration profile ({why})") from None
 
 
 def _link(text: str | None, option: str) -> Any:

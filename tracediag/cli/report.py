@@ -9,7 +9,7 @@ import orjson
 import polars as pl
 
 from tracediag.analysis import Analysis
-from tracediag.cli.common import InputError
+from tracediag.cli.common import InputError, regular_file
 from tracediag.errors import TracediagError, one_line, shown
 from tracediag.output import refuse_inputs, write_atomic
 
@@ -54,6 +54,7 @@ def read_analysis(path: Path) -> Analysis:
 )
 def report(analysis_json: Path, output: Path) -> None:
     """Render a saved analysis (`analyze --format json`) as one self-contained HTML file."""
+    regular_file(analysis_json, "the analysis")
     try:
         refuse_inputs(output, [analysis_json], "-o")
     except TracediagError as e:
