@@ -33,6 +33,7 @@ from tracediag.model.specs import (
     resolve_device,
     resolve_model,
 )
+from tracediag.output import write_atomic
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -366,7 +367,7 @@ def predict(**kw: Any) -> None:
     profile = _profile(kw)
     p = prediction_from_options(kw, profile)
     if kw["output"]:
-        p.save(kw["output"])
+        write_atomic(kw["output"], orjson.dumps(p.to_dict(), option=orjson.OPT_INDENT_2))  # as Prediction.save
     if kw["fmt"] == "json":
         data = p.to_dict()
         if profile is not None:
