@@ -409,6 +409,7 @@ def test_output_in_a_missing_folder_or_over_a_fifo_is_one_line(tmp_path):
     fifo = tmp_path / "out.fifo"
     os.mkfifo(fifo)
     assert assert_read_or_refused(invoke(["analyze", src, "-o", fifo]), fifo) == "refused"
+    assert assert_read_or_refused(invoke(["predict", *MODEL, "-o", fifo], 10), fifo) == "refused"
     assert fifo.is_fifo()
 
 
