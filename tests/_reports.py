@@ -56,7 +56,7 @@ def hostile_copy(src: Path, dst: Path) -> None:
 
 def analysis_with_check(paths: Path | list[Path], split: Split) -> Analysis:
     """`tracediag.analyze` of a run, with the check against `prediction(split)` in `extra`."""
-    run = tracediag.load(paths)
+    run = tracediag.load(paths, jobs=1)
     analysis = tracediag.analyze(run)
     result = check(analysis, prediction(split), run=run)
     return dataclasses.replace(analysis, extra={**analysis.extra, "check": result.to_dict()})

@@ -108,13 +108,13 @@ def test_analyze_with_model_options_adds_the_check_to_every_output(tmp_path):
     model = ["--model", "tiny", "--gpu", "a100-80gb", "--seq-len", "512", "--global-batch", "16"]
     runner = CliRunner()
     report = tmp_path / "r.html"
-    text = runner.invoke(cli, ["analyze", *paths, *model, "--html", str(report)])
+    text = runner.invoke(cli, ["analyze", *paths, "-j", "1", *model, "--html", str(report)])
     assert text.exit_code == 0, text.output
     assert "observed vs predicted (tiny on 4 x a100-80gb" in text.stdout
     assert 'id="fig-check"' in report.read_text()
     plan = tmp_path / "plan.json"
     runner.invoke(cli, ["predict", *model, "--gpus", "4", "-o", str(plan)])
-    data = runner.invoke(cli, ["analyze", *paths, "--plan", str(plan), "--format", "json"])
+    data = runner.invoke(cli, ["analyze", *paths, "-j", "1", "--plan", str(plan), "--format", "json"])
     assert orjson.loads(data.stdout)["check"]["plan"]["gpus"] == 4
-    missing = runner.invoke(cli, ["analyze", *paths, "--model", "tiny"])
+    missing = runner.invoke(cli, ["analyze", *paths, "-j", "1", "--model", "tiny"])
     assert missing.exit_code == 2 and "needs --gpu --seq-len --global-batch" in missing.stderr
