@@ -11,7 +11,7 @@ import pytest
 
 import tracediag
 from tracediag.analysis import COLLECTIVE_SCHEMA, STEP_SCHEMA, Analysis, Finding
-from tracediag.check import NOT_VISIBLE, check, group_kind
+from tracediag.checking import NOT_VISIBLE, check, group_kind
 from tracediag.ingest.trace import FileMeta, ProcessGroup
 from tracediag.model.engine import resolve_engine
 from tracediag.model.predict import predict

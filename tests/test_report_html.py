@@ -34,7 +34,7 @@ def test_markup_in_trace_names_appears_as_text(tmp_path):
     hostile_copy(RUNS / "straggler_persistent", folder)
     analysis = analysis_with_check(folder, Split(dp=4))
     assert SCRIPT in analysis.collectives["group"].to_list()  # the names did reach the analysis
-    assert any(IMG in g for li in analysis.extra["check"]["links"] for g in li["groups"])
+    assert any(IMG in g for li in analysis.check.links for g in li.groups)
     page = render_html(analysis)
     rest = _outside_plotly_js(page)
     for raw in (SCRIPT, IMG, "<img", "alert(1)</script>"):

@@ -1,4 +1,4 @@
-"""The plotly figures of the HTML report, built from an `Analysis` (and its JSON-ready sections).
+"""The plotly figures of the HTML report, built from an `Analysis` and its typed sections.
 
 Every string from a trace goes through `html.escape` before it reaches a figure: plotly draws labels
 as its own small HTML dialect, in which an escaped `&lt;script&gt;` shows as text. Large runs are
@@ -17,9 +17,12 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     import plotly.graph_objects as go
 
-    from tracediag.analysis import Analysis
+    from tracediag.analysis import Analysis, Pipeline
+    from tracediag.checking import Check
 
 MAX_ROWS = 256
 """Rank rows in a heat-map before ranks are binned: at 900 px a row keeps ≥ 3 px, so one hot rank shows
@@ -306,19 +309,15 @@ def timeline(analysis: Analysis) -> Figure | None:
     return Figure(fig, f"step {step} (the longest); {which}{more}")
 
 
-def pipeline_idle(pipelines: list[dict[str, Any]]) -> Figure | None:
-    """Idle share per pipeline stage against the schedule's ideal bubble, from `extra["pipeline"]`.
+def pipeline_idle(pipelines: Sequence[Pipeline]) -> Figure | None:
+    """Idle share per pipeline stage against the schedule's ideal bubble (`Analysis.pipelines`).
 
     Several pipelines (one per data-parallel replica) are summarised per stage: the median share,
     with the lowest and highest as the error bar.
     """
     import plotly.graph_objects as go
 
-    rows = [
-        {"stage": int(st["stage"]), "share": float(st["idle_share"])}
-        for pipe in pipelines
-        for st in pipe.get("stages", [])
-    ]
+    rows = [{"stage": st.stage, "share": st.idle_share} for pipe in pipelines for st in pipe.stages]
     if not rows:
         return None
     per_stage = (
@@ -342,12 +341,12 @@ def pipeline_idle(pipelines: list[dict[str, Any]]) -> Figure | None:
             hovertemplate="%{x}: %{y:.0%} of the step idle or waiting on send/recv<extra></extra>",
         )
     )
-    ideal = float(pl.Series([float(p.get("expected_bubble_share", 0.0)) for p in pipelines]).median())
+    ideal = float(pl.Series([p.expected_bubble_share for p in pipelines]).median())
     fig.add_hline(y=ideal, line={"dash": "dash", "color": "#333"})
     _layout(fig, height=320, showlegend=False)
     fig.update_yaxes(title="share of the step", tickformat=".0%", rangemode="tozero")
     first = pipelines[0]
-    shape = f"p={esc(first.get('p'))}, m={esc(first.get('m'))}, v={esc(first.get('v'))}"
+    shape = f"p={first.p}, m={first.m}, v={first.v}"
     many = f"median of {len(pipelines):,} pipelines per stage (bar: lowest to highest); " if len(pipelines) > 1 else ""
     return Figure(
         fig,
@@ -356,18 +355,18 @@ def pipeline_idle(pipelines: list[dict[str, Any]]) -> Figure | None:
     )
 
 
-def check_chart(check: dict[str, Any]) -> Figure:
+def check_chart(check: Check) -> Figure:
     """Observed against predicted ms per step, per time component (MFU is in the table)."""
     import plotly.graph_objects as go
 
-    rows = [c for c in check.get("components", []) if c.get("unit") == "s" and (c["observed"] or c["predicted"])]
+    rows = [c for c in check.components if c.unit == "s" and (c.observed or c.predicted)]
     rows = rows[::-1]
-    labels = [esc(c["label"]) for c in rows]
+    labels = [esc(c.label) for c in rows]
     fig = go.Figure()
     fig.add_trace(
         go.Bar(
             y=labels,
-            x=[1e3 * c["predicted"] for c in rows],
+            x=[1e3 * c.predicted for c in rows],
             orientation="h",
             name="predicted",
             marker={"color": COLORS["predicted"]},
@@ -377,17 +376,17 @@ def check_chart(check: dict[str, Any]) -> Figure:
     fig.add_trace(
         go.Bar(
             y=labels,
-            x=[0.0 if c["observed"] is None else 1e3 * c["observed"] for c in rows],
+            x=[0.0 if c.observed is None else 1e3 * c.observed for c in rows],
             orientation="h",
             name="observed",
             marker={"color": COLORS["observed"]},
-            text=["not visible" if c["observed"] is None else "" for c in rows],
+            text=["not visible" if c.observed is None else "" for c in rows],
             textposition="outside",
             hovertemplate="%{y}: observed %{x:.1f} ms<extra></extra>",
         )
     )
     _layout(fig, height=120 + 48 * len(rows), barmode="group")
-    values = [1e3 * v for c in rows for v in (c["observed"], c["predicted"]) if v]
+    values = [1e3 * v for c in rows for v in (c.observed, c.predicted) if v]
     log = bool(values) and max(values) > LOG_SPAN * min(values)
     fig.update_xaxes(
         title="ms per step (median)" + (", log scale" if log else ""),

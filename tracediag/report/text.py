@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import polars as pl
@@ -36,8 +37,8 @@ def _span(values: tuple[int, ...]) -> str:
     return ", ".join(parts)
 
 
-def _evidence(evidence: dict[str, Any]) -> str:
-    scalars = [f"{k}={v}" for k, v in evidence.items() if not isinstance(v, (dict, list))]
+def _evidence(evidence: Mapping[str, Any]) -> str:
+    scalars = [f"{k}={v}" for k, v in evidence.items() if not isinstance(v, (Mapping, tuple, list))]
     return ", ".join(scalars)
 
 
@@ -81,12 +82,11 @@ def render_text(analysis: Analysis) -> str:
     ]
     for i, f in enumerate(analysis.findings, 1):
         lines.extend(_finding_lines(i, f))
-    pipes = analysis.extra.get("pipeline", [])
-    for pipe in pipes:
-        stages = ", ".join(f"{s['rank']}:{s['idle_share']:.0%}" for s in pipe["stages"])
+    for pipe in analysis.pipelines:
+        stages = ", ".join(f"{s.rank}:{s.idle_share:.0%}" for s in pipe.stages)
         lines.append(
-            f"   pipeline p={pipe['p']} m={pipe['m']}: idle share by stage (rank:share) {stages}; "
-            f"ideal {pipe['expected_bubble_share']:.0%}"
+            f"   pipeline p={pipe.p} m={pipe.m}: idle share by stage (rank:share) {stages}; "
+            f"ideal {pipe.expected_bubble_share:.0%}"
         )
     lines.append("")
     lines.extend(_step_table(analysis.steps))

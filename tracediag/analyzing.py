@@ -15,12 +15,8 @@ from tracediag.derive.p2p import p2p_per_step, pipeline_groups
 from tracediag.derive.steps import assign_steps, find_markers, step_spans
 from tracediag.detect import Facts, Thresholds, detect_all
 from tracediag.detect.pipeline import pipeline_stages
-from tracediag.errors import TracediagError
+from tracediag.errors import NoStepsError
 from tracediag.run import Run
-
-
-class NoStepsError(TracediagError):
-    """The traces hold no step markers the analysis can segment by."""
 
 
 def _needs_split(run: Run, instances: pl.DataFrame) -> bool:
@@ -106,10 +102,6 @@ def analyze(
     """
     facts, left_out = derive_facts(run, step_regex=step_regex, link_gbps=link_gbps)
     findings = detect_all(facts, thresholds=thresholds)
-    extra = {}
-    pipes = pipeline_stages(facts)
-    if pipes:
-        extra["pipeline"] = pipes
     return Analysis(
         ranks=tuple(run.meta.ranks) or tuple(sorted(run.events["rank"].unique().to_list())),
         world_size=run.meta.world_size,
@@ -118,5 +110,5 @@ def analyze(
         findings=findings,
         excluded_steps=left_out["excluded_steps"],
         warnings=tuple(run.meta.errors) + left_out["warnings"],
-        extra=extra,
+        pipelines=tuple(pipeline_stages(facts)),
     )

@@ -75,17 +75,37 @@ class Component:
             return None
         return self.observed / self.predicted
 
+    @property
+    def label(self) -> str:
+        """What a person reads ("exposed DP communication")."""
+        return _LABELS[self.name]
+
+    @property
+    def unit(self) -> str:
+        """"s" (seconds per step) or "fraction" (MFU)."""
+        return "fraction" if self.name == "mfu" else "s"
+
     def to_dict(self) -> dict[str, Any]:
         ratio = self.ratio
         return {
             "component": self.name,
-            "label": _LABELS[self.name],
-            "unit": "fraction" if self.name == "mfu" else "s",
+            "label": self.label,
+            "unit": self.unit,
             "observed": self.observed,
             "predicted": self.predicted,
             "ratio": None if ratio is None else round(ratio, 4),
             "note": self.note,
         }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Component:
+        observed = d.get("observed")
+        return cls(
+            name=d["component"],
+            observed=None if observed is None else float(observed),
+            predicted=float(d["predicted"]),
+            note=d.get("note", ""),
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -125,10 +145,65 @@ class LinkCheck:
             "note": self.note,
         }
 
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> LinkCheck:
+        figure = d.get("link_busbw_gbps")
+        return cls(
+            kind=d.get("kind"),
+            kind_from=d.get("kind_from", ""),
+            op=d["op"],
+            groups=tuple(d.get("groups", ())),
+            collectives=int(d["collectives"]),
+            busbw_gbps=float(d["busbw_gbps"]),
+            link=d.get("link"),
+            link_busbw_gbps=None if figure is None else float(figure),
+            note=d.get("note", ""),
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CheckedPlan:
+    """What was predicted for: model, device, GPUs, split degrees, engine and batch shape."""
+
+    model: str
+    device: str
+    gpus: int
+    split: tuple[tuple[str, int], ...]
+    """(dimension, degree) in the order tp, pp, dp, cp, ep, vpp, zero."""
+    engine: str
+    micro_batch: int
+    seq_len: int
+    global_batch: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.model,
+            "device": self.device,
+            "gpus": self.gpus,
+            "split": dict(self.split),
+            "engine": self.engine,
+            "micro_batch": self.micro_batch,
+            "seq_len": self.seq_len,
+            "global_batch": self.global_batch,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> CheckedPlan:
+        return cls(
+            model=str(d["model"]),
+            device=str(d["device"]),
+            gpus=int(d["gpus"]),
+            split=tuple((str(k), int(v)) for k, v in d.get("split", {}).items()),
+            engine=str(d.get("engine", "")),
+            micro_batch=int(d["micro_batch"]),
+            seq_len=int(d["seq_len"]),
+            global_batch=int(d["global_batch"]),
+        )
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Check:
-    """Observed against predicted, stored as `analysis.extra["check"]` (`to_dict`)."""
+    """Observed against predicted (`Analysis.check`; the JSON `check` section is `to_dict`)."""
 
     components: tuple[Component, ...]
     links: tuple[LinkCheck, ...]
@@ -136,17 +211,27 @@ class Check:
     """One sentence on the largest gap."""
     notes: tuple[str, ...] = ()
     """Caveats for the whole comparison (world size differs, CPU-only trace, ...)."""
-    plan: dict[str, Any]
-    """What was predicted for: model, device, gpus, split, engine."""
+    plan: CheckedPlan
+    """What was predicted for."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "plan": self.plan,
+            "plan": self.plan.to_dict(),
             "components": [c.to_dict() for c in self.components],
             "links": [li.to_dict() for li in self.links],
             "sentence": self.sentence,
             "notes": list(self.notes),
         }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Check:
+        return cls(
+            components=tuple(Component.from_dict(c) for c in d.get("components", [])),
+            links=tuple(LinkCheck.from_dict(li) for li in d.get("links", [])),
+            sentence=d.get("sentence", ""),
+            notes=tuple(d.get("notes", [])),
+            plan=CheckedPlan.from_dict(d["plan"]),
+        )
 
 
 def check(analysis: Analysis, prediction: Prediction, *, run: Run | None = None) -> Check:
@@ -204,18 +289,18 @@ def check(analysis: Analysis, prediction: Prediction, *, run: Run | None = None)
     )
 
 
-def _plan(p: Prediction) -> dict[str, Any]:
+def _plan(p: Prediction) -> CheckedPlan:
     s = p.split
-    return {
-        "model": p.model.name,
-        "device": p.device.name,
-        "gpus": p.gpus,
-        "split": {"tp": s.tp, "pp": s.pp, "dp": s.dp, "cp": s.cp, "ep": s.ep, "vpp": s.vpp, "zero": s.zero},
-        "engine": p.engine.name,
-        "micro_batch": p.training.micro_batch,
-        "seq_len": p.training.seq_len,
-        "global_batch": p.training.global_batch,
-    }
+    return CheckedPlan(
+        model=p.model.name,
+        device=p.device.name,
+        gpus=p.gpus,
+        split=(("tp", s.tp), ("pp", s.pp), ("dp", s.dp), ("cp", s.cp), ("ep", s.ep), ("vpp", s.vpp), ("zero", s.zero)),
+        engine=p.engine.name,
+        micro_batch=p.training.micro_batch,
+        seq_len=p.training.seq_len,
+        global_batch=p.training.global_batch,
+    )
 
 
 def _median_s(steps: pl.DataFrame, column: str) -> float | None:
