@@ -17,6 +17,7 @@ from tracediag.detect import Facts, Thresholds, detect_all
 from tracediag.detect.pipeline import pipeline_stages
 from tracediag.errors import NoStepsError
 from tracediag.run import Run
+from tracediag.words import count
 
 
 def _needs_split(run: Run, instances: pl.DataFrame) -> bool:
@@ -49,9 +50,10 @@ def derive_facts(run: Run, *, step_regex: str | None = None, link_gbps: float | 
     excluded = per_step.height - kept.height
     warnings = []
     if partial.height:
-        warnings.append(f"{partial.height} partial step(s) at the edges of the recorded window left out")
+        warnings.append(f"{count(partial.height, 'partial step')} at the edges of the recorded window left out")
     if complete.height - kept.height:
-        warnings.append(f"{complete.height - kept.height} rank-step(s) of steps not recorded on every rank left out")
+        dropped = count(complete.height - kept.height, "rank-step")
+        warnings.append(f"{dropped} of steps not recorded on every rank left out")
     steps = (
         kept.join(waits, on=["rank", "step"], how="left")
         .with_columns(

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 KINDS: tuple[str, ...] = ("tp", "cp", "ep", "dp", "pp")
 """Collective kinds, as the model names them (its `link_busbw` keys)."""
 NOT_VISIBLE = "not visible in this trace"
+MFU_REFUSED = "not shown: above 100%"
 CLOSE = 0.10
 """A component off by less than this share of the predicted step time is not called a gap."""
 
@@ -279,6 +280,8 @@ def check(analysis: Analysis, prediction: Prediction, *, run: Run | None = None)
         notes.append("no device activity in the trace (CPU-only, e.g. gloo): times are CPU times")
     if steps.height == 0:
         notes.append("no complete steps in the trace: nothing to compare")
+    if components[-1].note.startswith(MFU_REFUSED):
+        notes.append("observed MFU would exceed 100%: check that the plan describes this run's model and batch")
     return Check(
         components=tuple(components),
         links=_links(kinds, prediction, groups, on_device=on_device),
@@ -448,12 +451,20 @@ def _bubble(analysis: Analysis, p: Prediction) -> Component:
 
 
 def _mfu(steps: pl.DataFrame, p: Prediction, *, on_device: bool) -> Component:
+    """Observed MFU = the plan's model FLOPs per step / (observed step · peak · GPUs); refused above 100%,
+    which no run reaches: then the plan's work is not this run's (another model, batch or device)."""
     if not on_device:
         return Component(name="mfu", observed=None, predicted=p.mfu, note=f"{NOT_VISIBLE}: no device activity")
     step = _median_s(steps, "dur_ns")
     if not step:
         return Component(name="mfu", observed=None, predicted=p.mfu, note=f"{NOT_VISIBLE}: no complete steps")
     observed = p.model_flops_per_step / (step * p.device.peak_flops * p.gpus)
+    if observed > 1:
+        note = (
+            f"{MFU_REFUSED}: the plan's {p.model_flops_per_step:.3g} FLOPs per step in the observed step time would "
+            f"be {observed:.0%} of the devices' peak; the plan is for other work than this run (model, batch or device)"
+        )
+        return Component(name="mfu", observed=None, predicted=p.mfu, note=note)
     return Component(name="mfu", observed=observed, predicted=p.mfu, note="the plan's model FLOPs / observed step")
 
 

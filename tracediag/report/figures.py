@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
+from tracediag.words import count
+
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
@@ -95,6 +97,12 @@ def _rank_bins(ranks: list[int], limit: int) -> tuple[int, str]:
     return k, "" if k == 1 else f"; ranks in bins of {k} (the bin's maximum shown)"
 
 
+def _rank_label(first: int, k: int) -> str:
+    """A rank axis label: the rank itself, or a bin's range ("8–15"); axes show exactly these labels
+    (category axes), never ticks of ranks that are not in the run."""
+    return str(first) if k == 1 else f"{first}–{first + k - 1}"
+
+
 def heatmap(steps: pl.DataFrame, column: str, title: str) -> Figure:
     """Rank × step heat-map of one per-step time, in ms."""
     import plotly.graph_objects as go
@@ -114,7 +122,7 @@ def heatmap(steps: pl.DataFrame, column: str, title: str) -> Figure:
     ncol = math.ceil(len(step_numbers) / sk)
     median, top = (steps[column].median() or 0) / MS, (steps[column].max() or 0) / MS
     grid = cells.with_columns((pl.col(column) / MS).round(2)).pivot(on="col", index="row", values=column).sort("row")
-    rows = grid["row"].to_list()
+    rows = [_rank_label(r, rk) for r in grid["row"].to_list()]
     z = grid.select([str(c) for c in range(ncol)]).rows()
     xlabels = [str(step_numbers[c * sk]) if sk == 1 else f"{step_numbers[c * sk]}+" for c in range(ncol)]
     fig = go.Figure(
@@ -126,17 +134,17 @@ def heatmap(steps: pl.DataFrame, column: str, title: str) -> Figure:
             zmin=median,
             zmax=max(top, HOT * median),
             colorbar={"title": {"text": "ms"}, "thickness": 12},
-            hovertemplate=("rank %{y}" if rk == 1 else f"ranks %{{y}} to +{rk - 1}")
-            + "<br>step %{x}<br>%{z:.1f} ms<extra></extra>",
+            hovertemplate=("rank %{y}" if rk == 1 else "ranks %{y}") + "<br>step %{x}<br>%{z:.1f} ms<extra></extra>",
             hoverongaps=False,
         )
     )
     _layout(fig, height=min(900, max(320, 6 * len(rows) + 140)), title={"text": title, "font": {"size": 15}})
-    fig.update_yaxes(title="rank", autorange="reversed")
+    fig.update_yaxes(title="rank", type="category", autorange="reversed")
     fig.update_xaxes(title="step", type="category")
     step_note = "" if sk == 1 else f"; steps in bins of {sk}"
     scale = f"colour from the median (pale) to {HOT:g}× the median or the maximum (dark)"
-    return Figure(fig, f"{len(ranks):,} ranks × {len(step_numbers):,} steps{rank_note}{step_note}; {scale}")
+    shape = f"{count(len(ranks), 'rank')} × {count(len(step_numbers), 'step')}"
+    return Figure(fig, f"{shape}{rank_note}{step_note}; {scale}")
 
 
 def breakdown(steps: pl.DataFrame) -> Figure:
@@ -169,7 +177,7 @@ def breakdown(steps: pl.DataFrame) -> Figure:
     for name in parts:
         fig.add_trace(
             go.Bar(
-                x=bars["bin"].to_list(),
+                x=[_rank_label(b, k) for b in bars["bin"].to_list()],
                 y=_ms_list(bars[name]),
                 name=name,
                 marker={"color": COLORS[name], "line": {"width": 0}},
@@ -179,7 +187,7 @@ def breakdown(steps: pl.DataFrame) -> Figure:
             )
         )
     _layout(fig, height=380, barmode="stack", bargap=0.15 if len(bars) <= 64 else 0.05)
-    fig.update_xaxes(title="rank" if k == 1 else f"rank (bins of {k})")
+    fig.update_xaxes(title="rank" if k == 1 else f"rank (bins of {k})", type="category")
     fig.update_yaxes(title="ms per step (mean)")
     binned = f"; ranks in bins of {k}, each bar the bin's rank with the most compute" if k > 1 else ""
     return Figure(fig, f"mean over steps per rank{binned}; 'other' = copies and time not otherwise classified")
@@ -199,7 +207,7 @@ def _timeline_ranks(analysis: Analysis, in_step: pl.DataFrame, colls: pl.DataFra
     """Ranks worth drawing: all of them when few, else culprits, slowest, fastest, last arrivals, rank 0."""
     ranks = sorted(in_step["rank"].to_list())
     if len(ranks) <= MAX_TIMELINE_RANKS:
-        return ranks, f"all {len(ranks)} ranks"
+        return ranks, f"all {count(len(ranks), 'rank')}" if len(ranks) > 1 else f"rank {ranks[0]}"
     by_dur = in_step.sort("dur_ns", "rank")["rank"].to_list()
     culprits = sorted(_culprits(analysis))[:8]
     late = colls.sort("skew_ns", descending=True)["last_rank"].drop_nulls().to_list()

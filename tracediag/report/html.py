@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from tracediag.checking import format_ms
 from tracediag.report.figures import Figure, breakdown, check_chart, esc, heatmap, pipeline_idle, timeline
+from tracediag.words import count, noun
 
 if TYPE_CHECKING:
     from tracediag.analysis import Analysis, Finding, Pipeline
@@ -103,7 +104,8 @@ def _finding(f: Finding) -> str:
     )
     return (
         f'<article class="finding {kind}"><h3><span class="badge">{esc(f.cause)}</span>{esc(f.summary)}</h3>'
-        f'<p class="meta">ranks {esc(_listing(f.ranks))} · steps {esc(_listing(f.steps))} · time lost '
+        f'<p class="meta">{noun(len(f.ranks), "rank")} {esc(_listing(f.ranks))} · '
+        f'{noun(len(f.steps), "step")} {esc(_listing(f.steps))} · time lost '
         f"{_ms(f.time_lost_ns)} · confidence {f.confidence:.2f}</p>"
         + (f"<table>{evidence}</table>" if evidence else "")
         + "</article>"
@@ -220,15 +222,15 @@ def _body(analysis: Analysis) -> str:
 def _header(analysis: Analysis, title: str) -> str:
     steps = analysis.steps
     median = _ms(steps["dur_ns"].median()) if steps.height else "—"
-    excluded = f" ({analysis.excluded_steps} partial steps left out)" if analysis.excluded_steps else ""
+    excluded = f" ({count(analysis.excluded_steps, 'partial rank-step')} left out)" if analysis.excluded_steps else ""
     links = [("findings", "Findings"), ("heatmaps", "Heat-maps"), ("breakdown", "Breakdown")]
     links += [("timeline", "Slowest step")] if steps.height else []
     links += [("pipeline", "Pipeline")] if analysis.pipelines else []
     links += [("check", "vs prediction")] if analysis.check is not None else []
     nav = "".join(f'<a href="#{a}">{t}</a>' for a, t in links)
     return (
-        f"<header><h1>{esc(title)}</h1><p>{len(analysis.ranks):,} ranks traced of world size "
-        f"{analysis.world_size:,} · {len(analysis.step_numbers):,} steps{excluded} · median step {median}</p>"
+        f"<header><h1>{esc(title)}</h1><p>{count(len(analysis.ranks), 'rank')} traced of world size "
+        f"{analysis.world_size:,} · {count(len(analysis.step_numbers), 'step')}{excluded} · median step {median}</p>"
         f"<nav>{nav}</nav></header>"
     )
 
