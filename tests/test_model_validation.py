@@ -7,13 +7,13 @@ import statistics
 import sys
 from pathlib import Path
 
-import pytest
+from conftest import needs_shared
 
 ROOT = Path(__file__).resolve().parents[1]
 CSV = ROOT.parent / "shared" / "validation" / "published_runs_dev.csv"
 
 
-@pytest.mark.skipif(not CSV.exists(), reason="../shared/validation/published_runs_dev.csv not present")
+@needs_shared(CSV)
 def test_published_runs_within_target():
     spec = importlib.util.spec_from_file_location("validate_model", ROOT / "benchmarks" / "validate_model.py")
     module = importlib.util.module_from_spec(spec)
