@@ -72,7 +72,7 @@ device_options = _options(
         "--engine",
         "engine_name",
         type=click.Choice(list(ENGINES)),
-        default="modern",
+        default="megatron-core",
         show_default=True,
         help="Software profile: kernels and overlap.",
     ),

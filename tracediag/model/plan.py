@@ -107,11 +107,7 @@ def _inner(
     per_replica = global_batch // dp
     layers = stage_layers(model.layers, pp)
     vpps = [1] + [v for v in range(2, MAX_VPP + 1) if pp > 1 and all(n % v == 0 for n in layers)]
-    eps = (
-        [1] + [e for e in _powers_of_two(model.experts)[1:] if (dp * cp) % e == 0]
-        if model.experts > 1
-        else [1]
-    )
+    eps = [1] + [e for e in _powers_of_two(model.experts)[1:] if (dp * cp) % e == 0] if model.experts > 1 else [1]
     for b in _powers_of_two(per_replica):
         if per_replica % b:
             continue
@@ -145,10 +141,7 @@ def _reason(p: Prediction, best: Prediction | None) -> str:
     mem = f"memory {p.memory.total / 2**30:.0f}/{p.memory.capacity / 2**30:.0f} GiB"
     if best is None:
         worst = max(parts, key=parts.__getitem__)
-        return (
-            f"fastest; largest overhead is {worst} ({100 * parts[worst] / t.step_time_s:.0f}% of the step), "
-            f"{mem}"
-        )
+        return f"fastest; largest overhead is {worst} ({100 * parts[worst] / t.step_time_s:.0f}% of the step), {mem}"
     b = best.time
     base = {
         "bubble": b.bubble_s,
@@ -193,9 +186,7 @@ def plan(
             memory = memory_per_device(model, device, split, train, engine)
             if memory.fits:
                 fitting += 1
-                results.append(
-                    (step_time(model, device, split, train, engine).step_time_s, memory.total, split, train)
-                )
+                results.append((step_time(model, device, split, train, engine).step_time_s, memory.total, split, train))
                 break
     if not results:
         msg = (
@@ -206,7 +197,6 @@ def plan(
     results.sort(key=lambda r: (round(r[0], 6), r[1]))
     shown = [predict(model, device, split, train, engine, gpus=gpus) for _, _, split, train in results[:top]]
     ranked = tuple(
-        Ranked(rank=i + 1, prediction=p, reason=_reason(p, shown[0] if i else None))
-        for i, p in enumerate(shown)
+        Ranked(rank=i + 1, prediction=p, reason=_reason(p, shown[0] if i else None)) for i, p in enumerate(shown)
     )
     return Plan(ranked=ranked, explored=explored, fitting=fitting)
