@@ -5,6 +5,7 @@ These are the suite's tests of parallel loading (`jobs=2`); every other test rea
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -13,6 +14,7 @@ import pytest
 from conftest import ROOT
 
 import tracediag
+from tracediag.ingest.workers import map_in_workers
 
 RUN = "fixtures/runs/straggler_persistent/"
 
@@ -94,3 +96,25 @@ def test_no_worker_can_start_falls_back_with_one_warning(expected, tmp_path):
     assert len(lines) == 1
     assert "no Python executable to start workers with" in lines[0]
     assert "in this process instead" in lines[0]
+
+
+def test_a_worker_that_dies_reading_a_file_fails_that_file_only():
+    """A worker killed mid-file (out of memory, a crash in native code) is not retried in the caller's
+    process, where it could take the caller down: that file gets an error line."""
+    got = map_in_workers(os._exit, [3], 1, crashed=lambda task, why: (task, why))
+    assert got == [(3, "a worker process stopped (exit status 3)")]
+
+
+def test_a_worker_that_cannot_start_falls_back_in_process(expected, tmp_path):
+    """A Python that cannot run the worker (here: one that exits at once) is caught by the start
+    handshake: the tasks run in the calling process after one warning."""
+    script = tmp_path / "s.py"
+    fake = tmp_path / "fake-python"
+    fake.write_text("#!/bin/sh\necho not python\nexit 1\n")
+    fake.chmod(0o755)
+    script.write_text(f"import sys\nsys.executable = {str(fake)!r}\n" + SNIPPET)
+    done = _run([sys.executable, str(script)])
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == expected
+    lines = [line for line in done.stderr.splitlines() if "RuntimeWarning" in line]
+    assert len(lines) == 1 and "a worker process did not start (exit status 1" in lines[0]

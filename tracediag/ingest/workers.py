@@ -28,6 +28,9 @@ Result = TypeVar("Result")
 
 _LEN = struct.Struct("<Q")
 _ENTRY = "from tracediag.ingest.workers import serve; serve()"
+_READY = b"tracediag worker ready\n"
+"""The first bytes a worker writes: it started and imported tracediag (else the caller reads in-process).
+Fixed bytes, not a frame: output printed before them cannot make the caller wait for a bogus length."""
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
 """The folder holding the `tracediag` package, so a worker imports the same code as its parent."""
 
@@ -62,6 +65,8 @@ def serve() -> None:
     answers = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)
     requests = sys.stdin.buffer
+    answers.write(_READY)
+    answers.flush()
     while True:
         try:
             fn, arg = _receive(requests)
@@ -84,6 +89,14 @@ class _Worker:
             )
         except OSError as e:
             raise WorkerError(f"cannot start {sys.executable} ({e.strerror or e})") from None
+        try:
+            ready = self.proc.stdout.read(len(_READY))
+        except OSError:
+            ready = b""
+        if ready != _READY:
+            self.close()
+            code = self.proc.returncode
+            raise WorkerError(f"a worker process did not start (exit status {code}; its error is above)")
 
     def call(self, fn: Callable[[Any], Any], arg: Any) -> Any:
         try:
