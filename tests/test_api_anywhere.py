@@ -118,3 +118,20 @@ def test_a_worker_that_cannot_start_falls_back_in_process(expected, tmp_path):
     assert done.stdout.strip() == expected
     lines = [line for line in done.stderr.splitlines() if "RuntimeWarning" in line]
     assert len(lines) == 1 and "a worker process did not start (exit status 1" in lines[0]
+
+
+def test_a_fork_after_import_works_and_warns_what_polars_cannot_survive(expected, tmp_path):
+    """Forked after `import tracediag` (a preloading server): loading works, and one warning says that
+    polars work in the parent before the fork would hang the child (polars' pool does not survive fork)."""
+    body = textwrap.indent(SNIPPET.replace("import tracediag\n", ""), "    ")
+    script = tmp_path / "forked_after_import.py"
+    script.write_text(
+        "import os, sys\nimport tracediag\npid = os.fork()\nif pid == 0:\n"
+        f"{body}\n    sys.stdout.flush()\n    sys.stderr.flush()\n    os._exit(0)\n"
+        "_, status = os.waitpid(pid, 0)\nsys.exit(os.waitstatus_to_exitcode(status))\n"
+    )
+    done = _run([sys.executable, str(script)])
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == expected
+    lines = [line for line in done.stderr.splitlines() if "RuntimeWarning" in line]
+    assert len(lines) == 1 and "forked from one that had imported tracediag" in lines[0]

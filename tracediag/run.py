@@ -10,6 +10,7 @@ import dataclasses
 import glob
 import os
 import re
+import warnings
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +25,23 @@ from tracediag.ingest.sniff import sniff
 from tracediag.ingest.trace import FileMeta, FileTrace, ProcessGroup
 from tracediag.ingest.workers import map_in_workers
 from tracediag.schema import conform, empty_events
+
+_FORK = {"after_import": False}
+"""Process state, not configuration: whether this process is a fork of one that had imported tracediag."""
+
+
+def _forked() -> None:
+    _FORK["after_import"] = True
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forked)
+
+FORK_WARNING = (
+    "tracediag: this process was forked from one that had imported tracediag; if that process ran polars "
+    "work before the fork, polars can hang here (its thread pool does not survive fork): import tracediag "
+    "after the fork, or start the process with spawn or forkserver"
+)
 
 TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".sqlite.gz", ".nsys-rep")
 """What a directory is searched for (recursively). Files named explicitly may have any name."""
@@ -197,6 +215,8 @@ def load(
     is listed in `run.meta.errors` and the others are still read; if none can be read, or two
     files claim the same rank, a `TracediagError` is raised.
     """
+    if _FORK["after_import"]:
+        warnings.warn(FORK_WARNING, RuntimeWarning, stacklevel=2)
     if isinstance(sources, (str, Path)):
         sources = [sources]
     resolved = _resolve(sources)
