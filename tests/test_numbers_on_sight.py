@@ -81,3 +81,12 @@ def test_text_table_has_a_legend_for_every_column(straggler):
     for _, label, _ in COLUMNS:
         assert f"{label} = " in legend and label in header
     assert "max compute = " in legend and header.rstrip().endswith("max compute")
+
+
+def test_utilisation_above_peak_is_refused_wherever_it_is_printed():
+    from tracediag.words import of_peak
+
+    assert of_peak("MFU", 0.4123) == "MFU 41.2%"
+    assert of_peak("HFU", 1.0) == "HFU 100.0%"
+    refused = of_peak("HFU", 3.2)
+    assert refused.startswith("HFU not shown (320% of peak is impossible") and "%)" not in refused[:12]

@@ -11,3 +11,11 @@ def noun(n: int, singular: str, plural: str | None = None) -> str:
 def count(n: int, singular: str, plural: str | None = None) -> str:
     """"1 step", "0 steps", "1,024 ranks"."""
     return f"{n:,} {noun(n, singular, plural)}"
+
+
+def of_peak(label: str, share: float) -> str:
+    """A utilisation (MFU, HFU) as "MFU 41.2%"; above 100% of peak, which no device reaches, it is refused
+    with the reason instead of printed."""
+    if share <= 1:
+        return f"{label} {100 * share:.1f}%"
+    return f"{label} not shown ({100 * share:,.0f}% of peak is impossible: the inputs do not describe one run)"

@@ -8,7 +8,9 @@ from tracediag.checking import Check, format_ms
 def _value(v: float | None, unit: str) -> str:
     if v is None:
         return "-"
-    return f"{100 * v:.1f}%" if unit == "fraction" else format_ms(v)
+    if unit == "fraction":
+        return f"{100 * v:.1f}%" if v <= 1 else "> 100%?"
+    return format_ms(v)
 
 
 def render_check_text(check: Check) -> str:
