@@ -72,16 +72,22 @@ def test_load_from_a_thread_of_a_service(expected, tmp_path):
     assert done.stderr == ""
 
 
-def test_load_in_a_forked_child(expected, tmp_path):
+def _forked(tmp_path, before_fork: str) -> subprocess.CompletedProcess:
+    """Run SNIPPET in a child forked after `before_fork` ran in the parent."""
     body = textwrap.indent(SNIPPET, "    ")
     script = tmp_path / "forked.py"
     script.write_text(
-        "import os, sys\npid = os.fork()\nif pid == 0:\n"
-        f"{body}\n    sys.stdout.flush()\n    os._exit(0)\n"
+        f"import os, sys\n{before_fork}\npid = os.fork()\nif pid == 0:\n"
+        f"{body}\n    sys.stdout.flush()\n    sys.stderr.flush()\n    os._exit(0)\n"
         "_, status = os.waitpid(pid, 0)\nsys.exit(os.waitstatus_to_exitcode(status))\n"
     )
     done = _run([sys.executable, str(script)])
     assert done.returncode == 0, done.stderr
+    return done
+
+
+def test_load_in_a_forked_child(expected, tmp_path):
+    done = _forked(tmp_path, "")
     assert done.stdout.strip() == expected
     assert done.stderr == ""
 
@@ -123,15 +129,7 @@ def test_a_worker_that_cannot_start_falls_back_in_process(expected, tmp_path):
 def test_a_fork_after_import_works_and_warns_what_polars_cannot_survive(expected, tmp_path):
     """Forked after `import tracediag` (a preloading server): loading works, and one warning says that
     polars work in the parent before the fork would hang the child (polars' pool does not survive fork)."""
-    body = textwrap.indent(SNIPPET.replace("import tracediag\n", ""), "    ")
-    script = tmp_path / "forked_after_import.py"
-    script.write_text(
-        "import os, sys\nimport tracediag\npid = os.fork()\nif pid == 0:\n"
-        f"{body}\n    sys.stdout.flush()\n    sys.stderr.flush()\n    os._exit(0)\n"
-        "_, status = os.waitpid(pid, 0)\nsys.exit(os.waitstatus_to_exitcode(status))\n"
-    )
-    done = _run([sys.executable, str(script)])
-    assert done.returncode == 0, done.stderr
+    done = _forked(tmp_path, "import tracediag")
     assert done.stdout.strip() == expected
     lines = [line for line in done.stderr.splitlines() if "RuntimeWarning" in line]
     assert len(lines) == 1 and "forked from one that had imported tracediag" in lines[0]
