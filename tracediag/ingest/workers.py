@@ -103,7 +103,10 @@ class _Worker:
             _send(self.proc.stdin, (fn, arg))
             return _receive(self.proc.stdout)
         except (OSError, EOFError, pickle.UnpicklingError) as e:
-            code = self.proc.poll()
+            try:  # its output ended: it is exiting, or wedged
+                code = self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                code = None
             why = f"exit status {code}" if code is not None else type(e).__name__
             raise WorkerError(f"a worker process stopped ({why})") from None
 
