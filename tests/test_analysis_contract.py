@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import pickle
 
 import orjson
 import pytest
@@ -53,11 +54,15 @@ def test_a_built_finding_cannot_change():
     assert g.evidence["share"] == 0.4
 
 
-def test_finding_json_round_trip_is_exact():
-    f = _finding()
+def test_finding_json_round_trip_is_exact_and_it_pickles():
+    f = _finding(confidence=0.123456)
     d = f.to_dict()
     assert d["evidence"] == {"share": 0.4, "by_step": {"3": 0.4}, "ranks": [0, 1]}
-    assert Finding.from_dict(orjson.loads(orjson.dumps(d))) == f
+    assert Finding.from_dict(orjson.loads(orjson.dumps(d))) == dataclasses.replace(f, confidence=0.123)
+    back = pickle.loads(pickle.dumps(f))
+    assert back == f and back.confidence == 0.123456
+    with pytest.raises(TypeError):
+        back.evidence["share"] = 1  # type: ignore[index]
 
 
 @pytest.fixture(scope="module")

@@ -137,6 +137,11 @@ class Finding:
         object.__setattr__(self, "steps", tuple(self.steps))
         object.__setattr__(self, "evidence", _freeze(self.evidence))
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickle (a read-only mapping cannot be): rebuilt through the constructor, which freezes again."""
+        fields = (self.cause, self.ranks, self.steps, self.time_lost_ns, self.confidence, self.summary)
+        return (type(self), (*fields, _thaw(self.evidence)))
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "cause": self.cause.value,
