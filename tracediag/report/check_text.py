@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from tracediag.checking import Check, format_ms
+from tracediag.words import count
 
 
 def _value(v: float | None, unit: str) -> str:
@@ -36,6 +37,6 @@ def render_check_text(check: Check) -> str:
         ratio = "" if li.ratio is None else f" = {li.ratio:.2f}x"
         lines.append(
             f"   {li.kind or '?'} {li.op}: {li.busbw_gbps:,.2f} vs {figure}{ratio}; "
-            f"{li.collectives} collectives; kind from {li.kind_from}"
+            f"{count(li.collectives, 'collective')}; kind from {li.kind_from}"
         )
     return "\n".join(lines)
