@@ -133,3 +133,11 @@ def test_a_fork_after_import_works_and_warns_what_polars_cannot_survive(expected
     assert done.stdout.strip() == expected
     lines = [line for line in done.stderr.splitlines() if "RuntimeWarning" in line]
     assert len(lines) == 1 and "forked from one that had imported tracediag" in lines[0]
+
+
+def test_what_a_task_raises_in_a_worker_is_raised_in_the_caller():
+    """A task that raises (a bug, not bad input: readers return bad input as error lines) raises the
+    same exception in the caller as it would in-process, not a dead worker."""
+    with pytest.raises(ValueError, match="invalid literal for int"):
+        map_in_workers(int, ["7", "x"], 2, crashed=lambda task, why: (task, why))
+    assert map_in_workers(int, ["7", "8"], 2, crashed=lambda task, why: (task, why)) == [7, 8]

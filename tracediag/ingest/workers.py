@@ -39,6 +39,17 @@ class WorkerError(Exception):
     """A worker process could not start, or stopped answering."""
 
 
+class _Raised:
+    """What a task raised in a worker, to be raised again in the caller."""
+
+    def __init__(self, error: Exception) -> None:
+        try:
+            pickle.dumps(error)
+        except Exception:  # an exception that cannot travel: its text does
+            error = RuntimeError(f"{type(error).__name__}: {error}")
+        self.error = error
+
+
 def _send(stream: IO[bytes], obj: Any) -> None:
     data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
     stream.write(_LEN.pack(len(data)) + data)
@@ -72,7 +83,14 @@ def serve() -> None:
             fn, arg = _receive(requests)
         except EOFError:
             return
-        _send(answers, fn(arg))
+        try:
+            answer = fn(arg)
+        except Exception as e:  # raised again in the caller, as if the task had run there
+            answer = _Raised(e)
+        try:
+            _send(answers, answer)
+        except (pickle.PicklingError, TypeError, AttributeError) as e:
+            _send(answers, _Raised(RuntimeError(f"{type(answer).__name__} cannot be sent back ({e})")))
 
 
 class _Worker:
@@ -182,6 +200,9 @@ def map_in_workers(
             on_done(item[0])
     for t in threads:
         t.join()
+    raised = [r.error for r in results.values() if isinstance(r, _Raised)]
+    if raised:
+        raise raised[0]
     left = sorted(i for i in range(len(tasks)) if i not in results)
     if left:
         warnings.warn(
