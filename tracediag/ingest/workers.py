@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import pickle
 import queue
+import signal
 import struct
 import subprocess
 import sys
@@ -73,6 +74,7 @@ def serve() -> None:
     Anything else printed to stdout (a library, a `sitecustomize`) goes to stderr instead, so it
     cannot corrupt the answers.
     """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the caller's; a worker ends when its input does
     answers = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)
     requests = sys.stdin.buffer
