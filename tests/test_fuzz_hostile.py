@@ -485,20 +485,11 @@ def test_jobs_are_capped_at_the_cores_and_the_files(tmp_path, monkeypatch):
 
     started = []
 
-    class Pool:
-        def __init__(self, max_workers, mp_context):
-            started.append(max_workers)
+    def record(fn, tasks, jobs, **_kw):
+        started.append(jobs)
+        return [fn(t) for t in tasks]
 
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc):
-            return False
-
-        def map(self, fn, tasks):
-            return map(fn, tasks)
-
-    monkeypatch.setattr(run_module, "ProcessPoolExecutor", Pool)
+    monkeypatch.setattr(run_module, "map_in_workers", record)
     files = []
     for i in range(3):
         files.append(tmp_path / f"r{i}.json.gz")

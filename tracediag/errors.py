@@ -45,5 +45,9 @@ class SpecError(TracediagError):
     """A model, device, link or split specification is invalid or impossible."""
 
 
+class NoStepsError(TracediagError):
+    """The traces hold no step markers the analysis can segment by."""
+
+
 class OutputError(TracediagError):
     """An output cannot be written where asked (it is an input, its folder is missing, a device)."""

@@ -24,6 +24,7 @@ import polars as pl
 
 from tracediag.errors import NotATraceError, TraceError
 from tracediag.schema import MAX_NS
+from tracediag.vocab import COLLECTIVE_ROW, DEVICE_CATS
 
 _RAW_EMPTY = msgspec.Raw(b"")
 
@@ -625,7 +626,6 @@ def _piece_frame(
     return frame.shrink_to_fit(in_place=False), args
 
 
-_GPU_CATS = ["kernel", "gpu_memcpy", "gpu_memset", "cuda_sync", "gpu_user_annotation"]
 _COLL_FIELDS = (
     "coll_name",
     "in_nelems",
@@ -643,11 +643,11 @@ _COLL_FIELDS = (
 )
 _NO_CAT = pl.col("cat").is_null() & (pl.col("ph") != "M")
 _ARG_TIERS: tuple[tuple[pl.Expr, tuple[str, ...]], ...] = (
-    (pl.col("cat").is_in(_GPU_CATS) | _NO_CAT, ("device", "stream", "nbytes")),
+    (pl.col("cat").is_in(DEVICE_CATS) | _NO_CAT, ("device", "stream", "nbytes")),
     (
-        pl.col("name").str.contains(
-            r"^(?:gloo:|c10d::|nccl:|record_param_comms|(?i:nccl|rccl)|aten::(?:mm|addmm|bmm|baddbmm|_scaled_mm)$)"
-        ),
+        # collective rows, and the matrix products whose shapes calibrate the model
+        pl.col("name").str.contains(COLLECTIVE_ROW)
+        | pl.col("name").str.contains(r"^aten::(?:mm|addmm|bmm|baddbmm|_scaled_mm)$"),
         _COLL_FIELDS,
     ),
     (_NO_CAT, ("label", "step_num", "device_ordinal", "hlo_op", "hlo_module", "run_id")),
