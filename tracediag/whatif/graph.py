@@ -72,8 +72,11 @@ def _peers(rows: pl.LazyFrame, events: pl.DataFrame, neighbours: dict[int, tuple
         .sort("_pts")
     )
     nb = pl.DataFrame(
-        {"rank": list(neighbours), "_prev": [v[0] for v in neighbours.values()],
-         "_next": [v[1] for v in neighbours.values()]},
+        {
+            "rank": list(neighbours),
+            "_prev": [v[0] for v in neighbours.values()],
+            "_next": [v[1] for v in neighbours.values()],
+        },
         schema={"rank": pl.Int32, "_prev": pl.Int32, "_next": pl.Int32},
     ).lazy()
     to_next = (pl.col("dir") == "send") == pl.col("_fwd")
@@ -133,9 +136,7 @@ def _p2p_ops(
         op=pl.format("p2p:{}>{}#{}", "src", "dst", "k")
     )
     keep = ["op", "rank", "arrival", "end", "bytes", "stream"]
-    recv_side = pairs.select(
-        "op", rank="rank_r", arrival="arrival_r", end="end_r", bytes="bytes_r", stream="stream_r"
-    )
+    recv_side = pairs.select("op", rank="rank_r", arrival="arrival_r", end="end_r", bytes="bytes_r", stream="stream_r")
     return pl.concat([pairs.select(keep), recv_side.cast(pairs.select(keep).schema)])
 
 
@@ -151,20 +152,31 @@ def sync_ops(
         .select("rank", "ts", "stream")
         .unique(["rank", "ts"], keep="first")
     )
-    coll = matched.filter(pl.col("n_ranks") > 1).join(streams, on=["rank", "ts"], how="left").select(
-        op=pl.format("c:{}", pl.col("iid")),
-        rank="rank",
-        kind=pl.lit("collective"),
-        name="op",
-        bytes="bytes",
-        n="n_ranks",
-        arrival="arrival",
-        end="aligned_end",
-        stream="stream",
+    coll = (
+        matched.filter(pl.col("n_ranks") > 1)
+        .join(streams, on=["rank", "ts"], how="left")
+        .select(
+            op=pl.format("c:{}", pl.col("iid")),
+            rank="rank",
+            kind=pl.lit("collective"),
+            name="op",
+            bytes="bytes",
+            n="n_ranks",
+            arrival="arrival",
+            end="aligned_end",
+            stream="stream",
+        )
     )
     p2p = _p2p_ops(events, offsets, neighbours).select(
-        "op", "rank", kind=pl.lit("p2p"), name=pl.lit("send/recv"), bytes="bytes", n=pl.lit(2, pl.Int32),
-        arrival="arrival", end="end", stream="stream",
+        "op",
+        "rank",
+        kind=pl.lit("p2p"),
+        name=pl.lit("send/recv"),
+        bytes="bytes",
+        n=pl.lit(2, pl.Int32),
+        arrival="arrival",
+        end="end",
+        stream="stream",
     )
     ops = pl.concat([coll, p2p.cast(coll.schema)])
     return (
@@ -274,9 +286,7 @@ def build(
             kept.select("rank", "step", t="start_ns"),
             last.select("rank", step=pl.col("step") + 1, t="t"),
         ]
-    ).with_columns(
-        t_end="t", kind=pl.lit("boundary"), op=pl.lit(None, pl.String), lag_ns=pl.lit(0, pl.Int64)
-    )
+    ).with_columns(t_end="t", kind=pl.lit("boundary"), op=pl.lit(None, pl.String), lag_ns=pl.lit(0, pl.Int64))
     window = kept.group_by("rank").agg(_lo=pl.col("start_ns").min(), _hi=(pl.col("start_ns") + pl.col("dur_ns")).max())
     ops = ops.join(window, on="rank").filter(pl.col("arrival") >= pl.col("_lo"), pl.col("end") <= pl.col("_hi"))
     # an operation replays only when every participant's part lies in the window
@@ -293,7 +303,10 @@ def build(
     )
     marks = pl.concat([arrive, block]).sort("t")
     marks = marks.join_asof(
-        kept.select("rank", "step", _s="start_ns").sort("_s"), left_on="t", right_on="_s", by="rank",
+        kept.select("rank", "step", _s="start_ns").sort("_s"),
+        left_on="t",
+        right_on="_s",
+        by="rank",
         check_sortedness=False,
     ).drop("_s")
     marks = pl.concat([marks, bounds.select(marks.columns).cast(marks.schema)]).sort("rank", "t")

@@ -76,7 +76,6 @@ def replay(
         )
         .sort("mid")
     )
-    n = marks.height
     L = marks["L"].to_numpy().astype(float)
     gov = marks["_gov"].fill_null(-1).to_numpy()
     ri = marks["_ri"].to_numpy()
