@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 import polars as pl
 
-SCHEMA_VERSION = "1.1"
+SCHEMA_VERSION = "1.2"
 
 Cause = Literal["compute_straggler", "comm_bound", "pipeline_bubble", "input_bound", "healthy"]
 CAUSES: tuple[str, ...] = ("compute_straggler", "comm_bound", "pipeline_bubble", "input_bound", "healthy")
@@ -86,13 +86,18 @@ class Finding:
     steps: tuple[int, ...]
     """ProfilerStep numbers, as in the trace."""
     time_lost_ns: int
-    """What the slow steps cost against the healthy steps or the peers."""
+    """What the cause costs: the sum over its steps of the observed step − the step replayed without
+    the cause (`tracediag.whatif`)."""
     confidence: float
     """0..1: how clearly the evidence separates this cause from noise."""
     summary: str
     """One sentence a person reads first ("rank 2 computes 2.4x the median ...")."""
     evidence: dict[str, Any] = field(default_factory=dict)
     """The deciding numbers as fields (JSON-serialisable scalars or short lists)."""
+    step_time_without_ns: int | None = None
+    """The step time without this cause (median over its steps), from the what-if replay."""
+    whatif: str = ""
+    """The what-if as a sentence ("without rank 2's extra compute the step would take ...")."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -100,8 +105,10 @@ class Finding:
             "ranks": list(self.ranks),
             "steps": list(self.steps),
             "time_lost_ns": int(self.time_lost_ns),
+            "step_time_without_ns": self.step_time_without_ns,
             "confidence": round(float(self.confidence), 3),
             "summary": self.summary,
+            "whatif": self.whatif,
             "evidence": dict(self.evidence),
         }
 
@@ -115,6 +122,8 @@ class Finding:
             confidence=float(d["confidence"]),
             summary=d["summary"],
             evidence=dict(d.get("evidence", {})),
+            step_time_without_ns=d.get("step_time_without_ns"),
+            whatif=d.get("whatif", ""),
         )
 
 

@@ -17,6 +17,8 @@ from tracediag.detect import Facts, Thresholds, detect_all
 from tracediag.detect.pipeline import pipeline_stages
 from tracediag.errors import TracediagError
 from tracediag.run import Run
+from tracediag.whatif import graph_of
+from tracediag.whatif.price import price
 
 
 class NoStepsError(TracediagError):
@@ -75,7 +77,8 @@ def derive_facts(run: Run, *, step_regex: str | None = None, link_gbps: float | 
         link_gbps=link_gbps,
         world_size=run.meta.world_size,
     )
-    return facts, {"excluded_steps": excluded, "warnings": tuple(warnings)}
+    replay_inputs = {"events": events, "spans": spans, "offsets": offsets, "matched": matched}
+    return facts, {"excluded_steps": excluded, "warnings": tuple(warnings), "replay": replay_inputs}
 
 
 def analyze(
@@ -106,7 +109,8 @@ def analyze(
     """
     facts, left_out = derive_facts(run, step_regex=step_regex, link_gbps=link_gbps)
     findings = detect_all(facts, thresholds=thresholds)
-    extra = {}
+    findings, whatif_section = price(findings, facts, graph_of(facts, **left_out["replay"]))
+    extra = {"whatif": whatif_section}
     pipes = pipeline_stages(facts)
     if pipes:
         extra["pipeline"] = pipes

@@ -103,6 +103,7 @@ def _finding(f: Finding) -> str:
         f'<article class="finding {kind}"><h3><span class="badge">{esc(f.cause)}</span>{esc(f.summary)}</h3>'
         f'<p class="meta">ranks {esc(_listing(f.ranks))} · steps {esc(_listing(f.steps))} · time lost '
         f"{_ms(f.time_lost_ns)} · confidence {f.confidence:.2f}</p>"
+        + (f'<p class="whatif">what-if: {esc(f.whatif)}</p>' if f.whatif else "")
         + (f"<table>{evidence}</table>" if evidence else "")
         + "</article>"
     )
@@ -186,6 +187,29 @@ def _pipeline(section: Any) -> str:
     )
 
 
+def _whatif(section: Any) -> str:
+    """Per step: observed, replayed from the observed durations, and replayed without every cause."""
+    if not isinstance(section, dict) or not section.get("steps"):
+        return ""
+    rows = "".join(
+        f"<tr><td>{int(r['step'])}</td><td>{_ms(r['observed_ns'])}</td><td>{_ms(r['replayed_ns'])}</td>"
+        f"<td>{_ms(r['without_all_ns'])}</td></tr>"
+        for r in section["steps"]
+    )
+    err = section.get("replay_error_median")
+    fit = (
+        f" The replay of the observed durations is off by {100 * err:.1f}% (median over steps)."
+        if err is not None
+        else ""
+    )
+    return (
+        '<section id="whatif"><h2>What-if: each step without the causes found</h2>'
+        f'<p class="note">Each step replayed from the trace with every cause\'s durations removed.{esc(fit)}</p>'
+        "<table><tr><th>step</th><th>observed</th><th>replayed</th><th>what-if</th></tr>"
+        f"{rows}</table></section>"
+    )
+
+
 def _body(analysis: Analysis) -> str:
     steps = analysis.steps
     parts = [_findings(analysis)]
@@ -206,6 +230,7 @@ def _body(analysis: Analysis) -> str:
             parts.append(
                 '<section id="timeline"><h2>The slowest step across ranks</h2>' + _figure(tl, "timeline") + "</section>"
             )
+    parts.append(_whatif(analysis.extra.get("whatif")))
     parts.append(_pipeline(analysis.extra.get("pipeline")))
     check = analysis.extra.get("check")
     if isinstance(check, dict):

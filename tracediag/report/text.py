@@ -48,10 +48,11 @@ def _finding_lines(i: int, f: Finding) -> list[str]:
         f"{i}. {f.cause}  ranks {_span(f.ranks)}  steps {_span(f.steps)}  "
         f"lost {f.time_lost_ns / MS:,.1f} ms  confidence {f.confidence:.2f}"
     )
-    return [head, f"   {f.summary}", f"   evidence: {_evidence(f.evidence)}"]
+    whatif = [f"   what-if: {f.whatif}"] if f.whatif else []
+    return [head, f"   {f.summary}", *whatif, f"   evidence: {_evidence(f.evidence)}"]
 
 
-def _step_table(steps: pl.DataFrame) -> list[str]:
+def _step_table(steps: pl.DataFrame, whatif: dict[str, Any] | None = None) -> list[str]:
     if not steps.height:
         return ["no complete steps"]
     per_step = (
@@ -62,12 +63,29 @@ def _step_table(steps: pl.DataFrame) -> list[str]:
         )
         .sort("step")
     )
+    without = {s["step"]: s["without_all_ns"] / MS for s in (whatif or {}).get("steps", [])}
     header = f"{'step':>8}" + "".join(f"{label:>10}" for _, label in COLUMNS) + f"{'max compute':>13}"
-    lines = ["per step: median over ranks, ms; max compute = the rank computing longest", header]
+    header += f"{'what-if':>10}" if without else ""
+    note = "; what-if = the step replayed without every cause found" if without else ""
+    lines = [f"per step: median over ranks, ms; max compute = the rank computing longest{note}", header]
     for row in per_step.iter_rows(named=True):
         cells = "".join(f"{row[c]:>10.1f}" for c, _ in COLUMNS)
-        lines.append(f"{row['step']:>8}{cells}{'rank ' + str(row['slowest']):>13}")
+        w = without.get(row["step"])
+        tail = (f"{w:>10.1f}" if w is not None else f"{'-':>10}") if without else ""
+        lines.append(f"{row['step']:>8}{cells}{'rank ' + str(row['slowest']):>13}{tail}")
     return lines
+
+
+def _whatif_line(section: dict[str, Any] | None) -> list[str]:
+    """The combined what-if and the replay's own error."""
+    if not section or section.get("step_time_ns") is None:
+        return []
+    err = section.get("replay_error_median")
+    fit = f" (the replay of the observed durations is off by {err:.1%} median)" if err is not None else ""
+    return [
+        f"what-if, every cause removed: the step would take {section['step_time_without_all_ns'] / MS:,.1f} ms "
+        f"instead of {section['step_time_ns'] / MS:,.1f} ms{fit}"
+    ]
 
 
 def render_text(analysis: Analysis) -> str:
@@ -88,7 +106,8 @@ def render_text(analysis: Analysis) -> str:
             f"   pipeline p={pipe['p']} m={pipe['m']}: idle share by stage (rank:share) {stages}; "
             f"ideal {pipe['expected_bubble_share']:.0%}"
         )
+    lines.extend(_whatif_line(analysis.extra.get("whatif")))
     lines.append("")
-    lines.extend(_step_table(analysis.steps))
+    lines.extend(_step_table(analysis.steps, analysis.extra.get("whatif")))
     lines.extend(f"warning: {w}" for w in analysis.warnings)
     return "\n".join(lines)

@@ -28,8 +28,11 @@ from tracediag.derive.breakdown import INPUT_REGEX, _device_timeline
 from tracediag.derive.intervals import sweep, union_intervals
 
 BLOCK_TOLERANCE_NS = 1_000_000
-"""A block belongs to an operation of the rank whose own end lies within this (or 10% of the
-block, if longer) of the block's end; otherwise the exposed time stays local (``other``)."""
+BLOCK_TOLERANCE_SHARE = 0.5
+"""A block belongs to the operation in flight on the rank (arrived before the block ends, ends after
+it starts) whose own end lies nearest the block's end, within `BLOCK_TOLERANCE_NS` or this share of
+the block's length, whichever is larger (a rank may resume a little before its own part of a gloo
+collective is closed); otherwise the exposed time stays local (``other``)."""
 
 LOCAL_CATEGORIES = ("compute", "input", "idle", "other")
 
@@ -236,15 +239,17 @@ def build(
     )
     ops = sync_ops(matched, events, offsets, neighbours)
     # each block: the rank's operation whose own end is nearest the block's end, within tolerance
-    tol = pl.max_horizontal(pl.lit(BLOCK_TOLERANCE_NS), (pl.col("b_end") - pl.col("b_ts")) // 10)
+    tol = pl.max_horizontal(
+        pl.lit(BLOCK_TOLERANCE_NS), (BLOCK_TOLERANCE_SHARE * (pl.col("b_end") - pl.col("b_ts"))).cast(pl.Int64)
+    )
+    off_by = (pl.col("end") - pl.col("b_end")).abs()
     cand = (
         blocks.rename({"ts": "b_ts", "end": "b_end"})
         .join(ops.select("op", "rank", "arrival", "end"), on="rank")
-        .filter(pl.col("arrival") < pl.col("b_end"), (pl.col("end") - pl.col("b_end")).abs() <= tol)
-        .sort((pl.col("end") - pl.col("b_end")).abs())
-        .unique("bid", keep="first")
-        .sort("b_end")
-        .unique(["rank", "op"], keep="last")
+        .filter(pl.col("arrival") < pl.col("b_end"), pl.col("end") > pl.col("b_ts"), off_by <= tol)
+        .sort(off_by, "bid")
+        .unique("bid", keep="first", maintain_order=True)
+        .unique(["rank", "op"], keep="first", maintain_order=True)
     )
     assigned = cand.select("rank", "op", ts="b_ts", end="b_end", lag_ns=pl.col("b_end") - pl.col("end"))
     # local segments: everything outside assigned blocks
