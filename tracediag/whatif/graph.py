@@ -48,8 +48,8 @@ class Graph:
     ``n`` (participants), ``arrival, end``, ``dep`` (the participant ends after the last arrival:
     it waited for every peer; false only where clocks disagree), ``transfer_ns`` (end − last arrival;
     without ``dep``, its own duration), ``order`` (the op's rank in the replay),
-    ``stream`` (device stream, null on host traces) and ``prev_op`` (the operation before it on that
-    stream of the rank: it cannot start before that one ends)."""
+    ``stream`` (the device stream; on host traces the thread running gloo's work) and ``prev_op``
+    (the operation before it on that stream of the rank: it cannot start before that one ends)."""
     marks: pl.DataFrame
     """``rank, t, t_end`` (a block's observed end; else t), ``kind`` (arrive | block | boundary),
     ``op`` (null for boundaries), ``step``,
@@ -151,8 +151,8 @@ def sync_ops(
 ) -> pl.DataFrame:
     """Every sync operation's participation rows (see `Graph.ops`)."""
     streams = (
-        events.filter(pl.col("device") >= 0, pl.col("kind") == "comm")
-        .select("rank", "ts", "stream")
+        events.filter(pl.col("kind") == "comm")
+        .select("rank", "ts", stream=pl.coalesce("stream", "tid"))
         .unique(["rank", "ts"], keep="first")
     )
     coll = (
@@ -296,7 +296,7 @@ def build(
     ops = ops.join(window, on="rank").filter(pl.col("arrival") >= pl.col("_lo"), pl.col("end") <= pl.col("_hi"))
     # an operation replays only when every participant's part lies in the window
     ops = ops.filter(pl.len().over("op") == pl.col("n")).drop("_lo", "_hi")
-    # device streams run their communication kernels one after the other
+    # a device stream (or a gloo worker thread) runs its communication one operation after the other
     ops = ops.sort("arrival").with_columns(
         prev_op=pl.when(pl.col("stream").is_not_null()).then(pl.col("op").shift(1).over("rank", "stream"))
     )
