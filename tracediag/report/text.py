@@ -106,7 +106,8 @@ def render_text(analysis: Analysis) -> str:
             f"   pipeline p={pipe['p']} m={pipe['m']}: idle share by stage (rank:share) {stages}; "
             f"ideal {pipe['expected_bubble_share']:.0%}"
         )
-    lines.extend(_whatif_line(analysis.extra.get("whatif")))
+    if any(f.whatif for f in analysis.findings):
+        lines.extend(_whatif_line(analysis.extra.get("whatif")))
     lines.append("")
     lines.extend(_step_table(analysis.steps, analysis.extra.get("whatif")))
     lines.extend(f"warning: {w}" for w in analysis.warnings)
