@@ -44,10 +44,13 @@ class Graph:
     segments: pl.DataFrame
     """Local segments: ``rank, step, ts, end, cat`` (one of `LOCAL_CATEGORIES`)."""
     ops: pl.DataFrame
-    """Per (op, rank) participation: ``op, rank, kind`` (collective | p2p), ``name``, ``bytes``,
-    ``n`` (participants), ``arrival, end``, ``dep`` (the participant ends after the last arrival:
-    it waited for every peer; false only where clocks disagree), ``transfer_ns`` (end − last arrival;
-    without ``dep``, its own duration), ``order`` (the op's rank in the replay),
+    """Per (op, rank) participation: ``op, rank, kind`` (collective | p2p), ``dir`` (send | recv for
+    p2p), ``name``, ``bytes``,
+    ``n`` (participants), ``arrival, end``, ``dep`` (the participant waits for every peer: it ends
+    after the last arrival, or it receives — a recv cannot end before its send starts, so there the
+    clocks are off, typically by a few ms on traces without collectives to align them; false only
+    where the clocks disagree on a collective or a send), ``transfer_ns`` (end − last arrival, at
+    least 0; without ``dep``, its own duration), ``order`` (the op's rank in the replay),
     ``stream`` (the device stream; on host traces the thread running gloo's work) and ``prev_op``
     (the operation before it on that stream of the rank: it cannot start before that one ends)."""
     marks: pl.DataFrame
@@ -138,8 +141,10 @@ def _p2p_ops(
     pairs = sends.join(recvs, on=["src", "dst", "k"], how="inner", suffix="_r").with_columns(
         op=pl.format("p2p:{}>{}#{}", "src", "dst", "k")
     )
-    keep = ["op", "rank", "arrival", "end", "bytes", "stream"]
-    recv_side = pairs.select("op", rank="rank_r", arrival="arrival_r", end="end_r", bytes="bytes_r", stream="stream_r")
+    keep = ["op", "rank", "dir", "arrival", "end", "bytes", "stream"]
+    recv_side = pairs.select(
+        "op", rank="rank_r", dir="dir_r", arrival="arrival_r", end="end_r", bytes="bytes_r", stream="stream_r"
+    )
     return pl.concat([pairs.select(keep), recv_side.cast(pairs.select(keep).schema)])
 
 
@@ -168,6 +173,7 @@ def sync_ops(
             arrival="arrival",
             end="aligned_end",
             stream="stream",
+            dir=pl.lit(None, pl.String),
         )
     )
     p2p = _p2p_ops(events, offsets, neighbours).select(
@@ -180,13 +186,16 @@ def sync_ops(
         arrival="arrival",
         end="end",
         stream="stream",
+        dir="dir",
     )
     ops = pl.concat([coll, p2p.cast(coll.schema)])
     return (
         ops.with_columns(last=pl.col("arrival").max().over("op"))
-        .with_columns(dep=pl.col("last") <= pl.col("end"))
+        .with_columns(dep=(pl.col("last") <= pl.col("end")) | (pl.col("dir").fill_null("") == "recv"))
         .with_columns(
-            transfer_ns=pl.when("dep").then(pl.col("end") - pl.col("last")).otherwise(pl.col("end") - pl.col("arrival"))
+            transfer_ns=pl.when("dep")
+            .then((pl.col("end") - pl.col("last")).clip(lower_bound=0))
+            .otherwise(pl.col("end") - pl.col("arrival"))
         )
         .with_columns(_e=pl.col("end").median().over("op"))
         .with_columns(order=pl.col("_e").rank("dense").cast(pl.Int64) - 1)
@@ -243,11 +252,12 @@ def build(
         pl.lit(BLOCK_TOLERANCE_NS), (BLOCK_TOLERANCE_SHARE * (pl.col("b_end") - pl.col("b_ts"))).cast(pl.Int64)
     )
     off_by = (pl.col("end") - pl.col("b_end")).abs()
+    # a send completes on its own once the data is handed over: the rank waits for a recv or a collective
     cand = (
         blocks.rename({"ts": "b_ts", "end": "b_end"})
-        .join(ops.select("op", "rank", "arrival", "end"), on="rank")
+        .join(ops.select("op", "rank", "arrival", "end", "dir"), on="rank")
         .filter(pl.col("arrival") < pl.col("b_end"), pl.col("end") > pl.col("b_ts"), off_by <= tol)
-        .sort(off_by, "bid")
+        .sort(pl.col("dir").fill_null("") == "send", off_by, "bid")
         .unique("bid", keep="first", maintain_order=True)
         .unique(["rank", "op"], keep="first", maintain_order=True)
     )
