@@ -142,3 +142,23 @@ def test_whatif_fields_round_trip_and_render(analyses):
     hostile = Finding.from_dict({**a.findings[0].to_dict(), "whatif": "<script>x</script>"})
     page = render_html(Analysis(**{**back.__dict__, "findings": (hostile,)}))
     assert "<script>x</script>" not in page
+
+
+PAIRED = Path(__file__).resolve().parent.parent / "fixtures" / "paired"
+
+
+@pytest.mark.parametrize(("pair", "cause"), [("straggler_alt_r0", "compute_straggler"), ("data_alt_r1", "input_bound")])
+def test_whatif_predicts_the_healthy_steps_of_an_alternating_run(pair, cause):
+    """One real run, the cause injected on odd steps only (same machine load on both sides): the
+    what-if of the injected steps predicts the healthy steps within 15% (docs/analyze.md, paired runs)."""
+    import json
+
+    manifest = json.loads((PAIRED / pair / "run" / "manifest.json").read_text())
+    a = tracediag.analyze(tracediag.load(PAIRED / pair / "run", jobs=1))
+    f = next(f for f in a.findings if f.cause == cause)
+    assert set(f.steps) <= set(manifest["injected_steps"])
+    per_step = a.steps.group_by("step").agg(pl.col("dur_ns").median())
+    healthy = per_step.filter(pl.col("step").is_in(manifest["healthy_steps"]))["dur_ns"].median()
+    injected = per_step.filter(pl.col("step").is_in(manifest["injected_steps"]))["dur_ns"].median()
+    assert injected > 1.5 * healthy  # the cause is there
+    assert f.step_time_without_ns == pytest.approx(healthy, rel=0.15)
