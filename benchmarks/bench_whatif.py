@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import tracediag
-from tracediag.analyze import derive_facts
+from tracediag.analyzing import derive_facts
 from tracediag.detect import detect_all
 from tracediag.whatif import graph_of
 from tracediag.whatif.price import price
@@ -43,7 +43,7 @@ def main(argv: list[str]) -> None:
         t_w, (priced, section) = best(lambda f=found, fa=facts, lo=left: _whatif(f, fa, lo))
         print(
             f"| {p.name} | {run.events.height:,} | {t_base:.3f} s | {t_w:.3f} s | {t_w / t_base:.2f} | "
-            f"{section['operations']} | {len(priced)} |"
+            f"{section.operations} | {len(priced)} |"
         )
 
 

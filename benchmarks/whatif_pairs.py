@@ -23,7 +23,7 @@ import polars as pl
 
 import tracediag
 from tracediag.analysis import Finding
-from tracediag.analyze import derive_facts
+from tracediag.analyzing import derive_facts
 from tracediag.whatif import graph_of
 from tracediag.whatif.price import price
 
@@ -101,7 +101,7 @@ def compare(pair: Path) -> dict:
     }
     if found and cause == "pipeline_bubble":
         m = json.loads((pair / "healthy" / "manifest.json").read_text())["config"]["m"]
-        for proj in injected.extra["whatif"].get("pipeline", []):
+        for proj in injected.whatif.pipeline if injected.whatif else ():
             ns = proj["step_ns_by_microbatches"].get(str(m))
             row["whatif_ms"] = ns / MS if ns else None
     elif found:

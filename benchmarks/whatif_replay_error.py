@@ -30,11 +30,11 @@ HTA_SETS = (
 
 def row(path: Path) -> str:
     a = tracediag.analyze(tracediag.load(path, jobs=1))
-    w = a.extra["whatif"]
+    w = a.whatif
     name = path.relative_to(HTA).as_posix() if HTA in path.parents else path.name
     return (
-        f"| {name} | {len(a.ranks)} | {len(w['steps'])} | {w['operations']} | "
-        f"{100 * w['replay_error_median']:.2f}% | {100 * w['replay_error_max']:.2f}% |"
+        f"| {name} | {len(a.ranks)} | {len(w.steps)} | {w.operations} | "
+        f"{100 * w.replay_error_median:.2f}% | {100 * w.replay_error_max:.2f}% |"
     )
 
 

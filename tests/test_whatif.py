@@ -94,10 +94,10 @@ def test_replay_rule_last_arrival_plus_transfer():
 @pytest.mark.parametrize("name", SCENARIOS)
 def test_replay_reproduces_observed_steps(analyses, name):
     """Replaying the observed durations gives back each step's time (target: median error <= 5%)."""
-    section = _analysis(analyses, name).extra["whatif"]
-    assert section["replay_error_median"] <= 0.05
-    for row in section["steps"]:
-        assert abs(row["replayed_ns"] - row["observed_ns"]) <= 0.1 * row["observed_ns"]
+    section = _analysis(analyses, name).whatif
+    assert section.replay_error_median <= 0.05
+    for row in section.steps:
+        assert abs(row.replayed_ns - row.observed_ns) <= 0.1 * row.observed_ns
 
 
 def test_straggler_whatif_removes_its_excess(analyses):
@@ -123,17 +123,18 @@ def test_findings_ranked_by_replayed_time_lost_and_combined(analyses):
     a = _analysis(analyses, "straggler_transient")
     lost = [f.time_lost_ns for f in a.findings]
     assert lost == sorted(lost, reverse=True)
-    section = a.extra["whatif"]
-    assert section["step_time_without_all_ns"] <= section["step_time_ns"]
+    section = a.whatif
+    assert section.step_time_without_all_ns <= section.step_time_ns
     # steps 4 and 7 carry the straggler: their what-if is well below what was observed
-    by_step = {r["step"]: r for r in section["steps"]}
+    by_step = {r.step: r for r in section.steps}
     for s in (4, 7):
-        assert by_step[s]["without_all_ns"] < 0.8 * by_step[s]["observed_ns"]
+        assert by_step[s].without_all_ns < 0.8 * by_step[s].observed_ns
 
 
 def test_whatif_fields_round_trip_and_render(analyses):
     a = _analysis(analyses, "straggler_persistent")
     back = Analysis.from_dict(a.to_dict())
+    assert back.whatif == a.whatif
     assert back.findings[0].step_time_without_ns == a.findings[0].step_time_without_ns
     assert back.findings[0].whatif == a.findings[0].whatif
     assert Finding.from_dict({**a.findings[0].to_dict(), "whatif": "<b>"}).whatif == "<b>"

@@ -2,22 +2,28 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import polars as pl
 
-from tracediag.analysis import Analysis, Finding
+from tracediag.analysis import Analysis, Finding, WhatIf
+from tracediag.words import count, noun
 
 MS = 1e6
 COLUMNS = (
-    ("dur_ns", "dur"),
-    ("compute_ns", "compute"),
-    ("comm_ns", "comm"),
-    ("exposed_comm_ns", "exposed"),
-    ("wait_ns", "wait"),
-    ("idle_ns", "idle"),
-    ("input_ns", "input"),
-    ("host_gap_ns", "host gap"),
+    ("dur_ns", "dur", "step time"),
+    ("compute_ns", "compute", "computing"),
+    ("comm_ns", "comm", "communicating"),
+    ("exposed_comm_ns", "exposed", "communicating with no compute alongside"),
+    ("wait_ns", "wait", "in collectives waiting for peers"),
+    ("idle_ns", "idle", "neither computing nor communicating"),
+    ("input_ns", "input", "loading data"),
+    ("host_gap_ns", "host gap", "host thread in no operator"),
+)
+"""(steps column, table header, what it means: the table's legend)."""
+LEGEND = "; ".join(
+    [*(f"{label} = {meaning}" for _, label, meaning in COLUMNS), "max compute = the rank computing longest"]
 )
 
 
@@ -36,8 +42,8 @@ def _span(values: tuple[int, ...]) -> str:
     return ", ".join(parts)
 
 
-def _evidence(evidence: dict[str, Any]) -> str:
-    scalars = [f"{k}={v}" for k, v in evidence.items() if not isinstance(v, (dict, list))]
+def _evidence(evidence: Mapping[str, Any]) -> str:
+    scalars = [f"{k}={v}" for k, v in evidence.items() if not isinstance(v, (Mapping, tuple, list))]
     return ", ".join(scalars)
 
 
@@ -45,46 +51,47 @@ def _finding_lines(i: int, f: Finding) -> list[str]:
     if f.cause == "healthy":
         return [f"{i}. healthy  {f.summary}", f"   evidence: {_evidence(f.evidence)}"]
     head = (
-        f"{i}. {f.cause}  ranks {_span(f.ranks)}  steps {_span(f.steps)}  "
+        f"{i}. {f.cause}  {noun(len(f.ranks), 'rank')} {_span(f.ranks)}  "
+        f"{noun(len(f.steps), 'step')} {_span(f.steps)}  "
         f"lost {f.time_lost_ns / MS:,.1f} ms  confidence {f.confidence:.2f}"
     )
     whatif = [f"   what-if: {f.whatif}"] if f.whatif else []
     return [head, f"   {f.summary}", *whatif, f"   evidence: {_evidence(f.evidence)}"]
 
 
-def _step_table(steps: pl.DataFrame, whatif: dict[str, Any] | None = None) -> list[str]:
+def _step_table(steps: pl.DataFrame, whatif: WhatIf | None = None) -> list[str]:
     if not steps.height:
         return ["no complete steps"]
     per_step = (
         steps.group_by("step")
         .agg(
-            *[(pl.col(c).median() / MS).alias(c) for c, _ in COLUMNS],
+            *[(pl.col(c).median() / MS).alias(c) for c, _, _ in COLUMNS],
             slowest=pl.col("rank").sort_by("compute_ns").last(),
         )
         .sort("step")
     )
-    without = {s["step"]: s["without_all_ns"] / MS for s in (whatif or {}).get("steps", [])}
-    header = f"{'step':>8}" + "".join(f"{label:>10}" for _, label in COLUMNS) + f"{'max compute':>13}"
+    without = {s.step: s.without_all_ns / MS for s in whatif.steps} if whatif else {}
+    header = f"{'step':>8}" + "".join(f"{label:>10}" for _, label, _ in COLUMNS) + f"{'max compute':>13}"
     header += f"{'what-if':>10}" if without else ""
-    note = "; what-if = the step replayed without every cause found" if without else ""
-    lines = [f"per step: median over ranks, ms; max compute = the rank computing longest{note}", header]
+    legend = LEGEND + ("; what-if = the step replayed without every cause found" if without else "")
+    lines = ["per step: median over ranks, ms", f"columns: {legend}", header]
     for row in per_step.iter_rows(named=True):
-        cells = "".join(f"{row[c]:>10.1f}" for c, _ in COLUMNS)
+        cells = "".join(f"{row[c]:>10.1f}" for c, _, _ in COLUMNS)
         w = without.get(row["step"])
         tail = (f"{w:>10.1f}" if w is not None else f"{'-':>10}") if without else ""
         lines.append(f"{row['step']:>8}{cells}{'rank ' + str(row['slowest']):>13}{tail}")
     return lines
 
 
-def _whatif_line(section: dict[str, Any] | None) -> list[str]:
+def _whatif_line(whatif: WhatIf | None) -> list[str]:
     """The combined what-if and the replay's own error."""
-    if not section or section.get("step_time_ns") is None:
+    if whatif is None or whatif.step_time_ns is None or whatif.step_time_without_all_ns is None:
         return []
-    err = section.get("replay_error_median")
+    err = whatif.replay_error_median
     fit = f" (the replay of the observed durations is off by {err:.1%} median)" if err is not None else ""
     return [
-        f"what-if, every cause removed: the step would take {section['step_time_without_all_ns'] / MS:,.1f} ms "
-        f"instead of {section['step_time_ns'] / MS:,.1f} ms{fit}"
+        f"what-if, every cause removed: the step would take {whatif.step_time_without_all_ns / MS:,.1f} ms "
+        f"instead of {whatif.step_time_ns / MS:,.1f} ms{fit}"
     ]
 
 
@@ -92,23 +99,22 @@ def render_text(analysis: Analysis) -> str:
     """The summary and per-step table as text (no trailing newline)."""
     nums = analysis.step_numbers
     lines = [
-        f"tracediag analyze: {len(analysis.ranks)} rank{'s' if len(analysis.ranks) != 1 else ''} "
-        f"(world size {analysis.world_size}), "
-        f"{len(nums)} steps ({_span(tuple(nums))}), {analysis.excluded_steps} partial rank-steps left out",
+        f"tracediag analyze: {count(len(analysis.ranks), 'rank')} (world size {analysis.world_size}), "
+        f"{count(len(nums), 'step')} ({_span(tuple(nums))}), "
+        f"{count(analysis.excluded_steps, 'partial rank-step')} left out",
         "",
     ]
     for i, f in enumerate(analysis.findings, 1):
         lines.extend(_finding_lines(i, f))
-    pipes = analysis.extra.get("pipeline", [])
-    for pipe in pipes:
-        stages = ", ".join(f"{s['rank']}:{s['idle_share']:.0%}" for s in pipe["stages"])
+    for pipe in analysis.pipelines:
+        stages = ", ".join(f"{s.rank}:{s.idle_share:.0%}" for s in pipe.stages)
         lines.append(
-            f"   pipeline p={pipe['p']} m={pipe['m']}: idle share by stage (rank:share) {stages}; "
-            f"ideal {pipe['expected_bubble_share']:.0%}"
+            f"   pipeline p={pipe.p} m={pipe.m}: idle share by stage (rank:share) {stages}; "
+            f"ideal {pipe.expected_bubble_share:.0%}"
         )
     if any(f.whatif for f in analysis.findings):
-        lines.extend(_whatif_line(analysis.extra.get("whatif")))
+        lines.extend(_whatif_line(analysis.whatif))
     lines.append("")
-    lines.extend(_step_table(analysis.steps, analysis.extra.get("whatif")))
+    lines.extend(_step_table(analysis.steps, analysis.whatif))
     lines.extend(f"warning: {w}" for w in analysis.warnings)
     return "\n".join(lines)

@@ -10,11 +10,10 @@ what-if applies every finding's edit at once.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
 import polars as pl
 
-from tracediag.analysis import Finding
+from tracediag.analysis import Finding, WhatIf, WhatIfStep
 from tracediag.detect.facts import Facts
 from tracediag.detect.pipeline import bubble_formula
 from tracediag.whatif import causes
@@ -73,7 +72,7 @@ def _projection(f: Finding, edited_ns: float) -> dict[str, int]:
     return {str(k * m): round(edited_ns * ((k * m + p - 1) / (k * m)) / now) for k in PROJECTED_MICROBATCHES}
 
 
-def price(findings: tuple[Finding, ...], facts: Facts, graph: Graph) -> tuple[tuple[Finding, ...], dict[str, Any]]:
+def price(findings: tuple[Finding, ...], facts: Facts, graph: Graph) -> tuple[tuple[Finding, ...], WhatIf]:
     """Findings with replayed ``time_lost_ns``, ``step_time_without_ns`` and ``whatif``, ranked by
     time lost, and the ``whatif`` section (replay error, combined what-if, per step)."""
     base = step_times(replay(graph))
@@ -111,18 +110,18 @@ def price(findings: tuple[Finding, ...], facts: Facts, graph: Graph) -> tuple[tu
         all_steps = all_steps.join(combined.select("step", without_all_ns="without_ns"), on="step", how="left")
     else:
         all_steps = all_steps.with_columns(without_all_ns=pl.col("dur_ns"))
-    section: dict[str, Any] = {
-        "replay_error_median": round(float(err.median()), 4) if err.len() else None,
-        "replay_error_max": round(float(err.max()), 4) if err.len() else None,
-        "operations": int(graph.ops["op"].n_unique()),
-        "step_time_ns": int(base["dur_ns"].median()) if base.height else None,
-        "step_time_without_all_ns": int(all_steps["without_all_ns"].median()) if base.height else None,
-        "time_lost_all_ns": int((all_steps["dur_ns"] - all_steps["without_all_ns"]).sum()) if base.height else 0,
-        "steps": [
-            {"step": s, "observed_ns": int(d), "replayed_ns": int(r), "without_all_ns": int(w)}
+    med = base.height > 0
+    section = WhatIf(
+        replay_error_median=round(float(err.median()), 4) if err.len() else None,
+        replay_error_max=round(float(err.max()), 4) if err.len() else None,
+        operations=int(graph.ops["op"].n_unique()),
+        step_time_ns=int(base["dur_ns"].median()) if med else None,
+        step_time_without_all_ns=int(all_steps["without_all_ns"].median()) if med else None,
+        time_lost_all_ns=int((all_steps["dur_ns"] - all_steps["without_all_ns"]).sum()) if med else 0,
+        steps=tuple(
+            WhatIfStep(int(s), int(d), int(r), int(w))
             for s, d, r, w in all_steps.select("step", "dur_ns", "replay_ns", "without_all_ns").iter_rows()
-        ],
-    }
-    if projections:
-        section["pipeline"] = projections
+        ),
+        pipeline=tuple(projections),
+    )
     return ranked, section

@@ -15,14 +15,11 @@ from tracediag.derive.p2p import p2p_per_step, pipeline_groups
 from tracediag.derive.steps import assign_steps, find_markers, step_spans
 from tracediag.detect import Facts, Thresholds, detect_all
 from tracediag.detect.pipeline import pipeline_stages
-from tracediag.errors import TracediagError
+from tracediag.errors import NoStepsError
 from tracediag.run import Run
 from tracediag.whatif import graph_of
 from tracediag.whatif.price import price
-
-
-class NoStepsError(TracediagError):
-    """The traces hold no step markers the analysis can segment by."""
+from tracediag.words import count
 
 
 def _needs_split(run: Run, instances: pl.DataFrame) -> bool:
@@ -55,9 +52,10 @@ def derive_facts(run: Run, *, step_regex: str | None = None, link_gbps: float | 
     excluded = per_step.height - kept.height
     warnings = []
     if partial.height:
-        warnings.append(f"{partial.height} partial step(s) at the edges of the recorded window left out")
+        warnings.append(f"{count(partial.height, 'partial step')} at the edges of the recorded window left out")
     if complete.height - kept.height:
-        warnings.append(f"{complete.height - kept.height} rank-step(s) of steps not recorded on every rank left out")
+        dropped = count(complete.height - kept.height, "rank-step")
+        warnings.append(f"{dropped} of steps not recorded on every rank left out")
     steps = (
         kept.join(waits, on=["rank", "step"], how="left")
         .with_columns(
@@ -109,11 +107,7 @@ def analyze(
     """
     facts, left_out = derive_facts(run, step_regex=step_regex, link_gbps=link_gbps)
     findings = detect_all(facts, thresholds=thresholds)
-    findings, whatif_section = price(findings, facts, graph_of(facts, **left_out["replay"]))
-    extra = {"whatif": whatif_section}
-    pipes = pipeline_stages(facts)
-    if pipes:
-        extra["pipeline"] = pipes
+    findings, whatif = price(findings, facts, graph_of(facts, **left_out["replay"]))
     return Analysis(
         ranks=tuple(run.meta.ranks) or tuple(sorted(run.events["rank"].unique().to_list())),
         world_size=run.meta.world_size,
@@ -122,5 +116,6 @@ def analyze(
         findings=findings,
         excluded_steps=left_out["excluded_steps"],
         warnings=tuple(run.meta.errors) + left_out["warnings"],
-        extra=extra,
+        pipelines=tuple(pipeline_stages(facts)),
+        whatif=whatif,
     )
