@@ -163,3 +163,18 @@ def test_whatif_predicts_the_healthy_steps_of_an_alternating_run(pair, cause):
     injected = per_step.filter(pl.col("step").is_in(manifest["injected_steps"]))["dur_ns"].median()
     assert injected > 1.5 * healthy  # the cause is there
     assert f.step_time_without_ns == pytest.approx(healthy, rel=0.15)
+
+
+def test_analysis_survives_a_replay_that_fails(monkeypatch):
+    """A run the replay cannot handle keeps the detectors' estimates and says so in one warning."""
+    import tracediag.analyzing as analyzing
+
+    def broken(*args, **kwargs):
+        raise ValueError("no sync operation can be ordered\nsecond line")
+
+    monkeypatch.setattr(analyzing, "graph_of", broken)
+    a = tracediag.analyze(tracediag.load(RUNS / "straggler_persistent", jobs=1))
+    assert a.whatif is None
+    assert a.findings[0].cause == "compute_straggler" and a.findings[0].step_time_without_ns is None
+    assert a.findings[0].time_lost_ns > 0
+    assert "what-if replay not available (ValueError: no sync operation can be ordered)" in a.warnings

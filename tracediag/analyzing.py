@@ -107,7 +107,11 @@ def analyze(
     """
     facts, left_out = derive_facts(run, step_regex=step_regex, link_gbps=link_gbps)
     findings = detect_all(facts, thresholds=thresholds)
-    findings, whatif = price(findings, facts, graph_of(facts, **left_out["replay"]))
+    whatif, warnings = None, left_out["warnings"]
+    try:
+        findings, whatif = price(findings, facts, graph_of(facts, **left_out["replay"]))
+    except (pl.exceptions.PolarsError, ValueError, IndexError, KeyError) as e:  # the detectors' estimates stay
+        warnings += (f"what-if replay not available ({type(e).__name__}: {str(e).splitlines()[0][:200]})",)
     return Analysis(
         ranks=tuple(run.meta.ranks) or tuple(sorted(run.events["rank"].unique().to_list())),
         world_size=run.meta.world_size,
@@ -115,7 +119,7 @@ def analyze(
         collectives=facts.collectives,
         findings=findings,
         excluded_steps=left_out["excluded_steps"],
-        warnings=tuple(run.meta.errors) + left_out["warnings"],
+        warnings=tuple(run.meta.errors) + warnings,
         pipelines=tuple(pipeline_stages(facts)),
         whatif=whatif,
     )
