@@ -178,3 +178,13 @@ def test_analysis_survives_a_replay_that_fails(monkeypatch):
     assert a.findings[0].cause == "compute_straggler" and a.findings[0].step_time_without_ns is None
     assert a.findings[0].time_lost_ns > 0
     assert "what-if replay not available (ValueError: no sync operation can be ordered)" in a.warnings
+
+
+def test_unpaired_pipeline_keeps_the_detectors_estimate(analyses):
+    """1F1B traces name no peers and carry no schedule annotations: the stages cannot be linked, so the
+    finding is not priced by a replay that would treat them as independent."""
+    f = next(f for f in _analysis(analyses, "pipeline_1f1b_m8").findings if f.cause == "pipeline_bubble")
+    assert f.step_time_without_ns is None and f.whatif == ""
+    assert f.time_lost_ns > 0
+    g = next(f for f in _analysis(analyses, "pipeline_gpipe_m8").findings if f.cause == "pipeline_bubble")
+    assert g.step_time_without_ns is not None and g.whatif

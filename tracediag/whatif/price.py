@@ -26,6 +26,14 @@ PROJECTED_MICROBATCHES = (2, 4, 8)
 
 
 def _edit(f: Finding, facts: Facts, graph: Graph) -> causes.Edit | None:
+    """The cause's edit; None where the graph cannot express it (the detector's estimate then stays):
+    a pipeline whose send/recv could not be paired (no peers, no schedule annotations) would replay
+    its stages as independent, and communication no operation was matched for cannot be sped up."""
+    kinds = set(graph.ops.filter(pl.col("rank").is_in(list(f.ranks)))["kind"].to_list())
+    if f.cause == "pipeline_bubble" and "p2p" not in kinds:
+        return None
+    if f.cause == "comm_bound" and "collective" not in kinds:
+        return None
     if f.cause == "compute_straggler":
         return causes.combine([causes.straggler(graph, facts.steps, r, f.steps) for r in f.ranks])
     if f.cause == "input_bound":
