@@ -223,6 +223,36 @@ def _timeline(events: pl.DataFrame, spans: pl.DataFrame, offsets: pl.DataFrame, 
     )
 
 
+def _assign_blocks(blocks: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
+    """Each block's operation: the rank's operation in flight whose own end is nearest the block's end,
+    within tolerance; recvs and collectives before sends (a send completes on its own once the data is
+    handed over). As-of joins on the end, so the cost grows as n log n, not blocks × operations."""
+    tol = pl.max_horizontal(
+        pl.lit(BLOCK_TOLERANCE_NS), (BLOCK_TOLERANCE_SHARE * (pl.col("b_end") - pl.col("b_ts"))).cast(pl.Int64)
+    )
+    off_by = (pl.col("end") - pl.col("b_end")).abs()
+    b = blocks.rename({"ts": "b_ts", "end": "b_end"}).sort("b_end")
+    is_send = pl.col("dir").fill_null("") == "send"
+    found = []
+    for sends in (False, True):
+        o = ops.filter(is_send == sends).select("op", "rank", "arrival", "end").sort("end")
+        near = b.join_asof(o, left_on="b_end", right_on="end", by="rank", strategy="nearest", check_sortedness=False)
+        found.append(
+            near.filter(
+                pl.col("op").is_not_null(),
+                pl.col("arrival") < pl.col("b_end"),
+                pl.col("end") > pl.col("b_ts"),
+                off_by <= tol,
+            ).with_columns(_send=pl.lit(sends))
+        )
+    return (
+        pl.concat(found)
+        .sort("_send", off_by, "bid")
+        .unique("bid", keep="first", maintain_order=True)
+        .unique(["rank", "op"], keep="first", maintain_order=True)
+    )
+
+
 def build(
     events: pl.DataFrame,
     spans: pl.DataFrame,
@@ -247,20 +277,7 @@ def build(
         .with_row_index("bid")
     )
     ops = sync_ops(matched, events, offsets, neighbours)
-    # each block: the rank's operation whose own end is nearest the block's end, within tolerance
-    tol = pl.max_horizontal(
-        pl.lit(BLOCK_TOLERANCE_NS), (BLOCK_TOLERANCE_SHARE * (pl.col("b_end") - pl.col("b_ts"))).cast(pl.Int64)
-    )
-    off_by = (pl.col("end") - pl.col("b_end")).abs()
-    # a send completes on its own once the data is handed over: the rank waits for a recv or a collective
-    cand = (
-        blocks.rename({"ts": "b_ts", "end": "b_end"})
-        .join(ops.select("op", "rank", "arrival", "end", "dir"), on="rank")
-        .filter(pl.col("arrival") < pl.col("b_end"), pl.col("end") > pl.col("b_ts"), off_by <= tol)
-        .sort(pl.col("dir").fill_null("") == "send", off_by, "bid")
-        .unique("bid", keep="first", maintain_order=True)
-        .unique(["rank", "op"], keep="first", maintain_order=True)
-    )
+    cand = _assign_blocks(blocks, ops)
     assigned = cand.select("rank", "op", ts="b_ts", end="b_end", lag_ns=pl.col("b_end") - pl.col("end"))
     # local segments: everything outside assigned blocks
     in_block = (
