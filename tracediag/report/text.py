@@ -115,6 +115,7 @@ def render_text(analysis: Analysis) -> str:
     if any(f.whatif for f in analysis.findings):
         lines.extend(_whatif_line(analysis.whatif))
     lines.append("")
-    lines.extend(_step_table(analysis.steps, analysis.whatif))
+    priced = any(f.whatif for f in analysis.findings)
+    lines.extend(_step_table(analysis.steps, analysis.whatif if priced else None))
     lines.extend(f"warning: {w}" for w in analysis.warnings)
     return "\n".join(lines)

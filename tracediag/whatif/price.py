@@ -51,7 +51,7 @@ def _ranks(ranks: tuple[int, ...]) -> str:
     return f"rank {ranks[0]}'s" if len(ranks) == 1 else f"ranks {', '.join(map(str, ranks))}'"
 
 
-def _sentence(f: Finding, without_ns: float, observed_ns: float, facts: Facts) -> str:
+def _sentence(f: Finding, without_ns: float, observed_ns: float, facts: Facts, graph: Graph) -> str:
     """ "without rank 2's extra compute the step would take 131 ms instead of 379 ms"."""
     then = f"the step would take {without_ns / MS:,.0f} ms instead of {observed_ns / MS:,.0f} ms"
     if f.cause == "compute_straggler":
@@ -61,6 +61,9 @@ def _sentence(f: Finding, without_ns: float, observed_ns: float, facts: Facts) -
     if f.cause == "host_bound":
         return f"with the host's launch gaps closed {then}"
     if f.cause == "comm_bound":
+        sized = graph.ops.filter(pl.col("kind") == "collective", pl.col("bytes").fill_null(0) > 0).height > 0
+        if not sized:
+            return f"with every collective as fast as in its fastest step (the trace has no message sizes) {then}"
         bw = facts.link_gbps
         link = f"the link's {bw:g} GB/s" if bw else "the best bus bandwidth the run reached"
         return f"with communication at {link} {then}"
@@ -78,6 +81,14 @@ def _projection(f: Finding, edited_ns: float) -> dict[str, int]:
         return {}
     now = (m + p - 1) / m
     return {str(k * m): round(edited_ns * ((k * m + p - 1) / (k * m)) / now) for k in PROJECTED_MICROBATCHES}
+
+
+def _more_microbatches(f: Finding, proj: dict[str, int]) -> str:
+    """ "; with 4 micro-batches (4x) about 310 ms" for a pipeline."""
+    m = f.evidence.get("m")
+    if not proj or not m or str(4 * m) not in proj:
+        return ""
+    return f"; with {4 * m} micro-batches (4x) about {proj[str(4 * m)] / MS:,.0f} ms"
 
 
 def price(findings: tuple[Finding, ...], facts: Facts, graph: Graph) -> tuple[tuple[Finding, ...], WhatIf]:
@@ -99,16 +110,15 @@ def price(findings: tuple[Finding, ...], facts: Facts, graph: Graph) -> tuple[tu
             continue
         without = float(mine["without_ns"].median())
         observed = float(mine["dur_ns"].median())
-        if f.cause == "pipeline_bubble":
-            proj = _projection(f, float(mine["edited_ns"].median()))
-            if proj:
-                projections.append({"ranks": list(f.ranks), "step_ns_by_microbatches": proj})
+        proj = _projection(f, float(mine["edited_ns"].median())) if f.cause == "pipeline_bubble" else {}
+        if proj:
+            projections.append({"ranks": list(f.ranks), "step_ns_by_microbatches": proj})
         priced.append(
             dataclasses.replace(
                 f,
                 time_lost_ns=int(mine["lost_ns"].sum()),
                 step_time_without_ns=round(without),
-                whatif=_sentence(f, without, observed, facts),
+                whatif=_sentence(f, without, observed, facts, graph) + _more_microbatches(f, proj),
             )
         )
     ranked = tuple(sorted(priced, key=lambda f: (-f.time_lost_ns, f.cause)))
