@@ -4,7 +4,7 @@ Each rank's timeline (the breakdown's device timeline, aligned clock) from its f
 its last is cut into
 
 - *blocks*: exposed communication (a collective or send/recv active, no compute) that ends where
-  one of the rank's sync operations ends — the rank waits there for that operation;
+  one of the rank's sync operations in flight ends — the rank waits there for that operation;
 - *local segments*: everything else, by category (``compute``, ``input``: data loading with nothing
   computing, ``idle``, ``other``: copies or communication that does not end at an operation).
 
@@ -45,8 +45,8 @@ class Graph:
     """Local segments: ``rank, step, ts, end, cat`` (one of `LOCAL_CATEGORIES`)."""
     ops: pl.DataFrame
     """Per (op, rank) participation: ``op, rank, kind`` (collective | p2p), ``dir`` (send | recv for
-    p2p), ``name``, ``bytes``,
-    ``n`` (participants), ``arrival, end``, ``dep`` (the participant waits for every peer: it ends
+    p2p), ``name``, ``bytes``, ``n`` (participants), ``arrival, end``, ``dep`` (the participant
+    waits for every peer: it ends
     after the last arrival, or it receives — a recv cannot end before its send starts, so there the
     clocks are off, typically by a few ms on traces without collectives to align them; false only
     where the clocks disagree on a collective or a send), ``transfer_ns`` (end − last arrival, at
@@ -55,8 +55,8 @@ class Graph:
     (the operation before it on that stream of the rank: it cannot start before that one ends)."""
     marks: pl.DataFrame
     """``rank, t, t_end`` (a block's observed end; else t), ``kind`` (arrive | block | boundary),
-    ``op`` (null for boundaries), ``step``,
-    ``lag_ns`` (block: its observed end − the operation's end on the rank)."""
+    ``op`` (null for boundaries), ``step``, ``lag_ns`` (block: its observed end − the operation's
+    end on the rank)."""
     steps: pl.DataFrame
     """Kept steps: ``rank, step, start_ns, dur_ns`` (observed)."""
 
