@@ -19,6 +19,8 @@ from tracediag.detect import Facts, Thresholds, detect_all
 from tracediag.detect.pipeline import pipeline_stages
 from tracediag.errors import NoStepsError
 from tracediag.run import Run
+from tracediag.whatif import graph_of
+from tracediag.whatif.price import price
 from tracediag.words import count
 
 
@@ -75,7 +77,8 @@ def derive_facts(run: Run, *, step_regex: str | None = None, link_gbps: float | 
         link_gbps=link_gbps,
         world_size=run.meta.world_size,
     )
-    return facts, {"excluded_steps": excluded, "warnings": tuple(warnings)}
+    replay_inputs = {"events": events, "spans": spans, "offsets": offsets, "matched": matched}
+    return facts, {"excluded_steps": excluded, "warnings": tuple(warnings), "replay": replay_inputs}
 
 
 def analyze(
@@ -110,6 +113,11 @@ def analyze(
         raise ValueError(f"link_gbps must be a finite number of GB/s above 0, got {link_gbps!r}")
     facts, left_out = derive_facts(run, step_regex=step_regex, link_gbps=link_gbps)
     findings = detect_all(facts, thresholds=thresholds)
+    whatif, warnings = None, left_out["warnings"]
+    try:
+        findings, whatif = price(findings, facts, graph_of(facts, **left_out["replay"]))
+    except (pl.exceptions.PolarsError, ValueError, IndexError, KeyError) as e:  # the detectors' estimates stay
+        warnings += (f"what-if replay not available ({type(e).__name__}: {str(e).splitlines()[0][:200]})",)
     return Analysis(
         ranks=tuple(run.meta.ranks) or tuple(sorted(run.events["rank"].unique().to_list())),
         world_size=run.meta.world_size,
@@ -117,6 +125,7 @@ def analyze(
         collectives=facts.collectives,
         findings=findings,
         excluded_steps=left_out["excluded_steps"],
-        warnings=tuple(run.meta.errors) + left_out["warnings"],
+        warnings=tuple(run.meta.errors) + warnings,
         pipelines=tuple(pipeline_stages(facts)),
+        whatif=whatif,
     )
