@@ -12,10 +12,17 @@ from typing import Any, Literal
 
 import polars as pl
 
-SCHEMA_VERSION = "1.1"
+SCHEMA_VERSION = "1.2"
 
-Cause = Literal["compute_straggler", "comm_bound", "pipeline_bubble", "input_bound", "healthy"]
-CAUSES: tuple[str, ...] = ("compute_straggler", "comm_bound", "pipeline_bubble", "input_bound", "healthy")
+Cause = Literal["compute_straggler", "comm_bound", "pipeline_bubble", "input_bound", "host_bound", "healthy"]
+CAUSES: tuple[str, ...] = (
+    "compute_straggler",
+    "comm_bound",
+    "pipeline_bubble",
+    "input_bound",
+    "host_bound",
+    "healthy",
+)
 
 STEP_SCHEMA: dict[str, pl.DataType] = {
     "rank": pl.Int32(),
@@ -33,6 +40,10 @@ STEP_SCHEMA: dict[str, pl.DataType] = {
     "exposed_p2p_ns": pl.Int64(),
     "stall_ns": pl.Int64(),
     "lead_idle_ns": pl.Int64(),
+    "copy_ns": pl.Int64(),
+    "idle_host_ns": pl.Int64(),
+    "idle_kernel_ns": pl.Int64(),
+    "idle_other_ns": pl.Int64(),
 }
 """One row per (rank, step) of complete steps; `step` is the ProfilerStep number as in the trace.
 
@@ -40,13 +51,19 @@ STEP_SCHEMA: dict[str, pl.DataType] = {
 - ``compute_ns``: union of compute intervals (device kernels; on CPU-only traces the training
   thread's operator time outside communication and data loading).
 - ``comm_ns``: union of communication intervals; ``exposed_comm_ns``: the part no compute overlaps.
-- ``wait_ns``: time inside collectives spent waiting for peers to arrive (from cross-rank matching).
+- ``wait_ns``: the part of ``exposed_comm_ns`` spent waiting for peers to arrive at collectives (from
+  cross-rank matching; capped by the exposed time).
 - ``idle_ns``: step time with neither compute nor communication nor copies.
+  ``dur_ns = compute_ns + exposed_comm_ns + copy_ns + idle_ns`` on every row.
 - ``host_gap_ns``: time the host's training thread is in no operator (Python, scheduling, syncs).
 - ``input_ns``: time in data loading on the host (DataLoader `__next__`, `dataloader` annotations).
 - ``device``: the device whose timeline the row describes (the rank's busiest), -1 on CPU-only traces.
 - ``exposed_p2p_ns``: the part of ``exposed_comm_ns`` where only send/recv is active (pipeline waits).
 - ``stall_ns``: from the step start to its first compute (a device starved at step start).
+- ``copy_ns``: memory copies/sets with no compute or communication running.
+- ``idle_host_ns`` + ``idle_kernel_ns`` + ``idle_other_ns`` = ``idle_ns``: the device waiting on the host
+  (nothing queued until the launch call returns), on kernels (≤ 30 µs launch latency after it), or other
+  (queued work held by an event, a sync or another device). CPU-only ranks: all idle is other.
 - ``lead_idle_ns``: the device idle with nothing to do right before the step's first activity (CPU
   ranks: from the step start; GPU ranks: from the previous step's last activity).
 """

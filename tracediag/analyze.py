@@ -11,6 +11,7 @@ import polars as pl
 from tracediag.analysis import COLLECTIVE_SCHEMA, STEP_SCHEMA, Analysis
 from tracediag.derive.breakdown import breakdown
 from tracediag.derive.collectives import align_and_match, collective_instances, summarize_instances, wait_per_step
+from tracediag.derive.host import host_feed
 from tracediag.derive.p2p import p2p_per_step, pipeline_groups
 from tracediag.derive.steps import assign_steps, find_markers, step_spans
 from tracediag.detect import Facts, Thresholds, detect_all
@@ -72,6 +73,7 @@ def derive_facts(run: Run, *, step_regex: str | None = None, link_gbps: float | 
         collectives=collectives,
         p2p=p2p_per_step(events, offsets).filter(pl.col("step").is_in(on_all.implode())),
         pipelines=pipeline_groups(events),
+        host=host_feed(events, spans),
         link_gbps=link_gbps,
         world_size=run.meta.world_size,
     )
@@ -113,7 +115,9 @@ def analyze(
     return Analysis(
         ranks=tuple(run.meta.ranks) or tuple(sorted(run.events["rank"].unique().to_list())),
         world_size=run.meta.world_size,
-        steps=facts.steps.select(list(STEP_SCHEMA)).cast(STEP_SCHEMA),
+        steps=facts.steps.with_columns(pl.min_horizontal("wait_ns", "exposed_comm_ns").alias("wait_ns"))
+        .select(list(STEP_SCHEMA))
+        .cast(STEP_SCHEMA),
         collectives=facts.collectives,
         findings=findings,
         excluded_steps=left_out["excluded_steps"],

@@ -9,7 +9,7 @@ from __future__ import annotations
 import polars as pl
 
 from tracediag.analysis import Finding
-from tracediag.detect import comm_bound, input_bound, pipeline, straggler
+from tracediag.detect import comm_bound, host_bound, input_bound, pipeline, straggler
 from tracediag.detect.facts import Facts
 from tracediag.detect.thresholds import Thresholds
 
@@ -72,6 +72,8 @@ def detect_all(facts: Facts, *, thresholds: Thresholds | None = None) -> tuple[F
     )
     found += comm_bound.detect(facts, thresholds=th, straggler_ranks=persistent)
     found += input_bound.detect(facts, thresholds=th)
+    explained = any(f.cause in ("input_bound", "pipeline_bubble") for f in found)
+    found += host_bound.detect(facts, thresholds=th, explained=explained)
     if not found:
         return (_healthy(facts, th),)
     return tuple(sorted(found, key=lambda f: (-f.time_lost_ns, f.cause)))

@@ -64,3 +64,10 @@ class Thresholds:
     input_stall: float = 0.5
     """...with the device idle from step start to first compute for at least this share of the
     loading time (the loader starves the device instead of running ahead)."""
+    host_idle_share: float = 0.3
+    """host_bound: the GPU idle (no compute, communication or copy) at least this share of the step,
+    median over GPU ranks. Well-fed GPU traces idle 1–16% of the step (ns_resolution_trace,
+    trace_diff); 30% is about twice the worst of them."""
+    host_sync_share: float = 0.25
+    """The hint blames synchronizations when blocking calls hold the host at least this share of the
+    device's idle time."""
