@@ -25,9 +25,8 @@ TRACE_FILES = sorted(
     for p in (FIXTURES / sub).iterdir()
     if p.name.endswith((".json", ".json.gz", ".sqlite.gz")) and "perfetto" not in p.name
 )
-SHARED_FILES = (
-    sorted(p for p in (SAMPLES / "hta").rglob("*") if p.name.endswith((".json", ".json.gz"))) if SAMPLES.exists() else []
-)
+HTA = SAMPLES / "hta"
+SHARED_FILES = sorted(p for p in HTA.rglob("*") if p.name.endswith((".json", ".json.gz"))) if HTA.exists() else []
 LOOSE_REGEX = {"cupti_profiler": r"^\[param\|pytorch.model.alex_net"}
 """Traces without ProfilerStep markers, cut by nested annotations (overlapping spans must not double count)."""
 

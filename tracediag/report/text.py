@@ -10,14 +10,21 @@ from tracediag.analysis import Analysis, Finding
 
 MS = 1e6
 COLUMNS = (
-    ("dur_ns", "dur"),
+    ("dur_ns", "dur ms"),
     ("compute_ns", "compute"),
-    ("comm_ns", "comm"),
     ("exposed_comm_ns", "exposed"),
-    ("wait_ns", "wait"),
-    ("idle_ns", "idle"),
+    ("copy_ns", "copy"),
+    ("idle_host_ns", "idle:host"),
+    ("idle_kernel_ns", "idle:kern"),
+    ("idle_other_ns", "idle:other"),
+    ("wait_ns", "(wait)"),
     ("input_ns", "input"),
     ("host_gap_ns", "host gap"),
+)
+LEGEND = (
+    "ms, mean over ranks so the parts add up: dur = compute + exposed comm + copy + idle "
+    "(waiting on host / kernels / other); (wait) = the part of exposed spent waiting for late peers; "
+    "input, host gap = host side"
 )
 
 
@@ -44,9 +51,10 @@ def _evidence(evidence: dict[str, Any]) -> str:
 def _finding_lines(i: int, f: Finding) -> list[str]:
     if f.cause == "healthy":
         return [f"{i}. healthy  {f.summary}", f"   evidence: {_evidence(f.evidence)}"]
+    n = len(f.steps)
     head = (
         f"{i}. {f.cause}  ranks {_span(f.ranks)}  steps {_span(f.steps)}  "
-        f"lost {f.time_lost_ns / MS:,.1f} ms  confidence {f.confidence:.2f}"
+        f"lost {f.time_lost_ns / MS:,.1f} ms over {n} step{'s' if n != 1 else ''}  confidence {f.confidence:.2f}"
     )
     return [head, f"   {f.summary}", f"   evidence: {_evidence(f.evidence)}"]
 
@@ -57,15 +65,15 @@ def _step_table(steps: pl.DataFrame) -> list[str]:
     per_step = (
         steps.group_by("step")
         .agg(
-            *[(pl.col(c).median() / MS).alias(c) for c, _ in COLUMNS],
+            *[(pl.col(c).mean() / MS).alias(c) for c, _ in COLUMNS],
             slowest=pl.col("rank").sort_by("compute_ns").last(),
         )
         .sort("step")
     )
-    header = f"{'step':>8}" + "".join(f"{label:>10}" for _, label in COLUMNS) + f"{'max compute':>13}"
-    lines = ["per step: median over ranks, ms; max compute = the rank computing longest", header]
+    header = f"{'step':>8}" + "".join(f"{label:>11}" for _, label in COLUMNS) + f"{'max compute':>13}"
+    lines = [f"per step ({LEGEND}; max compute = the rank computing longest)", header]
     for row in per_step.iter_rows(named=True):
-        cells = "".join(f"{row[c]:>10.1f}" for c, _ in COLUMNS)
+        cells = "".join(f"{row[c]:>11.1f}" for c, _ in COLUMNS)
         lines.append(f"{row['step']:>8}{cells}{'rank ' + str(row['slowest']):>13}")
     return lines
 
