@@ -18,6 +18,7 @@ from tracediag.detect import Facts, Thresholds, detect_all
 from tracediag.detect.pipeline import pipeline_stages
 from tracediag.errors import TracediagError
 from tracediag.run import Run
+from tracediag.sanity import check_same_run
 
 
 class NoStepsError(TracediagError):
@@ -86,6 +87,7 @@ def analyze(
     step_regex: str | None = None,
     link_gbps: float | None = None,
     thresholds: Thresholds | None = None,
+    allow_mixed: bool = False,
 ) -> Analysis:
     """Find where `run` waits: per-step breakdown, matched collectives and ranked findings.
 
@@ -100,12 +102,18 @@ def analyze(
         Peak bus bandwidth of the link in GB/s, to say whether communication saturates it.
     thresholds
         Detector thresholds (`detect.Thresholds`); the documented defaults when None.
+    allow_mixed
+        Skip the check that the files are ranks of one run (`sanity.check_same_run`).
 
     Raises
     ------
+    MixedRunError
+        The files are not ranks of one run (world sizes, devices, backends, time spans, collectives).
     NoStepsError
         The traces hold no step markers.
     """
+    if not allow_mixed:
+        check_same_run(run)
     facts, left_out = derive_facts(run, step_regex=step_regex, link_gbps=link_gbps)
     findings = detect_all(facts, thresholds=thresholds)
     extra = {}

@@ -1,0 +1,61 @@
+"""Files of different runs are refused before any cross-rank analysis, unless --allow-mixed (issue 11)."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+from conftest import FIXTURES, KINETO, SAMPLES, needs_shared
+
+import tracediag
+from tracediag.cli import cli
+from tracediag.sanity import MixedRunError, mixed_run_problems
+
+RUNS = FIXTURES / "runs"
+
+
+@needs_shared
+def test_a100_rank_of_8_and_v100_rank_of_2_are_refused_in_one_line(runner):
+    result = runner.invoke(cli, ["analyze", str(SAMPLES / "hta" / "trace_diff")])
+    assert result.exit_code == 2
+    (line,) = [x for x in result.output.splitlines() if x.strip()]
+    assert line.startswith("Error: ") and "control/control.json.gz" in line and "test/test.json.gz" in line
+    assert "world sizes differ" in line and "device types differ" in line and "--allow-mixed" in line
+
+
+@needs_shared
+def test_allow_mixed_analyses_each_file_alone(runner):
+    result = runner.invoke(cli, ["analyze", str(SAMPLES / "hta" / "trace_diff"), "--allow-mixed", "--format", "json"])
+    assert result.exit_code == 0, result.output
+    docs = orjson.loads(result.output)["per_file"]
+    assert sorted(d["file"].rsplit("/", 2)[-2] for d in docs) == ["control", "test"]
+    assert [d["run"]["world_size"] for d in docs] == [2, 8]  # rank 1 of 2 (V100) sorts before rank 3 of 8
+    assert all(d["collectives"] == [] for d in docs)  # nothing matched across unrelated files
+
+
+def test_consecutive_runs_of_the_same_job_are_refused_by_time():
+    """Two real 4-rank runs made one after the other: same world size, backend and collectives."""
+    run = tracediag.load(
+        [RUNS / "comm_bound" / "rank0.pt.trace.json.gz", RUNS / "healthy_ddp" / "rank1.pt.trace.json.gz"]
+    )
+    (problem,) = mixed_run_problems(run)
+    assert "time spans do not overlap" in problem
+    with pytest.raises(MixedRunError, match=r"comm_bound/rank0\.pt\.trace\.json\.gz"):
+        tracediag.analyze(run)
+
+
+def test_different_world_sizes_are_refused():
+    run = tracediag.load(
+        [KINETO / "gen_torch2.13cpu_gloo_2rank_rank0.pt.trace.json.gz", RUNS / "comm_bound" / "rank1.pt.trace.json.gz"]
+    )
+    assert any(p.startswith("world sizes differ") and ": 2" in p and ": 4" in p for p in mixed_run_problems(run))
+
+
+@pytest.mark.parametrize("name", sorted(p.parent.name for p in RUNS.glob("*/manifest.json")), ids=str)
+def test_ranks_of_one_run_pass(name):
+    assert mixed_run_problems(tracediag.load(sorted(RUNS.glob(f"{name}/rank*.pt.trace.json.gz")), jobs=1)) == []
+
+
+@needs_shared
+def test_sampled_ranks_of_one_job_pass():
+    """trace_filter: ranks 0 and 1 of 128, sampled from one job."""
+    assert mixed_run_problems(tracediag.load(SAMPLES / "hta" / "trace_filter", jobs=1)) == []
