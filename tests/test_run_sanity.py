@@ -59,3 +59,21 @@ def test_ranks_of_one_run_pass(name):
 def test_sampled_ranks_of_one_job_pass():
     """trace_filter: ranks 0 and 1 of 128, sampled from one job."""
     assert mixed_run_problems(tracediag.load(SAMPLES / "hta" / "trace_filter", jobs=1)) == []
+
+
+@needs_shared
+def test_sampled_ranks_match_only_what_can_be_matched():
+    """trace_filter's 10 collective CPU operators on ranks 0 and 1 of 128 end before the other rank
+    arrives (skews of 4–205 ms, no transfer time): not one collective, so no wait and no blame."""
+    a = tracediag.analyze(tracediag.load(SAMPLES / "hta" / "trace_filter", jobs=1))
+    assert a.collectives.height == 0
+    assert any(w.startswith("10 collective instance(s) could not be matched") for w in a.warnings)
+    assert a.steps["wait_ns"].sum() == 0
+    assert "compute_straggler" not in [f.cause for f in a.findings]
+
+
+def test_matched_gloo_collectives_are_kept():
+    """Real gloo all-reduces of one run: every rank leaves after the last arrives, nothing is dropped."""
+    a = tracediag.analyze(tracediag.load(sorted((RUNS / "straggler_persistent").glob("rank*.pt.trace.json.gz"))))
+    assert a.collectives.height > 0
+    assert not any("could not be matched" in w for w in a.warnings)

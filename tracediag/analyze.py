@@ -10,7 +10,13 @@ import polars as pl
 
 from tracediag.analysis import COLLECTIVE_SCHEMA, STEP_SCHEMA, Analysis
 from tracediag.derive.breakdown import breakdown
-from tracediag.derive.collectives import align_and_match, collective_instances, summarize_instances, wait_per_step
+from tracediag.derive.collectives import (
+    align_and_match,
+    collective_instances,
+    plausible_matches,
+    summarize_instances,
+    wait_per_step,
+)
 from tracediag.derive.host import host_feed
 from tracediag.derive.p2p import p2p_per_step, pipeline_groups
 from tracediag.derive.steps import assign_steps, find_markers, step_spans
@@ -45,6 +51,7 @@ def derive_facts(run: Run, *, step_regex: str | None = None, link_gbps: float | 
     events = assign_steps(events, spans)
     instances = collective_instances(events)
     offsets, matched = align_and_match(instances, split=_needs_split(run, instances))
+    matched, unmatched = plausible_matches(matched)
     waits = wait_per_step(matched)
     per_step = breakdown(events, spans).join(offsets, on="rank", how="left")
     n_ranks = per_step["rank"].n_unique()
@@ -56,6 +63,12 @@ def derive_facts(run: Run, *, step_regex: str | None = None, link_gbps: float | 
     warnings = []
     if partial.height:
         warnings.append(f"{partial.height} partial step(s) at the edges of the recorded window left out")
+    if unmatched:
+        warnings.append(
+            f"{unmatched} collective instance(s) could not be matched across the traced ranks (a rank left "
+            "before another arrived: different instances or asynchronous enqueue operators); no wait is "
+            "counted for them"
+        )
     if complete.height - kept.height:
         warnings.append(f"{complete.height - kept.height} rank-step(s) of steps not recorded on every rank left out")
     steps = (
