@@ -22,6 +22,7 @@ from tracediag.derive.p2p import p2p_per_step, pipeline_groups
 from tracediag.derive.steps import assign_steps, find_markers, step_spans
 from tracediag.detect import Facts, Thresholds, detect_all
 from tracediag.detect.pipeline import pipeline_stages
+from tracediag.detect.warmup import warmup_steps, without_steps
 from tracediag.errors import TracediagError
 from tracediag.run import Run
 from tracediag.sanity import check_same_run
@@ -128,7 +129,13 @@ def analyze(
     if not allow_mixed:
         check_same_run(run)
     facts, left_out = derive_facts(run, step_regex=step_regex, link_gbps=link_gbps)
-    findings = detect_all(facts, thresholds=thresholds)
+    warmup = warmup_steps(facts.steps, thresholds or Thresholds())
+    findings = detect_all(without_steps(facts, warmup), thresholds=thresholds)
+    if warmup:
+        left_out["warnings"] += (
+            f"step(s) {', '.join(map(str, warmup))} are warm-up (every rank at least "
+            f"{(thresholds or Thresholds()).warmup_ratio}x its later steps): shown, left out of the diagnosis",
+        )
     extra = {}
     pipes = pipeline_stages(facts)
     if pipes:

@@ -71,3 +71,12 @@ class Thresholds:
     host_sync_share: float = 0.25
     """The hint blames synchronizations when blocking calls hold the host at least this share of the
     device's idle time."""
+    bubble_of_ideal: float = 0.8
+    """pipeline_bubble also needs the stages' idle share at least this times the ideal bubble
+    (p−1)/(m+p−1): a schedule idles at least about its ideal; far below it the send/recv traffic is
+    not a pipeline schedule (the real GPipe m=1 run idles 74% against 75%)."""
+    warmup_ratio: float = 1.5
+    """A leading step is warm-up when every rank's step takes at least this times that rank's median
+    over the later steps (first iterations allocate, compile, build buckets on every rank)."""
+    persistent_min_steps: int = 3
+    """A persistent straggler needs the pattern on at least this many steps (never 1 of 2)."""
