@@ -18,6 +18,7 @@ from tracediag.derive.collectives import (
     wait_per_step,
 )
 from tracediag.derive.host import host_feed
+from tracediag.derive.kernels import TOP_STORED, by_category, top_kernels
 from tracediag.derive.p2p import p2p_per_step, pipeline_groups
 from tracediag.derive.steps import assign_steps, find_markers, step_spans
 from tracediag.detect import Facts, Thresholds, detect_all
@@ -92,7 +93,8 @@ def derive_facts(run: Run, *, step_regex: str | None = None, link_gbps: float | 
         link_gbps=link_gbps,
         world_size=run.meta.world_size,
     )
-    return facts, {"excluded_steps": excluded, "warnings": tuple(warnings)}
+    kernels = top_kernels(events, steps, top=None)
+    return facts, {"excluded_steps": excluded, "warnings": tuple(warnings), "kernels": kernels}
 
 
 def analyze(
@@ -137,6 +139,10 @@ def analyze(
             f"{(thresholds or Thresholds()).warmup_ratio}x its later steps): shown, left out of the diagnosis",
         )
     extra = {}
+    kernels = left_out["kernels"]
+    if kernels.height:
+        extra["kernels"] = kernels.group_by("rank", maintain_order=True).head(TOP_STORED).to_dicts()
+        extra["kernel_categories"] = by_category(kernels).to_dicts()
     pipes = pipeline_stages(facts)
     if pipes:
         extra["pipeline"] = pipes

@@ -14,6 +14,7 @@ from tracediag.cli.check_options import add_check, append_check_text, check_opti
 from tracediag.cli.common import EXIT_FINDING, InputError
 from tracediag.cli.ingest import load_traces, trace_options
 from tracediag.errors import TracediagError
+from tracediag.report.kernels_text import render_kernels
 from tracediag.report.text import render_text
 from tracediag.run import Run
 from tracediag.sanity import mixed_run_problems, split_by_file
@@ -71,6 +72,14 @@ def _link(value: str | None) -> float | None:
     help="Peak bus bandwidth of the link in GB/s, or a link preset (nvlink4, ib-ndr, ...).",
 )
 @click.option(
+    "--kernels",
+    "kernels_top",
+    type=click.IntRange(min=0),
+    default=0,
+    metavar="N",
+    help="Also list each rank's top N kernels/operators by total time (text; JSON always has them).",
+)
+@click.option(
     "--allow-mixed",
     is_flag=True,
     help="Files that are not ranks of one run: analyse each on its own instead of refusing them.",
@@ -85,6 +94,7 @@ def analyze(
     step_regex: str | None,
     link_gbps: str | None,
     allow_mixed: bool,
+    kernels_top: int,
     jobs: int,
     rank_from_filename: str | None,
     rank_map: tuple[str, ...],
@@ -109,6 +119,8 @@ def analyze(
         parts = []
         for p, r in results:
             body = append_check_text(render_text(r), r, fmt)
+            if kernels_top:
+                body += "\n\n" + render_kernels(r.extra, kernels_top)
             parts.append(f"== {p} (analysed alone: --allow-mixed)\n{body}" if p else body)
         text = "\n\n".join(parts)
     if output:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from tracediag.check import format_ms
 from tracediag.report.figures import Figure, breakdown, check_chart, esc, heatmap, pipeline_idle, timeline
+from tracediag.report.kernels_html import kernels_section
 
 if TYPE_CHECKING:
     from tracediag.analysis import Analysis, Finding
@@ -207,6 +208,7 @@ def _body(analysis: Analysis) -> str:
                 '<section id="timeline"><h2>The slowest step across ranks</h2>' + _figure(tl, "timeline") + "</section>"
             )
     parts.append(_pipeline(analysis.extra.get("pipeline")))
+    parts.append(kernels_section(analysis.extra))
     check = analysis.extra.get("check")
     if isinstance(check, dict):
         parts.append(_check(check))
@@ -223,6 +225,7 @@ def _header(analysis: Analysis, title: str) -> str:
     links = [("findings", "Findings"), ("heatmaps", "Heat-maps"), ("breakdown", "Breakdown")]
     links += [("timeline", "Slowest step")] if steps.height else []
     links += [("pipeline", "Pipeline")] if analysis.extra.get("pipeline") else []
+    links += [("kernels", "Kernels")] if analysis.extra.get("kernels") else []
     links += [("check", "vs prediction")] if isinstance(analysis.extra.get("check"), dict) else []
     nav = "".join(f'<a href="#{a}">{t}</a>' for a, t in links)
     return (
