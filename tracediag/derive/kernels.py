@@ -33,9 +33,12 @@ def _self_time(ops: pl.LazyFrame) -> pl.LazyFrame:
     """Replace ``dur`` by self time: minus the durations of the directly nested ops on the thread.
 
     Depth from a sweep over the thread's starts and ends (a parent starting with its child counts
-    first); a child's parent is the latest op one level up that started no later (`join_asof`).
+    first; of two identical spans the first by name is the parent, so the result is deterministic);
+    a child's parent is the latest op one level up that started no later (`join_asof`).
     """
-    ops = ops.with_row_index("_id")
+    ops = ops.sort("rank", "tid", "ts", "dur", "name", descending=[False, False, False, True, False]).with_row_index(
+        "_id"
+    )
     points = pl.concat(
         [
             ops.select("rank", "tid", "_id", t="ts", _o=pl.lit(1), _k=-(pl.col("ts") + pl.col("dur")), _d=pl.lit(1)),
@@ -51,13 +54,13 @@ def _self_time(ops: pl.LazyFrame) -> pl.LazyFrame:
         ]
     )
     depth = (
-        points.sort("rank", "tid", "t", "_o", "_k")
+        points.sort("rank", "tid", "t", "_o", "_k", "_id")
         .with_columns(_depth=pl.col("_d").cum_sum().over("rank", "tid") - 1)
         .filter(pl.col("_d") == 1)
         .select("_id", "_depth")
     )
     ops = ops.join(depth, on="_id")
-    parents = ops.select("rank", "tid", _pd="_depth", _pts="ts", _pid="_id").sort("_pts")
+    parents = ops.select("rank", "tid", _pd="_depth", _pts="ts", _pid="_id").sort("_pts", "_pid")
     children = (
         ops.filter(pl.col("_depth") > 0)
         .with_columns(_pd=pl.col("_depth") - 1)
