@@ -58,3 +58,13 @@ def test_busy_gpu_is_not_host_bound(name):
     a = _analyze(name)
     assert "host_bound" not in [f.cause for f in a.findings]
     assert (a.steps["idle_ns"] / a.steps["dur_ns"]).median() < 0.2
+
+
+@needs_shared
+def test_cpu_only_trace_with_an_idle_host_is_host_bound_at_half_confidence():
+    """rank_non_gpu: a CPU-only trace whose threads run no traced operator 63% of the step."""
+    a = _analyze("rank_non_gpu")
+    (f,) = a.findings
+    assert (f.cause, f.evidence["decided_on"], f.confidence) == ("host_bound", "host", 0.5)
+    assert f.evidence["idle_share_median"] == pytest.approx(0.626, abs=0.005)
+    assert f.evidence["idle_other"] == 1.0  # no separate device: all host idle is "other"

@@ -1,11 +1,13 @@
 """host_bound: the device sits idle waiting on its own host.
 
-Decided on GPU ranks only. Per (rank, step): idle share = ``idle_ns`` / step, where idle is device
-time with no compute, no communication and no copy — so not waiting for a peer inside a collective
-(that is communication) and not a pipeline bubble (that detector runs first). Found when the median
-over GPU ranks of each rank's median idle share ≥ `host_idle_share`, unless input_bound or
-pipeline_bubble already explains the idle. On CPU-only (gloo) ranks the device *is* the host (its
-operator timeline), so there is no separate device to starve and the rule does not apply.
+Per (rank, step): idle share = ``idle_ns`` / step, where idle is device time with no compute, no
+communication and no copy — so not waiting for a peer inside a collective (that is communication)
+and not a pipeline bubble (that detector runs first). Found when the median over the GPU ranks of
+each rank's median idle share ≥ `host_idle_share`, unless input_bound or pipeline_bubble already
+explains the idle. On CPU-only (gloo) runs the "device" is the host's operator timeline (compute =
+some thread in a non-communication operator), so idle is time no thread runs any traced operator:
+Python and framework work between operators, or waits the profiler does not show. The same rule
+applies to it there, at half the confidence (the trace cannot say what the host did).
 
 The evidence says why, from the idle split (HTA's categories: waiting on the host = nothing queued
 until the host's launch returns; on kernels = ≤ 30 µs launch latency between queued kernels; other =
@@ -31,9 +33,15 @@ from tracediag.detect.thresholds import Thresholds
 MS = 1e6
 
 
-def idle_share(steps: pl.DataFrame) -> float | None:
-    """Median over GPU ranks of each rank's median device idle share (None without GPU ranks)."""
+def _decided_on(steps: pl.DataFrame) -> pl.DataFrame:
+    """The GPU ranks' rows, or every row when no rank has a device (CPU-only run)."""
     gpu = steps.filter(pl.col("device") >= 0)
+    return gpu if gpu.height else steps
+
+
+def idle_share(steps: pl.DataFrame) -> float | None:
+    """Median over GPU ranks (all ranks on CPU-only runs) of each rank's median idle share (None: no rows)."""
+    gpu = _decided_on(steps)
     if not gpu.height:
         return None
     per_rank = gpu.group_by("rank").agg((pl.col("idle_ns") / pl.col("dur_ns").clip(1)).median().alias("s"))
@@ -71,7 +79,8 @@ def detect(facts: Facts, *, thresholds: Thresholds, explained: bool = False) -> 
     `explained`: input_bound or pipeline_bubble already accounts for the idle time.
     """
     th = thresholds
-    s = facts.steps.filter(pl.col("device") >= 0)
+    s = _decided_on(facts.steps)
+    on_gpu = bool((s["device"] >= 0).any()) if s.height else False
     share = idle_share(facts.steps)
     if share is None or share < th.host_idle_share or explained:
         return []
@@ -107,24 +116,36 @@ def detect(facts: Facts, *, thresholds: Thresholds, explained: bool = False) -> 
         "kernel_us_median": round(med("kernel_ns_median") / 1e3, 1),
         "input_share": round(float((s["input_ns"] / s["dur_ns"].clip(1)).median()), 3),
     }
-    hint = _hint(ev, th)
+    n = per_rank.height
+    if on_gpu:
+        hint = _hint(ev, th)
+        on_host = ev["idle_waiting_on_host"] + ev["idle_waiting_on_kernels"]
+        where = (
+            f"{ev['idle_waiting_on_host']:.0%} of it with nothing queued (waiting on the host)"
+            if on_host >= 0.5
+            else f"{ev['idle_other']:.0%} of it with work queued behind syncs or events"
+        )
+        summary = (
+            f"the device sits idle {share:.0%} of the step ({ev['idle_ms_per_step']:.1f} of "
+            f"{ev['step_ms_median']:.1f} ms, median over {n} GPU rank{'s' if n != 1 else ''}), {where}; "
+            f"launch queue {ev['queue_depth_median']:g} deep. Likeliest fix: {hint}"
+        )
+        confidence = min(1.0, share / (2 * th.host_idle_share))
+        if on_host < 0.5 and ev["sync_ms_per_step"] < th.host_sync_share * ev["idle_ms_per_step"]:
+            confidence *= 0.5
+    else:
+        hint = (
+            "find the untraced host work: profile with with_stack=True (Python frames), move Python work "
+            "out of the step, annotate long sections with record_function"
+        )
+        summary = (
+            f"the host runs no traced operator on any thread {share:.0%} of the step ({ev['idle_ms_per_step']:.1f} "
+            f"of {ev['step_ms_median']:.1f} ms, median over {n} rank{'s' if n != 1 else ''}; CPU-only trace, so "
+            f"the host is the device): Python and framework work between operators. Likeliest fix: {hint}"
+        )
+        confidence = 0.5 * min(1.0, share / (2 * th.host_idle_share))
     ev["hint"] = hint
-    on_host = ev["idle_waiting_on_host"] + ev["idle_waiting_on_kernels"]
-    where = (
-        f"{ev['idle_waiting_on_host']:.0%} of it with nothing queued (waiting on the host)"
-        if on_host >= 0.5
-        else f"{ev['idle_other']:.0%} of it with work queued behind syncs or events"
-    )
-    summary = (
-        f"the device sits idle {share:.0%} of the step ({ev['idle_ms_per_step']:.1f} of "
-        f"{ev['step_ms_median']:.1f} ms, median over {per_rank.height} GPU rank"
-        f"{'s' if per_rank.height != 1 else ''}), {where}; launch queue {ev['queue_depth_median']:g} deep. "
-        f"Likeliest fix: {hint}"
-    )
-    # clearly past the threshold, and the split or the host rows say what the host did
-    confidence = min(1.0, share / (2 * th.host_idle_share))
-    if on_host < 0.5 and ev["sync_ms_per_step"] < th.host_sync_share * ev["idle_ms_per_step"]:
-        confidence *= 0.5
+    ev["decided_on"] = "gpu" if on_gpu else "host"
     return [
         Finding(
             cause="host_bound",
