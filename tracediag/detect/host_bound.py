@@ -123,7 +123,8 @@ def detect(facts: Facts, *, thresholds: Thresholds, explained: bool = False) -> 
         where = (
             f"{ev['idle_waiting_on_host']:.0%} of it with nothing queued (waiting on the host)"
             if on_host >= 0.5
-            else f"{ev['idle_other']:.0%} of it with work queued behind syncs or events"
+            else f"{ev['idle_other']:.0%} of it not explained by an empty queue (work held by syncs or events, "
+            "or launches the trace does not link)"
         )
         summary = (
             f"the device sits idle {share:.0%} of the step ({ev['idle_ms_per_step']:.1f} of "
