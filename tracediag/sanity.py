@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import re
 
 import polars as pl
 
@@ -30,6 +31,11 @@ def _name(path: str) -> str:
     """The file and its folder (rank files of different runs often share a base name)."""
     path = path.rstrip("/")
     return os.path.join(os.path.basename(os.path.dirname(path)), os.path.basename(path)) or path
+
+
+def _device_type(name: str) -> str:
+    """A device's type without its index ("cpu:2048" and "cpu:0" are both "cpu"; GPU model names stay)."""
+    return re.sub(r"[:_#/ ]*\d+$", "", name.strip())
 
 
 def _differ(label: str, values: dict[str, object]) -> str | None:
@@ -85,7 +91,7 @@ def mixed_run_problems(run: Run) -> list[str]:
         return []
     checks = [
         _differ("world sizes", {f.path: f.world_size for f in files}),
-        _differ("device types", {f.path: "/".join(sorted(set(f.devices))) for f in files}),
+        _differ("device types", {f.path: "/".join(sorted({_device_type(d) for d in f.devices})) for f in files}),
         _differ("backends", {f.path: f.backend for f in files}),
         _time_spans(run),
         _collectives(run),
