@@ -113,3 +113,20 @@ def test_step_regex_numbers_markers_from_group_or_order():
     assert find_markers(ev, step_regex=r"^train step (\d+)$")["step"].to_list() == [5, 6]
     assert find_markers(ev, step_regex=r"^train step")["step"].to_list() == [0, 1]
     assert find_markers(ev).height == 0
+
+
+def test_cpu_wait_for_an_in_flight_collective_counts_as_communication_when_the_work_is_not_traced():
+    """A gloo trace that records only the enqueue operator (no gloo:* work row): the training thread
+    computes 0-60 ms, enqueues an all-reduce 60-62, waits untraced (DDP's reducer) until 90, then runs
+    the optimizer 90-95. The wait is exposed communication, not idle."""
+    ev = events(
+        [
+            {"kind": "step", "name": "ProfilerStep#3", "ts": 0, "dur": 100 * MS},
+            {"kind": "cpu_op", "name": "aten::mm", "ts": 0, "dur": 60 * MS},
+            {"kind": "cpu_op", "name": "c10d::allreduce_", "ts": 60 * MS, "dur": 2 * MS, "coll_op": "all_reduce"},
+            {"kind": "cpu_op", "name": "aten::add_", "ts": 90 * MS, "dur": 5 * MS},
+        ]
+    )
+    spans = step_spans(ev, find_markers(ev))
+    b = breakdown(assign_steps(ev, spans), spans).row(0, named=True)
+    assert (b["compute_ns"], b["exposed_comm_ns"], b["idle_ns"]) == (65 * MS, 30 * MS, 5 * MS)

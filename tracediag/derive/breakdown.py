@@ -13,7 +13,9 @@ classified by what covers it.
   Communication is the union of ``gloo:*`` work (on ``pt_gloo_runloop`` threads or the training
   thread) and of the communication operators. So DDP's all-reduce on the gloo thread that runs
   during backward is communication hidden by compute; the training thread waiting for it at the
-  end of backward (no operator on the thread) is exposed communication.
+  end of backward (no operator on the thread) is exposed communication. When a trace records only
+  the enqueue operators (``c10d::allreduce_``) and no ``gloo:*`` work, the host's wait from the
+  enqueue to its next operator on that thread is communication too (`_in_flight`).
 
 Then ``exposed_comm`` = communication and no compute; ``exposed_p2p`` = the part of it where only
 point-to-point traffic (send/recv: pipeline stages waiting on each other) is active;
@@ -94,6 +96,34 @@ def _host_compute(events: pl.LazyFrame) -> pl.LazyFrame:
     return union_intervals(busy.select("rank", "ts", "end"), ["rank"])
 
 
+def _in_flight(host: pl.LazyFrame) -> pl.LazyFrame:
+    """CPU-only ranks whose trace records no collective work (no ``gloo:*`` rows, only the enqueue
+    operators): the host blocked with its own collective in flight, as (rank, ts, end).
+
+    From each collective operator's start (``c10d::allreduce_``, ``record_param_comms``, ... with a
+    collective) to the start of the next operator on the same thread: DDP's reducer and
+    ``work.wait()`` block there without a profiler range. Ranks that record the work itself are
+    left alone (the work rows are the communication).
+    """
+    name = pl.col("name").cast(pl.String)
+    with_work = host.filter(pl.col("kind") == "comm").select("rank").unique()
+    ops = host.filter(pl.col("kind") == "cpu_op").join(with_work, on="rank", how="anti")
+    enqueue = ops.filter(pl.col("coll_op").is_not_null(), ~pl.col("coll_op").is_in(P2P_OPS)).select(
+        "rank", "tid", "ts", _e=_end()
+    )
+    nxt = (
+        ops.filter(pl.col("coll_op").is_null(), ~name.str.contains(COMM_OP_REGEX))
+        .select("rank", "tid", _next="ts")
+        .sort("_next")
+    )
+    return (
+        enqueue.sort("_e")
+        .join_asof(nxt, left_on="_e", right_on="_next", by=["rank", "tid"], strategy="forward", check_sortedness=False)
+        .filter(pl.col("_next").is_not_null())
+        .select("rank", "ts", end=pl.max_horizontal("_e", "_next"))
+    )
+
+
 def _device_timeline(events: pl.LazyFrame, spans: pl.LazyFrame) -> pl.LazyFrame:
     """(rank, ts, end, cat) with cat in compute/comm/p2p/copy/step on each rank's device timeline."""
     gpu = spans.filter(pl.col("device") >= 0).select("rank", "device").unique()
@@ -124,6 +154,7 @@ def _device_timeline(events: pl.LazyFrame, spans: pl.LazyFrame) -> pl.LazyFrame:
             end=_end(),
             cat=pl.when(pl.col("coll_op").is_in(P2P_OPS)).then(pl.lit("p2p")).otherwise(pl.lit("comm")),
         ),
+        _in_flight(host).with_columns(cat=pl.lit("comm")),
         spans.filter(pl.col("start").is_not_null()).select("rank", ts="start", end="end", cat=pl.lit("step")),
     ]
     return pl.concat([p.select("rank", "ts", "end", "cat") for p in parts])
