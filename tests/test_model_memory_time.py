@@ -7,6 +7,7 @@ import math
 
 import pytest
 
+from tracediag.errors import SpecError
 from tracediag.model.engine import resolve_engine
 from tracediag.model.flops import param_count
 from tracediag.model.memory import activation_bytes_per_layer, memory_per_device
@@ -59,22 +60,25 @@ def test_collective_time_follows_nccl_tests_bus_bandwidth():
     dev = resolve_device("a100-80gb")
     link = group_link(dev, 8, 1)
     assert link.link == "nvlink3" and link.busbw == pytest.approx(300e9 * 0.75)
-    expected = 8e-6 * (1 + 3) + 2 * 7 / 8 * 1e9 / link.busbw
+    # all-reduce as a tree: a launch plus 2·log2(n) hops; all-gather as a ring: n − 1 hops
+    expected = 10e-6 + 2 * 3 * 2e-6 + 2 * 7 / 8 * 1e9 / link.busbw
     assert collective_time("all_reduce", 1e9, 8, link) == pytest.approx(expected)
+    assert collective_time("all_gather", 1e9, 8, link) == pytest.approx(10e-6 + 7 * 2e-6 + 7 / 8 * 1e9 / link.busbw)
+    # a ring of 512 ranks, one per node, pays 511 network hops: latency-bound for small messages
+    wide = group_link(dev, 512, 8)
+    assert collective_time("all_gather", 1e6, 512, wide) > 511 * 8e-6
     # a DP group one GPU per node rides one NIC; eight per node share the node's eight NICs
     assert group_link(dev, 4, 8).busbw == pytest.approx(25e9 * 0.9)
     assert group_link(dev, 32, 1).busbw == pytest.approx(min(300e9 * 0.75, 8 * 25e9 * 0.9))
 
 
 def _stage_time(t):
-    return (
-        t.compute_s - t.interference_s + t.exposed_tp_s + t.exposed_cp_s + t.exposed_ep_s
-    ) / t.micro_batches
+    return (t.compute_s - t.interference_s + t.exposed_tp_s + t.exposed_cp_s + t.exposed_ep_s) / t.micro_batches
 
 
 @pytest.mark.parametrize("vpp", [1, 2])
 def test_bubble_is_p_minus_1_over_v_micro_batches(vpp):
-    model, dev = MODELS["gpt3-6.7b"](), resolve_device("a100-80gb")
+    model, dev = MODELS["gpt3-6.7b"](), resolve_device("a100-80gb", speed_variation=0.0)
     split = Split(tp=2, pp=4, dp=1, vpp=vpp, zero=0, sequence_parallel=True)
     t = step_time(model, dev, split, Training(seq_len=2048, global_batch=8, micro_batch=1), MEGATRON)
     assert t.micro_batches == 8
@@ -128,3 +132,61 @@ def test_interleaving_with_uneven_stages_is_allowed_and_shrinks_the_bubble():
         bubbles[v] = predict(model, device, split, training, MODERN).time.bubble_s
     assert bubbles[2] == pytest.approx(bubbles[1] / 2, rel=1e-6)
     assert bubbles[4] == pytest.approx(bubbles[1] / 4, rel=1e-6)
+
+
+def test_op_recompute_sits_between_none_and_full():
+    model, dev = MODELS["llama3-8b"](), resolve_device("h100-sxm")
+    split = Split(tp=2, dp=4, zero=1, sequence_parallel=True)
+    engine = resolve_engine("torchtitan")
+    preds = {
+        mode: predict(model, dev, split, Training(seq_len=8192, global_batch=8, recompute=mode), engine)
+        for mode in ("none", "op", "full")
+    }
+    acts = {k: p.memory.activations for k, p in preds.items()}
+    times = {k: p.step_time_s for k, p in preds.items()}
+    assert acts["full"] < acts["op"] < acts["none"]
+    assert times["none"] < times["op"] < times["full"]
+    # op recomputes every second matmul: half of full recompute's FLOPs without attention
+    extra = {k: (p.hfu - p.mfu) * p.step_time_s for k, p in preds.items()}
+    attention = 4.0 * 8192**2 * model.heads * model.head_dim * model.layers * 8
+    full_extra_flops = extra["full"] * preds["full"].gpus * dev.peak_flops
+    op_extra_flops = extra["op"] * preds["op"].gpus * dev.peak_flops
+    assert extra["none"] == 0
+    assert op_extra_flops == pytest.approx((full_extra_flops - attention) / 2)
+
+
+def test_fp8_speeds_up_gemms_on_hopper_and_is_refused_on_ampere():
+    model = MODELS["llama3-8b"]()
+    split = Split(dp=8, zero=1)
+    h100 = resolve_device("h100-sxm")
+    bf16 = predict(model, h100, split, Training(seq_len=8192, global_batch=8), MODERN)
+    fp8 = predict(model, h100, split, Training(seq_len=8192, global_batch=8, dtype="fp8"), MODERN)
+    assert fp8.time.gemm_s < 0.8 * bf16.time.gemm_s
+    with pytest.raises(SpecError, match="fp8"):
+        predict(model, resolve_device("a100-80gb"), split, Training(seq_len=8192, global_batch=8, dtype="fp8"), MODERN)
+
+
+def test_attention_runs_slower_per_flop_at_short_sequences_and_with_fa2_on_hopper():
+    from tracediag.model.kernels import attention_rate
+
+    assert attention_rate("hopper", "fa3", 512, 128, backward=False) < attention_rate(
+        "hopper", "fa3", 16384, 128, backward=False
+    )
+    assert attention_rate("hopper", "fa2", 8192, 128, backward=False) < 0.6 * attention_rate(
+        "hopper", "fa3", 8192, 128, backward=False
+    )
+    assert attention_rate("hopper", "fa3", 8192, 64, backward=True) < attention_rate(
+        "hopper", "fa3", 8192, 128, backward=True
+    )
+
+
+def test_zero3_ring_latency_makes_wide_data_parallel_groups_slower_per_gpu():
+    model, dev = MODELS["gpt3-175b"](), resolve_device("a100-80gb")
+    engine = resolve_engine("deepspeed")
+    per_gpu = []
+    for gpus in (384, 1536):
+        train = Training(seq_len=2048, global_batch=1536, micro_batch=1536 // gpus, recompute="full", grad_bytes=2)
+        p = predict(model, dev, Split(dp=gpus, zero=3), train, engine)
+        per_gpu.append(p.mfu)
+        assert p.time.exposed_dp_s > 0
+    assert per_gpu[1] < 0.6 * per_gpu[0]

@@ -1,7 +1,9 @@
-"""What the training software does: kernels, overlap, and the global efficiency parameters.
+"""What the training software does: kernels, overlap, sharding mechanics, and the global efficiency parameters.
 
-The numbers here are the only tuned constants of the model besides each device's `gemm_efficiency`. They are
-global (never per run) and each has a physical meaning; docs/model.md says how they were chosen.
+Each profile is a stack as it runs by default or as its published recipes run it; every field has a physical
+meaning and a source. `overlap_slowdown`, `gemm_half_dim` and `elementwise_traffic` are the global parameters
+chosen leave-one-source-out on published runs (benchmarks/validate_model.py, docs/model.md); the rest are read
+from the stacks' documentation and code.
 """
 
 from __future__ import annotations
@@ -16,23 +18,52 @@ from tracediag.errors import SpecError
 class Engine:
     """Software features and efficiency parameters of the training stack."""
 
-    name: str = "modern"
+    name: str = "megatron-core"
     flash_attention: bool = True
-    """Fused attention (FlashAttention): no s×s score tensors in memory, causal blocks skipped."""
+    """Fused attention (FlashAttention class): no s×s score tensors in memory, causal blocks skipped."""
+    attention_kernel: str = "fa3"
+    """Fused attention generation: fa2 (FlashAttention-2, PyTorch SDPA), fa3 (FlashAttention-3 / cuDNN 9 fused
+    attention through Transformer Engine); Ampere runs fa2 either way (model/kernels.py)."""
     tp_overlap: bool = False
     """Tensor-parallel collectives hidden behind GEMMs (Megatron --tp-comm-overlap, torchtitan async TP)."""
     dp_overlap: bool = True
-    """Gradient reduce-scatter / parameter all-gather overlapped with backward / forward compute."""
+    """Gradient reduce-scatter / parameter all-gather overlapped with backward / forward compute (Megatron
+    --overlap-grad-reduce --overlap-param-gather, FSDP prefetch)."""
+    pp_overlap: bool = False
+    """Pipeline send/recv overlapped with compute (Megatron --overlap-p2p-comm with interleaving; MegaScale)."""
+    p2p_scatter_gather: bool = True
+    """Each TP rank sends only its 1/t slice of the activation between stages (PTD-P §4.1); DeepSpeed's
+    pipeline engine sends the whole tensor from every TP rank."""
+    cp_all_gather: bool = False
+    """Context parallelism all-gathers K,V before attention (Llama 3 §3.3.2, torchtitan's allgather rotation)
+    instead of passing them round a ring behind the attention blocks (Megatron's p2p CP)."""
+    interleaving: bool = True
+    """The pipeline schedule supports virtual stages (DeepSpeed's PipelineEngine does not)."""
+    zero3_prefetch_params: float | None = None
+    """Parameters of the next unit gathered ahead while the current one computes: None = the whole next unit
+    (FSDP); DeepSpeed ZeRO-3 at most `stage3_prefetch_bucket_size` (default 5e7) elements."""
+    zero3_collectives_per_unit: int = 1
+    """Separate gathers (and reduce-scatters) per layer: FSDP flattens a unit into one; DeepSpeed ZeRO-3 fetches
+    each submodule with parameters on its own (GPT layer: 2 norms, QKV, projection, 2 MLP linears = 6), each
+    paying a ring's n−1 hops."""
+    zero3_regather_on_recompute: bool = False
+    """Full recompute gathers the layer's parameters a third time (DeepSpeed's fetch hooks fire again when the
+    checkpointed forward reruns; FSDP recomputes inside the backward gather)."""
     overlap_slowdown: float = 0.5
     """Compute slowdown while overlapped communication runs, as a share of that communication's time (NCCL
     kernels take SMs and HBM bandwidth; Echo, arXiv 2412.12487; Ultra-Scale Playbook)."""
-    gemm_half_dim: float = 80.0
+    gemm_half_dim: float = 192.0
     """GEMM tile efficiency: a GEMM whose smallest dimension is n runs at gemm_efficiency·n/(n + this)."""
     hbm_efficiency: float = 0.8
     """Fraction of HBM bandwidth that memory-bound kernels (norms, activations, softmax, Adam) reach."""
-    elementwise_traffic: float = 2.0
-    """HBM bytes moved by non-GEMM kernels in the forward pass per byte of stored activation (write + read);
-    the backward pass moves twice as much."""
+    elementwise_traffic: float = 1.5
+    """HBM bytes moved by non-GEMM kernels in the forward pass per byte of stored activation; the backward pass
+    moves twice as much. `ELEMENTWISE_PRIOR` (write + read per tensor) times `ELEMENTWISE_FIT`."""
+    collective_overhead_us: float = 10.0
+    """Fixed cost of launching and synchronising one collective, microseconds (NCCL's base latency)."""
+    moe_imbalance: float = 1.2
+    """Busiest expert's tokens over the mean (capacity factor 1.2-1.25: Switch Transformer; Megatron MoE docs);
+    the expert all-to-all and expert GEMMs wait for it."""
     optimizer_bytes_per_param: float = 38.0
     """HBM traffic of one mixed-precision Adam update per parameter: read grad (4) + master, m, v (12),
     write master, m, v (12) + bf16 weight (2), grad-norm read (4) and zeroing (4)."""
@@ -42,30 +73,90 @@ class Engine:
     """Extra share of activation memory lost to allocator fragmentation."""
 
     def __post_init__(self) -> None:
-        for name in ("hbm_efficiency",):
-            value = getattr(self, name)
-            if not 0 < value <= 1:
-                msg = f"{name} must be in (0, 1], got {value}"
-                raise SpecError(msg)
+        if not 0 < self.hbm_efficiency <= 1:
+            msg = f"hbm_efficiency must be in (0, 1], got {self.hbm_efficiency}"
+            raise SpecError(msg)
+        if self.attention_kernel not in ("fa2", "fa3"):
+            msg = f"attention_kernel must be fa2 or fa3, got {self.attention_kernel!r}"
+            raise SpecError(msg)
+        if self.zero3_collectives_per_unit < 1:
+            msg = f"zero3_collectives_per_unit must be >= 1, got {self.zero3_collectives_per_unit}"
+            raise SpecError(msg)
+        if self.moe_imbalance < 1 or (self.zero3_prefetch_params or 0) < 0 or self.collective_overhead_us < 0:
+            msg = "moe_imbalance must be >= 1, zero3_prefetch_params and collective_overhead_us >= 0"
+            raise SpecError(msg)
+
+
+ELEMENTWISE_PRIOR = {
+    "fused": 2.0,  # each stored activation written once and read once (Transformer Engine, Apex, compile)
+    "eager": 3.0,  # unfused PyTorch: one more round trip per elementwise op (norm, activation, residual)
+    "megascale": 1.5,  # MegaScale fuses LayerNorm/GeLU into neighbouring kernels (NSDI'24 §3.4)
+    "deepspeed": 2.5,  # DeepSpeed's fused kernels for some ops, eager for the rest
+}
+"""Prior HBM round trips of the memory-bound kernels by kind of stack."""
+
+ELEMENTWISE_FIT = 0.75
+"""Global scale on the priors, chosen leave-one-source-out (benchmarks/validate_model.py)."""
+
+
+def _traffic(kind: str) -> float:
+    return ELEMENTWISE_PRIOR[kind] * ELEMENTWISE_FIT
 
 
 ENGINES = {
-    # Megatron-LM / NeMo / torchtitan today: FlashAttention, bucketed DP overlap, TP comm exposed.
-    "modern": lambda: Engine(),
-    # Megatron-LM of 2021-2022 (PTD-P, Korthikanti et al.): materialised softmax, fused but separate
-    # elementwise kernels, gradient all-reduce after the backward pass (no --overlap-grad-reduce yet).
-    "megatron-2022": lambda: Engine(name="megatron-2022", flash_attention=False, dp_overlap=False),
-    # Eager PyTorch FSDP (llm-foundry / Composer 2023): FlashAttention, but unfused elementwise kernels, each
-    # reading and writing its tensors.
-    "pytorch-fsdp": lambda: Engine(name="pytorch-fsdp", elementwise_traffic=3.0),
-    # Modern stack with TP communication overlapped (Megatron --tp-comm-overlap, torchtitan async TP).
-    "modern-tp-overlap": lambda: Engine(name="modern-tp-overlap", tp_overlap=True),
+    # Megatron-LM of 2021-2022 (PTD-P, Korthikanti et al., Megatron-DeepSpeed MT-NLG): materialised softmax,
+    # fused but separate elementwise kernels, gradient all-reduce after the backward pass.
+    "megatron-2022": lambda: Engine(
+        name="megatron-2022",
+        flash_attention=False,
+        attention_kernel="fa2",
+        dp_overlap=False,
+        elementwise_traffic=_traffic("fused"),
+    ),
+    # Megatron-Core as NVIDIA's published recipes run it (README performance table: --overlap-grad-reduce
+    # --overlap-param-gather --tp-comm-overlap, Transformer Engine with cuDNN fused attention).
+    "megatron-core": lambda: Engine(name="megatron-core", tp_overlap=True, elementwise_traffic=_traffic("fused")),
+    # MegaScale (Jiang et al. NSDI'24 §3): Megatron with overlapped TP, DP and PP communication and fused
+    # LayerNorm/GeLU kernels (fewer HBM round trips).
+    "megascale": lambda: Engine(
+        name="megascale",
+        attention_kernel="fa2",
+        tp_overlap=True,
+        pp_overlap=True,
+        elementwise_traffic=_traffic("megascale"),
+    ),
+    # Eager PyTorch FSDP1 (llm-foundry / Composer 2023): FlashAttention-2, unfused elementwise kernels, each
+    # reading and writing its tensors; FULL_SHARD prefetches the next unit (BACKWARD_PRE).
+    "pytorch-fsdp": lambda: Engine(name="pytorch-fsdp", attention_kernel="fa2", elementwise_traffic=_traffic("eager")),
+    # torchtitan (FSDP2, eager): SDPA's FlashAttention-2 backend, unfused elementwise; FSDP2 prefetches one unit
+    # in both passes. `torchtitan-compile` fuses the elementwise kernels (torch.compile per block).
+    "torchtitan": lambda: Engine(name="torchtitan", attention_kernel="fa2", elementwise_traffic=_traffic("eager")),
+    "torchtitan-compile": lambda: Engine(
+        name="torchtitan-compile", attention_kernel="fa2", elementwise_traffic=_traffic("fused")
+    ),
+    # DeepSpeed (ZeRO as DeepSpeed runs it): stage-3 prefetch bucket 5e7 elements (stage3_prefetch_bucket_size),
+    # PipelineEngine without interleaving or scatter-gather; gradients reduced after the backward pass when
+    # pipelining; FlashAttention-2 through the model code.
+    "deepspeed": lambda: Engine(
+        name="deepspeed",
+        attention_kernel="fa2",
+        zero3_prefetch_params=5e7,
+        zero3_collectives_per_unit=6,
+        zero3_regather_on_recompute=True,
+        p2p_scatter_gather=False,
+        interleaving=False,
+        elementwise_traffic=_traffic("deepspeed"),
+    ),
 }
-"""Named engine profiles."""
+"""Named engine profiles (`--engine`)."""
+
+ALIASES = {"modern": "megatron-core", "modern-tp-overlap": "megatron-core"}
+"""Names of earlier versions, kept so saved plans load."""
 
 
 def resolve_engine(name: str) -> Engine:
     """An engine profile by name."""
+    name = ALIASES.get(name, name)
     if name not in ENGINES:
         msg = f"unknown engine {name!r}\n\nHint: one of {', '.join(ENGINES)}"
         raise SpecError(msg)

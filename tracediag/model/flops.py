@@ -68,9 +68,7 @@ def logits_forward_flops(model: ModelSpec, seq_len: int) -> float:
 
 def model_flops(model: ModelSpec, seq_len: int, sequences: int, *, causal: bool = False) -> float:
     """Model FLOPs of a training step (forward + backward = 3× forward, no recompute)."""
-    fwd = model.layers * layer_forward_flops(model, seq_len, causal=causal) + logits_forward_flops(
-        model, seq_len
-    )
+    fwd = model.layers * layer_forward_flops(model, seq_len, causal=causal) + logits_forward_flops(model, seq_len)
     return 3.0 * fwd * sequences
 
 

@@ -46,9 +46,7 @@ class MemoryBreakdown:
     @property
     def total(self) -> float:
         """Sum of all parts."""
-        return (
-            self.weights + self.gradients + self.optimizer + self.activations + self.temporary + self.reserved
-        )
+        return self.weights + self.gradients + self.optimizer + self.activations + self.temporary + self.reserved
 
     @property
     def headroom(self) -> float:
@@ -69,9 +67,7 @@ def layer_params_local(model: ModelSpec, split: Split) -> tuple[float, float]:
     """(dense, expert) parameters of one layer held by one device."""
     dense = attention_params(model) / split.tp + norm_params(model)
     if model.experts > 1:
-        return dense + model.hidden * model.experts, model.experts * expert_params(model) / (
-            split.tp * split.ep
-        )
+        return dense + model.hidden * model.experts, model.experts * expert_params(model) / (split.tp * split.ep)
     return dense + expert_params(model) / split.tp, 0.0
 
 
@@ -113,6 +109,15 @@ def stored_bytes_per_layer(model: ModelSpec, split: Split, train: Training, engi
     if train.recompute == "full":
         t_sp = split.tp if split.sequence_parallel else 1
         return 2 * train.seq_len / split.cp * train.micro_batch * model.hidden / t_sp
+    if train.recompute == "op":
+        # torchtitan's per-op policy keeps the layer input, attention's inputs and output, and every second
+        # matmul output; the norms, activations and the other matmuls are recomputed.
+        s = train.seq_len / split.cp
+        t_sp = split.tp if split.sequence_parallel else 1
+        sbh = s * train.micro_batch * model.hidden
+        q_kv_o = sbh * (4 + 4 * model.groups / model.heads) / split.tp
+        mlp_inner = s * train.micro_batch * model.ffn * (6 if model.swiglu else 4) * model.top_k / split.tp
+        return 2 * sbh / t_sp + q_kv_o + mlp_inner / 2
     if train.recompute == "selective" and not engine.flash_attention:
         drop = 1 if model.dropout else 0
         core = (2 + 3 * drop) * model.heads * train.seq_len**2 / split.cp * train.micro_batch / split.tp

@@ -90,10 +90,14 @@ class Prediction:
 
 
 def recompute_flops(model: ModelSpec, training: Training, engine: Engine) -> float:
-    """Forward FLOPs recomputed per step: whole layers (full) or the attention core (selective, unfused)."""
+    """Forward FLOPs recomputed per step: whole layers (full), every second matmul (op) or the attention core
+    (selective, unfused)."""
     seqs, s = training.global_batch, training.seq_len
     if training.recompute == "full":
         return seqs * model.layers * layer_forward_flops(model, s)
+    if training.recompute == "op":  # every second matmul of the linear layers
+        attention = 4.0 * s * s * model.heads * model.head_dim
+        return seqs * model.layers * (layer_forward_flops(model, s) - attention) / 2
     if training.recompute == "selective" and not engine.flash_attention:
         return seqs * model.layers * 4.0 * s * s * model.heads * model.head_dim
     return 0.0
@@ -115,7 +119,7 @@ def predict(
     time = step_time(model, device, split, training, engine)
     flops = model_flops(model, training.seq_len, training.global_batch)
     peak = device.peak_flops * time.step_time_s
-    links = process_group_links(device, split)
+    links = process_group_links(device, split, engine.collective_overhead_us)
     return Prediction(
         model=model,
         device=device,

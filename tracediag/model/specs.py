@@ -13,9 +13,13 @@ from pathlib import Path
 from typing import Literal
 
 from tracediag.errors import SpecError
+from tracediag.model.kernels import GEMM_EFFICIENCY_BF16
 
-Recompute = Literal["none", "selective", "full"]
-RECOMPUTE_MODES: tuple[str, ...] = ("none", "selective", "full")
+Recompute = Literal["none", "selective", "op", "full"]
+RECOMPUTE_MODES: tuple[str, ...] = ("none", "selective", "op", "full")
+"""none; selective = Megatron's (attention core only); op = torchtitan's per-op selective checkpointing (saves
+matmul outputs but every second, recomputes the memory-bound ops); full = whole layers."""
+DTYPES: tuple[str, ...] = ("bf16", "fp8")
 
 
 def _positive(obj: object, *names: str) -> None:
@@ -163,12 +167,7 @@ def read_hf_config(path: str | Path) -> ModelSpec:
             msg = f"{path}: no {' or '.join(names)}\n\nHint: pass --layers/--hidden/--heads/--ffn/--vocab"
             raise SpecError(msg)
         found[field_name] = int(value)
-    ffn = (
-        cfg.get("intermediate_size")
-        or cfg.get("n_inner")
-        or cfg.get("ffn_hidden_size")
-        or 4 * found["hidden"]
-    )
+    ffn = cfg.get("intermediate_size") or cfg.get("n_inner") or cfg.get("ffn_hidden_size") or 4 * found["hidden"]
     act = str(cfg.get("hidden_act", cfg.get("activation_function", "silu")))
     experts = int(cfg.get("num_local_experts") or cfg.get("num_experts") or 1)
     moe_ffn = cfg.get("moe_intermediate_size")
@@ -207,8 +206,9 @@ class LinkSpec:
     """GB/s per GPU per direction (vendor figure, or a measured nccl-tests bus bandwidth)."""
     efficiency: float = 0.8
     """Fraction of `bandwidth_gbps` that collectives reach as bus bandwidth (nccl-tests convention)."""
-    latency_us: float = 10.0
-    """Fixed cost per collective or send/recv, microseconds."""
+    latency_us: float = 8.0
+    """Latency of one ring hop over this link, microseconds (NCCL's tuning model, src/graph/tuning.cc `hwLat`:
+    ring hops of 1.9-3.4 µs over NVLink and 4-14 µs over the network for the LL128 and Simple protocols)."""
 
     def __post_init__(self) -> None:
         if self.bandwidth_gbps <= 0 or not 0 < self.efficiency <= 1 or self.latency_us < 0:
@@ -227,24 +227,22 @@ class LinkSpec:
 LINKS = {
     # NVLink per-GPU bandwidth per direction: A100 600 GB/s, H100 900 GB/s, B200 1.8 TB/s total
     # (NVIDIA A100/H100/B200 datasheets), halved for one direction.
-    "nvlink3": lambda: LinkSpec(name="nvlink3", bandwidth_gbps=300.0, efficiency=0.75, latency_us=8.0),
-    "nvlink4": lambda: LinkSpec(name="nvlink4", bandwidth_gbps=450.0, efficiency=0.75, latency_us=8.0),
-    "nvlink5": lambda: LinkSpec(name="nvlink5", bandwidth_gbps=900.0, efficiency=0.75, latency_us=8.0),
+    "nvlink3": lambda: LinkSpec(name="nvlink3", bandwidth_gbps=300.0, efficiency=0.75, latency_us=2.0),
+    "nvlink4": lambda: LinkSpec(name="nvlink4", bandwidth_gbps=450.0, efficiency=0.75, latency_us=2.0),
+    "nvlink5": lambda: LinkSpec(name="nvlink5", bandwidth_gbps=900.0, efficiency=0.75, latency_us=2.0),
     # AMD Instinct MI300X datasheet: 896 GB/s aggregate Infinity Fabric (7 peers x 128 GB/s bidirectional).
-    "infinity-fabric": lambda: LinkSpec(
-        name="infinity-fabric", bandwidth_gbps=448.0, efficiency=0.7, latency_us=10.0
-    ),
+    "infinity-fabric": lambda: LinkSpec(name="infinity-fabric", bandwidth_gbps=448.0, efficiency=0.7, latency_us=2.5),
     # PCIe x16: Gen4 32 GB/s, Gen5 64 GB/s per direction (PCI-SIG).
-    "pcie4": lambda: LinkSpec(name="pcie4", bandwidth_gbps=32.0, efficiency=0.8, latency_us=15.0),
-    "pcie5": lambda: LinkSpec(name="pcie5", bandwidth_gbps=64.0, efficiency=0.8, latency_us=15.0),
+    "pcie4": lambda: LinkSpec(name="pcie4", bandwidth_gbps=32.0, efficiency=0.8, latency_us=3.0),
+    "pcie5": lambda: LinkSpec(name="pcie5", bandwidth_gbps=64.0, efficiency=0.8, latency_us=3.0),
     # InfiniBand per port: HDR 200 Gb/s, NDR 400 Gb/s, XDR 800 Gb/s (NVIDIA ConnectX-6/7/8), one NIC per GPU.
-    "ib-hdr": lambda: LinkSpec(name="ib-hdr", bandwidth_gbps=25.0, efficiency=0.9, latency_us=20.0),
-    "ib-ndr": lambda: LinkSpec(name="ib-ndr", bandwidth_gbps=50.0, efficiency=0.9, latency_us=20.0),
-    "ib-xdr": lambda: LinkSpec(name="ib-xdr", bandwidth_gbps=100.0, efficiency=0.9, latency_us=20.0),
+    "ib-hdr": lambda: LinkSpec(name="ib-hdr", bandwidth_gbps=25.0, efficiency=0.9, latency_us=8.0),
+    "ib-ndr": lambda: LinkSpec(name="ib-ndr", bandwidth_gbps=50.0, efficiency=0.9, latency_us=8.0),
+    "ib-xdr": lambda: LinkSpec(name="ib-xdr", bandwidth_gbps=100.0, efficiency=0.9, latency_us=8.0),
     # RoCE line rates per GPU NIC; Ethernet fabrics reach a little less than IB.
-    "roce-100g": lambda: LinkSpec(name="roce-100g", bandwidth_gbps=12.5, efficiency=0.85, latency_us=25.0),
-    "roce-200g": lambda: LinkSpec(name="roce-200g", bandwidth_gbps=25.0, efficiency=0.85, latency_us=25.0),
-    "roce-400g": lambda: LinkSpec(name="roce-400g", bandwidth_gbps=50.0, efficiency=0.85, latency_us=25.0),
+    "roce-100g": lambda: LinkSpec(name="roce-100g", bandwidth_gbps=12.5, efficiency=0.85, latency_us=10.0),
+    "roce-200g": lambda: LinkSpec(name="roce-200g", bandwidth_gbps=25.0, efficiency=0.85, latency_us=10.0),
+    "roce-400g": lambda: LinkSpec(name="roce-400g", bandwidth_gbps=50.0, efficiency=0.85, latency_us=10.0),
 }
 """Named links; `parse_link` also takes a number, read as a measured bus bandwidth in GB/s."""
 
@@ -276,7 +274,18 @@ class DeviceSpec:
     hbm_bandwidth: float
     """HBM bandwidth, bytes/s."""
     gemm_efficiency: float = 0.8
-    """Fraction of `peak_flops` that large bf16 GEMMs reach (cuBLAS/hipBLASLt)."""
+    """Fraction of `peak_flops` that large bf16 GEMMs reach (cuBLAS/hipBLASLt); scales every compute rate, so a
+    calibration profile scales this one number (model/kernels.py)."""
+    arch: str = "hopper"
+    """Generation whose measured kernel rates apply: ampere, hopper, blackwell, cdna3 (model/kernels.py)."""
+    fp8_peak_flops: float = 0.0
+    """Dense fp8 tensor-core FLOP/s; 0 when the device has no fp8."""
+    network_oversubscription: float = 1.0
+    """Ratio of injected to bisection bandwidth of the network (1 = rail-optimised, non-blocking fat tree)."""
+    speed_variation: float = 0.015
+    """Standard deviation of compute speed across devices of one model (clocks, thermals, silicon): Sinha et al.
+    SC'22 "Not All GPUs Are Created Equal" measured 6-8% spread over clusters of hundreds of GPUs, σ ≈ 1.5%.
+    Every synchronous step waits for the slowest of N devices, about σ·√(2 ln N) slower than the mean."""
     gpus_per_node: int = 8
     intra_link: LinkSpec
     """Link between GPUs of one node."""
@@ -291,16 +300,20 @@ class DeviceSpec:
         if not 0 < self.gemm_efficiency <= 1:
             msg = f"device {self.name}: gemm_efficiency must be in (0, 1], got {self.gemm_efficiency}"
             raise SpecError(msg)
+        if not 0 <= self.speed_variation < 0.5:
+            msg = f"device {self.name}: speed_variation must be in [0, 0.5), got {self.speed_variation}"
+            raise SpecError(msg)
+        if not self.network_oversubscription >= 1:
+            msg = f"device {self.name}: network_oversubscription must be >= 1, got {self.network_oversubscription}"
+            raise SpecError(msg)
 
 
 GB = 1e9
 GIB = 2**30
 TFLOPS = 1e12
 
-# gemm_efficiency, the one tuned device number: A100 0.80 comes from the validation runs
-# (benchmarks/validate_model.py); no validation run uses the other devices, so their values are the
-# usual large-GEMM shares of dense peak (H100/H200/B200 ~0.70, power- and clock-limited; MI300X ~0.55
-# with hipBLASLt) and are unvalidated (docs/model.md).
+# gemm_efficiency: measured large-GEMM share of dense peak per generation (model/kernels.py cites each one);
+# fp8 peaks from the same datasheets (dense, no sparsity).
 DEVICES = {
     # NVIDIA A100 datasheet: 312 TFLOP/s bf16 dense; 40 GB HBM2 1,555 GB/s; 80 GB HBM2e 2,039 GB/s;
     # NVLink3 600 GB/s; DGX A100 has 8 GPUs and 8 HDR 200 Gb/s NICs.
@@ -309,7 +322,9 @@ DEVICES = {
         peak_flops=312 * TFLOPS,
         memory_bytes=40 * GIB,
         hbm_bandwidth=1555 * GB,
-        gemm_efficiency=0.80,
+        gemm_efficiency=GEMM_EFFICIENCY_BF16["ampere"],
+        arch="ampere",
+        fp8_peak_flops=0 * TFLOPS,
         intra_link=LINKS["nvlink3"](),
         inter_link=LINKS["ib-hdr"](),
     ),
@@ -318,7 +333,9 @@ DEVICES = {
         peak_flops=312 * TFLOPS,
         memory_bytes=80 * GIB,
         hbm_bandwidth=2039 * GB,
-        gemm_efficiency=0.80,
+        gemm_efficiency=GEMM_EFFICIENCY_BF16["ampere"],
+        arch="ampere",
+        fp8_peak_flops=0 * TFLOPS,
         intra_link=LINKS["nvlink3"](),
         inter_link=LINKS["ib-hdr"](),
     ),
@@ -329,7 +346,9 @@ DEVICES = {
         peak_flops=989.4 * TFLOPS,
         memory_bytes=80 * GIB,
         hbm_bandwidth=3350 * GB,
-        gemm_efficiency=0.70,
+        gemm_efficiency=GEMM_EFFICIENCY_BF16["hopper"],
+        arch="hopper",
+        fp8_peak_flops=1978.9 * TFLOPS,
         intra_link=LINKS["nvlink4"](),
         inter_link=LINKS["ib-ndr"](),
     ),
@@ -338,7 +357,9 @@ DEVICES = {
         peak_flops=756 * TFLOPS,
         memory_bytes=80 * GIB,
         hbm_bandwidth=2000 * GB,
-        gemm_efficiency=0.70,
+        gemm_efficiency=GEMM_EFFICIENCY_BF16["hopper"],
+        arch="hopper",
+        fp8_peak_flops=1513 * TFLOPS,
         intra_link=LINKS["pcie5"](),
         inter_link=LINKS["ib-ndr"](),
     ),
@@ -348,7 +369,9 @@ DEVICES = {
         peak_flops=989.4 * TFLOPS,
         memory_bytes=141 * GB,
         hbm_bandwidth=4800 * GB,
-        gemm_efficiency=0.70,
+        gemm_efficiency=GEMM_EFFICIENCY_BF16["hopper"],
+        arch="hopper",
+        fp8_peak_flops=1978.9 * TFLOPS,
         intra_link=LINKS["nvlink4"](),
         inter_link=LINKS["ib-ndr"](),
     ),
@@ -359,7 +382,9 @@ DEVICES = {
         peak_flops=2250 * TFLOPS,
         memory_bytes=180 * GB,
         hbm_bandwidth=8000 * GB,
-        gemm_efficiency=0.70,
+        gemm_efficiency=GEMM_EFFICIENCY_BF16["blackwell"],
+        arch="blackwell",
+        fp8_peak_flops=4500 * TFLOPS,
         intra_link=LINKS["nvlink5"](),
         inter_link=LINKS["ib-ndr"](),
     ),
@@ -370,7 +395,9 @@ DEVICES = {
         peak_flops=1307.4 * TFLOPS,
         memory_bytes=192 * GB,
         hbm_bandwidth=5300 * GB,
-        gemm_efficiency=0.55,
+        gemm_efficiency=GEMM_EFFICIENCY_BF16["cdna3"],
+        arch="cdna3",
+        fp8_peak_flops=2614.9 * TFLOPS,
         intra_link=LINKS["infinity-fabric"](),
         inter_link=LINKS["roce-400g"](),
     ),
@@ -436,9 +463,12 @@ class Training:
     micro_batch: int = 1
     """Sequences per micro-batch per replica (b)."""
     recompute: Recompute = "none"
-    """Activation recomputation: none, selective (attention core) or full (whole layer)."""
+    """Activation recomputation: none, selective (attention core), op (per-op, torchtitan) or full (whole layer)."""
     grad_bytes: int = 4
     """Bytes per gradient element kept and reduced (4: fp32 main grads, Megatron's default; 2: bf16)."""
+    dtype: str = "bf16"
+    """Precision of the linear layers' GEMMs: bf16, or fp8 (Transformer Engine / torchao float8; attention and
+    the other kernels stay bf16)."""
 
     def __post_init__(self) -> None:
         _positive(self, "seq_len", "global_batch", "micro_batch")
@@ -448,15 +478,16 @@ class Training:
         if self.grad_bytes not in (2, 4):
             msg = f"grad_bytes must be 2 or 4, got {self.grad_bytes}"
             raise SpecError(msg)
+        if self.dtype not in DTYPES:
+            msg = f"dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}"
+            raise SpecError(msg)
 
 
 def check_split(model: ModelSpec, device: DeviceSpec, split: Split, train: Training, gpus: int) -> None:
     """Raise `SpecError` naming the first rule the split breaks."""
     problems = []
     if split.gpus != gpus:
-        problems.append(
-            f"tp·pp·dp·cp = {split.tp}·{split.pp}·{split.dp}·{split.cp} = {split.gpus} ≠ gpus={gpus}"
-        )
+        problems.append(f"tp·pp·dp·cp = {split.tp}·{split.pp}·{split.dp}·{split.cp} = {split.gpus} ≠ gpus={gpus}")
     if model.heads % split.tp:
         problems.append(f"heads={model.heads} not divisible by tp={split.tp}")
     if model.groups % split.tp and split.tp % model.groups:
@@ -470,8 +501,7 @@ def check_split(model: ModelSpec, device: DeviceSpec, split: Split, train: Train
     # proposes only even chunks, which every engine accepts.
     if train.global_batch % (train.micro_batch * split.dp):
         problems.append(
-            f"global_batch={train.global_batch} not divisible by micro_batch·dp = "
-            f"{train.micro_batch}·{split.dp}"
+            f"global_batch={train.global_batch} not divisible by micro_batch·dp = {train.micro_batch}·{split.dp}"
         )
     if split.vpp > 1 and (train.global_batch // (train.micro_batch * split.dp)) % split.pp:
         problems.append("interleaving needs micro-batches per step divisible by pp")
@@ -481,6 +511,8 @@ def check_split(model: ModelSpec, device: DeviceSpec, split: Split, train: Train
         problems.append("sequence parallelism needs tp > 1")
     if split.ep > 1 and (model.experts % split.ep or (split.dp * split.cp) % split.ep):
         problems.append(f"ep={split.ep} must divide experts={model.experts} and dp·cp={split.dp * split.cp}")
+    if train.dtype == "fp8" and device.fp8_peak_flops <= 0:
+        problems.append(f"dtype fp8 needs a device with fp8 tensor cores; {device.name} has none")
     if problems:
         msg = "impossible split: " + "; ".join(problems)
         raise SpecError(msg)

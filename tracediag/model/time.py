@@ -19,7 +19,8 @@ from dataclasses import asdict, dataclass, replace
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
-from tracediag.model.memory import activation_bytes_per_layer, stage_params
+from tracediag.model.kernels import FP8_GEMM_RATIO, attention_rate
+from tracediag.model.memory import activation_bytes_per_layer, layer_params_local, stage_params
 from tracediag.model.specs import Split, Training, stage_layers
 
 if TYPE_CHECKING:
@@ -38,43 +39,64 @@ FACTOR = {
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class GroupLink:
-    """The bandwidth one process group's collectives get."""
+    """The bandwidth and latency one process group's collectives get."""
 
     busbw: float
     """Achieved bus bandwidth, bytes/s."""
-    latency: float
-    """Seconds per collective step."""
+    hop_latency: float
+    """Seconds per ring hop, averaged over the group's in-node and cross-node hops."""
     link: str
     """Link name, or `intra+inter` when the group spans nodes."""
+    overhead: float = 10e-6
+    """Fixed seconds per collective (launch and synchronisation)."""
 
 
-def group_link(device: DeviceSpec, size: int, stride: int) -> GroupLink:
-    """Bus bandwidth of a group of `size` ranks `stride` apart."""
+def group_link(device: DeviceSpec, size: int, stride: int, overhead_us: float = 10.0) -> GroupLink:
+    """Bus bandwidth and hop latency of a group of `size` ranks `stride` apart.
+
+    A ring over nodes with k members each crosses the network once per node per channel and NCCL runs one
+    channel per NIC, so the group gets min(intra, k·inter) (one NIC per GPU), divided by the network's
+    oversubscription. A ring's hops move together, so each of its steps costs the slowest hop's latency.
+    """
     intra, inter = device.intra_link, device.inter_link
+    overhead = overhead_us * 1e-6
     if size * stride <= device.gpus_per_node:
-        return GroupLink(busbw=intra.busbw, latency=intra.latency_us * 1e-6, link=intra.name)
-    per_node = max(1, device.gpus_per_node // stride)
+        return GroupLink(busbw=intra.busbw, hop_latency=intra.latency_us * 1e-6, link=intra.name, overhead=overhead)
+    per_node = max(1, min(size, device.gpus_per_node // stride))
+    net = inter.busbw / device.network_oversubscription
+    # All hops of a ring move at once; each step waits for the slowest, a network hop.
+    hop = inter.latency_us * 1e-6
     if per_node == 1:
-        return GroupLink(busbw=inter.busbw, latency=inter.latency_us * 1e-6, link=inter.name)
-    busbw = min(intra.busbw, per_node * inter.busbw)
-    return GroupLink(busbw=busbw, latency=inter.latency_us * 1e-6, link=f"{intra.name}+{inter.name}")
+        return GroupLink(busbw=net, hop_latency=hop, link=inter.name, overhead=overhead)
+    busbw = min(intra.busbw, per_node * net)
+    return GroupLink(busbw=busbw, hop_latency=hop, link=f"{intra.name}+{inter.name}", overhead=overhead)
 
 
 def collective_time(kind: str, nbytes: float, size: int, link: GroupLink) -> float:
-    """Seconds for one collective of `nbytes` (the full, unsharded size) over `size` ranks."""
+    """Seconds for one collective of `nbytes` (the full, unsharded size) over `size` ranks.
+
+    Latency: rings take n−1 hops for all-gather / reduce-scatter / all-to-all; all-reduce runs as a tree
+    (NCCL picks it at scale), 2·log2(n) hops; send/recv one hop.
+    """
     if size <= 1 or nbytes <= 0:
         return 0.0
-    return link.latency * (1 + math.log2(size)) + nbytes * FACTOR[kind](size) / link.busbw
+    if kind == "all_reduce":
+        hops = 2 * math.ceil(math.log2(size))
+    elif kind == "p2p":
+        hops = 1
+    else:
+        hops = size - 1
+    return link.overhead + hops * link.hop_latency + nbytes * FACTOR[kind](size) / link.busbw
 
 
-def process_group_links(device: DeviceSpec, split: Split) -> dict[str, GroupLink]:
+def process_group_links(device: DeviceSpec, split: Split, overhead_us: float = 10.0) -> dict[str, GroupLink]:
     """The link each collective kind (tp, cp, ep, dp, pp) runs over, for rank order tp-cp-ep-dp-pp."""
     return {
-        "tp": group_link(device, split.tp, 1),
-        "cp": group_link(device, split.cp, split.tp),
-        "ep": group_link(device, split.ep, split.tp * split.cp),
-        "dp": group_link(device, split.dp * split.cp, split.tp),
-        "pp": group_link(device, 2, split.tp * split.cp * split.dp),
+        "tp": group_link(device, split.tp, 1, overhead_us),
+        "cp": group_link(device, split.cp, split.tp, overhead_us),
+        "ep": group_link(device, split.ep, split.tp * split.cp, overhead_us),
+        "dp": group_link(device, split.dp * split.cp, split.tp, overhead_us),
+        "pp": group_link(device, 2, split.tp * split.cp * split.dp, overhead_us),
     }
 
 
@@ -100,15 +122,32 @@ class LayerCost:
         return self.gemm + self.elementwise + self.tp_comm + self.cp_comm + self.ep_comm
 
 
-def _gemm_time(flops: float, min_dim: float, device: DeviceSpec, engine: Engine) -> float:
+def gemm_time(flops: float, min_dim: float, device: DeviceSpec, engine: Engine, dtype: str = "bf16") -> float:
+    """Seconds for a GEMM: peak · large-GEMM efficiency, shrinking for a small dimension (tile quantisation)."""
     eff = device.gemm_efficiency * min_dim / (min_dim + engine.gemm_half_dim)
+    if dtype == "fp8" and device.fp8_peak_flops > 0:
+        return flops / (device.fp8_peak_flops * eff * FP8_GEMM_RATIO.get(device.arch, 0.9))
     return flops / (device.peak_flops * eff)
 
 
+def _attention_time(
+    flops_fwd: float, seq: float, device: DeviceSpec, engine: Engine, model: ModelSpec
+) -> tuple[float, float]:
+    """(forward, backward) seconds of fused causal attention whose forward does `flops_fwd` (causal half)."""
+    arch, kernel, dh = device.arch, engine.attention_kernel, model.head_dim
+    fwd = flops_fwd / (
+        device.peak_flops * device.gemm_efficiency * attention_rate(arch, kernel, seq, dh, backward=False)
+    )
+    bwd = (
+        2
+        * flops_fwd
+        / (device.peak_flops * device.gemm_efficiency * attention_rate(arch, kernel, seq, dh, backward=True))
+    )
+    return fwd, bwd
+
+
 @lru_cache(maxsize=65536)
-def layer_cost(
-    model: ModelSpec, device: DeviceSpec, engine: Engine, split: Split, train: Training
-) -> LayerCost:
+def layer_cost(model: ModelSpec, device: DeviceSpec, engine: Engine, split: Split, train: Training) -> LayerCost:
     """Cost of one transformer layer for one micro-batch (memoised: independent of pp, dp and zero)."""
     t, c, b, s = split.tp, split.cp, train.micro_batch, train.seq_len
     tokens = b * s / c
@@ -116,35 +155,39 @@ def layer_cost(
     kv_cols = 2 * dh * max(model.groups // t, 1)
     q_cols = model.heads * dh / t
     ffn_cols = model.ffn / t
-    # (flops, smallest dimension) of each forward GEMM.
+    # (flops, smallest dimension) of each forward GEMM of the linear layers.
     gemms = [
         (2 * tokens * h * (q_cols + kv_cols), min(tokens, h, q_cols + kv_cols)),
         (2 * tokens * q_cols * h, min(tokens, q_cols, h)),
     ]
     mlp_mats = 3 if model.swiglu else 2
     if model.experts > 1:
-        per_expert = max(tokens * model.top_k * split.ep / model.experts, 1.0)
+        per_expert = max(tokens * model.top_k * split.ep / model.experts, 1.0) * engine.moe_imbalance
         local_experts = model.experts / split.ep
         gemms.append((2 * per_expert * h * ffn_cols * mlp_mats * local_experts, min(per_expert, h, ffn_cols)))
         gemms.append((2 * tokens * h * model.experts, min(tokens, h, model.experts)))
     else:
         gemms.append((2 * tokens * h * ffn_cols * mlp_mats, min(tokens, h, ffn_cols)))
-    fwd_gemm = sum(_gemm_time(f, n, device, engine) for f, n in gemms)
+    fwd_gemm = sum(gemm_time(f, n, device, engine, train.dtype) for f, n in gemms)
     attn_flops = 4 * b * (s / c) * s * model.heads * dh / t
     if engine.flash_attention:
-        attn_flops /= 2  # causal blocks skipped
-        attn_fwd = _gemm_time(attn_flops, dh, device, engine)
-        attn_mult, attn_recompute = 3.5, (1.0 if train.recompute == "full" else 0.0)
+        attn_fwd, attn_bwd = _attention_time(attn_flops / 2, s / c, device, engine, model)
+        attn_recompute = attn_fwd if train.recompute == "full" else 0.0
     else:
-        attn_fwd = _gemm_time(attn_flops, dh, device, engine)
-        attn_mult, attn_recompute = 3.0, (1.0 if train.recompute != "none" else 0.0)
-    gemm_recompute = fwd_gemm if train.recompute == "full" else 0.0
-    gemm = 3 * fwd_gemm + gemm_recompute + (attn_mult + attn_recompute) * attn_fwd
+        # Materialised scores: two batched GEMMs whose inner dimension is the head size, no causal skipping.
+        attn_fwd = gemm_time(attn_flops, dh, device, engine)
+        attn_bwd = 2 * attn_fwd
+        attn_recompute = attn_fwd if train.recompute != "none" else 0.0
+    gemm_recompute = {"full": fwd_gemm, "op": fwd_gemm / 2}.get(train.recompute, 0.0)
+    attention_core = attn_fwd + attn_bwd + attn_recompute
+    gemm = 3 * fwd_gemm + gemm_recompute + attention_core
 
     bw = device.hbm_bandwidth * engine.hbm_efficiency
     traffic = engine.elementwise_traffic * activation_bytes_per_layer(model, split, train, engine)
+    if train.dtype == "fp8":
+        traffic *= 1.25  # casts and amax reductions of every GEMM input (Transformer Engine fp8 recipes)
     elementwise_fwd = traffic / bw
-    if train.recompute == "full":
+    if train.recompute in ("full", "op"):
         ew_recompute = elementwise_fwd
     elif train.recompute == "selective" and not engine.flash_attention:
         no_core = activation_bytes_per_layer(model, split, train, _with_flash(engine))
@@ -153,7 +196,7 @@ def layer_cost(
         ew_recompute = 0.0
     elementwise = 3 * elementwise_fwd + ew_recompute
 
-    links = process_group_links(device, split)
+    links = process_group_links(device, split, engine.collective_overhead_us)
     act = 2 * tokens * h
     if split.sequence_parallel:
         unit = collective_time("all_gather", act, t, links["tp"]) + collective_time(
@@ -167,20 +210,40 @@ def layer_cost(
         # the backward pass for the weight gradient: two more all-gathers per layer.
         tp_comm_raw += 2 * collective_time("all_gather", act, t, links["tp"])
     tp_comm = max(0.0, tp_comm_raw - gemm) if engine.tp_overlap else tp_comm_raw
-    kv_bytes = 2 * tokens * model.groups * dh * 2
-    cp_comm = 3 * (c - 1) * collective_time("p2p", kv_bytes, 2, links["cp"]) if c > 1 else 0.0
-    attention_core = (attn_mult + attn_recompute) * attn_fwd
-    cp_comm = max(0.0, cp_comm - attention_core)
+    cp_comm = 0.0
+    if c > 1:
+        kv_bytes = 2 * tokens * max(model.groups // t, 1) * dh * 2
+        passes = 2 if train.recompute == "full" else 1
+        if engine.cp_all_gather:
+            # All-gather K,V of the whole sequence before attention, reduce-scatter their gradients after
+            # (Llama 3 §3.3.2); neither overlaps the attention that needs them.
+            cp_comm = passes * collective_time("all_gather", c * kv_bytes, c, links["cp"]) + collective_time(
+                "reduce_scatter", c * kv_bytes, c, links["cp"]
+            )
+        else:
+            # Ring attention: c−1 steps each pass K,V (forward) or K,V and their gradients (backward) to the
+            # next rank while one block of attention computes; a step costs the slower of the two, so what
+            # shows is the transfer beyond the block's compute plus every step's latency.
+            step_fwd = collective_time("p2p", kv_bytes, 2, links["cp"])
+            step_bwd = collective_time("p2p", 2 * kv_bytes, 2, links["cp"])
+            block_fwd, block_bwd = (attn_fwd / c, attn_bwd / c)
+            cp_comm = (c - 1) * (
+                passes * max(step_fwd - block_fwd, 0.0)
+                + max(step_bwd - block_bwd, 0.0)
+                + (passes + 1) * links["cp"].overhead
+            )
     ep_comm = 0.0
     if split.ep > 1:
         t_sp = t if split.sequence_parallel else 1
-        ep_comm = 4 * collective_time(
-            "all_to_all", 2 * tokens * model.top_k * h / t_sp, split.ep, links["ep"]
+        ep_comm = (
+            4
+            * engine.moe_imbalance
+            * collective_time("all_to_all", 2 * tokens * model.top_k * h / t_sp, split.ep, links["ep"])
         )
     return LayerCost(
         gemm=gemm,
         elementwise=elementwise,
-        recompute=gemm_recompute + attn_recompute * attn_fwd + ew_recompute,
+        recompute=gemm_recompute + attn_recompute + ew_recompute,
         attention_core=attention_core,
         tp_comm=tp_comm,
         tp_comm_raw=tp_comm_raw,
@@ -201,15 +264,13 @@ def logits_cost(
     tokens = train.micro_batch * train.seq_len / split.cp
     cols = model.vocab / split.tp
     flops = 3 * 2 * tokens * model.hidden * cols
-    gemm = _gemm_time(flops, min(tokens, model.hidden, cols), device, engine)
+    gemm = gemm_time(flops, min(tokens, model.hidden, cols), device, engine)
     loss = 3 * 6 * tokens * cols / (device.hbm_bandwidth * engine.hbm_efficiency)
     tp = 0.0
     if split.sequence_parallel:
-        link = process_group_links(device, split)["tp"]
+        link = process_group_links(device, split, engine.collective_overhead_us)["tp"]
         act = 2 * tokens * model.hidden
-        tp = collective_time("all_gather", act, split.tp, link) + collective_time(
-            "reduce_scatter", act, split.tp, link
-        )
+        tp = collective_time("all_gather", act, split.tp, link) + collective_time("reduce_scatter", act, split.tp, link)
     return gemm + loss, tp
 
 
@@ -251,71 +312,110 @@ class TimeBreakdown:
 
 
 def _dp_time(
-    model: ModelSpec, device: DeviceSpec, split: Split, train: Training, link: GroupLink
-) -> tuple[float, float, float]:
-    """(per-step gradient reduce, per-step parameter gather, per-micro-batch ZeRO-3 traffic) seconds.
+    model: ModelSpec, device: DeviceSpec, split: Split, train: Training, link: GroupLink, engine: Engine
+) -> tuple[float, float, float, float, float, float]:
+    """Per-step gradient reduce and parameter gather seconds (ZeRO 0-2), and for ZeRO-3 / FSDP the seconds of
+    one unit's (one layer's) parameter all-gather and gradient reduce-scatter, its size in parameters, and the
+    gathers of the embedding and output layers per micro-batch.
 
     Dense weights are replicated over dp·cp ranks, expert weights over dp·cp/ep ranks.
     """
     n = split.dp * split.cp
     dense, expert = max((stage_params(model, split, i) for i in {0, split.pp - 1}), key=sum)
     groups = [(dense, n)] + ([(expert, n // split.ep)] if expert else [])
-    reduce_s = gather_s = per_mb = 0.0
+    reduce_s = gather_s = unit_gather = unit_reduce = unit_params = edge = 0.0
+    if split.zero == 3:
+        layer_dense, layer_expert = layer_params_local(model, split)
+        layers = max(stage_layers(model.layers, split.pp))
+        k = engine.zero3_collectives_per_unit
+        for params, size in ((layer_dense, n), (layer_expert, n // max(split.ep, 1))):
+            unit_gather += k * collective_time("all_gather", 2 * params / k, size, link)
+            unit_reduce += k * collective_time("reduce_scatter", train.grad_bytes * params / k, size, link)
+        unit_params = layer_dense + layer_expert
+        rest = max(dense + expert - layers * unit_params, 0.0)
+        edge = 2 * collective_time("all_gather", 2 * rest, n, link) + collective_time(
+            "reduce_scatter", train.grad_bytes * rest, n, link
+        )
+        return 0.0, 0.0, unit_gather, unit_reduce, unit_params, edge
     for params, size in groups:
-        if split.zero == 3:
-            per_mb += 2 * collective_time("all_gather", 2 * params, size, link) + collective_time(
-                "reduce_scatter", train.grad_bytes * params, size, link
-            )
-        elif split.zero == 0:
+        if split.zero == 0:
             reduce_s += collective_time("all_reduce", train.grad_bytes * params, size, link)
         else:
             reduce_s += collective_time("reduce_scatter", train.grad_bytes * params, size, link)
             gather_s += collective_time("all_gather", 2 * params, size, link)
-    return reduce_s, gather_s, per_mb
+    return reduce_s, gather_s, 0.0, 0.0, 0.0, 0.0
 
 
-def step_time(
-    model: ModelSpec, device: DeviceSpec, split: Split, train: Training, engine: Engine
-) -> TimeBreakdown:
+def _zero3_exposed(
+    unit_gather: float, unit_reduce: float, unit_params: float, t_fwd: float, t_bwd: float, engine: Engine
+) -> float:
+    """Exposed seconds of one unit's ZeRO-3 traffic in one micro-batch (forward gather, backward gather and
+    reduce-scatter), given the unit's forward and backward compute.
+
+    The next unit's gather runs while this one computes; only `zero3_prefetch_params` of it can be issued
+    ahead (FSDP: all of it; DeepSpeed: its prefetch bucket), the rest waits in line.
+    """
+    limit = engine.zero3_prefetch_params
+    ahead = 1.0 if limit is None or unit_params <= 0 else min(1.0, limit / unit_params)
+    if not engine.dp_overlap:
+        ahead = 0.0
+    fwd = unit_gather * (1 - ahead) + max(0.0, unit_gather * ahead - t_fwd)
+    bwd_comm = unit_gather + unit_reduce
+    bwd = bwd_comm * (1 - ahead) + max(0.0, bwd_comm * ahead - t_bwd)
+    return fwd + bwd
+
+
+def step_time(model: ModelSpec, device: DeviceSpec, split: Split, train: Training, engine: Engine) -> TimeBreakdown:
     """Predicted time of one training step."""
     m = train.global_batch // (train.micro_batch * split.dp)
     p, v = split.pp, split.vpp
     lc = layer_cost(model, device, engine, split, train)
     logit_compute, logit_tp = logits_cost(model, device, engine, split, train)
     layers = stage_layers(model.layers, p)
-    stage_totals = [
-        n * lc.total + (logit_compute + logit_tp if i == p - 1 else 0.0) for i, n in enumerate(layers)
-    ]
+    stage_totals = [n * lc.total + (logit_compute + logit_tp if i == p - 1 else 0.0) for i, n in enumerate(layers)]
     slowest = max(range(p), key=stage_totals.__getitem__)
     n_slow = layers[slowest]
     last = slowest == p - 1
     t_mb = stage_totals[slowest]
     compute_mb = n_slow * (lc.gemm + lc.elementwise) + (logit_compute if last else 0.0)
 
-    links = process_group_links(device, split)
-    p2p = (
-        collective_time(
-            "p2p", 2 * train.micro_batch * train.seq_len / split.cp * model.hidden / split.tp, 2, links["pp"]
-        )
-        if p > 1
-        else 0.0
-    )
-    exposed_pp = 2 * p2p * (v * m + p - 1) if p > 1 else 0.0
+    links = process_group_links(device, split, engine.collective_overhead_us)
+    exposed_pp = 0.0
+    if p > 1:
+        sliced = split.tp if engine.p2p_scatter_gather else 1
+        act = 2 * train.micro_batch * train.seq_len / split.cp * model.hidden / sliced
+        p2p = collective_time("p2p", act, 2, links["pp"])
+        transfers = 2 * (v * m + p - 1)
+        # Overlapped send/recv still pays its launch; blocking ones stall the stage for the whole transfer.
+        exposed_pp = transfers * (links["pp"].overhead if engine.pp_overlap else p2p)
 
-    reduce_s, gather_s, zero3_mb = _dp_time(model, device, split, train, links["dp"])
-    dp_total = reduce_s + gather_s + m * zero3_mb
-    if engine.dp_overlap:
-        tail = (reduce_s + gather_s + zero3_mb) / max(n_slow, 1)
-        exposed_dp = min(
-            dp_total,
-            tail
-            + max(0.0, reduce_s - 2 / 3 * compute_mb)
-            + max(0.0, gather_s - compute_mb / 3)
-            + m * max(0.0, zero3_mb - compute_mb),
+    reduce_s, gather_s, unit_gather, unit_reduce, unit_params, edge = _dp_time(
+        model, device, split, train, links["dp"], engine
+    )
+    if split.zero == 3:
+        layer_fwd = (lc.gemm + lc.elementwise) / 3
+        regather = unit_gather if train.recompute == "full" and engine.zero3_regather_on_recompute else 0.0
+        per_mb = n_slow * (
+            _zero3_exposed(unit_gather, unit_reduce + regather, unit_params, layer_fwd, 2 * layer_fwd, engine)
         )
+        dp_total = m * (n_slow * (2 * unit_gather + regather + unit_reduce) + edge)
+        # The first unit's gather and the last reduce-scatter wait in every micro-batch; the embedding and
+        # output layers' traffic too.
+        exposed_dp = min(dp_total, m * (per_mb + edge + unit_gather))
+    elif engine.dp_overlap:
+        tail = (reduce_s + gather_s) / max(n_slow, 1)
+        exposed_dp = min(
+            reduce_s + gather_s,
+            tail + max(0.0, reduce_s - 2 / 3 * compute_mb) + max(0.0, gather_s - compute_mb / 3),
+        )
+        dp_total = reduce_s + gather_s
     else:
-        exposed_dp = dp_total
-    overlapped = dp_total - exposed_dp + m * n_slow * (lc.tp_comm_raw - lc.tp_comm)
+        dp_total = exposed_dp = reduce_s + gather_s
+    # NCCL runs one channel (thread block) per link it drives and keeps SMs and HBM busy in proportion to the
+    # bandwidth it moves: a collective over the network, at a fraction of NVLink's rate, takes that fraction.
+    intra = group_link(device, device.gpus_per_node, 1).busbw
+    sm_share = {k: min(1.0, link.busbw / intra) for k, link in links.items()}
+    overlapped = (dp_total - exposed_dp) * sm_share["dp"] + m * n_slow * (lc.tp_comm_raw - lc.tp_comm) * sm_share["tp"]
     interference = engine.overlap_slowdown * overlapped
 
     dense, expert = stage_params(model, split, slowest)
@@ -325,15 +425,10 @@ def step_time(
 
     bubble = (p - 1) / v * t_mb
     tp_mb = n_slow * lc.tp_comm + (logit_tp if last else 0.0)
-    compute = m * compute_mb + interference
-    step = (
-        compute
-        + m * (tp_mb + n_slow * (lc.cp_comm + lc.ep_comm))
-        + bubble
-        + exposed_pp
-        + exposed_dp
-        + optimizer
-    )
+    gpus = split.gpus
+    slowest_device = 1 + device.speed_variation * math.sqrt(2 * math.log(gpus)) if gpus > 1 else 1.0
+    compute = (m * compute_mb + interference) * slowest_device
+    step = compute + m * (tp_mb + n_slow * (lc.cp_comm + lc.ep_comm)) + bubble + exposed_pp + exposed_dp + optimizer
     return TimeBreakdown(
         compute_s=compute,
         exposed_tp_s=m * tp_mb,

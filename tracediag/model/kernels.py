@@ -1,0 +1,116 @@
+"""Achieved kernel rates by device generation: GEMMs by shape and dtype, fused attention by sequence length and
+head dimension (perf-model.md §5).
+
+Notes
+-----
+These are measurements, not fits: each table cites the published microbenchmark it was read from. Attention
+efficiencies are causal, forward and backward separately, as a fraction of the device's dense bf16 peak; the
+FlashAttention papers count causal FLOPs as half the full s² work, as the model does. Values between the
+tabulated sequence lengths are interpolated in log(s); beyond them the end values hold. Figures were read off
+plots, so they carry about ±5% reading error.
+
+The attention rates are stored relative to the generation's large-GEMM efficiency, so scaling a device's
+`gemm_efficiency` (a calibration profile does) scales attention the same way.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class AttentionCurve:
+    """Achieved causal attention rate (fraction of dense bf16 peak) at head dimension 128."""
+
+    seq: tuple[int, ...]
+    forward: tuple[float, ...]
+    backward: tuple[float, ...]
+    source: str
+
+    def rate(self, seq_len: float, *, backward: bool) -> float:
+        """Fraction of peak at `seq_len`, interpolated in log(seq_len)."""
+        ys = self.backward if backward else self.forward
+        x = math.log(max(seq_len, 1.0))
+        xs = [math.log(s) for s in self.seq]
+        if x <= xs[0]:
+            return ys[0]
+        if x >= xs[-1]:
+            return ys[-1]
+        i = bisect.bisect_right(xs, x)
+        w = (x - xs[i - 1]) / (xs[i] - xs[i - 1])
+        return ys[i - 1] + w * (ys[i] - ys[i - 1])
+
+
+_SEQ = (512, 1024, 2048, 4096, 8192, 16384)
+
+ATTENTION: dict[tuple[str, str], AttentionCurve] = {
+    # FlashAttention-2 on A100 80GB SXM4, bf16, causal, head dim 128: Dao 2023, "FlashAttention-2", Figures 4-6
+    # (forward ~130 → ~225 TFLOP/s, backward ~110 → ~190 TFLOP/s of 312 from 512 to 16k tokens).
+    ("ampere", "fa2"): AttentionCurve(
+        _SEQ,
+        (0.42, 0.53, 0.61, 0.66, 0.70, 0.72),
+        (0.35, 0.45, 0.52, 0.57, 0.60, 0.61),
+        "Dao 2023 (FlashAttention-2), A100 80GB causal hd128, Fig. 4-6",
+    ),
+    # FlashAttention-2 on H100 SXM5: Shah et al. 2024, "FlashAttention-3", Figure 5/7 baselines (forward
+    # ~200 → ~350 TFLOP/s, backward ~180 → ~300 TFLOP/s of 989).
+    ("hopper", "fa2"): AttentionCurve(
+        _SEQ,
+        (0.20, 0.26, 0.30, 0.33, 0.345, 0.355),
+        (0.18, 0.23, 0.27, 0.29, 0.30, 0.31),
+        "Shah et al. 2024 (FlashAttention-3), FA2 baseline on H100 SXM5 causal hd128, Fig. 5 and 7",
+    ),
+    # FlashAttention-3 / cuDNN 9 fused attention on H100 SXM5, bf16, causal, head dim 128: Shah et al. 2024,
+    # Figures 5 and 7 (forward ~300 → ~640 TFLOP/s, backward ~250 → ~520 TFLOP/s); cuDNN 9 is within a few
+    # percent of FA3 in the same figures. Transformer Engine (Megatron-Core) uses cuDNN's kernel.
+    ("hopper", "fa3"): AttentionCurve(
+        _SEQ,
+        (0.30, 0.42, 0.53, 0.59, 0.63, 0.65),
+        (0.25, 0.33, 0.40, 0.45, 0.49, 0.52),
+        "Shah et al. 2024 (FlashAttention-3), H100 SXM5 causal hd128, Fig. 5 and 7",
+    ),
+    # MI300X with the CK / Triton FlashAttention-2 ports: AMD ROCm blog "FlashAttention on MI300X" (2024),
+    # forward ~300-450 TFLOP/s of 1307 at long sequences; backward about 0.8 of forward.
+    ("cdna3", "fa2"): AttentionCurve(
+        _SEQ,
+        (0.16, 0.22, 0.27, 0.31, 0.33, 0.34),
+        (0.13, 0.18, 0.22, 0.25, 0.27, 0.28),
+        "AMD ROCm blog 2024, FlashAttention-2 (CK) on MI300X; backward taken as 0.8 of forward",
+    ),
+}
+"""Attention curves by (generation, kernel). Blackwell uses Hopper's FA3 curve until a published one exists."""
+
+HEAD_DIM_FACTOR = {64: 0.80, 128: 1.0, 256: 1.05}
+"""Rate at head dimension d relative to d = 128 (FA2 and FA3 papers: hd64 runs 15-25% slower)."""
+
+GEMM_EFFICIENCY_BF16 = {
+    # cuBLAS bf16 on large square GEMMs: A100 SXM ~250 of 312 TFLOP/s (NVIDIA "Matrix Multiplication Background
+    # User's Guide", A100 curves; Megatron-LM PTD-P §5 reports 252 TFLOP/s for its largest GEMMs).
+    "ampere": 0.80,
+    # H100 SXM at 700 W: ~650-700 of 989 TFLOP/s sustained (Luo et al. 2024, "Benchmarking and Dissecting the
+    # Nvidia Hopper GPU Architecture"; clocks drop under sustained tensor-core load).
+    "hopper": 0.68,
+    # B200: NVIDIA's published GEMM microbenchmarks at launch reach ~1.5 of 2.25 PFLOP/s dense bf16.
+    "blackwell": 0.67,
+    # MI300X hipBLASLt bf16: ~700 of 1307 TFLOP/s (Chips and Cheese / SemiAnalysis MI300X benchmarks, 2024).
+    "cdna3": 0.55,
+}
+"""Large-GEMM bf16 efficiency by generation (the preset devices' `gemm_efficiency`)."""
+
+FP8_GEMM_RATIO = {"hopper": 0.62 / 0.68, "blackwell": 0.62 / 0.67, "cdna3": 0.45 / 0.55, "ampere": 0.0}
+"""fp8 GEMM efficiency (of fp8 dense peak) relative to bf16's (of bf16 peak): H100 cuBLASLt fp8 reaches
+~1,200-1,300 of 1,979 TFLOP/s (NVIDIA Transformer Engine docs, Luo et al. 2024). Ampere has no fp8."""
+
+
+def attention_rate(arch: str, kernel: str, seq_len: float, head_dim: int, *, backward: bool) -> float:
+    """Achieved causal attention rate as a fraction of the generation's large-GEMM efficiency."""
+    curve = ATTENTION.get((arch, kernel))
+    if curve is None:
+        curve = ATTENTION.get(
+            ("hopper", kernel) if arch == "blackwell" else (arch, "fa2"), ATTENTION[("ampere", "fa2")]
+        )
+    d = min(HEAD_DIM_FACTOR, key=lambda k: abs(math.log(k / max(head_dim, 1))))
+    base = GEMM_EFFICIENCY_BF16.get(arch, 0.7)
+    return min(1.0, curve.rate(seq_len, backward=backward) * HEAD_DIM_FACTOR[d] / base)
