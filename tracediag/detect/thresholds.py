@@ -78,5 +78,5 @@ class Thresholds:
     warmup_ratio: float = 1.5
     """A leading step is warm-up when every rank's step takes at least this times that rank's median
     over the later steps (first iterations allocate, compile, build buckets on every rank)."""
-    persistent_min_steps: int = 3
+    persistent_min_steps: int = 2
     """A persistent straggler needs the pattern on at least this many steps (never 1 of 2)."""
