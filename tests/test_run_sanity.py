@@ -77,3 +77,19 @@ def test_matched_gloo_collectives_are_kept():
     a = tracediag.analyze(tracediag.load(sorted((RUNS / "straggler_persistent").glob("rank*.pt.trace.json.gz"))))
     assert a.collectives.height > 0
     assert not any("could not be matched" in w for w in a.warnings)
+
+
+@pytest.mark.parametrize(("ranks", "blamed"), [((0, 1), None), ((0, 1, 3), None), ((1, 2), 2)], ids=str)
+def test_a_subset_of_ranks_never_blames_a_present_rank_for_an_absent_straggler(ranks, blamed):
+    """Ranks of the real persistent-straggler run (rank 2 slow, world size 4) analysed without all
+    ranks: without rank 2 nobody present is blamed, and comm_bound says an untraced rank may be the
+    cause (half confidence); with rank 2 present it is named."""
+    run = tracediag.load([RUNS / "straggler_persistent" / f"rank{r}.pt.trace.json.gz" for r in ranks], jobs=1)
+    findings = tracediag.analyze(run).findings
+    stragglers = [f.ranks for f in findings if f.cause == "compute_straggler"]
+    if blamed is None:
+        assert stragglers == []
+        (comm,) = [f for f in findings if f.cause == "comm_bound"]
+        assert f"only {len(ranks)} of 4 ranks traced" in comm.summary and comm.confidence <= 0.5
+    else:
+        assert stragglers == [(blamed,)]
