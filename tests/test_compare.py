@@ -79,3 +79,22 @@ def test_a100_against_v100_kernel_deltas_and_html(runner, tmp_path):
     )
     page = out.read_text()
     assert "Memcpy DtoD (Device -&gt; Device)" in page and "<script" not in page
+
+
+def test_an_analysis_saved_without_the_newer_columns_compares_on_the_common_parts(runner, tmp_path):
+    """A 1.1 analysis (no copy/idle-split columns) against a run analysed now."""
+    doc = orjson.loads(runner.invoke(cli, ["analyze", str(RUNS / "healthy_ddp"), "--format", "json"]).output)
+    for row in doc["steps"]:
+        for col in ("copy_ns", "idle_host_ns", "idle_kernel_ns", "idle_other_ns"):
+            del row[col]
+    doc["schema_version"] = "1.1"
+    old = tmp_path / "old.json"
+    old.write_bytes(orjson.dumps(doc))
+    result = runner.invoke(cli, ["compare", str(old), str(RUNS / "healthy_ddp"), "--format", "json"])
+    assert result.exit_code == 0, result.output
+    cols = [c["column"] for c in orjson.loads(result.output)["changes"] if c["kind"] == "breakdown"]
+    assert "idle_host_ns" not in cols and "exposed_comm_ns" in cols
+    doc.pop("kernels"), doc.pop("kernel_categories")
+    old.write_bytes(orjson.dumps(doc))
+    result = runner.invoke(cli, ["compare", str(old), str(RUNS / "healthy_ddp"), "--format", "json"])
+    assert [c for c in orjson.loads(result.output)["changes"] if c["kind"] == "kernel"] == []

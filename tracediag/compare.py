@@ -66,7 +66,8 @@ class Comparison:
 
 
 def _breakdown(a: Analysis) -> dict[str, float]:
-    cols = [c for c, _ in PARTS if c in a.steps.columns]
+    # an analysis saved by an older tracediag lacks the newer columns (null): leave them out
+    cols = [c for c, _ in PARTS if c in a.steps.columns and a.steps[c].null_count() < a.steps.height]
     if not a.steps.height:
         return dict.fromkeys(cols, 0.0)
     per_step = a.steps.group_by("step").agg(pl.col(cols).mean())
@@ -103,6 +104,8 @@ def _summary(a: Analysis, parts: dict[str, float]) -> dict[str, Any]:
 def _kernel_changes(base: Analysis, new: Analysis) -> list[dict[str, Any]]:
     kb, cut_b, floor_b = _kernels(base)
     kn, cut_n, floor_n = _kernels(new)
+    if not kb or not kn:  # a side without a kernel view (an older saved analysis): nothing to compare
+        return []
     out = []
     for name in sorted(set(kb) | set(kn)):
         b, n = kb.get(name), kn.get(name)
