@@ -129,7 +129,7 @@ def _engine(row: dict, publication: str) -> tuple[str, dict[str, object], str]:
     if publication in ("PTD-P", "Korthikanti"):
         return "megatron-2022", {}, ""
     if publication == "MT-NLG":
-        return "deepspeed", {"flash_attention": False}, "Megatron-DeepSpeed 2021: DeepSpeed pipeline, Megatron kernels"
+        return "deepspeed-2021", {}, ""
     if publication == "llm-foundry":
         return "pytorch-fsdp", {}, ""
     if publication == "MegaScale" and "Megatron-LM" in row["source"]:

@@ -13,10 +13,9 @@ import pytest
 from conftest import FIXTURES, SAMPLES
 
 import tracediag
-from tracediag.analyze import NoStepsError
 from tracediag.derive.breakdown import breakdown
 from tracediag.derive.steps import assign_steps, find_markers, step_spans
-from tracediag.errors import TracediagError
+from tracediag.errors import NoStepsError, TracediagError
 
 RUN_DIRS = sorted(p.parent for p in (FIXTURES / "runs").glob("*/manifest.json"))
 TRACE_FILES = sorted(

@@ -162,3 +162,26 @@ def test_plan_emit_times_splits_with_the_target_engine(runner):
         outputs.append(runner.invoke(cli, [*base, *extra]).stdout)
         assert outputs[-1] == expected
     assert outputs[0] != outputs[1]  # the two profiles pick different splits here
+
+
+def test_engine_switches_and_oversubscription_change_the_prediction(runner):
+    base = ["predict", "--model", "llama3-70b", "--gpus", "64", "--gpu", "h100-sxm", "--seq-len", "8192"]
+    base += ["--global-batch", "64", "--tp", "8", "--dp", "8", "--sequence-parallel", "--format", "json"]
+
+    def run(*extra):
+        result = runner.invoke(cli, [*base, *extra])
+        assert result.exit_code == 0, result.output
+        return orjson.loads(result.output)
+
+    plain = run("--engine", "megatron-core", "--no-tp-overlap")
+    overlapped = run("--engine", "megatron-core", "--tp-overlap")
+    assert overlapped["breakdown"]["exposed_tp_s"] < 0.5 * plain["breakdown"]["exposed_tp_s"]
+    assert "tp_overlap=False" in plain["inputs"]["engine"]["name"]
+    slow_net = run("--engine", "megatron-core", "--no-dp-overlap", "--oversubscription", "4")
+    fast_net = run("--engine", "megatron-core", "--no-dp-overlap")
+    assert slow_net["breakdown"]["exposed_dp_s"] > 2 * fast_net["breakdown"]["exposed_dp_s"]
+    unfused = run("--attention", "unfused", "--recompute", "none")
+    fused = run("--attention", "fa3", "--recompute", "none")
+    assert unfused["memory"]["activations"] > fused["memory"]["activations"]
+    bad = runner.invoke(cli, [*base, "--oversubscription", "0.5"])
+    assert bad.exit_code == 2

@@ -59,7 +59,7 @@ def test_fail_if_slower_exits_3_past_the_limit(runner):
     assert runner.invoke(cli, ["compare", base, new, "--fail-if-slower", str(pct + 1)]).exit_code == 0
 
 
-@needs_shared
+@needs_shared(SAMPLES / "hta")
 def test_a100_against_v100_kernel_deltas_and_html(runner, tmp_path):
     hta = SAMPLES / "hta" / "trace_diff"
     doc = orjson.loads(

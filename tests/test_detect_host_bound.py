@@ -23,7 +23,7 @@ def _analyze(name: str):
     return tracediag.analyze(tracediag.load(SAMPLES / "hta" / name, jobs=1))
 
 
-@needs_shared
+@needs_shared(SAMPLES / "hta")
 @pytest.mark.parametrize("name", sorted(HOST_BOUND), ids=str)
 def test_idle_gpu_is_host_bound_with_the_split_and_a_hint(name):
     a = _analyze(name)
@@ -41,18 +41,18 @@ def test_idle_gpu_is_host_bound_with_the_split_and_a_hint(name):
     assert f.time_lost_ns <= steps["idle_ns"].sum()
 
 
-@needs_shared
+@needs_shared(SAMPLES / "hta")
 def test_waiting_on_host_means_an_empty_launch_queue():
     """The host-starved traces keep at most one launch queued; the busy ones keep hundreds."""
     starved = _analyze("nccl_parser_config").findings[0].evidence["queue_depth_median"]
     assert starved == 1
-    from tracediag.analyze import derive_facts
+    from tracediag.analyzing import derive_facts
 
     facts, _ = derive_facts(tracediag.load(SAMPLES / "hta" / "ns_resolution_trace", jobs=1))
     assert facts.host["queue_depth"].median() > 100
 
 
-@needs_shared
+@needs_shared(SAMPLES / "hta")
 @pytest.mark.parametrize("name", BUSY, ids=str)
 def test_busy_gpu_is_not_host_bound(name):
     a = _analyze(name)
@@ -60,7 +60,7 @@ def test_busy_gpu_is_not_host_bound(name):
     assert (a.steps["idle_ns"] / a.steps["dur_ns"]).median() < 0.2
 
 
-@needs_shared
+@needs_shared(SAMPLES / "hta")
 def test_cpu_only_trace_with_an_idle_host_is_host_bound_at_half_confidence():
     """rank_non_gpu: a CPU-only trace whose threads run no traced operator 63% of the step."""
     a = _analyze("rank_non_gpu")

@@ -37,7 +37,7 @@ def test_cpu_operator_self_times_add_up_to_the_busy_time_of_each_thread():
     assert (top["name"], top["category"]) == ("gloo:all_reduce", "communication")
 
 
-@needs_shared
+@needs_shared(SAMPLES / "hta")
 def test_gpu_kernel_totals_are_the_device_rows_of_the_analysed_steps(runner):
     path = SAMPLES / "hta" / "nccl_parser_config"
     result = runner.invoke(cli, ["analyze", str(path), "--format", "json"])
@@ -58,8 +58,10 @@ def test_html_has_the_kernel_view_with_names_escaped(tmp_path):
     from tracediag.report.html import render_html
 
     a = tracediag.analyze(tracediag.load(sorted(RUN.glob("rank*.gz")), jobs=1))
-    rows = [{**a.extra["kernels"][0], "name": "<script>alert(1)</script>"}, *a.extra["kernels"][1:]]
-    page = render_html(a.__class__(**{**a.__dict__, "extra": {**a.extra, "kernels": rows}}))
+    import dataclasses
+
+    first = pl.Series("name", ["<script>alert(1)</script>", *a.kernels["name"].to_list()[1:]])
+    page = render_html(dataclasses.replace(a, kernels=a.kernels.with_columns(first)))
     section = page.split('<section id="kernels">')[1].split("</section>")[0]
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in section and "<script>alert" not in section
     assert "gloo:all_reduce" in section and "communication" in section

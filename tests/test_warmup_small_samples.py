@@ -6,7 +6,7 @@ import polars as pl
 from conftest import FIXTURES, KINETO
 
 import tracediag
-from tracediag.analyze import derive_facts
+from tracediag.analyzing import derive_facts
 from tracediag.detect import Thresholds, straggler
 from tracediag.detect.warmup import warmup_steps, without_steps
 
@@ -19,9 +19,9 @@ def test_slow_first_step_on_every_rank_is_warmup_not_a_straggler_nor_a_pipeline(
     a = tracediag.analyze(tracediag.load(TWO_RANK, jobs=1))
     causes = [f.cause for f in a.findings]
     assert "compute_straggler" not in causes and "pipeline_bubble" not in causes
-    assert any(w.startswith("step(s) 2 are warm-up") for w in a.warnings)
+    assert any(w.startswith("step 2 is warm-up") for w in a.warnings)
     assert a.step_numbers == [2, 3]  # still shown
-    assert a.extra["pipeline"][0]["expected_bubble_share"] == 0.5
+    assert a.pipelines[0].expected_bubble_share == 0.5
 
 
 def test_persistent_needs_enough_steps():

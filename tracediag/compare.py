@@ -76,11 +76,10 @@ def _breakdown(a: Analysis) -> dict[str, float]:
 
 def _kernels(a: Analysis) -> tuple[dict[str, dict[str, Any]], bool, float]:
     """name -> {category, ns_per_step}; whether some rank's list was cut; the smallest listed time per step."""
-    rows = a.extra.get("kernels") or []
     n_steps = max(len(a.step_numbers), 1)
-    if not rows:
+    if a.kernels is None or not a.kernels.height:
         return {}, False, 0.0
-    df = pl.DataFrame(rows)
+    df = a.kernels
     cut = bool((df.group_by("rank").len()["len"] >= TOP_STORED).any())
     per = df.group_by("name").agg(pl.col("category").first(), (pl.col("total_ns").sum() / n_steps).alias("ns"))
     table = {n: {"category": c, "ns_per_step": float(ns)} for n, c, ns in per.iter_rows()}

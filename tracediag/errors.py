@@ -28,3 +28,11 @@ class RankError(TracediagError):
 
 class SpecError(TracediagError):
     """A model, device, link or split specification is invalid or impossible."""
+
+
+class NoStepsError(TracediagError):
+    """The traces hold no step markers the analysis can segment by."""
+
+
+class MixedRunError(TracediagError):
+    """The files given as one run are not ranks of one run (`sanity.check_same_run`)."""

@@ -15,16 +15,12 @@ import re
 
 import polars as pl
 
-from tracediag.errors import TracediagError
+from tracediag.errors import MixedRunError
 from tracediag.run import Run, RunMeta
 
 SPAN_SLACK_NS = 60_000_000_000
 """Host clocks of one job differ by milliseconds and profilers start a little apart; recorded windows
 more than a minute apart are different runs."""
-
-
-class MixedRunError(TracediagError):
-    """The files are not ranks of one run."""
 
 
 def _name(path: str) -> str:

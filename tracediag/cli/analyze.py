@@ -9,7 +9,7 @@ import click
 import orjson
 
 from tracediag.analysis import CAUSES, Analysis
-from tracediag.analyze import analyze as _analyze
+from tracediag.analyzing import analyze as _analyze
 from tracediag.cli.check_options import add_check, append_check_text, check_options, finish_report
 from tracediag.cli.common import EXIT_FINDING, InputError
 from tracediag.cli.ingest import load_traces, trace_options
@@ -120,7 +120,7 @@ def analyze(
         for p, r in results:
             body = append_check_text(render_text(r), r, fmt)
             if kernels_top:
-                body += "\n\n" + render_kernels(r.extra, kernels_top)
+                body += "\n\n" + render_kernels(r, kernels_top)
             parts.append(f"== {p} (analysed alone: --allow-mixed)\n{body}" if p else body)
         text = "\n\n".join(parts)
     if output:

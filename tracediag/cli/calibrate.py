@@ -9,10 +9,10 @@ from typing import Any
 
 import click
 
-from tracediag.analyze import analyze
+from tracediag.analyzing import analyze
 from tracediag.cli.common import InputError
 from tracediag.cli.ingest import load_traces
-from tracediag.cli.model import _device, _errors, _model, predict, split_from_options
+from tracediag.cli.model import _device, _errors, _model, engine_from_options, predict, split_from_options
 from tracediag.errors import TracediagError
 from tracediag.model.calibrate import (
     apply_profile,
@@ -20,7 +20,6 @@ from tracediag.model.calibrate import (
     calibrate_from_trace,
     step_time_from_measure,
 )
-from tracediag.model.engine import resolve_engine
 from tracediag.model.predict import predict as run_predict
 from tracediag.run import resolve_paths
 
@@ -75,7 +74,7 @@ def calibrate(paths: tuple[str, ...], output: Path, **kw: Any) -> None:
     if kw["gpu"] is None:
         msg = "calibrate needs --gpu (the device preset the profile scales)"
         raise InputError(msg)
-    engine = resolve_engine(kw["engine_name"])
+    engine = engine_from_options(kw)
     device = _device(kw)
     has_model = kw["model_name"] is not None or kw["layers"] is not None
     if paths:

@@ -26,7 +26,7 @@ def _is_analysis(path: str) -> bool:
 
 def _side(path: str, step_regex: str | None, jobs: int, allow_mixed: bool) -> Analysis:
     """An analysis from a saved analysis JSON, or from trace files/directories analysed now."""
-    from tracediag.analyze import analyze
+    from tracediag.analyzing import analyze
 
     if _is_analysis(path):
         try:

@@ -15,7 +15,7 @@ from tracediag.errors import TracediagError
 from tracediag.model.calibrate import apply_profile, load_profile
 from tracediag.model.emit import ENGINES as EMIT_TARGETS
 from tracediag.model.emit import emit
-from tracediag.model.engine import ENGINES, resolve_engine
+from tracediag.model.engine import ENGINES, Engine, resolve_engine, with_overrides
 from tracediag.model.plan import DEFAULT_HEADROOM, ceiling_warning, mfu_ceiling
 from tracediag.model.plan import plan as run_plan
 from tracediag.model.predict import predict as run_predict
@@ -32,6 +32,7 @@ from tracediag.model.specs import (
     resolve_device,
     resolve_model,
 )
+from tracediag.words import of_peak
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -81,6 +82,11 @@ device_options = _options(
     click.option("--memory-gb", type=float, help="Override device memory, GB."),
     click.option("--hbm-gbps", type=float, help="Override HBM bandwidth, GB/s."),
     click.option(
+        "--oversubscription",
+        type=click.FloatRange(min=1.0),
+        help="Network oversubscription: injection over bisection bandwidth (default 1, non-blocking).",
+    ),
+    click.option(
         "--profile",
         "profile_path",
         type=click.Path(exists=True, dir_okay=False, path_type=Path),
@@ -94,6 +100,15 @@ device_options = _options(
         show_default=True,
         help="Software profile: kernels and overlap.",
     ),
+    click.option("--tp-overlap/--no-tp-overlap", default=None, help="TP collectives hidden behind GEMMs."),
+    click.option("--dp-overlap/--no-dp-overlap", default=None, help="DP/FSDP traffic hidden behind compute."),
+    click.option("--pp-overlap/--no-pp-overlap", default=None, help="Pipeline send/recv hidden behind compute."),
+    click.option(
+        "--attention",
+        type=click.Choice(["fa2", "fa3", "unfused"]),
+        help="Attention kernel (default: the engine's): FlashAttention-2, -3 / cuDNN, or materialised softmax.",
+    ),
+    click.option("--cp-all-gather/--cp-ring", default=None, help="Context parallelism by all-gather or ring."),
     click.option("--seq-len", type=int, required=True, help="Tokens per sequence."),
     click.option("--global-batch", type=int, required=True, help="Sequences per step."),
     click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True),
@@ -146,8 +161,27 @@ def _device(kw: dict, profile: Profile | None = None) -> DeviceSpec:
         peak_flops=kw["peak_tflops"] * TFLOPS if kw["peak_tflops"] else None,
         memory_bytes=kw["memory_gb"] * GB if kw["memory_gb"] else None,
         hbm_bandwidth=kw["hbm_gbps"] * GB if kw["hbm_gbps"] else None,
+        network_oversubscription=kw.get("oversubscription"),
     )
     return apply_profile(device, profile) if profile is not None else device
+
+
+def engine_from_options(kw: dict, name: str | None = None) -> Engine:
+    """The engine profile named by `--engine` (or `name`), with the switches the options set."""
+    attention = kw.get("attention")
+    switches = {
+        "tp_overlap": kw.get("tp_overlap"),
+        "dp_overlap": kw.get("dp_overlap"),
+        "pp_overlap": kw.get("pp_overlap"),
+        "cp_all_gather": kw.get("cp_all_gather"),
+        "flash_attention": None if attention is None else attention != "unfused",
+        "attention_kernel": attention if attention in ("fa2", "fa3") else None,
+    }
+    engine = resolve_engine(name or kw["engine_name"])
+    changed = [f"{k}={v}" for k, v in switches.items() if v is not None and getattr(engine, k) != v]
+    if changed:
+        switches["name"] = f"{engine.name} ({', '.join(changed)})"
+    return with_overrides(engine, **switches)
 
 
 def _gib(x: float) -> str:
@@ -187,7 +221,7 @@ def render_prediction(p: Prediction) -> str:
         lines.append(f"  {name.removesuffix('_s'):<12}{value:9.3f} s  {100 * value / t.step_time_s:5.1f}%")
     lines += [
         "",
-        f"MFU {100 * p.mfu:.1f}%  HFU {100 * p.hfu:.1f}%  {p.tokens_per_s:,.0f} tokens/s "
+        f"{of_peak('MFU', p.mfu)}  {of_peak('HFU', p.hfu)}  {p.tokens_per_s:,.0f} tokens/s "
         f"({p.tokens_per_s / p.gpus:,.0f} per GPU)",
     ]
     return "\n".join(lines)
@@ -205,7 +239,7 @@ def render_plan(result: Plan) -> str:
         lines.append(
             f"#{r.rank} tp={s.tp} pp={s.pp} dp={s.dp} cp={s.cp}{f' ep={s.ep}' if s.ep > 1 else ''} "
             f"vpp={s.vpp} zero={s.zero} mb={p.training.micro_batch} recompute={p.training.recompute}: "
-            f"MFU {100 * p.mfu:.1f}%, {p.step_time_s:.3f} s/step, {p.tokens_per_s:,.0f} tokens/s"
+            f"{of_peak('MFU', p.mfu)}, {p.step_time_s:.3f} s/step, {p.tokens_per_s:,.0f} tokens/s"
         )
         lines.append(f"    {r.reason}")
         if r.warning:
@@ -324,7 +358,7 @@ def prediction_from_options(kw: dict, profile: Profile | None = None) -> Predict
         profile = _profile(kw)
     model, device = _model(kw), _device(kw, profile)
     split, train = split_from_options(kw)
-    return run_predict(model, device, split, train, resolve_engine(kw["engine_name"]), gpus=kw["gpus"])
+    return run_predict(model, device, split, train, engine_from_options(kw), gpus=kw["gpus"])
 
 
 @click.command()
@@ -365,7 +399,7 @@ def plan(**kw: Any) -> None:
     result = run_plan(
         _model(kw),
         _device(kw, profile),
-        resolve_engine(engine_name),
+        engine_from_options(kw, engine_name),
         gpus=kw["gpus"],
         seq_len=kw["seq_len"],
         global_batch=kw["global_batch"],

@@ -12,18 +12,8 @@ from __future__ import annotations
 
 import polars as pl
 
+from tracediag.analysis import KERNEL_CATEGORY_SCHEMA, KERNEL_SCHEMA
 from tracediag.derive.breakdown import COMM_OP_REGEX
-
-KERNEL_SCHEMA: dict[str, pl.DataType] = {
-    "rank": pl.Int32(),
-    "name": pl.String(),
-    "category": pl.String(),
-    "count": pl.Int64(),
-    "total_ns": pl.Int64(),
-    "mean_ns": pl.Int64(),
-    "share": pl.Float64(),
-}
-"""One row per (rank, name): ``share`` = total / the rank's summed step time."""
 
 TOP_STORED = 50
 """Rows kept per rank in the analysis (the JSON stays small on traces with thousands of kernels)."""
@@ -138,4 +128,6 @@ def by_category(kernels: pl.DataFrame) -> pl.DataFrame:
         kernels.group_by("rank", "category")
         .agg(pl.col("count").sum(), pl.col("total_ns").sum(), pl.col("share").sum())
         .sort("rank", "category")
+        .select(list(KERNEL_CATEGORY_SCHEMA))
+        .cast(KERNEL_CATEGORY_SCHEMA)
     )

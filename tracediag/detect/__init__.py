@@ -12,6 +12,7 @@ from tracediag.analysis import Finding
 from tracediag.detect import comm_bound, host_bound, input_bound, pipeline, straggler
 from tracediag.detect.facts import Facts
 from tracediag.detect.thresholds import Thresholds
+from tracediag.words import count
 
 __all__ = ["Facts", "Thresholds", "detect_all"]
 
@@ -56,7 +57,7 @@ def _healthy(facts: Facts, th: Thresholds) -> Finding:
             "idle_share_median": round(host_bound.idle_share(s) or 0.0, 3),
         }
     summary = (
-        f"no cause found over {s['step'].n_unique() if s.height else 0} steps on {len(ranks)} ranks: "
+        f"no cause found over {count(s['step'].n_unique() if s.height else 0, 'step')} on {count(len(ranks), 'rank')}: "
         "no rank computes persistently longer than its peers, exposed communication, pipeline idle, "
         "data loading and device idle stay below their thresholds" + (_closest(s, th) if s.height else "")
     )

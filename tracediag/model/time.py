@@ -265,7 +265,7 @@ def logits_cost(
     cols = model.vocab / split.tp
     flops = 3 * 2 * tokens * model.hidden * cols
     gemm = gemm_time(flops, min(tokens, model.hidden, cols), device, engine)
-    loss = 3 * 6 * tokens * cols / (device.hbm_bandwidth * engine.hbm_efficiency)
+    loss = engine.loss_bytes_per_logit * tokens * cols / (device.hbm_bandwidth * engine.hbm_efficiency)
     tp = 0.0
     if split.sequence_parallel:
         link = process_group_links(device, split, engine.collective_overhead_us)["tp"]

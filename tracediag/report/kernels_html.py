@@ -2,20 +2,23 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from tracediag.report.figures import esc
+
+if TYPE_CHECKING:
+    from tracediag.analysis import Analysis
 
 TOP_HTML = 15
 """Rows per rank in the report (the JSON keeps more)."""
 
 
-def kernels_section(extra: dict[str, Any], top: int = TOP_HTML) -> str:
+def kernels_section(analysis: Analysis, top: int = TOP_HTML) -> str:
     """A ``<section id="kernels">`` or "" when the analysis has no kernel view. Names are escaped."""
-    rows = extra.get("kernels")
-    if not isinstance(rows, list) or not rows:
+    if analysis.kernels is None or not analysis.kernels.height:
         return ""
-    cats = extra.get("kernel_categories") or []
+    rows = analysis.kernels.to_dicts()
+    cats = analysis.kernel_categories.to_dicts() if analysis.kernel_categories is not None else []
     parts = [
         '<section id="kernels"><h2>Top kernels and operators per rank</h2><p class="caption">Total time over '
         "the analysed steps; share of the rank's summed step time; CPU operators: self time.</p>"

@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tracediag.analysis import Analysis
 
 MS = 1e6
 
 
-def render_kernels(extra: dict[str, Any], top: int) -> str:
+def render_kernels(analysis: Analysis, top: int) -> str:
     """`--kernels N`: per rank the category split, then the N kernels/operators with the most time."""
-    rows = extra.get("kernels") or []
-    if not rows:
+    if analysis.kernels is None or not analysis.kernels.height:
         return "kernels: none recorded in the analysed steps"
-    cats = extra.get("kernel_categories") or []
+    rows = analysis.kernels.to_dicts()
+    cats = analysis.kernel_categories.to_dicts() if analysis.kernel_categories is not None else []
     lines = [
         f"top {top} kernels/operators per rank by total time over the analysed steps "
         "(ms; share = of the rank's summed step time; CPU operators: self time, threads add up)"

@@ -2,29 +2,30 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import polars as pl
 
 from tracediag.analysis import Analysis, Finding
+from tracediag.words import count, noun
 
 MS = 1e6
 COLUMNS = (
-    ("dur_ns", "dur ms"),
-    ("compute_ns", "compute"),
-    ("exposed_comm_ns", "exposed"),
-    ("copy_ns", "copy"),
-    ("idle_host_ns", "idle:host"),
-    ("idle_kernel_ns", "idle:kern"),
-    ("idle_other_ns", "idle:other"),
-    ("wait_ns", "(wait)"),
-    ("input_ns", "input"),
-    ("host_gap_ns", "host gap"),
+    ("dur_ns", "dur", "step time = compute + exposed + copy + the three idles"),
+    ("compute_ns", "compute", "computing"),
+    ("exposed_comm_ns", "exposed", "communicating with no compute alongside"),
+    ("copy_ns", "copy", "only memory copies"),
+    ("idle_host_ns", "idle:host", "idle with nothing queued, waiting on the host"),
+    ("idle_kernel_ns", "idle:kern", "idle up to 30 us between queued kernels"),
+    ("idle_other_ns", "idle:other", "idle for any other reason"),
+    ("wait_ns", "(wait)", "the part of exposed spent waiting for late peers"),
+    ("input_ns", "input", "host loading data"),
+    ("host_gap_ns", "host gap", "host thread in no operator"),
 )
-LEGEND = (
-    "ms, mean over ranks so the parts add up: dur = compute + exposed comm + copy + idle "
-    "(waiting on host / kernels / other); (wait) = the part of exposed spent waiting for late peers; "
-    "input, host gap = host side"
+"""(steps column, table header, what it means: the table's legend)."""
+LEGEND = "; ".join(
+    [*(f"{label} = {meaning}" for _, label, meaning in COLUMNS), "max compute = the rank computing longest"]
 )
 
 
@@ -43,8 +44,8 @@ def _span(values: tuple[int, ...]) -> str:
     return ", ".join(parts)
 
 
-def _evidence(evidence: dict[str, Any]) -> str:
-    scalars = [f"{k}={v}" for k, v in evidence.items() if not isinstance(v, (dict, list))]
+def _evidence(evidence: Mapping[str, Any]) -> str:
+    scalars = [f"{k}={v}" for k, v in evidence.items() if not isinstance(v, (Mapping, tuple, list))]
     return ", ".join(scalars)
 
 
@@ -53,8 +54,9 @@ def _finding_lines(i: int, f: Finding) -> list[str]:
         return [f"{i}. healthy  {f.summary}", f"   evidence: {_evidence(f.evidence)}"]
     n = len(f.steps)
     head = (
-        f"{i}. {f.cause}  ranks {_span(f.ranks)}  steps {_span(f.steps)}  "
-        f"lost {f.time_lost_ns / MS:,.1f} ms over {n} step{'s' if n != 1 else ''}  confidence {f.confidence:.2f}"
+        f"{i}. {f.cause}  {noun(len(f.ranks), 'rank')} {_span(f.ranks)}  "
+        f"{noun(n, 'step')} {_span(f.steps)}  "
+        f"lost {f.time_lost_ns / MS:,.1f} ms over {count(n, 'step')}  confidence {f.confidence:.2f}"
     )
     return [head, f"   {f.summary}", f"   evidence: {_evidence(f.evidence)}"]
 
@@ -65,15 +67,15 @@ def _step_table(steps: pl.DataFrame) -> list[str]:
     per_step = (
         steps.group_by("step")
         .agg(
-            *[(pl.col(c).mean() / MS).alias(c) for c, _ in COLUMNS],
+            *[(pl.col(c).mean() / MS).alias(c) for c, _, _ in COLUMNS],
             slowest=pl.col("rank").sort_by("compute_ns").last(),
         )
         .sort("step")
     )
-    header = f"{'step':>8}" + "".join(f"{label:>11}" for _, label in COLUMNS) + f"{'max compute':>13}"
-    lines = [f"per step ({LEGEND}; max compute = the rank computing longest)", header]
+    header = f"{'step':>8}" + "".join(f"{label:>11}" for _, label, _ in COLUMNS) + f"{'max compute':>13}"
+    lines = ["per step: ms, mean over ranks (so the parts add up)", f"columns: {LEGEND}", header]
     for row in per_step.iter_rows(named=True):
-        cells = "".join(f"{row[c]:>11.1f}" for c, _ in COLUMNS)
+        cells = "".join(f"{row[c]:>11.1f}" for c, _, _ in COLUMNS)
         lines.append(f"{row['step']:>8}{cells}{'rank ' + str(row['slowest']):>13}")
     return lines
 
@@ -82,19 +84,18 @@ def render_text(analysis: Analysis) -> str:
     """The summary and per-step table as text (no trailing newline)."""
     nums = analysis.step_numbers
     lines = [
-        f"tracediag analyze: {len(analysis.ranks)} rank{'s' if len(analysis.ranks) != 1 else ''} "
-        f"(world size {analysis.world_size}), "
-        f"{len(nums)} steps ({_span(tuple(nums))}), {analysis.excluded_steps} partial rank-steps left out",
+        f"tracediag analyze: {count(len(analysis.ranks), 'rank')} (world size {analysis.world_size}), "
+        f"{count(len(nums), 'step')} ({_span(tuple(nums))}), "
+        f"{count(analysis.excluded_steps, 'partial rank-step')} left out",
         "",
     ]
     for i, f in enumerate(analysis.findings, 1):
         lines.extend(_finding_lines(i, f))
-    pipes = analysis.extra.get("pipeline", [])
-    for pipe in pipes:
-        stages = ", ".join(f"{s['rank']}:{s['idle_share']:.0%}" for s in pipe["stages"])
+    for pipe in analysis.pipelines:
+        stages = ", ".join(f"{s.rank}:{s.idle_share:.0%}" for s in pipe.stages)
         lines.append(
-            f"   pipeline p={pipe['p']} m={pipe['m']}: idle share by stage (rank:share) {stages}; "
-            f"ideal {pipe['expected_bubble_share']:.0%}"
+            f"   pipeline p={pipe.p} m={pipe.m}: idle share by stage (rank:share) {stages}; "
+            f"ideal {pipe.expected_bubble_share:.0%}"
         )
     lines.append("")
     lines.extend(_step_table(analysis.steps))

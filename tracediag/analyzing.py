@@ -24,13 +24,10 @@ from tracediag.derive.steps import assign_steps, find_markers, step_spans
 from tracediag.detect import Facts, Thresholds, detect_all
 from tracediag.detect.pipeline import pipeline_stages
 from tracediag.detect.warmup import warmup_steps, without_steps
-from tracediag.errors import TracediagError
+from tracediag.errors import NoStepsError
 from tracediag.run import Run
 from tracediag.sanity import check_same_run
-
-
-class NoStepsError(TracediagError):
-    """The traces hold no step markers the analysis can segment by."""
+from tracediag.words import count, noun
 
 
 def _needs_split(run: Run, instances: pl.DataFrame) -> bool:
@@ -64,15 +61,16 @@ def derive_facts(run: Run, *, step_regex: str | None = None, link_gbps: float | 
     excluded = per_step.height - kept.height
     warnings = []
     if partial.height:
-        warnings.append(f"{partial.height} partial step(s) at the edges of the recorded window left out")
+        warnings.append(f"{count(partial.height, 'partial step')} at the edges of the recorded window left out")
     if unmatched:
         warnings.append(
-            f"{unmatched} collective instance(s) could not be matched across the traced ranks (a rank left "
-            "before another arrived: different instances or asynchronous enqueue operators); no wait is "
+            f"{count(unmatched, 'collective instance')} could not be matched across the traced ranks (a rank "
+            "left before another arrived: different instances or asynchronous enqueue operators); no wait is "
             "counted for them"
         )
     if complete.height - kept.height:
-        warnings.append(f"{complete.height - kept.height} rank-step(s) of steps not recorded on every rank left out")
+        dropped = count(complete.height - kept.height, "rank-step")
+        warnings.append(f"{dropped} of steps not recorded on every rank left out")
     steps = (
         kept.join(waits, on=["rank", "step"], how="left")
         .with_columns(
@@ -131,21 +129,16 @@ def analyze(
     if not allow_mixed:
         check_same_run(run)
     facts, left_out = derive_facts(run, step_regex=step_regex, link_gbps=link_gbps)
-    warmup = warmup_steps(facts.steps, thresholds or Thresholds())
-    findings = detect_all(without_steps(facts, warmup), thresholds=thresholds)
+    th = thresholds or Thresholds()
+    warmup = warmup_steps(facts.steps, th)
+    findings = detect_all(without_steps(facts, warmup), thresholds=th)
+    warnings = left_out["warnings"]
     if warmup:
-        left_out["warnings"] += (
-            f"step(s) {', '.join(map(str, warmup))} are warm-up (every rank at least "
-            f"{(thresholds or Thresholds()).warmup_ratio}x its later steps): shown, left out of the diagnosis",
+        warnings += (
+            f"{noun(len(warmup), 'step')} {', '.join(map(str, warmup))} {'is' if len(warmup) == 1 else 'are'} "
+            f"warm-up (every rank at least {th.warmup_ratio}x its later steps): shown, left out of the diagnosis",
         )
-    extra = {}
     kernels = left_out["kernels"]
-    if kernels.height:
-        extra["kernels"] = kernels.group_by("rank", maintain_order=True).head(TOP_STORED).to_dicts()
-        extra["kernel_categories"] = by_category(kernels).to_dicts()
-    pipes = pipeline_stages(facts)
-    if pipes:
-        extra["pipeline"] = pipes
     return Analysis(
         ranks=tuple(run.meta.ranks) or tuple(sorted(run.events["rank"].unique().to_list())),
         world_size=run.meta.world_size,
@@ -155,6 +148,8 @@ def analyze(
         collectives=facts.collectives,
         findings=findings,
         excluded_steps=left_out["excluded_steps"],
-        warnings=tuple(run.meta.errors) + left_out["warnings"],
-        extra=extra,
+        warnings=tuple(run.meta.errors) + warnings,
+        pipelines=tuple(pipeline_stages(facts)),
+        kernels=kernels.group_by("rank", maintain_order=True).head(TOP_STORED) if kernels.height else None,
+        kernel_categories=by_category(kernels) if kernels.height else None,
     )
