@@ -6,6 +6,8 @@ detectors, and packs the result into the `analysis.Analysis` contract.
 
 from __future__ import annotations
 
+import math
+
 import polars as pl
 
 from tracediag.analysis import COLLECTIVE_SCHEMA, STEP_SCHEMA, Analysis
@@ -125,7 +127,11 @@ def analyze(
         The files are not ranks of one run (world sizes, devices, backends, time spans, collectives).
     NoStepsError
         The traces hold no step markers.
+    ValueError
+        `link_gbps` is not a finite number above 0, or `step_regex` is not a valid pattern.
     """
+    if link_gbps is not None and not (isinstance(link_gbps, (int, float)) and 0 < link_gbps < math.inf):
+        raise ValueError(f"link_gbps must be a finite number of GB/s above 0, got {link_gbps!r}")
     if not allow_mixed:
         check_same_run(run)
     facts, left_out = derive_facts(run, step_regex=step_regex, link_gbps=link_gbps)

@@ -15,7 +15,7 @@ import re
 
 import polars as pl
 
-from tracediag.errors import MixedRunError
+from tracediag.errors import MixedRunError, shown
 from tracediag.run import Run, RunMeta
 
 SPAN_SLACK_NS = 60_000_000_000
@@ -26,7 +26,7 @@ more than a minute apart are different runs."""
 def _name(path: str) -> str:
     """The file and its folder (rank files of different runs often share a base name)."""
     path = path.rstrip("/")
-    return os.path.join(os.path.basename(os.path.dirname(path)), os.path.basename(path)) or path
+    return shown(os.path.join(os.path.basename(os.path.dirname(path)), os.path.basename(path)) or path)
 
 
 def _device_type(name: str) -> str:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import os
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +15,8 @@ from tracediag.analyzing import analyze as _analyze
 from tracediag.cli.check_options import add_check, append_check_text, check_options, finish_report
 from tracediag.cli.common import EXIT_FINDING, InputError
 from tracediag.cli.ingest import load_traces, trace_options
-from tracediag.errors import TracediagError
+from tracediag.errors import TracediagError, shown
+from tracediag.output import write_atomic
 from tracediag.report.kernels_text import render_kernels
 from tracediag.report.text import render_text
 from tracediag.run import Run
@@ -34,7 +37,7 @@ def _per_file(run: Run, step_regex: str | None, peak: float | None, check_kw: di
         try:
             result = run_analysis(one, step_regex=step_regex, link_gbps=peak, allow_mixed=True)
         except (TracediagError, ValueError) as e:
-            raise InputError(f"{path}: {e}".replace("\n", "\nError: ")) from None
+            raise InputError(f"{shown(path)}: {e}".replace("\n", "\nError: ")) from None
         out.append((path, add_check(result, one, check_kw)))
     return out
 
@@ -55,9 +58,12 @@ def _link(value: str | None) -> float | None:
     from tracediag.model.specs import parse_link
 
     try:
-        return parse_link(value).bandwidth_gbps
-    except (TracediagError, ValueError) as e:
+        gbps = parse_link(value).bandwidth_gbps
+    except (TracediagError, ValueError, OverflowError) as e:
         raise click.BadParameter(str(e).split("\n")[0], param_hint="--link-gbps") from None
+    if not (math.isfinite(gbps) and gbps > 0):
+        raise click.BadParameter(f"{value!r}: a bandwidth is a finite number of GB/s above 0", param_hint="--link-gbps")
+    return gbps
 
 
 @click.command()
@@ -103,7 +109,12 @@ def analyze(
     """Name the cause of slow steps in trace files, globs, directories or an ingest Parquet."""
     gate = _causes(fail_on)
     peak = _link(link_gbps)
-    run = load_traces(paths, jobs, rank_from_filename, rank_map)
+    html = check_kw.get("html_path")
+    if output is not None and html is not None and os.path.realpath(output) == os.path.realpath(html):
+        raise InputError(f"{shown(output)}: -o and --html name the same file")
+    run = load_traces(
+        paths, jobs, rank_from_filename, rank_map, {"-o": output, "--html": html}, (check_kw.get("plan_path"),)
+    )
     if allow_mixed and mixed_run_problems(run):
         results = _per_file(run, step_regex, peak, check_kw)
     else:
@@ -121,11 +132,13 @@ def analyze(
             body = append_check_text(render_text(r), r, fmt)
             if kernels_top:
                 body += "\n\n" + render_kernels(r, kernels_top)
-            parts.append(f"== {p} (analysed alone: --allow-mixed)\n{body}" if p else body)
+            parts.append(f"== {shown(p)} (analysed alone: --allow-mixed)\n{body}" if p else body)
         text = "\n\n".join(parts)
     if output:
-        with open(output, "w", encoding="utf-8") as f:
-            f.write(text + "\n")
+        try:
+            write_atomic(output, (text + "\n").encode())
+        except TracediagError as e:
+            raise InputError(str(e)) from None
     else:
         click.echo(text)
     for i, (p, r) in enumerate(results):

@@ -138,7 +138,7 @@ def _ratio(r: float | None) -> str:
 
 def _check(check: Check) -> str:
     plan = check.plan
-    split = " ".join(f"{k}={esc(v)}" for k, v in plan.split)
+    split = " ".join(f"{esc(k)}={esc(v)}" for k, v in plan.split)
     head = (
         f'<p class="meta">{esc(plan.model)} on {esc(plan.gpus)} × '
         f"{esc(plan.device)}, {split}, engine {esc(plan.engine)}</p>"
