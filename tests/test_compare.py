@@ -98,3 +98,12 @@ def test_an_analysis_saved_without_the_newer_columns_compares_on_the_common_part
     old.write_bytes(orjson.dumps(doc))
     result = runner.invoke(cli, ["compare", str(old), str(RUNS / "healthy_ddp"), "--format", "json"])
     assert [c for c in orjson.loads(result.output)["changes"] if c["kind"] == "kernel"] == []
+
+
+def test_compare_never_writes_over_an_input(runner, tmp_path):
+    saved = tmp_path / "base.json"
+    runner.invoke(cli, ["analyze", str(RUNS / "healthy_ddp"), "--format", "json", "-o", str(saved)])
+    before = saved.read_bytes()
+    result = runner.invoke(cli, ["compare", str(saved), str(RUNS / "comm_bound"), "-o", str(saved)])
+    assert result.exit_code == 2 and "names an input file" in result.output
+    assert saved.read_bytes() == before

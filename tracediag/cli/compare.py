@@ -12,7 +12,9 @@ from tracediag.cli.common import EXIT_FINDING, InputError
 from tracediag.cli.ingest import load_traces
 from tracediag.compare import compare as _compare
 from tracediag.errors import TracediagError
+from tracediag.output import refuse_inputs, write_atomic
 from tracediag.report.compare_report import render_compare_html, render_compare_text
+from tracediag.run import resolve_paths
 
 
 def _is_analysis(path: str) -> bool:
@@ -73,9 +75,11 @@ def compare(
     else:
         text = render_compare_text(result)
     if output:
-        if Path(output).resolve() in {Path(base).resolve(), Path(new).resolve()}:
-            raise InputError(f"{output}: is an input; choose another output file")
-        Path(output).write_text(text + "\n", encoding="utf-8")
+        try:
+            refuse_inputs(output, resolve_paths([base, new]), "-o")
+            write_atomic(output, (text + "\n").encode())
+        except TracediagError as e:
+            raise InputError(str(e)) from None
     else:
         click.echo(text)
     if fail_if_slower is not None and result.step_time_delta_pct * 100 > fail_if_slower:
