@@ -16,7 +16,8 @@ queued work held by an event, a sync or another device) and from the host rows
 launches, kernels shorter than their launch, and the launch queue depth. The hint names the likeliest
 fix, in this order: fewer syncs (they hold the host ≥ `host_sync_share` of the idle), CUDA graphs or a larger
 micro-batch (launch calls take half the idle time, or a quarter with most kernels shorter than their
-launch and nothing queued), a faster data path (data loading ≥ 10% of the step), else the CPU work between kernels.
+launch and nothing queued), the streams (most idle "other" with work queued: held by events between
+streams or another device), a faster data path (data loading ≥ 10% of the step), else the CPU work between kernels.
 
 Steps: those whose median idle share over GPU ranks reaches `step_share` × `host_idle_share`.
 time_lost_ns = Σ over them of the median over GPU ranks of the idle device time.
@@ -64,6 +65,12 @@ def _hint(ev: dict, th: Thresholds) -> str:
             f"{ev['small_kernel_share']:.0%} of kernels run shorter than their launch and the queue is "
             f"{ev['queue_depth_median']:g} deep; capture the step in CUDA graphs (torch.compile "
             "mode='reduce-overhead') or use a larger micro-batch"
+        )
+    if ev["idle_other"] >= 0.5 and ev["queue_depth_median"] > 2:
+        return (
+            f"work is queued ({ev['queue_depth_median']:g} deep) but held: the device waits on events between "
+            "streams (cudaStreamWaitEvent on a communication stream) or on another device; overlap or reorder "
+            "the streams, or capture the step in CUDA graphs"
         )
     if ev["input_share"] >= 0.1:
         return "a faster data path: more DataLoader workers, pin_memory, prefetching"

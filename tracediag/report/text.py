@@ -12,7 +12,7 @@ from tracediag.words import count, noun
 
 MS = 1e6
 COLUMNS = (
-    ("dur_ns", "dur", "step time = compute + exposed + copy + the three idles"),
+    ("dur_ns", "dur ms", "step time = compute + exposed + copy + the three idles"),
     ("compute_ns", "compute", "computing"),
     ("exposed_comm_ns", "exposed", "communicating with no compute alongside"),
     ("copy_ns", "copy", "only memory copies"),
