@@ -38,7 +38,8 @@ def test_idle_gpu_is_host_bound_with_the_split_and_a_hint(name):
     assert keyword in ev["hint"]
     assert ev["idle_share_median"] >= 0.3
     steps = a.steps.filter(a.steps["step"].is_in(list(f.steps)))
-    assert f.time_lost_ns <= steps["idle_ns"].sum()
+    # the what-if replay prices closing every idle gap at the idle time itself (to float rounding)
+    assert f.time_lost_ns == pytest.approx(steps["idle_ns"].sum(), rel=1e-5)
 
 
 @needs_shared(SAMPLES / "hta")

@@ -29,6 +29,8 @@ from tracediag.detect.warmup import warmup_steps, without_steps
 from tracediag.errors import NoStepsError
 from tracediag.run import Run
 from tracediag.sanity import check_same_run
+from tracediag.whatif import graph_of
+from tracediag.whatif.price import price
 from tracediag.words import count, noun
 
 
@@ -93,8 +95,14 @@ def derive_facts(run: Run, *, step_regex: str | None = None, link_gbps: float | 
         link_gbps=link_gbps,
         world_size=run.meta.world_size,
     )
+    replay_inputs = {"events": events, "spans": spans, "offsets": offsets, "matched": matched}
     kernels = top_kernels(events, steps, top=None)
-    return facts, {"excluded_steps": excluded, "warnings": tuple(warnings), "kernels": kernels}
+    return facts, {
+        "excluded_steps": excluded,
+        "warnings": tuple(warnings),
+        "replay": replay_inputs,
+        "kernels": kernels,
+    }
 
 
 def analyze(
@@ -138,12 +146,16 @@ def analyze(
     th = thresholds or Thresholds()
     warmup = warmup_steps(facts.steps, th)
     findings = detect_all(without_steps(facts, warmup), thresholds=th)
-    warnings = left_out["warnings"]
+    whatif, warnings = None, left_out["warnings"]
     if warmup:
         warnings += (
             f"{noun(len(warmup), 'step')} {', '.join(map(str, warmup))} {'is' if len(warmup) == 1 else 'are'} "
             f"warm-up (every rank at least {th.warmup_ratio}x its later steps): shown, left out of the diagnosis",
         )
+    try:
+        findings, whatif = price(findings, facts, graph_of(facts, **left_out["replay"]))
+    except (pl.exceptions.PolarsError, ValueError, IndexError, KeyError) as e:  # the detectors' estimates stay
+        warnings += (f"what-if replay not available ({type(e).__name__}: {str(e).splitlines()[0][:200]})",)
     kernels = left_out["kernels"]
     return Analysis(
         ranks=tuple(run.meta.ranks) or tuple(sorted(run.events["rank"].unique().to_list())),
@@ -156,6 +168,7 @@ def analyze(
         excluded_steps=left_out["excluded_steps"],
         warnings=tuple(run.meta.errors) + warnings,
         pipelines=tuple(pipeline_stages(facts)),
+        whatif=whatif,
         kernels=kernels.group_by("rank", maintain_order=True).head(TOP_STORED) if kernels.height else None,
         kernel_categories=by_category(kernels) if kernels.height else None,
     )

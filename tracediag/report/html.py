@@ -18,7 +18,7 @@ from tracediag.report.kernels_html import kernels_section
 from tracediag.words import count, noun
 
 if TYPE_CHECKING:
-    from tracediag.analysis import Analysis, Finding, Pipeline
+    from tracediag.analysis import Analysis, Finding, Pipeline, WhatIf
     from tracediag.checking import Check
 
 CONFIG = {"displaylogo": False, "responsive": True, "modeBarButtonsToRemove": ["select2d", "lasso2d"]}
@@ -106,8 +106,9 @@ def _finding(f: Finding) -> str:
     return (
         f'<article class="finding {kind}"><h3><span class="badge">{esc(f.cause)}</span>{esc(f.summary)}</h3>'
         f'<p class="meta">{noun(len(f.ranks), "rank")} {esc(_listing(f.ranks))} · '
-        f'{noun(len(f.steps), "step")} {esc(_listing(f.steps))} · time lost '
+        f"{noun(len(f.steps), 'step')} {esc(_listing(f.steps))} · time lost "
         f"{_ms(f.time_lost_ns)} · confidence {f.confidence:.2f}</p>"
+        + (f'<p class="whatif">what-if: {esc(f.whatif)}</p>' if f.whatif else "")
         + (f"<table>{evidence}</table>" if evidence else "")
         + "</article>"
     )
@@ -191,6 +192,27 @@ def _pipeline(pipelines: tuple[Pipeline, ...]) -> str:
     )
 
 
+def _whatif(whatif: WhatIf | None) -> str:
+    """Per step: observed, replayed from the observed durations, and replayed without every cause."""
+    if whatif is None or not whatif.steps:
+        return ""
+    rows = "".join(
+        f"<tr><td>{r.step}</td><td>{_ms(r.observed_ns)}</td><td>{_ms(r.replayed_ns)}</td>"
+        f"<td>{_ms(r.without_all_ns)}</td></tr>"
+        for r in whatif.steps
+    )
+    err = whatif.replay_error_median
+    fit = (
+        "" if err is None else f" The replay of the observed durations is off by {100 * err:.1f}% (median over steps)."
+    )
+    return (
+        '<section id="whatif"><h2>What-if: each step without the causes found</h2>'
+        f'<p class="note">Each step replayed from the trace with every cause\'s durations removed.{esc(fit)}</p>'
+        "<table><tr><th>step</th><th>observed</th><th>replayed</th><th>what-if</th></tr>"
+        f"{rows}</table></section>"
+    )
+
+
 def _body(analysis: Analysis) -> str:
     steps = analysis.steps
     parts = [_findings(analysis)]
@@ -211,6 +233,7 @@ def _body(analysis: Analysis) -> str:
             parts.append(
                 '<section id="timeline"><h2>The slowest step across ranks</h2>' + _figure(tl, "timeline") + "</section>"
             )
+    parts.append(_whatif(analysis.whatif))
     parts.append(_pipeline(analysis.pipelines))
     parts.append(kernels_section(analysis))
     if analysis.check is not None:
