@@ -12,16 +12,26 @@ import polars as pl
 
 from tracediag.analysis import COLLECTIVE_SCHEMA, STEP_SCHEMA, Analysis
 from tracediag.derive.breakdown import breakdown
-from tracediag.derive.collectives import align_and_match, collective_instances, summarize_instances, wait_per_step
+from tracediag.derive.collectives import (
+    align_and_match,
+    collective_instances,
+    plausible_matches,
+    summarize_instances,
+    wait_per_step,
+)
+from tracediag.derive.host import host_feed
+from tracediag.derive.kernels import TOP_STORED, by_category, top_kernels
 from tracediag.derive.p2p import p2p_per_step, pipeline_groups
 from tracediag.derive.steps import assign_steps, find_markers, step_spans
 from tracediag.detect import Facts, Thresholds, detect_all
 from tracediag.detect.pipeline import pipeline_stages
+from tracediag.detect.warmup import warmup_steps, without_steps
 from tracediag.errors import NoStepsError
 from tracediag.run import Run
+from tracediag.sanity import check_same_run
 from tracediag.whatif import graph_of
 from tracediag.whatif.price import price
-from tracediag.words import count
+from tracediag.words import count, noun
 
 
 def _needs_split(run: Run, instances: pl.DataFrame) -> bool:
@@ -44,6 +54,7 @@ def derive_facts(run: Run, *, step_regex: str | None = None, link_gbps: float | 
     events = assign_steps(events, spans)
     instances = collective_instances(events)
     offsets, matched = align_and_match(instances, split=_needs_split(run, instances))
+    matched, unmatched = plausible_matches(matched)
     waits = wait_per_step(matched)
     per_step = breakdown(events, spans).join(offsets, on="rank", how="left")
     n_ranks = per_step["rank"].n_unique()
@@ -55,6 +66,12 @@ def derive_facts(run: Run, *, step_regex: str | None = None, link_gbps: float | 
     warnings = []
     if partial.height:
         warnings.append(f"{count(partial.height, 'partial step')} at the edges of the recorded window left out")
+    if unmatched:
+        warnings.append(
+            f"{count(unmatched, 'collective instance')} could not be matched across the traced ranks (a rank "
+            "left before another arrived: different instances or asynchronous enqueue operators); no wait is "
+            "counted for them"
+        )
     if complete.height - kept.height:
         dropped = count(complete.height - kept.height, "rank-step")
         warnings.append(f"{dropped} of steps not recorded on every rank left out")
@@ -74,11 +91,18 @@ def derive_facts(run: Run, *, step_regex: str | None = None, link_gbps: float | 
         collectives=collectives,
         p2p=p2p_per_step(events, offsets).filter(pl.col("step").is_in(on_all.implode())),
         pipelines=pipeline_groups(events),
+        host=host_feed(events, spans),
         link_gbps=link_gbps,
         world_size=run.meta.world_size,
     )
     replay_inputs = {"events": events, "spans": spans, "offsets": offsets, "matched": matched}
-    return facts, {"excluded_steps": excluded, "warnings": tuple(warnings), "replay": replay_inputs}
+    kernels = top_kernels(events, steps, top=None)
+    return facts, {
+        "excluded_steps": excluded,
+        "warnings": tuple(warnings),
+        "replay": replay_inputs,
+        "kernels": kernels,
+    }
 
 
 def analyze(
@@ -87,6 +111,7 @@ def analyze(
     step_regex: str | None = None,
     link_gbps: float | None = None,
     thresholds: Thresholds | None = None,
+    allow_mixed: bool = False,
 ) -> Analysis:
     """Find where `run` waits: per-step breakdown, matched collectives and ranked findings.
 
@@ -101,9 +126,13 @@ def analyze(
         Peak bus bandwidth of the link in GB/s, to say whether communication saturates it.
     thresholds
         Detector thresholds (`detect.Thresholds`); the documented defaults when None.
+    allow_mixed
+        Skip the check that the files are ranks of one run (`sanity.check_same_run`).
 
     Raises
     ------
+    MixedRunError
+        The files are not ranks of one run (world sizes, devices, backends, time spans, collectives).
     NoStepsError
         The traces hold no step markers.
     ValueError
@@ -111,21 +140,35 @@ def analyze(
     """
     if link_gbps is not None and not (isinstance(link_gbps, (int, float)) and 0 < link_gbps < math.inf):
         raise ValueError(f"link_gbps must be a finite number of GB/s above 0, got {link_gbps!r}")
+    if not allow_mixed:
+        check_same_run(run)
     facts, left_out = derive_facts(run, step_regex=step_regex, link_gbps=link_gbps)
-    findings = detect_all(facts, thresholds=thresholds)
+    th = thresholds or Thresholds()
+    warmup = warmup_steps(facts.steps, th)
+    findings = detect_all(without_steps(facts, warmup), thresholds=th)
     whatif, warnings = None, left_out["warnings"]
+    if warmup:
+        warnings += (
+            f"{noun(len(warmup), 'step')} {', '.join(map(str, warmup))} {'is' if len(warmup) == 1 else 'are'} "
+            f"warm-up (every rank at least {th.warmup_ratio}x its later steps): shown, left out of the diagnosis",
+        )
     try:
         findings, whatif = price(findings, facts, graph_of(facts, **left_out["replay"]))
     except (pl.exceptions.PolarsError, ValueError, IndexError, KeyError) as e:  # the detectors' estimates stay
         warnings += (f"what-if replay not available ({type(e).__name__}: {str(e).splitlines()[0][:200]})",)
+    kernels = left_out["kernels"]
     return Analysis(
         ranks=tuple(run.meta.ranks) or tuple(sorted(run.events["rank"].unique().to_list())),
         world_size=run.meta.world_size,
-        steps=facts.steps.select(list(STEP_SCHEMA)).cast(STEP_SCHEMA),
+        steps=facts.steps.with_columns(pl.min_horizontal("wait_ns", "exposed_comm_ns").alias("wait_ns"))
+        .select(list(STEP_SCHEMA))
+        .cast(STEP_SCHEMA),
         collectives=facts.collectives,
         findings=findings,
         excluded_steps=left_out["excluded_steps"],
         warnings=tuple(run.meta.errors) + warnings,
         pipelines=tuple(pipeline_stages(facts)),
         whatif=whatif,
+        kernels=kernels.group_by("rank", maintain_order=True).head(TOP_STORED) if kernels.height else None,
+        kernel_categories=by_category(kernels) if kernels.height else None,
     )
