@@ -158,16 +158,8 @@ ENGINES = {
     # DeepSpeed of 2021 (v0.3-0.5: PTD-P's ZeRO-3 comparison, Megatron-DeepSpeed MT-NLG): prefetched parameters
     # were gathered one tensor at a time (`_all_gather(..., async_op=True)` → `_allgather_param` per parameter,
     # deepspeed/runtime/zero/partition_parameters.py), 12 per GPT layer with biases; Megatron's unfused softmax.
-    "deepspeed-2021": lambda: Engine(
-        name="deepspeed-2021",
-        flash_attention=False,
-        attention_kernel="fa2",
-        zero3_prefetch_params=5e7,
-        zero3_collectives_per_unit=12,
-        zero3_regather_on_recompute=True,
-        p2p_scatter_gather=False,
-        interleaving=False,
-        elementwise_traffic=_traffic("deepspeed"),
+    "deepspeed-2021": lambda: dataclasses.replace(
+        ENGINES["deepspeed"](), name="deepspeed-2021", flash_attention=False, zero3_collectives_per_unit=12
     ),
 }
 """Named engine profiles (`--engine`)."""
