@@ -9,42 +9,47 @@ from __future__ import annotations
 import polars as pl
 
 from tracediag.analysis import COLLECTIVE_SCHEMA, STEP_SCHEMA, Analysis
-from tracediag.derive.breakdown import breakdown
-from tracediag.derive.collectives import align_and_match, collective_instances, summarize_instances, wait_per_step
-from tracediag.derive.p2p import p2p_per_step, pipeline_groups
-from tracediag.derive.steps import assign_steps, find_markers, step_spans
+from tracediag.derive.collectives import align_and_match, summarize_instances, wait_per_step
+from tracediag.derive.p2p import pipeline_groups
+from tracediag.derive.per_rank import rank_tables
 from tracediag.detect import Facts, Thresholds, detect_all
 from tracediag.detect.pipeline import pipeline_stages
 from tracediag.errors import TracediagError
-from tracediag.run import Run
+from tracediag.run import Run, RunMeta
 
 
 class NoStepsError(TracediagError):
     """The traces hold no step markers the analysis can segment by."""
 
 
-def _needs_split(run: Run, instances: pl.DataFrame) -> bool:
+def _needs_split(meta: RunMeta, instances: pl.DataFrame) -> bool:
     """Occurrence matching may mix groups: no group names in the events, several groups in the run."""
     named = instances.filter(pl.col("group") != "").height > 0
-    rank_sets = {g.ranks for g in run.meta.process_groups.values() if g.ranks}
+    rank_sets = {g.ranks for g in meta.process_groups.values() if g.ranks}
     return not named and len(rank_sets) > 1
 
 
 def derive_facts(run: Run, *, step_regex: str | None = None, link_gbps: float | None = None) -> tuple[Facts, dict]:
     """The derived per-rank and cross-rank tables, plus what was left out (``excluded_steps``,
     ``warnings``)."""
-    events = run.events
-    markers = find_markers(events, step_regex=step_regex)
-    if not markers.height:
+    tables = rank_tables(run.events, step_regex=step_regex)
+    return facts_from_tables(tables, run.meta, step_regex=step_regex, link_gbps=link_gbps)
+
+
+def facts_from_tables(
+    tables: dict[str, pl.DataFrame], meta: RunMeta, *, step_regex: str | None = None, link_gbps: float | None = None
+) -> tuple[Facts, dict]:
+    """The cross-rank part of `derive_facts`: from the per-rank tables (`derive.per_rank.rank_tables`
+    of all ranks, in rank order) to the facts the detectors read."""
+    spans = tables["spans"]
+    if not spans.height:
         what = f"no host row matches --step-regex {step_regex!r}" if step_regex else "no ProfilerStep#N markers"
         msg = f"{what} in the traces; pass --step-regex REGEX for other step annotations (NVTX ranges, train)"
         raise NoStepsError(msg)
-    spans = step_spans(events, markers)
-    events = assign_steps(events, spans)
-    instances = collective_instances(events)
-    offsets, matched = align_and_match(instances, split=_needs_split(run, instances))
+    instances = tables["instances"]
+    offsets, matched = align_and_match(instances, split=_needs_split(meta, instances))
     waits = wait_per_step(matched)
-    per_step = breakdown(events, spans).join(offsets, on="rank", how="left")
+    per_step = tables["breakdown"].join(offsets, on="rank", how="left")
     n_ranks = per_step["rank"].n_unique()
     partial = spans.filter("partial").select("rank", "step")
     complete = per_step.join(partial, on=["rank", "step"], how="anti")
@@ -70,10 +75,14 @@ def derive_facts(run: Run, *, step_regex: str | None = None, link_gbps: float | 
     facts = Facts(
         steps=steps,
         collectives=collectives,
-        p2p=p2p_per_step(events, offsets).filter(pl.col("step").is_in(on_all.implode())),
-        pipelines=pipeline_groups(events),
+        p2p=tables["p2p"]
+        .join(offsets, on="rank", how="left")
+        .with_columns(pl.col("first_send_ns") - pl.col("offset_ns").fill_null(0))
+        .drop("offset_ns")
+        .filter(pl.col("step").is_in(on_all.implode())),
+        pipelines=pipeline_groups(tables["p2p_edges"]),
         link_gbps=link_gbps,
-        world_size=run.meta.world_size,
+        world_size=meta.world_size,
     )
     return facts, {"excluded_steps": excluded, "warnings": tuple(warnings)}
 
@@ -104,19 +113,38 @@ def analyze(
     NoStepsError
         The traces hold no step markers.
     """
-    facts, left_out = derive_facts(run, step_regex=step_regex, link_gbps=link_gbps)
+    tables = rank_tables(run.events, step_regex=step_regex)
+    ranks = tuple(run.meta.ranks) or tuple(sorted(run.events["rank"].unique().to_list()))
+    return analyze_tables(
+        tables, run.meta, ranks=ranks, step_regex=step_regex, link_gbps=link_gbps, thresholds=thresholds
+    )
+
+
+def analyze_tables(
+    tables: dict[str, pl.DataFrame],
+    meta: RunMeta,
+    *,
+    ranks: tuple[int, ...] | None = None,
+    step_regex: str | None = None,
+    link_gbps: float | None = None,
+    thresholds: Thresholds | None = None,
+) -> Analysis:
+    """`analyze` from the per-rank tables of every rank (`derive.per_rank.rank_tables`, in rank
+    order) and the files' metadata: the driver's half when ranks are summarised where they lie
+    (`tracediag.execute`). `ranks` defaults to the ranks `meta` lists."""
+    facts, left_out = facts_from_tables(tables, meta, step_regex=step_regex, link_gbps=link_gbps)
     findings = detect_all(facts, thresholds=thresholds)
     extra = {}
     pipes = pipeline_stages(facts)
     if pipes:
         extra["pipeline"] = pipes
     return Analysis(
-        ranks=tuple(run.meta.ranks) or tuple(sorted(run.events["rank"].unique().to_list())),
-        world_size=run.meta.world_size,
+        ranks=ranks if ranks is not None else tuple(meta.ranks),
+        world_size=meta.world_size,
         steps=facts.steps.select(list(STEP_SCHEMA)).cast(STEP_SCHEMA),
         collectives=facts.collectives,
         findings=findings,
         excluded_steps=left_out["excluded_steps"],
-        warnings=tuple(run.meta.errors) + left_out["warnings"],
+        warnings=tuple(meta.errors) + left_out["warnings"],
         extra=extra,
     )
