@@ -11,6 +11,7 @@ from tracediag.analysis import CAUSES, Analysis
 from tracediag.analyze import analyze as _analyze
 from tracediag.cli.check_options import add_check, append_check_text, check_options, finish_report
 from tracediag.cli.common import EXIT_FINDING, InputError
+from tracediag.cli.execute_options import EXECUTOR_KEYS, executor_options, report_failed, run_summaries, summarize_kw
 from tracediag.cli.ingest import load_traces, trace_options
 from tracediag.errors import TracediagError
 from tracediag.report.text import render_text
@@ -55,6 +56,7 @@ def _link(value: str | None) -> float | None:
     help="Peak bus bandwidth of the link in GB/s, or a link preset (nvlink4, ib-ndr, ...).",
 )
 @trace_options
+@executor_options
 @check_options
 def analyze(
     paths: tuple[str, ...],
@@ -71,11 +73,22 @@ def analyze(
     """Name the cause of slow steps in trace files, globs, directories or an ingest Parquet."""
     gate = _causes(fail_on)
     peak = _link(link_gbps)
-    run = load_traces(paths, jobs, rank_from_filename, rank_map)
-    try:
-        result = run_analysis(run, step_regex=step_regex, link_gbps=peak)
-    except (TracediagError, ValueError) as e:
-        raise InputError(str(e).replace("\n", "\nError: ")) from None
+    ex_kw = {k: check_kw.pop(k) for k in EXECUTOR_KEYS}
+    run, failed = None, ()
+    if ex_kw["executor"]:
+        from tracediag.execute.driver import analyze_ranks
+
+        kw = summarize_kw(ex_kw, jobs=jobs, rank_from_filename=rank_from_filename, rank_map=rank_map)
+        result, summaries = run_summaries(
+            analyze_ranks, paths, out=ex_kw["out_dir"], step_regex=step_regex, link_gbps=peak, **kw
+        )
+        failed = summaries.meta.errors
+    else:
+        run = load_traces(paths, jobs, rank_from_filename, rank_map)
+        try:
+            result = run_analysis(run, step_regex=step_regex, link_gbps=peak)
+        except (TracediagError, ValueError) as e:
+            raise InputError(str(e).replace("\n", "\nError: ")) from None
     result = add_check(result, run, check_kw)
     text = orjson.dumps(result.to_dict()).decode() if fmt == "json" else render_text(result)
     text = append_check_text(text, result, fmt)
@@ -85,5 +98,6 @@ def analyze(
     else:
         click.echo(text)
     finish_report(result, check_kw)
+    report_failed(failed, ex_kw["allow_missing"])
     if gate and any(f.cause in gate for f in result.findings):
         raise SystemExit(EXIT_FINDING)

@@ -48,9 +48,7 @@ def _options(*decorators: Callable) -> Callable:
 
 
 model_options = _options(
-    click.option(
-        "--model", "model_name", help="Preset name (gpt3-175b, llama3-8b, ...) or a HF config.json."
-    ),
+    click.option("--model", "model_name", help="Preset name (gpt3-175b, llama3-8b, ...) or a HF config.json."),
     click.option("--layers", type=int, help="Layers (instead of --model)."),
     click.option("--hidden", type=int, help="Hidden size."),
     click.option("--heads", type=int, help="Attention heads."),
@@ -194,9 +192,7 @@ def _dump(data: dict) -> str:
 @click.option("--cp", type=int, default=1, show_default=True)
 @click.option("--ep", type=int, default=1, show_default=True, help="Expert parallel (MoE).")
 @click.option("--vpp", type=int, default=1, show_default=True, help="Virtual stages per GPU (interleaving).")
-@click.option(
-    "--zero", type=click.IntRange(0, 3), default=1, show_default=True, help="ZeRO stage (3 = FSDP)."
-)
+@click.option("--zero", type=click.IntRange(0, 3), default=1, show_default=True, help="ZeRO stage (3 = FSDP).")
 @click.option("--recompute", type=click.Choice(RECOMPUTE_MODES), default="none", show_default=True)
 @click.option("--sequence-parallel", is_flag=True, help="Megatron sequence parallelism (tp > 1).")
 @click.option(
@@ -242,9 +238,7 @@ def prediction_from_options(kw: dict) -> Prediction:
 @model_options
 @device_options
 @click.option("--top", type=int, default=5, show_default=True, help="Splits to show.")
-@click.option(
-    "--emit", "emit_target", type=click.Choice(EMIT_TARGETS), help="Print the best split as settings."
-)
+@click.option("--emit", "emit_target", type=click.Choice(EMIT_TARGETS), help="Print the best split as settings.")
 @_errors
 def plan(**kw: Any) -> None:
     """Search every split that fits, rank by predicted throughput, say why each wins or loses."""

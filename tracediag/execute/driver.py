@@ -65,26 +65,27 @@ class Summaries:
 
 
 class Progress:
-    """One line on the driver: ranks done of all, failed, throughput (ranks/s and input MB/s).
+    """One line on the driver: files done of all, ranks summarised, failed, throughput (files/s, input MB/s).
 
     On a terminal it is rewritten in place; otherwise printed every `every` seconds and at the end.
     """
 
     def __init__(self, total: int, stream: IO[str] | None = None, every: float = 5.0) -> None:
         self.total, self.stream, self.every = total, stream or sys.stderr, every
-        self.done = self.failed = self.bytes = 0
+        self.done = self.ranks = self.failed = self.bytes = 0
         self.start = self.last = time.monotonic()
         self.tty = self.stream.isatty()
 
     def line(self) -> str:
         secs = max(time.monotonic() - self.start, 1e-9)
         return (
-            f"ranks {self.done}/{self.total} · failed {self.failed} · "
-            f"{self.done / secs:.1f} ranks/s · {self.bytes / secs / 1e6:.1f} MB/s"
+            f"files {self.done}/{self.total} · ranks {self.ranks} · failed {self.failed} · "
+            f"{self.done / secs:.1f} files/s · {self.bytes / secs / 1e6:.1f} MB/s"
         )
 
     def __call__(self, row: dict[str, Any]) -> None:
         self.done += 1
+        self.ranks += row["ok"]
         self.failed += not row["ok"] and not row["not_a_trace"]
         self.bytes += row["bytes"] or 0
         now = time.monotonic()

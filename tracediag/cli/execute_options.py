@@ -1,0 +1,111 @@
+"""`--executor` and its options for `analyze` and `ingest`: per-rank work on a process pool, Ray or Dask."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+from tracediag.cli.common import InputError
+from tracediag.errors import TracediagError
+from tracediag.execute import EXECUTORS, EngineMissing
+
+EXECUTOR_KEYS = (
+    "executor", "address", "scheduler_file", "out_dir", "storage_options", "resume", "retries", "allow_missing",
+)  # fmt: skip
+"""The keyword names `executor_options` adds to a command."""
+
+
+def executor_options(f):
+    """The options of the summary path (`tracediag.execute`); without --executor the run is loaded whole."""
+    options = [
+        click.option(
+            "--executor",
+            type=click.Choice(EXECUTORS),
+            envvar="TRACEDIAG_EXECUTOR",
+            help="Summarise each rank where the workers are (a process pool, Ray or Dask); only summaries "
+            "reach this process. Default: read all ranks into this process.",
+        ),
+        click.option(
+            "--address",
+            metavar="ADDR",
+            help="Cluster to attach to (default: RAY_ADDRESS or DASK_SCHEDULER_ADDRESS; else a local cluster).",
+        ),
+        click.option(
+            "--scheduler-file",
+            metavar="PATH",
+            type=click.Path(dir_okay=False),
+            help="Dask scheduler file (`dask scheduler --scheduler-file`).",
+        ),
+        click.option(
+            "--out",
+            "out_dir",
+            metavar="DIR|URL",
+            help="Where the per-rank summaries go (a directory or s3://, gs://, az:// URL); "
+            "workers of a cluster must reach it. analyze: a temporary directory when omitted.",
+        ),
+        click.option(
+            "--storage-option",
+            "storage_options",
+            multiple=True,
+            metavar="KEY=VALUE",
+            help="Object-store option for polars (e.g. aws_region=eu-west-1); repeatable.",
+        ),
+        click.option("--resume", is_flag=True, help="Skip files a previous run into --out finished."),
+        click.option("--retries", type=click.IntRange(0), default=2, show_default=True, help="Retries per file."),
+        click.option(
+            "--allow-missing", is_flag=True, help="Exit 0 although some files failed (they are listed on stderr)."
+        ),
+    ]
+    for option in reversed(options):
+        f = option(f)
+    return f
+
+
+def _storage_options(items: tuple[str, ...]) -> dict[str, str] | None:
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"{item!r} is not KEY=VALUE", param_hint="--storage-option")
+        out[key] = value
+    return out or None
+
+
+def summarize_kw(
+    kw: dict[str, Any], *, jobs: int, rank_from_filename: str | None, rank_map: tuple[str, ...]
+) -> dict[str, Any]:
+    """`execute.driver.summarize` arguments from the command's options."""
+    from tracediag.cli.ingest import parse_rank_map  # ingest imports this module
+
+    if kw["address"] and not kw["out_dir"]:
+        raise InputError("--address needs --out on storage the cluster's workers can reach")
+    return {
+        "executor": kw["executor"],
+        "workers": jobs,
+        "retries": kw["retries"],
+        "address": kw["address"],
+        "scheduler_file": kw["scheduler_file"],
+        "resume": kw["resume"],
+        "rank_from_filename": rank_from_filename,
+        "rank_map": parse_rank_map(rank_map),
+        "storage_options": _storage_options(kw["storage_options"]),
+        "progress": True,
+    }
+
+
+def run_summaries(fn, *args: Any, **kw: Any) -> Any:
+    """Call `fn` (`summarize` or `analyze_ranks`), bad input and a missing engine as one line (exit 2)."""
+    try:
+        return fn(*args, **kw)
+    except (TracediagError, ValueError, EngineMissing) as e:
+        raise InputError(str(e).replace("\n", "\nError: ")) from None
+
+
+def report_failed(meta_errors: tuple[str, ...], allow_missing: bool) -> None:
+    """Each failed file on stderr; exit 2 unless --allow-missing (called after the report is out)."""
+    for line in meta_errors:
+        click.echo(f"Error: {line}", err=True)
+    if meta_errors and not allow_missing:
+        sys.exit(InputError.exit_code)
