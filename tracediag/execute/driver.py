@@ -31,6 +31,7 @@ from tracediag.execute.task import (
     MANIFEST_SCHEMA,
     RankTask,
     done_path,
+    is_url,
     join,
     manifest_row,
     rank_dir,
@@ -211,7 +212,22 @@ def summarize(
     order = {t.path: i for i, (t, _) in enumerate(tasks)}
     manifest = pl.DataFrame(sorted(rows, key=lambda r: order.get(r["path"], -1)), schema=MANIFEST_SCHEMA)
     write_parquet(manifest, join(out, "manifest.parquet"), storage_options)
+    _sweep_temp(out)
     return Summaries(out=out, manifest=manifest, meta=_meta(manifest, in_directory), storage_options=storage_options)
+
+
+_TEMP = re.compile(r"\.tmp-[0-9a-f]{32}$")
+
+
+def _sweep_temp(out: str) -> None:
+    """Remove the temporary files of attempts whose worker died mid-write (`task.write_parquet` names them)."""
+    if is_url(out):
+        return
+    for sub in ("ranks", "events", "done"):
+        for folder, _, names in os.walk(os.path.join(out, sub)):
+            for name in names:
+                if _TEMP.search(name):
+                    os.remove(os.path.join(folder, name))
 
 
 def _meta(manifest: pl.DataFrame, in_directory: dict[str, bool]) -> RunMeta:

@@ -175,7 +175,7 @@ def summarize_file(task: RankTask) -> dict[str, Any]:
         write_parquet(frame, join(folder, f"{name}.parquet"), task.storage_options)
     if task.keep_events:
         dest = join(task.out, "events", f"rank={trace.meta.rank:05d}.parquet")
-        write_parquet(trace.events, dest, task.storage_options)
+        write_parquet(trace.events.sort("ts", maintain_order=True), dest, task.storage_options)  # as `load` orders
     row = manifest_row(
         task,
         rank=trace.meta.rank,

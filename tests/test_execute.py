@@ -1,0 +1,177 @@
+"""Per-rank summaries on a real process pool, a real Ray cluster and a real Dask cluster (issue 12).
+
+Each engine's results must equal the in-memory analysis (`tracediag.analyze(load(...))`) exactly;
+a worker killed mid-run is retried; a file failing every retry is an error row. The engines start
+once per module (Ray ~3 s, Dask ~0.5 s) and stop at its end.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+
+import _faults
+import orjson
+import polars as pl
+import pytest
+from conftest import FIXTURES
+from polars.testing import assert_frame_equal
+
+import tracediag
+from tracediag.cli import cli
+from tracediag.execute.driver import analyze_ranks, summarize
+
+RUNS = FIXTURES / "runs"
+CASES = ["healthy_tp_dp", "pipeline_1f1b_m8", "straggler_persistent"]
+"""Split process groups matched by occurrence, point-to-point pipelines, a straggler."""
+
+HAS_RAY = importlib.util.find_spec("ray") is not None
+HAS_DASK = importlib.util.find_spec("distributed") is not None
+needs_ray = pytest.mark.skipif(not HAS_RAY, reason="ray is not installed (pip install 'tracediag[ray]')")
+needs_dask = pytest.mark.skipif(not HAS_DASK, reason="dask is not installed (pip install 'tracediag[dask]')")
+
+
+def _by_value(module) -> None:
+    """Ship the test's task functions to workers by value (they cannot import the tests)."""
+    import cloudpickle
+
+    cloudpickle.register_pickle_by_value(module)
+    if HAS_RAY:
+        import ray.cloudpickle
+
+        ray.cloudpickle.register_pickle_by_value(module)
+
+
+@pytest.fixture(scope="module")
+def engines():
+    """Engine name -> extra `summarize` arguments: a local Ray cluster and a Dask LocalCluster, shared."""
+    os.environ.pop("RAY_ADDRESS", None)
+    out = {"local": {}}
+    cluster = None
+    if HAS_RAY:
+        import ray
+
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+        out["ray"] = {}
+    if HAS_DASK:
+        from distributed import LocalCluster
+
+        cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None)
+        out["dask"] = {"address": cluster.scheduler_address}
+    if HAS_RAY or HAS_DASK:
+        _by_value(_faults)
+    yield out
+    if HAS_RAY:
+        ray.shutdown()
+    if cluster is not None:
+        cluster.close()
+
+
+@pytest.fixture(scope="module")
+def expected():
+    """The in-memory analysis of each case, the reference every executor must reproduce."""
+    return {c: tracediag.analyze(tracediag.load(RUNS / c, jobs=1)).to_dict() for c in CASES}
+
+
+ENGINES = [
+    "local",
+    pytest.param("ray", marks=needs_ray),
+    pytest.param("dask", marks=needs_dask),
+]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_engine_reproduces_in_memory_analysis(engine, engines, expected, tmp_path):
+    for case in CASES:
+        analysis, summaries = analyze_ranks(
+            RUNS / case, out=str(tmp_path / case), executor=engine, workers=2, **engines[engine]
+        )
+        assert analysis.to_dict() == expected[case], f"{engine} on {case}"
+        ok = summaries.manifest.filter("ok")
+        assert ok["rank"].sort().to_list() == [0, 1, 2, 3]
+        assert ok["attempt"].to_list() == [1, 1, 1, 1]
+        # the manifest.json beside the traces is listed as ignored, not as a failure
+        assert summaries.meta.errors == () and len(summaries.meta.ignored) == 1
+
+
+@pytest.mark.parametrize("engine", [pytest.param("ray", marks=needs_ray), pytest.param("dask", marks=needs_dask)])
+def test_engine_tables_equal_local_tables(engine, engines, tmp_path):
+    sizes = {}
+    for case in ("pipeline_1f1b_m8", "healthy_tp_dp"):
+        run = RUNS / case
+        local = summarize(run, out=str(tmp_path / case / "local"), executor="local", workers=2).tables()
+        out = str(tmp_path / case / engine)
+        other = summarize(run, out=out, executor=engine, workers=2, **engines[engine]).tables()
+        for name, frame in local.items():
+            assert_frame_equal(other[name], frame)
+            sizes[name] = sizes.get(name, 0) + frame.height
+    assert min(sizes.values()) > 0  # every table compared on rows, not only on its schema
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_worker_killed_mid_run_is_retried(engine, engines, expected, tmp_path):
+    case = "straggler_persistent"
+    analysis, summaries = analyze_ranks(
+        RUNS / case,
+        out=str(tmp_path),
+        executor=engine,
+        workers=2,
+        task_fn=_faults.crash_first_attempt,
+        **engines[engine],
+    )
+    rows = {r["rank"]: r for r in summaries.manifest.filter("ok").iter_rows(named=True)}
+    assert rows[_faults.CRASH_RANK]["attempt"] == 2  # the first attempt's worker died; the retry finished
+    assert analysis.to_dict() == expected[case]
+    # nothing twice: one table file per rank and name, no temporary file left
+    names = sorted(p.name for p in (tmp_path / "ranks" / f"rank={_faults.CRASH_RANK:05d}").iterdir())
+    assert names == sorted(f"{t}.parquet" for t in ("spans", "breakdown", "instances", "p2p", "p2p_edges"))
+    assert not [p for p in tmp_path.rglob("*") if ".tmp-" in p.name]
+
+
+def test_file_failing_every_retry_is_an_error_row_and_the_rest_is_analysed(tmp_path):
+    case = "straggler_persistent"
+    analysis, summaries = analyze_ranks(
+        RUNS / case, out=str(tmp_path), executor="local", workers=2, retries=1, task_fn=_faults.storage_fails
+    )
+    (error,) = summaries.meta.errors
+    assert error.startswith(str(RUNS / case / "rank2.pt.trace.json.gz"))
+    assert "failed after 2 attempt(s): OSError: cannot write under" in error
+    assert analysis.ranks == (0, 1, 3)
+    assert error in analysis.warnings
+    assert len((tmp_path / "storage_fails.log").read_text().splitlines()) == 2  # tried, then retried once
+
+
+def test_cli_bad_file_exits_2_unless_allow_missing_and_resume_skips_finished(runner, tmp_path):
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    for p in sorted((RUNS / "straggler_persistent").glob("rank*.json.gz")):
+        (traces / p.name).write_bytes(p.read_bytes())
+    bad = traces / "rank3.pt.trace.json.gz"
+    bad.write_bytes(bad.read_bytes()[:5000])  # cut short: a real gzip stream truncated
+    out = tmp_path / "out"
+    args = ["analyze", str(traces), "--executor", "local", "-j", "2", "--out", str(out), "--format", "json"]
+    result = runner.invoke(cli, args)
+    assert result.exit_code == 2
+    doc = orjson.loads(result.stdout)
+    assert doc["run"]["ranks"] == [0, 1, 2]
+    assert f"Error: {bad}:" in result.stderr
+    assert "files 4/4 · ranks 3 · failed 1" in result.stderr
+    first = pl.read_parquet(out / "manifest.parquet")
+    result = runner.invoke(cli, [*args, "--resume", "--allow-missing"])
+    assert result.exit_code == 0
+    again = pl.read_parquet(out / "manifest.parquet")
+    # the three finished ranks were not run again (same worker, same seconds); the bad file was
+    kept = first.filter("ok").select("path", "worker", "seconds")
+    assert_frame_equal(again.filter("ok").select("path", "worker", "seconds"), kept)
+    assert again.filter(~pl.col("ok"))["attempt"].to_list() == [2]
+
+
+def test_ingest_executor_writes_each_ranks_events(runner, tmp_path):
+    run = RUNS / "healthy_ddp"
+    result = runner.invoke(cli, ["ingest", str(run), "--executor", "local", "-j", "2", "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    whole = tracediag.load(run, jobs=1).events
+    for rank in range(4):
+        part = pl.read_parquet(tmp_path / "events" / f"rank={rank:05d}.parquet")
+        assert_frame_equal(part, whole.filter(pl.col("rank") == rank))
+    assert "ranks   4 (0..3) of world size 4" in result.stdout
