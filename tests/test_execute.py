@@ -51,7 +51,7 @@ def engines():
     if HAS_RAY:
         import ray
 
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
         out["ray"] = {}
     if HAS_DASK:
         from distributed import LocalCluster

@@ -36,7 +36,14 @@ class RayExecutor:
             ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
             self._owned = True  # disconnect this driver on close; the cluster stays
         elif not ray.is_initialized():
-            ray.init(num_cpus=workers, include_dashboard=False, logging_level=logging.WARNING, log_to_driver=False)
+            # "local": a new cluster, never one a `ray start` left on this node (that takes an address)
+            ray.init(
+                address="local",
+                num_cpus=workers,
+                include_dashboard=False,
+                logging_level=logging.WARNING,
+                log_to_driver=False,
+            )
             self._owned = True
         self._remote = ray.remote(_call).options(max_retries=retries, retry_exceptions=True)
         self._refs: dict[Any, Any] = {}
