@@ -175,3 +175,10 @@ def test_ingest_executor_writes_each_ranks_events(runner, tmp_path):
         part = pl.read_parquet(tmp_path / "events" / f"rank={rank:05d}.parquet")
         assert_frame_equal(part, whole.filter(pl.col("rank") == rank))
     assert "ranks   4 (0..3) of world size 4" in result.stdout
+
+
+def test_attaching_without_out_is_refused_before_any_work(runner, monkeypatch):
+    monkeypatch.setenv("DASK_SCHEDULER_ADDRESS", "tcp://127.0.0.1:1")
+    result = runner.invoke(cli, ["analyze", str(RUNS / "comm_bound"), "--executor", "dask"])
+    assert result.exit_code == 2
+    assert "give --out on storage both reach" in result.stderr

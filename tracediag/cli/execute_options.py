@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any
 
@@ -73,14 +74,22 @@ def _storage_options(items: tuple[str, ...]) -> dict[str, str] | None:
     return out or None
 
 
+def _attaches(kw: dict[str, Any]) -> bool:
+    """Whether the executor attaches to a cluster (its workers may not see this machine's disk)."""
+    if kw["address"] or kw["scheduler_file"]:
+        return True
+    env = {"ray": ("RAY_ADDRESS",), "dask": ("DASK_SCHEDULER_ADDRESS", "NSYS_DASK_SCHEDULER_FILE")}
+    return any(os.environ.get(name) for name in env.get(kw["executor"], ()))
+
+
 def summarize_kw(
     kw: dict[str, Any], *, jobs: int, rank_from_filename: str | None, rank_map: tuple[str, ...]
 ) -> dict[str, Any]:
     """`execute.driver.summarize` arguments from the command's options."""
     from tracediag.cli.ingest import parse_rank_map  # ingest imports this module
 
-    if kw["address"] and not kw["out_dir"]:
-        raise InputError("--address needs --out on storage the cluster's workers can reach")
+    if _attaches(kw) and not kw["out_dir"]:
+        raise InputError("a cluster's workers write where the driver reads: give --out on storage both reach")
     return {
         "executor": kw["executor"],
         "workers": jobs,
