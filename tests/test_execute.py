@@ -56,7 +56,7 @@ def engines():
     if HAS_DASK:
         from distributed import LocalCluster
 
-        cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None)
+        cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0")
         out["dask"] = {"address": cluster.scheduler_address}
     if HAS_RAY or HAS_DASK:
         _by_value(_faults)
@@ -138,7 +138,31 @@ def test_file_failing_every_retry_is_an_error_row_and_the_rest_is_analysed(tmp_p
     assert "failed after 2 attempt(s): OSError: cannot write under" in error
     assert analysis.ranks == (0, 1, 3)
     assert error in analysis.warnings
-    assert len((tmp_path / "storage_fails.log").read_text().splitlines()) == 2  # tried, then retried once
+    # one file per task here (5 files, 2 workers): tried, then retried once
+    assert (tmp_path / "storage_fails.log").read_text().splitlines() == ["1", "1"]
+
+
+def test_a_failing_task_of_several_files_is_split_and_each_file_tried_alone(tmp_path):
+    case = "straggler_persistent"
+    analysis, summaries = analyze_ranks(
+        RUNS / case, out=str(tmp_path), executor="local", workers=2, retries=0, files_per_task=3,
+        task_fn=_faults.storage_fails,
+    )  # fmt: skip
+    # tasks [manifest.json, rank0, rank1] and [rank2, rank3]: the second failed, then rank 2's file failed
+    # alone and rank 3's was summarised
+    assert (tmp_path / "storage_fails.log").read_text().splitlines() == ["2", "1"]
+    (error,) = summaries.meta.errors
+    assert error.startswith(str(RUNS / case / "rank2.pt.trace.json.gz"))
+    assert analysis.ranks == (0, 1, 3)
+
+
+def test_several_files_per_task_give_the_tables_of_one_file_per_task(tmp_path):
+    run = RUNS / "healthy_tp_dp"
+    one = summarize(run, out=str(tmp_path / "one"), executor="local", workers=2, files_per_task=1)
+    four = summarize(run, out=str(tmp_path / "four"), executor="local", workers=1, files_per_task=5)
+    assert four.manifest["worker"].n_unique() == 1  # all five files (four traces, one sidecar) in one task
+    for name, frame in one.tables().items():
+        assert_frame_equal(four.tables()[name], frame)
 
 
 def test_cli_bad_file_exits_2_unless_allow_missing_and_resume_skips_finished(runner, tmp_path):

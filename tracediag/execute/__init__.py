@@ -2,7 +2,7 @@
 
 Every engine offers the same two calls, `submit(fn, arg) -> handle` and `as_completed(handles)`,
 which yields ``(handle, result)`` or ``(handle, exception)`` once the engine's retries are spent.
-`open_executor` picks one by name; `driver.summarize` runs `task.summarize_file` over a run's files
+`open_executor` picks one by name; `driver.summarize` runs `task.summarize_files` over a run's files
 with it and gathers the summaries.
 """
 

@@ -39,7 +39,7 @@ class DaskExecutor:
             self._client = Client(scheduler_file=scheduler_file)
         else:
             self._cluster = LocalCluster(
-                n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None
+                n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0"
             )
             self._client = Client(self._cluster)
 

@@ -1,10 +1,10 @@
-"""The driver: one task per rank file on an executor, then the run's summaries, never its events.
+"""The driver: per-rank tasks on an executor, then the run's summaries, never its events.
 
-`summarize` submits `task.summarize_file` for every input file, skips the ones a previous run
-finished (``resume``), turns a file that fails every retry into an error row, shows progress and
-writes ``manifest.parquet``. `Summaries.tables` reads the per-rank tables back, in rank order, for
-`analyze.analyze_tables`; `analyze_ranks` chains the two. Driver memory grows with the summaries
-(steps and collective instances per rank), not with the traces.
+`summarize` submits `task.summarize_files` for the input files (small ones several to a task),
+skips the ones a previous run finished (``resume``), turns a file that fails every retry into an
+error row, shows progress and writes ``manifest.parquet``. `Summaries.tables` reads the per-rank
+tables back, in rank order, for `analyze.analyze_tables`; `analyze_ranks` chains the two. Driver
+memory grows with the summaries (steps and collective instances per rank), not with the traces.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from tracediag.execute.task import (
     manifest_row,
     rank_dir,
     read_parquet,
-    summarize_file,
+    summarize_files,
     write_parquet,
 )
 from tracediag.run import RunMeta, _is_parquet, _resolve, rank_resolver
@@ -130,6 +130,30 @@ def _tasks(
     return tasks, errors
 
 
+BATCH_BYTES = 8 << 20
+"""A file this large (on disk) is a task of its own; smaller ones are grouped."""
+MAX_BATCH = 32
+
+
+def batches(tasks: list[RankTask], workers: int, files_per_task: int = 0) -> list[list[RankTask]]:
+    """Group small files into tasks: a task's fixed costs (scheduling, a pass of the per-rank
+    derivation) are paid once for the group. Automatic size: at most `MAX_BATCH` files and at least
+    four tasks per worker; a file of `BATCH_BYTES` or more is alone."""
+    size = files_per_task or max(1, min(MAX_BATCH, len(tasks) // (4 * max(workers, 1))))
+    out: list[list[RankTask]] = []
+    group: list[RankTask] = []
+    for task in tasks:
+        big = (os.path.getsize(task.path) if os.path.exists(task.path) else 0) >= BATCH_BYTES
+        if big and not files_per_task:
+            out.append([task])
+            continue
+        group.append(task)
+        if len(group) == size:
+            out.append(group)
+            group = []
+    return out + ([group] if group else [])
+
+
 def _finished(task: RankTask) -> dict[str, Any] | None:
     """The manifest row a previous run left for `task`, when it is still valid (same file, same options)."""
     try:
@@ -161,12 +185,15 @@ def summarize(
     rank_map: dict[str, int] | None = None,
     storage_options: dict[str, Any] | None = None,
     progress: Callable[[dict[str, Any]], None] | bool = False,
-    task_fn: Callable[[RankTask], dict[str, Any]] = summarize_file,
+    files_per_task: int = 0,
+    task_fn: Callable[[list[RankTask]], list[dict[str, Any]]] = summarize_files,
 ) -> Summaries:
     """Summarise every rank file of `sources` on `executor` into `out` (a directory or object-store URL).
 
     Each task writes the rank's tables (and its events with `keep_events`) and returns its manifest
-    row; a file that fails every retry becomes an error row naming it and the reason. `resume`
+    row; a file that fails every retry becomes an error row naming it and the reason. Small files
+    are summarised several to a task (`files_per_task`; 0 = `batches` decides); a task of several
+    files that fails every retry is split and each file tried alone. `resume`
     skips files a previous run into `out` finished. `progress`: True for the progress line on
     stderr, or a callable given each row. Raises `TracediagError` when no file could be read or two
     files claim one rank.
@@ -196,19 +223,26 @@ def summarize(
     for row in rows if report else ():
         report(row)
     if todo:
+        workers = min(workers or os.cpu_count() or 1, len(todo))
         with open_executor(
-            executor, workers=min(workers or os.cpu_count() or 1, len(todo)), retries=retries,
-            address=address, scheduler_file=scheduler_file,
-        ) as ex:  # fmt: skip
-            handles = {ex.submit(task_fn, task): task for task in todo}
-            for handle, result in ex.as_completed(list(handles)):
-                task = handles[handle]
-                if isinstance(result, BaseException):
-                    reason = f"failed after {retries + 1} attempt(s): {first_line(result)}"
-                    result = manifest_row(task, error=f"{task.path}: {reason}")
-                rows.append(result)
-                if report:
-                    report(result)
+            executor, workers=workers, retries=retries, address=address, scheduler_file=scheduler_file
+        ) as ex:
+            pending = batches(todo, workers, files_per_task)
+            while pending:
+                handles = {ex.submit(task_fn, batch): batch for batch in pending}
+                pending = []
+                for handle, result in ex.as_completed(list(handles)):
+                    batch = handles[handle]
+                    if isinstance(result, BaseException) and len(batch) > 1:
+                        pending.extend([t] for t in batch)  # find the file that fails: each alone
+                        continue
+                    if isinstance(result, BaseException):
+                        reason = f"failed after {retries + 1} attempt(s): {first_line(result)}"
+                        result = [manifest_row(batch[0], error=f"{batch[0].path}: {reason}")]
+                    for row in result:
+                        rows.append(row)
+                        if report:
+                            report(row)
     order = {t.path: i for i, (t, _) in enumerate(tasks)}
     manifest = pl.DataFrame(sorted(rows, key=lambda r: order.get(r["path"], -1)), schema=MANIFEST_SCHEMA)
     write_parquet(manifest, join(out, "manifest.parquet"), storage_options)

@@ -1,7 +1,7 @@
-"""The per-rank task: read one rank's file, derive its tables, write them as Parquet, return a manifest row.
+"""The per-rank task: read rank files, derive their tables, write them as Parquet, return manifest rows.
 
-This is the only code that runs on the workers, whatever the engine. Only the manifest row (a
-small dict) travels back; the tables go to the output location, a local directory or an object-store
+This is the only code that runs on the workers, whatever the engine. Only the manifest rows (small
+dicts) travel back; the tables go to the output location, a local directory or an object-store
 URL (``s3://``, ``gs://``, ``az://`` through polars' storage options). Layout under the output::
 
     ranks/rank=00003/{spans,breakdown,instances,p2p,p2p_edges}.parquet   per-rank tables
@@ -152,38 +152,57 @@ def manifest_row(task: RankTask, **values: Any) -> dict[str, Any]:
     return row
 
 
-def summarize_file(task: RankTask) -> dict[str, Any]:
-    """Summarise one file where it lies and return its manifest row (see the module docstring).
+def summarize_files(tasks: list[RankTask]) -> list[dict[str, Any]]:
+    """Summarise files where they lie and return their manifest rows (see the module docstring).
 
-    A file that is not a readable trace gives a row with ``ok`` false and the one-line reason (it
-    would fail again on retry). Anything else (storage errors, memory) is raised for the engine to
-    retry.
+    Several small files go in one task: their tables are derived in one pass over their events
+    (every per-rank table is computed per rank, so this equals one pass per file) and written per
+    rank. A file that is not a readable trace gives a row with ``ok`` false and the one-line reason
+    (it would fail again on retry). Anything else (storage errors, memory) is raised for the engine
+    to retry.
     """
     from tracediag.ingest.read import read_file  # the readers load lazily on the worker
 
+    rows: list[dict[str, Any]] = []
+    read = []
+    for task in tasks:
+        started = time.perf_counter()
+        attempt = _claim_attempt(task.out, task.key)
+        try:
+            trace = read_file(task.path, rank=task.rank, default_rank=task.default_rank)
+        except NotATraceError as e:
+            rows.append(manifest_row(task, error=str(e), not_a_trace=True, attempt=attempt))
+            continue
+        except TracediagError as e:
+            rows.append(manifest_row(task, error=str(e), attempt=attempt))
+            continue
+        read.append((task, trace, attempt, time.perf_counter() - started))
+    if not read:
+        return rows
     started = time.perf_counter()
-    attempt = _claim_attempt(task.out, task.key)
-    try:
-        trace = read_file(task.path, rank=task.rank, default_rank=task.default_rank)
-    except NotATraceError as e:
-        return manifest_row(task, error=str(e), not_a_trace=True, attempt=attempt)
-    except TracediagError as e:
-        return manifest_row(task, error=str(e), attempt=attempt)
-    tables = rank_tables(trace.events, step_regex=task.step_regex)
-    folder = rank_dir(task.out, trace.meta.rank)
-    for name, frame in tables.items():
-        write_parquet(frame, join(folder, f"{name}.parquet"), task.storage_options)
-    if task.keep_events:
-        dest = join(task.out, "events", f"rank={trace.meta.rank:05d}.parquet")
-        write_parquet(trace.events.sort("ts", maintain_order=True), dest, task.storage_options)  # as `load` orders
-    row = manifest_row(
-        task,
-        rank=trace.meta.rank,
-        ok=True,
-        events=trace.events.height,
-        seconds=round(time.perf_counter() - started, 6),
-        attempt=attempt,
-        meta=orjson.dumps(dataclasses.asdict(trace.meta)).decode(),
-    )
-    write_parquet(pl.DataFrame([row], schema=MANIFEST_SCHEMA), done_path(task.out, task.key), task.storage_options)
-    return row
+    events = pl.concat([trace.events for _, trace, _, _ in read]) if len(read) > 1 else read[0][1].events
+    tables = rank_tables(events, step_regex=read[0][0].step_regex)
+    derive_share = (time.perf_counter() - started) / max(events.height, 1)
+    for task, trace, attempt, seconds in read:
+        started = time.perf_counter()
+        rank = trace.meta.rank
+        folder = rank_dir(task.out, rank)
+        for name, frame in tables.items():
+            part = frame.filter(pl.col("rank") == rank) if len(read) > 1 else frame
+            write_parquet(part, join(folder, f"{name}.parquet"), task.storage_options)
+        if task.keep_events:
+            dest = join(task.out, "events", f"rank={rank:05d}.parquet")
+            write_parquet(trace.events.sort("ts", maintain_order=True), dest, task.storage_options)  # as `load`
+        row = manifest_row(
+            task,
+            rank=rank,
+            ok=True,
+            events=trace.events.height,
+            seconds=round(seconds + derive_share * trace.events.height + time.perf_counter() - started, 6),
+            attempt=attempt,
+            meta=orjson.dumps(dataclasses.asdict(trace.meta)).decode(),
+        )
+        frame = pl.DataFrame([row], schema=MANIFEST_SCHEMA)
+        write_parquet(frame, done_path(task.out, task.key), task.storage_options)
+        rows.append(row)
+    return rows
