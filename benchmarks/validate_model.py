@@ -38,6 +38,7 @@ import orjson
 import polars as pl
 
 from tracediag.errors import SpecError
+from tracediag.model.calibrate import calibrate_from_step_time
 from tracediag.model.engine import ELEMENTWISE_FIT, resolve_engine, with_overrides
 from tracediag.model.flops import flops_6n, model_flops
 from tracediag.model.predict import Prediction, predict
@@ -128,7 +129,7 @@ def _engine(row: dict, publication: str) -> tuple[str, dict[str, object], str]:
     if publication in ("PTD-P", "Korthikanti"):
         return "megatron-2022", {}, ""
     if publication == "MT-NLG":
-        return "deepspeed", {"flash_attention": False}, "Megatron-DeepSpeed 2021: DeepSpeed pipeline, Megatron kernels"
+        return "deepspeed-2021", {}, ""
     if publication == "llm-foundry":
         return "pytorch-fsdp", {}, ""
     if publication == "MegaScale" and "Megatron-LM" in row["source"]:
@@ -140,7 +141,11 @@ def _engine(row: dict, publication: str) -> tuple[str, dict[str, object], str]:
     if publication == "MegaScale":
         return "megascale", {}, ""
     if publication == "Llama 3":
-        return "megatron-core", {"attention_kernel": "fa2"}, "trained before FlashAttention-3 (July 2024)"
+        return (
+            "megatron-core",
+            {"attention_kernel": "fa2", "cp_all_gather": True},
+            "trained before FlashAttention-3 (July 2024); all-gather CP (paper §3.3.2)",
+        )
     return "megatron-core", {}, ""
 
 
@@ -277,8 +282,11 @@ def _engine_with(case: Case, params: tuple[tuple[str, float], ...]):
 
 @cache
 def _predict_case(case: Case, params: tuple[tuple[str, float], ...]) -> Prediction:
+    kw = dict(params)
+    scale = kw.pop("compute_scale", 1.0)
     device = resolve_device(case.device_name, **dict(case.device_overrides))
-    engine = _engine_with(case, params)
+    device = dataclasses.replace(device, gemm_efficiency=min(1.0, device.gemm_efficiency * scale))
+    engine = _engine_with(case, tuple(kw.items()))
     best = None
     for b, v, rec in itertools.product(case.micro_batches, case.vpps, case.recomputes):
         try:
@@ -381,6 +389,39 @@ def leave_one_source_out(all_cases: list[Case]) -> tuple[list[Score], dict[str, 
     return sorted(out, key=lambda s: s.index), chosen
 
 
+def measured_step_time(case: Case, params: tuple[tuple[str, float], ...]) -> float:
+    """The row's measurement as a step time of the predicted split (rates scale inversely with it)."""
+    s, p = score(case, params), _predict_case(case, params)
+    return s.measured if s.metric.startswith("step time") else p.step_time_s * s.predicted / s.measured
+
+
+def calibrated_on_one_run(all_cases: list[Case], chosen: dict[str, dict]) -> tuple[list[Score], dict[str, dict]]:
+    """Each stack's rows (a publication's runs on one engine) predicted after calibrating on one other of its
+    rows (`tracediag calibrate --measured-step-time`: one number, one compute scale), every row taking a turn
+    as the calibration run; the global parameters are the leave-one-source-out ones."""
+    out: list[Score] = []
+    by_pub: dict[str, dict] = {}
+    stacks = sorted({(x.publication, x.engine) for x in all_cases})
+    for pub, engine in stacks:
+        params = tuple(chosen[pub]["params"].items())
+        rows = [x for x in all_cases if x.publication == pub and x.engine == engine]
+        held: list[Score] = []
+        for ref in rows:
+            p = _predict_case(ref, params)
+            try:
+                scale = calibrate_from_step_time(
+                    p.model, p.device, p.split, p.training, p.engine, step_time_s=measured_step_time(ref, params)
+                ).compute_scale
+            except SpecError:  # faster than GEMMs at peak allow: take the fastest the scale can give
+                scale = 1 / p.device.gemm_efficiency
+            tuned = (*params, ("compute_scale", scale))
+            held += [score(x, tuned) for x in rows if x is not ref]
+        out += held
+        if held:
+            by_pub[pub if sum(p == pub for p, _ in stacks) == 1 else f"{pub} ({engine})"] = summary(held)
+    return out, by_pub
+
+
 def in_sample(all_cases: list[Case]) -> tuple[list[Score], dict[str, float]]:
     """All rows with the global parameters chosen on all of them (for reference; not the headline)."""
     sets = _param_sets()
@@ -421,6 +462,23 @@ def render(scores: list[Score], chosen: dict[str, dict], skipped: list[str]) -> 
     return "\n".join(lines)
 
 
+def render_calibrated(by_pub: dict[str, dict]) -> str:
+    """Markdown: errors after calibrating on one run of the same publication."""
+    lines = [
+        "",
+        "Calibrated on one run of the same stack (each row in turn), leave-one-source-out parameters:",
+        "",
+        "| stack | predictions | median abs | max abs | signed mean |",
+        "|---|---|---|---|---|",
+    ]
+    for pub, c in by_pub.items():
+        lines.append(
+            f"| {pub} | {c['rows']} | {100 * c['median_abs']:.1f}% | {100 * c['max_abs']:.1f}% | "
+            f"{100 * c['signed_mean']:+.1f}% |"
+        )
+    return "\n".join(lines)
+
+
 def main(argv: list[str]) -> None:
     """Print the leave-one-source-out table (or JSON with --format json)."""
     args = [a for a in argv if not a.startswith("--") and a not in ("text", "json")]
@@ -429,13 +487,19 @@ def main(argv: list[str]) -> None:
     if "--in-sample" in argv:
         scores, params = in_sample(all_cases)
         chosen = {"(none)": {"params": params, **summary(scores)}}
+        calibrated: dict[str, dict] = {}
     else:
         scores, chosen = leave_one_source_out(all_cases)
+        cal_scores, calibrated = calibrated_on_one_run(all_cases, chosen)
+        calibrated["all"] = summary(cal_scores)
     if "--format" in argv and argv[argv.index("--format") + 1] == "json":
         rows = [{**dataclasses.asdict(s), "error": s.error} for s in scores]
-        sys.stdout.write(orjson.dumps({"rows": rows, "by_source": chosen, "total": summary(scores)}).decode())
+        out = {"rows": rows, "by_source": chosen, "total": summary(scores), "calibrated_on_one_run": calibrated}
+        sys.stdout.write(orjson.dumps(out).decode())
     else:
         print(render(scores, chosen, skipped))
+        if calibrated:
+            print(render_calibrated(calibrated))
 
 
 if __name__ == "__main__":

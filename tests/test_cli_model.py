@@ -115,3 +115,73 @@ def test_plan_text_json_and_emit(runner):
     assert len(data["splits"]) == 3 and data["splits"][0]["rank"] == 1
     emitted = runner.invoke(cli, [*base, "--emit", "megatron"])
     assert emitted.exit_code == 0 and "--tensor-model-parallel-size" in emitted.stdout
+
+
+def test_model_knobs_reach_the_model(runner):
+    """--experts/--top-k/--tied-embeddings/--grad-dtype/--recompute op/--dtype end up in the prediction."""
+    args = [*PREDICT, "--format", "json"]
+    base = orjson.loads(runner.invoke(cli, args).stdout)["inputs"]
+    data = orjson.loads(
+        runner.invoke(
+            cli,
+            [*args, "--experts", "8", "--top-k", "2", "--tied-embeddings", "--grad-dtype", "bf16",
+             "--recompute", "op", "--dtype", "fp8"],
+        ).stdout
+    )  # fmt: skip
+    model, train = data["inputs"]["model"], data["inputs"]["training"]
+    assert (model["experts"], model["top_k"], model["tied_embeddings"]) == (8, 2, True)
+    assert (base["model"]["experts"], base["model"]["tied_embeddings"]) == (1, False)
+    assert (train["grad_bytes"], train["recompute"], train["dtype"]) == (2, "op", "fp8")
+    assert base["training"]["grad_bytes"] == 4
+
+
+def test_plan_headroom_and_emit_flags(runner):
+    base = ["plan", "--model", "llama3-70b", "--gpus", "64", "--gpu", "h100-sxm", "--seq-len", "8192",
+            "--global-batch", "128", "--top", "2", "--format", "json"]  # fmt: skip
+    data = orjson.loads(runner.invoke(cli, [*base, "--headroom", "0.25"]).stdout)
+    assert data["headroom"] == 0.25
+    assert all(s["memory_bytes_per_device"] <= 0.75 * s["memory"]["capacity"] for s in data["splits"])
+    emitted = runner.invoke(cli, [*base, "--emit", "torchtitan"])
+    assert emitted.exit_code == 0 and "[parallelism]" in emitted.stdout
+
+
+def test_plan_emit_times_splits_with_the_target_engine(runner):
+    """Without --engine, `--emit deepspeed` plans with the deepspeed profile (and --engine still wins)."""
+    from tracediag.model.emit import emit
+    from tracediag.model.engine import resolve_engine
+    from tracediag.model.plan import plan
+    from tracediag.model.specs import resolve_device, resolve_model
+
+    base = ["plan", "--model", "llama3-70b", "--gpus", "64", "--gpu", "h100-sxm", "--seq-len", "8192",
+            "--global-batch", "128", "--emit", "deepspeed"]  # fmt: skip
+    args = {"gpus": 64, "seq_len": 8192, "global_batch": 128, "top": 1, "target": "deepspeed"}
+    model, device = resolve_model("llama3-70b"), resolve_device("h100-sxm")
+    outputs = []
+    for extra, engine in (([], "deepspeed"), (["--engine", "megatron-core"], "megatron-core")):
+        expected = emit(plan(model, device, resolve_engine(engine), **args).ranked[0].prediction, "deepspeed")
+        outputs.append(runner.invoke(cli, [*base, *extra]).stdout)
+        assert outputs[-1] == expected
+    assert outputs[0] != outputs[1]  # the two profiles pick different splits here
+
+
+def test_engine_switches_and_oversubscription_change_the_prediction(runner):
+    base = ["predict", "--model", "llama3-70b", "--gpus", "64", "--gpu", "h100-sxm", "--seq-len", "8192"]
+    base += ["--global-batch", "64", "--tp", "8", "--dp", "8", "--sequence-parallel", "--format", "json"]
+
+    def run(*extra):
+        result = runner.invoke(cli, [*base, *extra])
+        assert result.exit_code == 0, result.output
+        return orjson.loads(result.output)
+
+    plain = run("--engine", "megatron-core", "--no-tp-overlap")
+    overlapped = run("--engine", "megatron-core", "--tp-overlap")
+    assert overlapped["breakdown"]["exposed_tp_s"] < 0.5 * plain["breakdown"]["exposed_tp_s"]
+    assert "tp_overlap=False" in plain["inputs"]["engine"]["name"]
+    slow_net = run("--engine", "megatron-core", "--no-dp-overlap", "--oversubscription", "4")
+    fast_net = run("--engine", "megatron-core", "--no-dp-overlap")
+    assert slow_net["breakdown"]["exposed_dp_s"] > 2 * fast_net["breakdown"]["exposed_dp_s"]
+    unfused = run("--attention", "unfused", "--recompute", "none")
+    fused = run("--attention", "fa3", "--recompute", "none")
+    assert unfused["memory"]["activations"] > fused["memory"]["activations"]
+    bad = runner.invoke(cli, [*base, "--oversubscription", "0.5"])
+    assert bad.exit_code == 2

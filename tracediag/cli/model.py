@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -11,13 +12,16 @@ import orjson
 
 from tracediag.cli.common import InputError
 from tracediag.errors import TracediagError
+from tracediag.model.calibrate import apply_profile, load_profile
 from tracediag.model.emit import ENGINES as EMIT_TARGETS
 from tracediag.model.emit import emit
-from tracediag.model.engine import ENGINES, resolve_engine
+from tracediag.model.engine import ENGINES, Engine, resolve_engine, with_overrides
+from tracediag.model.plan import DEFAULT_HEADROOM, ceiling_warning, mfu_ceiling
 from tracediag.model.plan import plan as run_plan
 from tracediag.model.predict import predict as run_predict
 from tracediag.model.specs import (
     DEVICES,
+    DTYPES,
     GB,
     RECOMPUTE_MODES,
     TFLOPS,
@@ -32,8 +36,10 @@ from tracediag.model.specs import (
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from tracediag.model.calibrate import Profile
     from tracediag.model.plan import Plan
     from tracediag.model.predict import Prediction
+    from tracediag.model.specs import DeviceSpec
 
 GIB = 2**30
 
@@ -56,6 +62,14 @@ model_options = _options(
     click.option("--ffn", type=int, help="MLP inner size; default 4·hidden."),
     click.option("--swiglu/--gelu", default=False, help="Gated (SwiGLU) MLP or GeLU; with --layers."),
     click.option("--vocab", type=int, help="Vocabulary size."),
+    click.option("--experts", type=int, help="MoE experts per MLP layer (overrides the preset)."),
+    click.option("--top-k", type=int, help="Experts each token is routed to (MoE)."),
+    click.option(
+        "--tied-embeddings/--untied-embeddings",
+        "tied_embeddings",
+        default=None,
+        help="Output layer shares the input embedding (default: the preset's; untied for --layers).",
+    ),
 )
 device_options = _options(
     click.option("--gpus", type=int, required=True, help="Total GPUs."),
@@ -67,6 +81,17 @@ device_options = _options(
     click.option("--memory-gb", type=float, help="Override device memory, GB."),
     click.option("--hbm-gbps", type=float, help="Override HBM bandwidth, GB/s."),
     click.option(
+        "--oversubscription",
+        type=click.FloatRange(min=1.0),
+        help="Network oversubscription: injection over bisection bandwidth (default 1, non-blocking).",
+    ),
+    click.option(
+        "--profile",
+        "profile_path",
+        type=click.Path(exists=True, dir_okay=False, path_type=Path),
+        help="Apply a calibration profile written by `tracediag calibrate`.",
+    ),
+    click.option(
         "--engine",
         "engine_name",
         type=click.Choice(list(ENGINES)),
@@ -74,6 +99,15 @@ device_options = _options(
         show_default=True,
         help="Software profile: kernels and overlap.",
     ),
+    click.option("--tp-overlap/--no-tp-overlap", default=None, help="TP collectives hidden behind GEMMs."),
+    click.option("--dp-overlap/--no-dp-overlap", default=None, help="DP/FSDP traffic hidden behind compute."),
+    click.option("--pp-overlap/--no-pp-overlap", default=None, help="Pipeline send/recv hidden behind compute."),
+    click.option(
+        "--attention",
+        type=click.Choice(["fa2", "fa3", "unfused"]),
+        help="Attention kernel (default: the engine's): FlashAttention-2, -3 / cuDNN, or materialised softmax.",
+    ),
+    click.option("--cp-all-gather/--cp-ring", default=None, help="Context parallelism by all-gather or ring."),
     click.option("--seq-len", type=int, required=True, help="Tokens per sequence."),
     click.option("--global-batch", type=int, required=True, help="Sequences per step."),
     click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True),
@@ -92,8 +126,10 @@ def _errors(f: Callable) -> Callable:
 
 
 def _model(kw: dict) -> ModelSpec:
+    overrides = {k: kw[k] for k in ("experts", "top_k", "tied_embeddings") if kw.get(k) is not None}
     if kw["model_name"]:
-        return resolve_model(kw["model_name"])
+        model = resolve_model(kw["model_name"])
+        return dataclasses.replace(model, **overrides) if overrides else model
     missing = [n for n in ("layers", "hidden", "heads", "vocab") if kw[n] is None]
     if missing:
         msg = f"missing --model or --{' --'.join(missing)}"
@@ -106,11 +142,17 @@ def _model(kw: dict) -> ModelSpec:
         ffn=kw["ffn"] or 4 * kw["hidden"],
         swiglu=kw["swiglu"],
         vocab=kw["vocab"],
+        **overrides,
     )
 
 
-def _device(kw: dict) -> Any:
-    return resolve_device(
+def _profile(kw: dict) -> Profile | None:
+    return load_profile(kw["profile_path"]) if kw.get("profile_path") else None
+
+
+def _device(kw: dict, profile: Profile | None = None) -> DeviceSpec:
+    """The device the options describe, with the calibration profile (if any) applied."""
+    device = resolve_device(
         kw["gpu"],
         gpus_per_node=kw["gpus_per_node"],
         intra_link=parse_link(kw["intra_link"]) if kw["intra_link"] else None,
@@ -118,7 +160,27 @@ def _device(kw: dict) -> Any:
         peak_flops=kw["peak_tflops"] * TFLOPS if kw["peak_tflops"] else None,
         memory_bytes=kw["memory_gb"] * GB if kw["memory_gb"] else None,
         hbm_bandwidth=kw["hbm_gbps"] * GB if kw["hbm_gbps"] else None,
+        network_oversubscription=kw.get("oversubscription"),
     )
+    return apply_profile(device, profile) if profile is not None else device
+
+
+def engine_from_options(kw: dict, name: str | None = None) -> Engine:
+    """The engine profile named by `--engine` (or `name`), with the switches the options set."""
+    attention = kw.get("attention")
+    switches = {
+        "tp_overlap": kw.get("tp_overlap"),
+        "dp_overlap": kw.get("dp_overlap"),
+        "pp_overlap": kw.get("pp_overlap"),
+        "cp_all_gather": kw.get("cp_all_gather"),
+        "flash_attention": None if attention is None else attention != "unfused",
+        "attention_kernel": attention if attention in ("fa2", "fa3") else None,
+    }
+    engine = resolve_engine(name or kw["engine_name"])
+    changed = [f"{k}={v}" for k, v in switches.items() if v is not None and getattr(engine, k) != v]
+    if changed:
+        switches["name"] = f"{engine.name} ({', '.join(changed)})"
+    return with_overrides(engine, **switches)
 
 
 def _gib(x: float) -> str:
@@ -166,7 +228,11 @@ def render_prediction(p: Prediction) -> str:
 
 def render_plan(result: Plan) -> str:
     """Terminal text for a plan."""
-    lines = [f"{result.explored} settings sized, {result.fitting} splits fit; fastest first:", ""]
+    lines = [
+        f"{result.explored} settings sized, {result.fitting} splits fit with {100 * result.headroom:.0f}% "
+        f"memory headroom{f' and are expressible in {result.target}' if result.target else ''}; fastest first:",
+        "",
+    ]
     for r in result.ranked:
         p, s = r.prediction, r.prediction.split
         lines.append(
@@ -175,6 +241,8 @@ def render_plan(result: Plan) -> str:
             f"MFU {100 * p.mfu:.1f}%, {p.step_time_s:.3f} s/step, {p.tokens_per_s:,.0f} tokens/s"
         )
         lines.append(f"    {r.reason}")
+        if r.warning:
+            lines.append(f"    warning: {r.warning}")
     return "\n".join(lines)
 
 
@@ -182,19 +250,52 @@ def _dump(data: dict) -> str:
     return orjson.dumps(data, option=orjson.OPT_INDENT_2).decode()
 
 
+EMIT_ENGINE = {"megatron": "megatron-core", "torchtitan": "torchtitan", "deepspeed": "deepspeed"}
+"""Engine profile `plan --emit TARGET` uses unless --engine is given."""
+
+
+def _calibration_line(profile: Profile | None) -> str:
+    return f"{profile.describe()}\n" if profile is not None else ""
+
+
+split_options = _options(
+    click.option("--micro-batch", type=int, default=1, show_default=True, help="Sequences per micro-batch."),
+    click.option("--tp", type=int, default=1, show_default=True),
+    click.option("--pp", type=int, default=1, show_default=True),
+    click.option("--dp", type=int, help="Data-parallel degree; default gpus/(tp·pp·cp)."),
+    click.option("--cp", type=int, default=1, show_default=True),
+    click.option("--ep", type=int, default=1, show_default=True, help="Expert parallel (MoE)."),
+    click.option("--vpp", type=int, default=1, show_default=True, help="Virtual stages per GPU (interleaving)."),
+    click.option("--zero", type=click.IntRange(0, 3), default=1, show_default=True, help="ZeRO stage (3 = FSDP)."),
+    click.option(
+        "--recompute",
+        type=click.Choice(RECOMPUTE_MODES),
+        default="none",
+        show_default=True,
+        help="Activation recomputation.",
+    ),
+    click.option(
+        "--grad-dtype",
+        type=click.Choice(["fp32", "bf16"]),
+        default="fp32",
+        show_default=True,
+        help="Gradient dtype kept and reduced (fp32 main grads, as Megatron; bf16 as FSDP mixed precision).",
+    ),
+    click.option(
+        "--dtype",
+        type=click.Choice(list(DTYPES)),
+        default="bf16",
+        show_default=True,
+        help="GEMM precision (fp8: Transformer Engine style, bf16 weights and activations kept).",
+    ),
+    click.option("--sequence-parallel", is_flag=True, help="Megatron sequence parallelism (tp > 1)."),
+)
+
+
 @click.command()
 @model_options
 @device_options
-@click.option("--micro-batch", type=int, default=1, show_default=True, help="Sequences per micro-batch.")
-@click.option("--tp", type=int, default=1, show_default=True)
-@click.option("--pp", type=int, default=1, show_default=True)
-@click.option("--dp", type=int, help="Data-parallel degree; default gpus/(tp·pp·cp).")
-@click.option("--cp", type=int, default=1, show_default=True)
-@click.option("--ep", type=int, default=1, show_default=True, help="Expert parallel (MoE).")
-@click.option("--vpp", type=int, default=1, show_default=True, help="Virtual stages per GPU (interleaving).")
-@click.option("--zero", type=click.IntRange(0, 3), default=1, show_default=True, help="ZeRO stage (3 = FSDP).")
-@click.option("--recompute", type=click.Choice(RECOMPUTE_MODES), default="none", show_default=True)
-@click.option("--sequence-parallel", is_flag=True, help="Megatron sequence parallelism (tp > 1).")
+@split_options
 @click.option(
     "-o",
     "--output",
@@ -204,15 +305,26 @@ def _dump(data: dict) -> str:
 @_errors
 def predict(**kw: Any) -> None:
     """Predict memory per device, step time by part, MFU and tokens/s of one split."""
-    p = prediction_from_options(kw)
+    profile = _profile(kw)
+    p = prediction_from_options(kw, profile)
     if kw["output"]:
         p.save(kw["output"])
-    click.echo(_dump(p.to_dict()) if kw["fmt"] == "json" else render_prediction(p))
+    if kw["fmt"] == "json":
+        data = p.to_dict()
+        if profile is not None:
+            data["calibration"] = profile.to_dict()
+        ceiling = mfu_ceiling(p.device)
+        if ceiling is not None:
+            data["published_mfu_ceiling"] = {"mfu": ceiling.mfu, "run": ceiling.run, "source": ceiling.source}
+            data["warning"] = ceiling_warning(p)
+        click.echo(_dump(data))
+    else:
+        warning = ceiling_warning(p)
+        click.echo(_calibration_line(profile) + render_prediction(p) + (f"\nwarning: {warning}" if warning else ""))
 
 
-def prediction_from_options(kw: dict) -> Prediction:
-    """The prediction `predict`'s options describe (also used by `analyze --model ...`)."""
-    model, device = _model(kw), _device(kw)
+def split_from_options(kw: dict) -> tuple[Split, Training]:
+    """The split and training `predict`'s options describe."""
     cp, tp, pp = kw["cp"], kw["tp"], kw["pp"]
     dp = kw["dp"] if kw["dp"] is not None else max(kw["gpus"] // (tp * pp * cp), 1)
     split = Split(
@@ -230,36 +342,87 @@ def prediction_from_options(kw: dict) -> Prediction:
         global_batch=kw["global_batch"],
         micro_batch=kw["micro_batch"],
         recompute=kw["recompute"],
+        grad_bytes=2 if kw.get("grad_dtype") == "bf16" else 4,
+        dtype=kw.get("dtype") or "bf16",
     )
-    return run_predict(model, device, split, train, resolve_engine(kw["engine_name"]), gpus=kw["gpus"])
+    return split, train
+
+
+def prediction_from_options(kw: dict, profile: Profile | None = None) -> Prediction:
+    """The prediction `predict`'s options describe (also used by `analyze --model ...`).
+
+    `--profile` is read here when no profile is passed, so `analyze --model ... --profile FILE` applies it.
+    """
+    if profile is None:
+        profile = _profile(kw)
+    model, device = _model(kw), _device(kw, profile)
+    split, train = split_from_options(kw)
+    return run_predict(model, device, split, train, engine_from_options(kw), gpus=kw["gpus"])
 
 
 @click.command()
 @model_options
 @device_options
 @click.option("--top", type=int, default=5, show_default=True, help="Splits to show.")
-@click.option("--emit", "emit_target", type=click.Choice(EMIT_TARGETS), help="Print the best split as settings.")
+@click.option(
+    "--emit",
+    "emit_target",
+    type=click.Choice(EMIT_TARGETS),
+    help="Search only splits this engine can run as predicted (timed with its engine profile unless "
+    "--engine is given), and print the best as its settings.",
+)
+@click.option(
+    "--headroom",
+    type=click.FloatRange(0, 0.9),
+    default=DEFAULT_HEADROOM,
+    show_default=True,
+    help="Share of device memory a plan keeps free (allocator spikes, NCCL buffers).",
+)
+@click.option(
+    "--grad-dtype",
+    type=click.Choice(["fp32", "bf16"]),
+    default="fp32",
+    show_default=True,
+    help="Gradient dtype kept and reduced.",
+)
+@click.option("--dtype", type=click.Choice(list(DTYPES)), default="bf16", show_default=True, help="GEMM precision.")
 @_errors
 def plan(**kw: Any) -> None:
     """Search every split that fits, rank by predicted throughput, say why each wins or loses."""
+    profile = _profile(kw)
+    engine_name = kw["engine_name"]
+    source = click.get_current_context().get_parameter_source("engine_name")
+    if kw["emit_target"] and source == click.core.ParameterSource.DEFAULT:
+        # Time and size the splits with the profile of the stack that will run them.
+        engine_name = EMIT_ENGINE[kw["emit_target"]]
     result = run_plan(
         _model(kw),
-        _device(kw),
-        resolve_engine(kw["engine_name"]),
+        _device(kw, profile),
+        engine_from_options(kw, engine_name),
         gpus=kw["gpus"],
         seq_len=kw["seq_len"],
         global_batch=kw["global_batch"],
         top=kw["top"],
+        headroom=kw["headroom"],
+        target=kw["emit_target"],
+        grad_bytes=2 if kw["grad_dtype"] == "bf16" else 4,
+        dtype=kw["dtype"],
     )
     if kw["emit_target"]:
         click.echo(emit(result.ranked[0].prediction, kw["emit_target"]), nl=False)
     elif kw["fmt"] == "json":
-        click.echo(_dump(result.to_dict()))
+        data = result.to_dict()
+        if profile is not None:
+            data["calibration"] = profile.to_dict()
+        click.echo(_dump(data))
     else:
-        click.echo(render_plan(result))
+        click.echo(_calibration_line(profile) + render_plan(result))
 
 
 def register(group: click.Group) -> None:
-    """Add `predict` and `plan` to the command group."""
+    """Add `predict`, `plan` and `calibrate` to the command group."""
+    from tracediag.cli.calibrate import calibrate
+
     group.add_command(predict)
     group.add_command(plan)
+    group.add_command(calibrate)

@@ -541,14 +541,17 @@ _COLL_FIELDS = (
 _ARG_TIERS: tuple[tuple[pl.Expr, tuple[str, ...]], ...] = (
     (pl.col("cat").is_in(_GPU_CATS) | pl.col("cat").is_null(), ("device", "stream", "nbytes")),
     (
-        pl.col("name").str.contains(r"^(?:gloo:|c10d::|nccl:|record_param_comms|(?i:nccl|rccl))"),
+        pl.col("name").str.contains(
+            r"^(?:gloo:|c10d::|nccl:|record_param_comms|(?i:nccl|rccl)|aten::(?:mm|addmm|bmm|baddbmm|_scaled_mm)$)"
+        ),
         _COLL_FIELDS,
     ),
     (pl.col("ph") == "M", ("labels",)),
     ((pl.col("ph") == "M") | pl.col("cat").is_null(), ("label",)),
     (pl.col("cat").is_null(), ("step_num", "device_ordinal", "hlo_op", "hlo_module", "run_id")),
 )
-"""Which rows can carry which less common args: device rows, collectives, metadata, JAX steps.
+"""Which rows can carry which less common args: device rows, collectives (and the GEMM ops, whose recorded
+`Input Dims` `tracediag calibrate` reads), metadata, JAX steps.
 Reading every field of every event would cost more than the JSON decode itself."""
 
 

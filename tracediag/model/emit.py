@@ -16,8 +16,82 @@ from tracediag.model.specs import stage_layers
 
 if TYPE_CHECKING:
     from tracediag.model.predict import Prediction
+    from tracediag.model.specs import ModelSpec, Split
 
 ENGINES = ("torchtitan", "megatron", "deepspeed")
+
+
+def unsupported(target: str, model: ModelSpec, split: Split) -> str | None:
+    """Why `target` cannot run `split` with the sharding and stage layout the model predicted (None if it can).
+
+    Megatron-LM: ZeRO-1 is `--use-distributed-optimizer`; ZeRO-3 is `--use-torch-fsdp2`, which does not
+    work with pipeline parallelism (`use_torch_fsdp2` docstring); there is no ZeRO-2. Only the first and
+    last stage's layers can differ, and with interleaving each stage's layers are split evenly over its
+    virtual stages (`get_num_layers_to_build` divides them by vp_size).
+    torchtitan: FSDP2 shards gradients with the optimizer state, so ZeRO-2 (no reshard after forward) or
+    ZeRO-3, never ZeRO-1; its DDP is 1-D only ("DDP has not supported > 1D parallelism"); stages hold
+    `pipeline_parallel_layers_per_stage` layers, the first and last fewer by
+    `pipeline_parallel_first/last_stage_less_layers`.
+    DeepSpeed: the pipeline engine takes ZeRO 0-1 and no interleaving, and partitions layers itself
+    (only even stages are emitted); AutoTP training takes ZeRO 0-2.
+    """
+    layers = stage_layers(model.layers, split.pp)
+    middle = set(layers[1:-1])
+    if target == "megatron":
+        if split.zero == 2:
+            return "Megatron-LM has no ZeRO-2 (its distributed optimizer is ZeRO-1, --use-torch-fsdp2 is ZeRO-3)"
+        if split.zero == 3 and split.pp > 1:
+            return "Megatron-LM's torch FSDP2 (ZeRO-3) does not work with pipeline parallelism"
+        if len(middle) > 1:
+            return f"stages of {layers}: Megatron-LM sets only the first and last stage's layer count"
+        if split.vpp > 1 and any(n % split.vpp for n in {layers[0], layers[-1], *middle}):
+            return f"stages of {layers} do not split evenly into {split.vpp} virtual stages, as Megatron-LM does"
+    elif target == "torchtitan":
+        if split.zero == 1:
+            return "torchtitan's FSDP2 shards gradients with the optimizer state (ZeRO-2 or ZeRO-3), no ZeRO-1"
+        if split.zero == 0 and split.dp * split.cp > 1 and split.tp * split.pp * split.cp * split.ep > 1:
+            return "torchtitan's DDP (ZeRO-0) supports only 1-D data parallelism"
+        if split.pp > 1:
+            per = max(layers)
+            chunk = per // split.vpp
+            if len(middle) > 1 or per % split.vpp or max(per - layers[0], per - layers[-1]) >= chunk:
+                return f"stages of {layers} are not {split.vpp} virtual stages of equal size with lighter ends"
+    elif target == "deepspeed":
+        if split.pp > 1 and split.zero >= 2:
+            return f"DeepSpeed's pipeline engine supports ZeRO stage 0 or 1 only (zero={split.zero}, pp={split.pp})"
+        if split.vpp > 1:
+            return "DeepSpeed's pipeline engine has no interleaved schedule"
+        if split.pp > 1 and model.layers % split.pp:
+            return f"{model.layers} layers over {split.pp} stages: DeepSpeed partitions layers itself"
+        if split.zero == 3 and split.tp > 1:
+            return "DeepSpeed AutoTP training supports ZeRO stages 0-2"
+    else:
+        msg = f"unknown engine {target!r}\n\nHint: one of {', '.join(ENGINES)}"
+        raise SpecError(msg)
+    return None
+
+
+_RECOMPUTE = {
+    "torchtitan": ("none", "op", "full"),
+    "megatron": ("none", "selective", "full"),
+    "deepspeed": ("none", "full"),
+}
+"""Recompute modes each engine expresses: torchtitan per-op selective (`op`) and full; Megatron-LM selective
+(attention core) and full; DeepSpeed full-layer checkpointing."""
+
+
+def unsupported_recompute(target: str, mode: str) -> str | None:
+    """Why `target` cannot run recompute `mode` (None if it can)."""
+    if mode in _RECOMPUTE.get(target, ()):
+        return None
+    return f"{target} has no recompute mode {mode!r} (it has {', '.join(_RECOMPUTE.get(target, ()))})"
+
+
+def _check(p: Prediction, target: str) -> None:
+    why = unsupported(target, p.model, p.split) or unsupported_recompute(target, p.training.recompute)
+    if why:
+        msg = f"{why}\n\nHint: `tracediag plan --emit {target}` proposes only splits {target} can run"
+        raise SpecError(msg)
 
 
 def _toml_value(value: object) -> str:
@@ -30,9 +104,10 @@ def _toml_value(value: object) -> str:
 
 def emit_torchtitan(p: Prediction) -> str:
     """torchtitan job-config TOML: `[parallelism]`, `[training]`, `[activation_checkpoint]`."""
+    _check(p, "torchtitan")
     s, t = p.split, p.training
     per_replica = t.global_batch // s.dp
-    # ZeRO-0 is DDP (replicate). FSDP2 shards gradients and optimizer state always; ZeRO-1/2 keep the
+    # ZeRO-0 is DDP (replicate). FSDP2 shards gradients and optimizer state always; ZeRO-2 keeps the
     # gathered weights after forward (reshard "never"), ZeRO-3 frees them (reshard "always").
     shard, replicate = (1, s.dp) if s.zero == 0 else (s.dp, 1)
     parallelism: dict[str, object] = {
@@ -43,21 +118,26 @@ def emit_torchtitan(p: Prediction) -> str:
         "pipeline_parallel_degree": s.pp,
         "expert_parallel_degree": s.ep,
     }
-    if s.zero > 0 and s.dp > 1:
+    if s.zero > 0 and s.dp * s.cp > 1:
         parallelism["fsdp_reshard_after_forward"] = "always" if s.zero == 3 else "never"
     if s.pp > 1:
+        layers = stage_layers(p.model.layers, s.pp)
+        per = max(layers)
         parallelism["pipeline_parallel_schedule"] = "Interleaved1F1B" if s.vpp > 1 else "1F1B"
         parallelism["pipeline_parallel_microbatch_size"] = t.micro_batch
-        if s.vpp > 1:
-            parallelism["pipeline_parallel_layers_per_stage"] = -(-p.model.layers // (s.pp * s.vpp))
+        # The embedding and the output layer count as the layers the first and last stage lack, so every
+        # (virtual) stage holds layers_per_stage units and the stages are exactly `stage_layers`.
+        parallelism["pipeline_parallel_layers_per_stage"] = per // s.vpp
+        parallelism["pipeline_parallel_first_stage_less_layers"] = per - layers[0]
+        parallelism["pipeline_parallel_last_stage_less_layers"] = per - layers[-1]
     # Without PP, local_batch_size is the micro-batch and torchtitan accumulates up to global_batch_size.
     training = {
         "local_batch_size": per_replica if s.pp > 1 else t.micro_batch,
         "global_batch_size": t.global_batch,
         "seq_len": t.seq_len,
     }
-    checkpoint: dict[str, object] = {"mode": t.recompute}
-    if t.recompute == "selective":
+    checkpoint: dict[str, object] = {"mode": "selective" if t.recompute == "op" else t.recompute}
+    if t.recompute == "op":
         checkpoint["selective_ac_option"] = "op"
     sections = {"parallelism": parallelism, "training": training, "activation_checkpoint": checkpoint}
     lines = []
@@ -70,6 +150,7 @@ def emit_torchtitan(p: Prediction) -> str:
 
 def megatron_args(p: Prediction) -> list[str]:
     """Megatron-LM command-line arguments for the split (model-shape arguments are left to the user)."""
+    _check(p, "megatron")
     s, t = p.split, p.training
     args = [
         "--tensor-model-parallel-size",
@@ -101,7 +182,7 @@ def megatron_args(p: Prediction) -> list[str]:
         args.append("--sequence-parallel")
     if s.zero == 3:
         args.append("--use-torch-fsdp2")
-    elif s.zero >= 1:
+    elif s.zero == 1 and s.dp * s.cp > 1:
         args += ["--use-distributed-optimizer", "--overlap-param-gather"]
     if s.dp * s.cp > 1:
         args.append("--overlap-grad-reduce")
@@ -132,13 +213,8 @@ def emit_megatron(p: Prediction) -> str:
 
 def deepspeed_config(p: Prediction) -> dict:
     """DeepSpeed config: batch sizes, ZeRO stage, AutoTP, pipeline stages, Ulysses sequence parallel."""
+    _check(p, "deepspeed")
     s, t = p.split, p.training
-    if s.pp > 1 and s.zero >= 2:
-        msg = (
-            f"DeepSpeed's pipeline engine supports ZeRO stage 0 or 1 only, the split has pp={s.pp} and "
-            f"zero={s.zero}\n\nHint: emit this split for torchtitan or megatron"
-        )
-        raise SpecError(msg)
     m = t.global_batch // (t.micro_batch * s.dp)
     config: dict = {
         "train_batch_size": t.global_batch,

@@ -34,6 +34,9 @@ class Engine:
     p2p_scatter_gather: bool = True
     """Each TP rank sends only its 1/t slice of the activation between stages (PTD-P §4.1); DeepSpeed's
     pipeline engine sends the whole tensor from every TP rank."""
+    cp_all_gather: bool = False
+    """Context parallelism all-gathers K,V before attention (Llama 3 §3.3.2, torchtitan's allgather rotation)
+    instead of passing them round a ring behind the attention blocks (Megatron's p2p CP)."""
     interleaving: bool = True
     """The pipeline schedule supports virtual stages (DeepSpeed's PipelineEngine does not)."""
     zero3_prefetch_params: float | None = None
@@ -61,6 +64,11 @@ class Engine:
     moe_imbalance: float = 1.2
     """Busiest expert's tokens over the mean (capacity factor 1.2-1.25: Switch Transformer; Megatron MoE docs);
     the expert all-to-all and expert GEMMs wait for it."""
+    loss_bytes_per_logit: float = 48.0
+    """HBM traffic of the cross-entropy per logit, forward and backward. Megatron's vocab-parallel loss in fp32:
+    cast (2+4), subtract max (4+4), exp (4+4), sum (4), normalise (4+4); backward scale (4+4) and cast (4+2)
+    = 48 bytes (megatron/core/tensor_parallel/cross_entropy.py); eager PyTorch's log_softmax + nll about the
+    same; a fused (compiled, chunked) loss reads the logits once each way, ~12."""
     optimizer_bytes_per_param: float = 38.0
     """HBM traffic of one mixed-precision Adam update per parameter: read grad (4) + master, m, v (12),
     write master, m, v (12) + bf16 weight (2), grad-norm read (4) and zeroing (4)."""
@@ -129,7 +137,10 @@ ENGINES = {
     # in both passes. `torchtitan-compile` fuses the elementwise kernels (torch.compile per block).
     "torchtitan": lambda: Engine(name="torchtitan", attention_kernel="fa2", elementwise_traffic=_traffic("eager")),
     "torchtitan-compile": lambda: Engine(
-        name="torchtitan-compile", attention_kernel="fa2", elementwise_traffic=_traffic("fused")
+        loss_bytes_per_logit=12.0,
+        name="torchtitan-compile",
+        attention_kernel="fa2",
+        elementwise_traffic=_traffic("fused"),
     ),
     # DeepSpeed (ZeRO as DeepSpeed runs it): stage-3 prefetch bucket 5e7 elements (stage3_prefetch_bucket_size),
     # PipelineEngine without interleaving or scatter-gather; gradients reduced after the backward pass when
@@ -139,6 +150,20 @@ ENGINES = {
         attention_kernel="fa2",
         zero3_prefetch_params=5e7,
         zero3_collectives_per_unit=6,
+        zero3_regather_on_recompute=True,
+        p2p_scatter_gather=False,
+        interleaving=False,
+        elementwise_traffic=_traffic("deepspeed"),
+    ),
+    # DeepSpeed of 2021 (v0.3-0.5: PTD-P's ZeRO-3 comparison, Megatron-DeepSpeed MT-NLG): prefetched parameters
+    # were gathered one tensor at a time (`_all_gather(..., async_op=True)` → `_allgather_param` per parameter,
+    # deepspeed/runtime/zero/partition_parameters.py), 12 per GPT layer with biases; Megatron's unfused softmax.
+    "deepspeed-2021": lambda: Engine(
+        name="deepspeed-2021",
+        flash_attention=False,
+        attention_kernel="fa2",
+        zero3_prefetch_params=5e7,
+        zero3_collectives_per_unit=12,
         zero3_regather_on_recompute=True,
         p2p_scatter_gather=False,
         interleaving=False,

@@ -1,15 +1,15 @@
-"""Enumerate splits, keep those that fit and respect the rules, rank them by predicted throughput.
+"""Enumerate splits, keep those that fit with memory headroom and that the target engine runs, rank them.
 
 Notes
 -----
 Searched: tp (powers of two up to the node, dividing heads), cp (powers of two, seq_len divisible by 2·cp),
-pp (powers of two up to the layer count; uneven stages allowed as in `stage_layers`), dp = gpus/(tp·cp·pp),
-ZeRO stage 0-3, micro-batch (powers of two dividing the per-replica batch), interleaving depth 1-8
-(dividing every stage's layers),
-recompute, sequence parallelism whenever tp > 1, and ep for MoE models. Ties in step time go to the split
-needing less memory.
-Memory is checked first (cheap); step time is computed only for splits that fit, with the per-layer cost
-memoised across pp, dp and ZeRO, which makes a 405B model on 16,384 GPUs a few seconds of work.
+pp (powers of two up to the layer count; uneven stages as in `stage_layers`), dp = gpus/(tp·cp·pp), ZeRO
+stage 0-3, micro-batch (powers of two dividing the per-replica batch), interleaving depth 2-8 (dividing the
+largest stage, every stage at least that deep; only where the engine interleaves), recompute, sequence
+parallelism whenever tp > 1, and ep for MoE. With `target`, only what that engine runs (`emit.unsupported`).
+Memory is checked first (cheap) against (1 − headroom) of capacity; step time is computed only for splits
+that fit, with the per-layer cost memoised across pp, dp and ZeRO. Splits within `NEAR_TIE` of the fastest
+remaining one are ties, broken towards the simpler split (`complexity`).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from tracediag.errors import SpecError
+from tracediag.model.emit import unsupported, unsupported_recompute
 from tracediag.model.memory import memory_per_device
 from tracediag.model.predict import Prediction, predict
 from tracediag.model.specs import RECOMPUTE_MODES, Split, Training, check_split, stage_layers
@@ -32,6 +33,69 @@ if TYPE_CHECKING:
 MAX_VPP = 8
 """Largest interleaving depth searched."""
 
+DEFAULT_HEADROOM = 0.10
+"""Share of device memory a plan keeps free: allocator fragmentation spikes, NCCL and cuBLAS workspaces
+and the first step's transients exceed the formulas' steady state (PyTorch's caching allocator commonly
+reports 5-10% more reserved than allocated memory)."""
+
+NEAR_TIE = 0.01
+"""Splits within this share of the fastest step time are ties; the simplest of them is ranked first."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Ceiling:
+    """The highest MFU a published run of one device class reached."""
+
+    mfu: float
+    run: str
+    source: str
+    cite: str
+    """Short citation for one-line output."""
+
+
+PUBLISHED_MFU = {
+    "A100": Ceiling(
+        mfu=0.563,
+        run="Megatron-LM 1T GPT, selective recompute + sequence parallelism, 512 A100-80GB",
+        source="Korthikanti et al. 2022, Reducing Activation Recomputation in Large Transformer Models, "
+        "arXiv:2205.05198, Table 5",
+        cite="Korthikanti et al. 2022, Table 5",
+    ),
+    "H100": Ceiling(
+        mfu=0.47,
+        run="Megatron-Core weak scaling, GPT 2B-462B at seq 4096 on up to 6,144 H100",
+        source="NVIDIA/Megatron-LM README, Performance Benchmarking ('up to 47% MFU on H100 clusters')",
+        cite="Megatron-LM README",
+    ),
+}
+"""Highest published bf16 MFU by device class (the lead's model is not tuned to these; plans above them
+are flagged). For scale: Llama 3 405B reached 38-43% on 8K-16K H100 (Dubey et al. 2024, Table 4) and
+MegaScale 55.2% for 175B on 12,288 A100 (Jiang et al. 2024, NSDI)."""
+
+_DEVICE_CLASS = {"a100": "A100", "h100": "H100", "h200": "H100"}
+"""Device-name prefix -> class of `PUBLISHED_MFU` (H200 has H100's compute, more and faster memory)."""
+
+
+def mfu_ceiling(device: DeviceSpec) -> Ceiling | None:
+    """The published MFU ceiling of the device's class, None when no published run is in the table."""
+    for prefix, cls in _DEVICE_CLASS.items():
+        if device.name.startswith(prefix):
+            return PUBLISHED_MFU[cls]
+    return None
+
+
+def ceiling_warning(p: Prediction) -> str:
+    """A warning when the prediction's MFU exceeds every published run of its device class ('' if not)."""
+    ceiling = mfu_ceiling(p.device)
+    # The table holds bf16 runs; an fp8 run's MFU (against the bf16 peak) is not comparable with them.
+    if ceiling is None or p.mfu <= ceiling.mfu or p.training.dtype != "bf16":
+        return ""
+    cls = next(c for prefix, c in _DEVICE_CLASS.items() if p.device.name.startswith(prefix))
+    return (
+        f"MFU {100 * p.mfu:.1f}% is above the best published {cls} run ({100 * ceiling.mfu:.1f}%, "
+        f"{ceiling.cite}): treat it as optimistic"
+    )
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Ranked:
@@ -40,6 +104,8 @@ class Ranked:
     rank: int
     prediction: Prediction
     reason: str
+    warning: str = ""
+    """Set when the predicted MFU exceeds the published ceiling of the device class."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -51,13 +117,22 @@ class Plan:
     """(split, recompute) settings that respect the rules (divisibility, TP within a node) and were sized."""
     fitting: int
     """Splits that fit in memory with some recompute mode (each timed once, with the lightest that fits)."""
+    headroom: float = DEFAULT_HEADROOM
+    """Share of device memory every shown split leaves free."""
+    target: str | None = None
+    """Engine the search was restricted to (`--emit`), None for every split."""
 
     def to_dict(self) -> dict:
         """Plain data: search counts and each shown split's prediction."""
         return {
             "explored": self.explored,
             "fitting": self.fitting,
-            "splits": [{"rank": r.rank, "reason": r.reason, **r.prediction.to_dict()} for r in self.ranked],
+            "headroom": self.headroom,
+            "target": self.target,
+            "splits": [
+                {"rank": r.rank, "reason": r.reason, "warning": r.warning, **r.prediction.to_dict()}
+                for r in self.ranked
+            ],
         }
 
 
@@ -70,15 +145,29 @@ def _powers_of_two(limit: int) -> list[int]:
 
 
 def candidate_splits(
-    model: ModelSpec, device: DeviceSpec, engine: Engine, gpus: int, seq_len: int, global_batch: int
-) -> Iterator[tuple[Training, ...]]:
+    model: ModelSpec,
+    device: DeviceSpec,
+    engine: Engine,
+    gpus: int,
+    seq_len: int,
+    global_batch: int,
+    target: str | None = None,
+    grad_bytes: int = 4,
+    dtype: str = "bf16",
+) -> Iterator[tuple[Split, tuple[Training, ...]]]:
     """Every split the search considers, each with its trainings from least to most recompute.
 
     With FlashAttention, selective recompute (of the attention core) is what the kernel already does, so
-    only none and full are searched. ZeRO-0 is searched only without data parallelism: with it, ZeRO-1 moves
-    the same bytes and shards the optimizer step.
+    only none, per-op selective (`op`, where the model has it) and full are searched. ZeRO-0 is searched
+    only without data parallelism: with it, ZeRO-1 moves the same bytes and shards the optimizer step.
+    With a `target` engine, only the splits it runs exactly as predicted (`emit.unsupported`).
     """
-    modes = ("none", "full") if engine.flash_attention else RECOMPUTE_MODES
+    if engine.flash_attention:
+        modes = tuple(m for m in ("none", "op", "full") if m in RECOMPUTE_MODES)
+    else:
+        modes = ("none", "selective", "full")
+    if target is not None:
+        modes = tuple(m for m in modes if unsupported_recompute(target, m) is None)
     for tp in _powers_of_two(device.gpus_per_node):
         if model.heads % tp or (model.groups % tp and tp % model.groups):
             continue
@@ -91,7 +180,20 @@ def candidate_splits(
                 dp = gpus // (tp * cp * pp)
                 if global_batch % dp:
                     continue
-                yield from _inner(model, tp, cp, pp, dp, seq_len, global_batch, modes)
+                inner = _inner(
+                    model, tp, cp, pp, dp, seq_len, global_batch, modes, grad_bytes, dtype, engine.interleaving
+                )
+                for split, trainings in inner:
+                    if target is None or unsupported(target, model, split) is None:
+                        yield split, trainings
+
+
+def interleavings(layers: tuple[int, ...]) -> list[int]:
+    """Interleaving depths (v > 1) a stage layout allows: v divides the largest stage and every stage has
+    at least v layers. Lighter first/last stages (uneven, Llama 3 style) keep one layer fewer in a chunk."""
+    if len(layers) == 1:
+        return []
+    return [v for v in range(2, MAX_VPP + 1) if max(layers) % v == 0 and min(layers) >= v]
 
 
 def _inner(
@@ -103,17 +205,27 @@ def _inner(
     seq_len: int,
     global_batch: int,
     modes: tuple[str, ...],
+    grad_bytes: int,
+    dtype: str,
+    interleaving: bool,
 ) -> Iterator[tuple[Split, tuple[Training, ...]]]:
     per_replica = global_batch // dp
-    layers = stage_layers(model.layers, pp)
-    vpps = [1] + [v for v in range(2, MAX_VPP + 1) if pp > 1 and all(n % v == 0 for n in layers)]
+    vpps = [1, *interleavings(stage_layers(model.layers, pp))] if interleaving else [1]
     eps = [1] + [e for e in _powers_of_two(model.experts)[1:] if (dp * cp) % e == 0] if model.experts > 1 else [1]
     for b in _powers_of_two(per_replica):
         if per_replica % b:
             continue
         m = per_replica // b
         trainings = tuple(
-            Training(seq_len=seq_len, global_batch=global_batch, micro_batch=b, recompute=r) for r in modes
+            Training(
+                seq_len=seq_len,
+                global_batch=global_batch,
+                micro_batch=b,
+                recompute=r,
+                grad_bytes=grad_bytes,
+                dtype=dtype,
+            )
+            for r in modes
         )
         for v in vpps:
             if v > 1 and m % pp:
@@ -126,38 +238,101 @@ def _inner(
                     )
 
 
-def _reason(p: Prediction, best: Prediction | None) -> str:
+_RECOMPUTE_ORDER = {"none": 0, "op": 1, "selective": 1, "full": 2}
+
+
+def complexity(split: Split, train: Training) -> tuple[int, ...]:
+    """Sort key towards the simpler split: fewer parallel dimensions, lower pp, no interleaving, lower
+    ZeRO stage, lower tp and cp, less recompute, larger micro-batches (fewer, simpler steps)."""
+    dims = sum(d > 1 for d in (split.tp, split.pp, split.cp, split.ep))
+    return (
+        dims,
+        split.pp,
+        split.vpp,
+        split.zero,
+        split.tp,
+        split.cp,
+        split.ep,
+        _RECOMPUTE_ORDER.get(train.recompute, 3),
+        -train.micro_batch,
+    )
+
+
+_PARTS = (
+    ("compute", lambda t: t.compute_s - t.recompute_s - t.interference_s),
+    ("recompute", lambda t: t.recompute_s),
+    ("interference of overlapped comm", lambda t: t.interference_s),
+    ("bubble", lambda t: t.bubble_s),
+    ("exposed TP comm", lambda t: t.exposed_tp_s),
+    ("exposed DP comm", lambda t: t.exposed_dp_s),
+    ("exposed PP comm", lambda t: t.exposed_pp_s),
+    ("exposed CP comm", lambda t: t.exposed_cp_s),
+    ("exposed EP comm", lambda t: t.exposed_ep_s),
+    ("optimizer", lambda t: t.optimizer_s),
+)
+"""Parts of a step that add up to `step_time_s`."""
+
+
+def _setting_diff(p: Prediction, best: Prediction) -> str:
+    s, b = p.split, best.split
+    pairs = [(name, getattr(b, name), getattr(s, name)) for name in ("tp", "pp", "dp", "cp", "ep", "vpp", "zero")]
+    pairs += [
+        ("mb", best.training.micro_batch, p.training.micro_batch),
+        ("recompute", best.training.recompute, p.training.recompute),
+    ]
+    return ", ".join(f"{name} {x}->{y}" for name, x, y in pairs if x != y)
+
+
+def _mem(p: Prediction) -> str:
+    return f"memory {p.memory.total / 2**30:.0f}/{p.memory.capacity / 2**30:.0f} GiB"
+
+
+def _reason(p: Prediction, best: Prediction | None, fastest: Prediction | None = None) -> str:
+    """Why this split ranks where it does, from what actually differs (never a difference of zero)."""
     t = p.time
-    parts = {
-        "bubble": t.bubble_s,
-        "exposed TP comm": t.exposed_tp_s,
-        "exposed DP comm": t.exposed_dp_s,
-        "exposed PP comm": t.exposed_pp_s,
-        "exposed CP comm": t.exposed_cp_s,
-        "exposed EP comm": t.exposed_ep_s,
-        "recompute": t.recompute_s,
-        "optimizer": t.optimizer_s,
-    }
-    mem = f"memory {p.memory.total / 2**30:.0f}/{p.memory.capacity / 2**30:.0f} GiB"
     if best is None:
-        worst = max(parts, key=parts.__getitem__)
-        return f"fastest; largest overhead is {worst} ({100 * parts[worst] / t.step_time_s:.0f}% of the step), {mem}"
+        name, worst = max(((n, f(t)) for n, f in _PARTS if n != "compute"), key=lambda x: x[1])
+        head = "fastest"
+        if fastest is not None and fastest is not p:
+            gap = 100 * (t.step_time_s / fastest.time.step_time_s - 1)
+            head = (
+                f"{gap:.1f}% slower than the fastest split found ({_setting_diff(fastest, p)}), within "
+                f"{100 * NEAR_TIE:.0f}%: the simpler split is preferred"
+            )
+        overhead = (
+            f"largest overhead is {name} ({100 * worst / t.step_time_s:.0f}% of the step)"
+            if worst > 0
+            else ("no overhead beyond compute")
+        )
+        return f"{head}; {overhead}, {_mem(p)}"
     b = best.time
-    base = {
-        "bubble": b.bubble_s,
-        "exposed TP comm": b.exposed_tp_s,
-        "exposed DP comm": b.exposed_dp_s,
-        "exposed PP comm": b.exposed_pp_s,
-        "exposed CP comm": b.exposed_cp_s,
-        "exposed EP comm": b.exposed_ep_s,
-        "recompute": b.recompute_s,
-        "optimizer": b.optimizer_s,
-    }
-    extra = {k: parts[k] - base[k] for k in parts}
-    extra["compute"] = (t.compute_s - t.recompute_s) - (b.compute_s - b.recompute_s)
-    cause = max(extra, key=extra.__getitem__)
     slower = 100 * (t.step_time_s / b.step_time_s - 1)
-    return f"{slower:.1f}% slower than #1: more {cause} (+{extra[cause]:.3g} s per step), {mem}"
+    floor = 0.005 * b.step_time_s
+    deltas = sorted(((f(t) - f(b), n) for n, f in _PARTS), key=lambda x: -abs(x[0]))
+    shown = [f"{d:+.3g} s {n}" for d, n in deltas if abs(d) >= floor][:3]
+    what = "; ".join(shown) if shown else "no part differs by more than 0.5% of the step"
+    diff = _setting_diff(p, best)
+    if slower < 100 * NEAR_TIE:
+        simpler = complexity(best.split, best.training) < complexity(p.split, p.training)
+        head = f"within {100 * NEAR_TIE:.0f}% of #1 ({slower:+.1f}%), #1 is {'simpler' if simpler else 'faster'}"
+    else:
+        head = f"{slower:.1f}% slower than #1"
+    return f"{head} ({diff}): {what}; {_mem(p)}"
+
+
+def _pick(results: list[tuple[float, float, Split, Training]], top: int) -> list[tuple[float, float, Split, Training]]:
+    """The `top` splits in rank order: repeatedly, among the remaining splits within `NEAR_TIE` of the
+    fastest remaining one, the simplest (`complexity`), then the faster, then the lighter in memory."""
+    remaining = sorted(results, key=lambda r: (r[0], r[1]))
+    chosen = []
+    while remaining and len(chosen) < top:
+        limit = remaining[0][0] * (1 + NEAR_TIE)
+        end = next((i for i, r in enumerate(remaining) if r[0] > limit), len(remaining))
+        i = min(
+            range(end), key=lambda j: (complexity(remaining[j][2], remaining[j][3]), remaining[j][0], remaining[j][1])
+        )
+        chosen.append(remaining.pop(i))
+    return chosen
 
 
 def plan(
@@ -169,14 +344,26 @@ def plan(
     seq_len: int,
     global_batch: int,
     top: int = 5,
+    headroom: float = DEFAULT_HEADROOM,
+    target: str | None = None,
+    grad_bytes: int = 4,
+    dtype: str = "bf16",
 ) -> Plan:
-    """Search every split; return the `top` fastest that fit, with a reason for each.
+    """Search every split; return the `top` fastest that fit with `headroom` of memory to spare.
 
     For each split only the lightest recompute mode that fits is timed: more recompute is never faster.
+    With `target` (an `emit` engine) only the splits that engine runs exactly as predicted are searched.
+    Near-ties (within `NEAR_TIE`) go to the simpler split.
     """
+    if not 0 <= headroom < 1:
+        msg = f"headroom must be in [0, 1), got {headroom}"
+        raise SpecError(msg)
+    budget = (1 - headroom) * device.memory_bytes
     explored = fitting = 0
     results: list[tuple[float, float, Split, Training]] = []
-    for split, trainings in candidate_splits(model, device, engine, gpus, seq_len, global_batch):
+    for split, trainings in candidate_splits(
+        model, device, engine, gpus, seq_len, global_batch, target, grad_bytes, dtype
+    ):
         for train in trainings:
             try:
                 check_split(model, device, split, train, gpus)
@@ -184,19 +371,33 @@ def plan(
                 break
             explored += 1
             memory = memory_per_device(model, device, split, train, engine)
-            if memory.fits:
+            if memory.total <= budget:
                 fitting += 1
                 results.append((step_time(model, device, split, train, engine).step_time_s, memory.total, split, train))
                 break
     if not results:
+        within = f" with {100 * headroom:.0f}% headroom" if headroom else ""
+        by = f" that {target} can run" if target else ""
         msg = (
-            f"no split of {model.name} over {gpus} x {device.name} fits in memory ({explored} tried)\n\n"
-            "Hint: more GPUs, a device with more memory, or a smaller global batch"
+            f"no split{by} of {model.name} over {gpus} x {device.name} fits in memory{within} ({explored} tried)"
+            "\n\nHint: more GPUs, a device with more memory, a smaller global batch, or a lower --headroom"
         )
         raise SpecError(msg)
-    results.sort(key=lambda r: (round(r[0], 6), r[1]))
-    shown = [predict(model, device, split, train, engine, gpus=gpus) for _, _, split, train in results[:top]]
-    ranked = tuple(
-        Ranked(rank=i + 1, prediction=p, reason=_reason(p, shown[0] if i else None)) for i, p in enumerate(shown)
+    fastest_row = min(results, key=lambda r: (r[0], r[1]))
+    chosen = _pick(results, top)
+    shown = [predict(model, device, split, train, engine, gpus=gpus) for _, _, split, train in chosen]
+    fastest = (
+        shown[0]
+        if chosen[0] is fastest_row
+        else predict(model, device, fastest_row[2], fastest_row[3], engine, gpus=gpus)
     )
-    return Plan(ranked=ranked, explored=explored, fitting=fitting)
+    ranked = tuple(
+        Ranked(
+            rank=i + 1,
+            prediction=p,
+            reason=_reason(p, shown[0]) if i else _reason(p, None, fastest),
+            warning=ceiling_warning(p),
+        )
+        for i, p in enumerate(shown)
+    )
+    return Plan(ranked=ranked, explored=explored, fitting=fitting, headroom=headroom, target=target)

@@ -122,7 +122,7 @@ class LayerCost:
         return self.gemm + self.elementwise + self.tp_comm + self.cp_comm + self.ep_comm
 
 
-def _gemm_time(flops: float, min_dim: float, device: DeviceSpec, engine: Engine, dtype: str = "bf16") -> float:
+def gemm_time(flops: float, min_dim: float, device: DeviceSpec, engine: Engine, dtype: str = "bf16") -> float:
     """Seconds for a GEMM: peak · large-GEMM efficiency, shrinking for a small dimension (tile quantisation)."""
     eff = device.gemm_efficiency * min_dim / (min_dim + engine.gemm_half_dim)
     if dtype == "fp8" and device.fp8_peak_flops > 0:
@@ -168,14 +168,14 @@ def layer_cost(model: ModelSpec, device: DeviceSpec, engine: Engine, split: Spli
         gemms.append((2 * tokens * h * model.experts, min(tokens, h, model.experts)))
     else:
         gemms.append((2 * tokens * h * ffn_cols * mlp_mats, min(tokens, h, ffn_cols)))
-    fwd_gemm = sum(_gemm_time(f, n, device, engine, train.dtype) for f, n in gemms)
+    fwd_gemm = sum(gemm_time(f, n, device, engine, train.dtype) for f, n in gemms)
     attn_flops = 4 * b * (s / c) * s * model.heads * dh / t
     if engine.flash_attention:
         attn_fwd, attn_bwd = _attention_time(attn_flops / 2, s / c, device, engine, model)
         attn_recompute = attn_fwd if train.recompute == "full" else 0.0
     else:
         # Materialised scores: two batched GEMMs whose inner dimension is the head size, no causal skipping.
-        attn_fwd = _gemm_time(attn_flops, dh, device, engine)
+        attn_fwd = gemm_time(attn_flops, dh, device, engine)
         attn_bwd = 2 * attn_fwd
         attn_recompute = attn_fwd if train.recompute != "none" else 0.0
     gemm_recompute = {"full": fwd_gemm, "op": fwd_gemm / 2}.get(train.recompute, 0.0)
@@ -212,19 +212,26 @@ def layer_cost(model: ModelSpec, device: DeviceSpec, engine: Engine, split: Spli
     tp_comm = max(0.0, tp_comm_raw - gemm) if engine.tp_overlap else tp_comm_raw
     cp_comm = 0.0
     if c > 1:
-        # Ring attention: c−1 steps each pass K,V (forward) or K,V and their gradients (backward) to the next
-        # rank while one block of attention computes; a step costs the slower of the two, so what shows is the
-        # transfer beyond the block's compute plus every step's latency.
         kv_bytes = 2 * tokens * max(model.groups // t, 1) * dh * 2
-        step_fwd = collective_time("p2p", kv_bytes, 2, links["cp"])
-        step_bwd = collective_time("p2p", 2 * kv_bytes, 2, links["cp"])
         passes = 2 if train.recompute == "full" else 1
-        block_fwd, block_bwd = (attn_fwd / c, attn_bwd / c)
-        cp_comm = (c - 1) * (
-            passes * max(step_fwd - block_fwd, 0.0)
-            + max(step_bwd - block_bwd, 0.0)
-            + (passes + 1) * links["cp"].overhead
-        )
+        if engine.cp_all_gather:
+            # All-gather K,V of the whole sequence before attention, reduce-scatter their gradients after
+            # (Llama 3 §3.3.2); neither overlaps the attention that needs them.
+            cp_comm = passes * collective_time("all_gather", c * kv_bytes, c, links["cp"]) + collective_time(
+                "reduce_scatter", c * kv_bytes, c, links["cp"]
+            )
+        else:
+            # Ring attention: c−1 steps each pass K,V (forward) or K,V and their gradients (backward) to the
+            # next rank while one block of attention computes; a step costs the slower of the two, so what
+            # shows is the transfer beyond the block's compute plus every step's latency.
+            step_fwd = collective_time("p2p", kv_bytes, 2, links["cp"])
+            step_bwd = collective_time("p2p", 2 * kv_bytes, 2, links["cp"])
+            block_fwd, block_bwd = (attn_fwd / c, attn_bwd / c)
+            cp_comm = (c - 1) * (
+                passes * max(step_fwd - block_fwd, 0.0)
+                + max(step_bwd - block_bwd, 0.0)
+                + (passes + 1) * links["cp"].overhead
+            )
     ep_comm = 0.0
     if split.ep > 1:
         t_sp = t if split.sequence_parallel else 1
@@ -257,8 +264,8 @@ def logits_cost(
     tokens = train.micro_batch * train.seq_len / split.cp
     cols = model.vocab / split.tp
     flops = 3 * 2 * tokens * model.hidden * cols
-    gemm = _gemm_time(flops, min(tokens, model.hidden, cols), device, engine)
-    loss = 3 * 6 * tokens * cols / (device.hbm_bandwidth * engine.hbm_efficiency)
+    gemm = gemm_time(flops, min(tokens, model.hidden, cols), device, engine)
+    loss = engine.loss_bytes_per_logit * tokens * cols / (device.hbm_bandwidth * engine.hbm_efficiency)
     tp = 0.0
     if split.sequence_parallel:
         link = process_group_links(device, split, engine.collective_overhead_us)["tp"]
@@ -404,7 +411,11 @@ def step_time(model: ModelSpec, device: DeviceSpec, split: Split, train: Trainin
         dp_total = reduce_s + gather_s
     else:
         dp_total = exposed_dp = reduce_s + gather_s
-    overlapped = dp_total - exposed_dp + m * n_slow * (lc.tp_comm_raw - lc.tp_comm)
+    # NCCL runs one channel (thread block) per link it drives and keeps SMs and HBM busy in proportion to the
+    # bandwidth it moves: a collective over the network, at a fraction of NVLink's rate, takes that fraction.
+    intra = group_link(device, device.gpus_per_node, 1).busbw
+    sm_share = {k: min(1.0, link.busbw / intra) for k, link in links.items()}
+    overlapped = (dp_total - exposed_dp) * sm_share["dp"] + m * n_slow * (lc.tp_comm_raw - lc.tp_comm) * sm_share["tp"]
     interference = engine.overlap_slowdown * overlapped
 
     dense, expert = stage_params(model, split, slowest)
