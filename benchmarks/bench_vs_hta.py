@@ -68,7 +68,7 @@ def build(copies: int) -> Path:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--copies", type=int, default=8)
-    ap.add_argument("--workers", type=int, default=0, help="tracediag workers (0: one per CPU)")
+    ap.add_argument("--workers", type=int, nargs="+", default=[0, 1], help="tracediag workers (0: one per CPU)")
     ap.add_argument("--hta-python", help="python of an environment with HolisticTraceAnalysis installed")
     args = ap.parse_args()
     folder = build(args.copies)
@@ -77,11 +77,12 @@ def main() -> None:
     print("| tool | wall s | tree CPU s | tree peak MB | CPU vs HTA | memory vs HTA | result |")
     print("|---|---:|---:|---:|---:|---:|---|")
     rows = []
-    for name, code, argv, python in [
-        ("tracediag (in-memory load)", TRACEDIAG, [str(folder), "memory", str(args.workers)], sys.executable),
-        ("tracediag --executor local", TRACEDIAG, [str(folder), "local", str(args.workers)], sys.executable),
-        ("HTA 0.5.0", HTA, [str(folder)], args.hta_python),
-    ]:
+    runs = [
+        (f"tracediag {label} -j {w}", TRACEDIAG, [str(folder), mode, str(w)], sys.executable)
+        for w in args.workers
+        for label, mode in (("(in-memory load)", "memory"), ("--executor local", "local"))
+    ]
+    for name, code, argv, python in [*runs, ("HTA 0.5.0", HTA, [str(folder)], args.hta_python)]:
         if python is None:
             continue
         r = measure_code(code, argv, python=python)
