@@ -205,6 +205,7 @@ def summarize(
             raise ValueError(f"--step-regex {step_regex!r} is not a valid regular expression ({e})") from None
     if isinstance(sources, (str, Path)):
         sources = [sources]
+    out = out.removeprefix("file://")
     tasks, rows = _tasks(
         sources,
         out,
