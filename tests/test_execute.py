@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import subprocess
+import sys
 
 import _faults
 import orjson
@@ -206,3 +208,16 @@ def test_attaching_without_out_is_refused_before_any_work(runner, monkeypatch):
     result = runner.invoke(cli, ["analyze", str(RUNS / "comm_bound"), "--executor", "dask"])
     assert result.exit_code == 2
     assert "give --out on storage both reach" in result.stderr
+
+
+def test_missing_engine_is_one_line_naming_the_extra(tmp_path):
+    # Ray made unimportable in a fresh interpreter, as on an install without the extra
+    code = (
+        "import sys; sys.modules['ray'] = None\n"
+        "from tracediag.cli import main\n"
+        f"sys.argv = ['tracediag', 'analyze', {str(RUNS / 'comm_bound')!r}, '--executor', 'ray']\n"
+        "main()\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2
+    assert result.stderr.strip() == "Error: --executor ray needs Ray: pip install 'tracediag[ray]'"
