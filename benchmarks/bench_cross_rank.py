@@ -37,7 +37,7 @@ def build(ranks: int, steps: int, per_step: int):
     import polars as pl
 
     import tracediag
-    from tracediag.analyze import derive_facts
+    from tracediag.analyzing import derive_facts
     from tracediag.derive.collectives import collective_instances
     from tracediag.derive.steps import assign_steps, find_markers, step_spans
 

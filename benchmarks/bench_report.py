@@ -20,7 +20,7 @@ import polars as pl
 
 import tracediag
 from tracediag.analysis import Analysis
-from tracediag.check import check
+from tracediag.checking import check
 from tracediag.model.engine import resolve_engine
 from tracediag.model.predict import predict
 from tracediag.model.specs import Split, Training, resolve_device, resolve_model

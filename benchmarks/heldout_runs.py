@@ -4,21 +4,22 @@ the detectors, with known injected causes; then tracediag's verdict on each, sco
 
 The detectors in tracediag/detect/ were developed against fixtures/runs/ (make_runs.py). This script
 generates *different* runs (other culprit ranks, strengths, placements of the extra work, world sizes,
-models, loaders, pipeline shapes, record_shapes, a short profiling window) into /tmp/heldout/<run>/
+models, loaders, pipeline shapes, record_shapes, a short profiling window) into $HELDOUT_OUT/<run>/
+(default: `heldout` in the system's temporary folder)
 (never into the repository), twice each (repeat 0 and 1, different data seeds: verdict stability),
 and scores `tracediag analyze --format json` against each run's manifest.json.
 
-Usage (torch is not a tracediag dependency; use the separate torch environment)::
+Usage (torch is not a tracediag dependency; use a separate environment, $TORCH_VENV, outside the repo)::
 
-    /work/torchenv/bin/python benchmarks/heldout_runs.py                  # all 18 x 2 runs (~5 min) + score
-    /work/torchenv/bin/python benchmarks/heldout_runs.py --only strag_r0_mild --repeats 1
-    /work/torchenv/bin/python benchmarks/heldout_runs.py --analyze-only   # re-score existing runs
-    /work/torchenv/bin/python benchmarks/heldout_runs.py --set healthy2   # round 3: 12 x 2 new healthy runs
-                                                                          # into /tmp/heldout2 (~3 min) + score
+    "$TORCH_VENV/bin/python" benchmarks/heldout_runs.py                  # all 18 x 2 runs (~5 min) + score
+    "$TORCH_VENV/bin/python" benchmarks/heldout_runs.py --only strag_r0_mild --repeats 1
+    "$TORCH_VENV/bin/python" benchmarks/heldout_runs.py --analyze-only   # re-score existing runs
+    "$TORCH_VENV/bin/python" benchmarks/heldout_runs.py --set healthy2   # round 3: 12 x 2 new healthy runs
+                                                                          # into $HELDOUT2_OUT (~3 min) + score
     TRACEDIAG=/path/to/tracediag  ...                                     # CLI to score with
 
-Writes /tmp/heldout/<scenario>_r<k>/rank<R>.pt.trace.json.gz + manifest.json, and
-/tmp/heldout/results.json + results.md (the table in benchmarks/heldout_validation.md).
+Writes $HELDOUT_OUT/<scenario>_r<k>/rank<R>.pt.trace.json.gz + manifest.json, and
+$HELDOUT_OUT/results.json + results.md (the table in benchmarks/heldout_validation.md).
 
 Same setup as the fixtures: torch 2.13 CPU, gloo on 127.0.0.1, torch.set_num_threads(1),
 profiler schedule(wait=1, warmup=1, active=A), prof.step() each iteration, one un-profiled warm-up
@@ -35,6 +36,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -43,7 +45,8 @@ REPO = Path(os.environ.get("TRACEDIAG_REPO", HERE.parent))
 sys.path.insert(0, str(REPO / "fixtures" / "runs"))
 import make_runs as mr  # noqa: E402  (reuse: _mlp, _extra_compute, _free_port, trace_evidence, _TPFuncs)
 
-OUT = Path(os.environ.get("HELDOUT_OUT", "/tmp/heldout"))
+TMP = Path(tempfile.gettempdir())
+OUT = Path(os.environ.get("HELDOUT_OUT", TMP / "heldout"))
 TRACEDIAG = os.environ.get("TRACEDIAG", str(REPO / ".venv" / "bin" / "tracediag"))
 
 # ---------------------------------------------------------------------------
@@ -360,8 +363,8 @@ hc(
     note="healthy TP x2 ([0,1],[2,3]) x DP x2 ([0,2],[1,3]), 3 Megatron blocks d=384 h=1536, batch 256",
 )
 SETS = {
-    "heldout": (S, Path(os.environ.get("HELDOUT_OUT", "/tmp/heldout"))),
-    "healthy2": (H, Path(os.environ.get("HELDOUT2_OUT", "/tmp/heldout2"))),
+    "heldout": (S, OUT),
+    "healthy2": (H, Path(os.environ.get("HELDOUT2_OUT", TMP / "heldout2"))),
 }
 ALL = {**S, **H}
 
@@ -925,11 +928,11 @@ def main(argv=None):
         "--set",
         default="heldout",
         choices=sorted(SETS),
-        help="heldout: round 1-2 scenarios into /tmp/heldout; healthy2: round 3 new healthy runs into /tmp/heldout2",
+        help="heldout: round 1-2 scenarios into $HELDOUT_OUT; healthy2: round 3 new healthy runs into $HELDOUT2_OUT",
     )
     ap.add_argument("--only", action="append", choices=sorted(ALL), help="scenario(s); default all of --set")
     ap.add_argument("--repeats", type=int, default=2)
-    ap.add_argument("--analyze-only", action="store_true", help="score existing runs under /tmp/heldout")
+    ap.add_argument("--analyze-only", action="store_true", help="score existing runs under $HELDOUT_OUT")
     args = ap.parse_args(argv)
     global OUT
     scen, OUT = SETS[args.set]

@@ -11,7 +11,7 @@ import orjson
 
 import tracediag
 from tracediag.analysis import Analysis
-from tracediag.check import check
+from tracediag.checking import check
 from tracediag.model.engine import resolve_engine
 from tracediag.model.predict import Prediction, predict
 from tracediag.model.specs import Split, Training, resolve_device, resolve_model
@@ -55,8 +55,8 @@ def hostile_copy(src: Path, dst: Path) -> None:
 
 
 def analysis_with_check(paths: Path | list[Path], split: Split) -> Analysis:
-    """`tracediag.analyze` of a run, with the check against `prediction(split)` in `extra`."""
-    run = tracediag.load(paths)
+    """`tracediag.analyze` of a run, with the check against `prediction(split)`."""
+    run = tracediag.load(paths, jobs=1)
     analysis = tracediag.analyze(run)
     result = check(analysis, prediction(split), run=run)
-    return dataclasses.replace(analysis, extra={**analysis.extra, "check": result.to_dict()})
+    return dataclasses.replace(analysis, check=result)

@@ -1,7 +1,8 @@
-"""Shared test helpers: where fixtures live, and the CLI runner."""
+"""Shared test helpers: where fixtures live, the CLI runner, and tests that read ../shared."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -12,8 +13,29 @@ FIXTURES = ROOT / "fixtures"
 KINETO = FIXTURES / "kineto"
 SHARED = ROOT.parent / "shared"
 SAMPLES = SHARED / "trace-samples"
+REQUIRE_SHARED = "TRACEDIAG_REQUIRE_SHARED"
+"""Set to 1 (as `.ci/run` does) and a test whose ../shared data is missing fails instead of skipping,
+so the accuracy and reference tests cannot silently stop running."""
 
-needs_shared = pytest.mark.skipif(not SAMPLES.exists(), reason="../shared/trace-samples is not present")
+
+def needs_shared(path: Path) -> pytest.MarkDecorator:
+    """Mark a test (or a module, as `pytestmark`) that reads `path` under ../shared."""
+    return pytest.mark.needs_shared(path)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "needs_shared(path): the test reads this path under ../shared")
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    for mark in item.iter_markers("needs_shared"):
+        path = Path(mark.args[0])
+        if path.exists():
+            continue
+        shown = os.path.relpath(path, ROOT)
+        if os.environ.get(REQUIRE_SHARED) == "1":
+            pytest.fail(f"{shown} is missing and {REQUIRE_SHARED}=1: this test must run here", pytrace=False)
+        pytest.skip(f"{shown} is not present")
 
 
 @pytest.fixture

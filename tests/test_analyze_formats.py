@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import polars as pl
+import pytest
 from conftest import FIXTURES
 
 import tracediag
+from tracediag.detect import Thresholds
 
 JAX_2PROC = [FIXTURES / f"jax/gen_jax0.10.2_cpu2proc_p{r}.trace.json.gz" for r in (0, 1)]
 
@@ -24,7 +26,12 @@ def test_jax_two_process_run_is_analyzed_per_rank_and_step() -> None:
     per_rank = psums.group_by("rank").agg(pl.col("coll_seq").unique().sort())["coll_seq"].to_list()
     assert per_rank[0] == per_rank[1]
     assert analysis.collectives.height == len(per_rank[0])
-    assert analysis.findings
+    # a tiny step dominated by its cross-process psums over gloo: communication-bound on both ranks, every step
+    (finding,) = analysis.findings
+    assert (finding.cause, finding.ranks, finding.steps) == ("comm_bound", (0, 1), (0, 1, 2, 3))
+    share = (steps["exposed_comm_ns"] / steps["dur_ns"]).median()
+    assert finding.evidence["exposed_comm_share_median"] == pytest.approx(share, abs=0.06)
+    assert share >= Thresholds().comm_share
 
 
 def test_nsys_constructed_two_ranks_give_steps_and_collectives() -> None:

@@ -11,7 +11,7 @@ import pytest
 
 import tracediag
 from tracediag.analysis import COLLECTIVE_SCHEMA, STEP_SCHEMA, Analysis, Finding
-from tracediag.check import NOT_VISIBLE, check, group_kind
+from tracediag.checking import NOT_VISIBLE, check, group_kind
 from tracediag.ingest.trace import FileMeta, ProcessGroup
 from tracediag.model.engine import resolve_engine
 from tracediag.model.predict import predict
@@ -179,7 +179,7 @@ def test_world_size_mismatch_and_close_match_sentence():
 
 def test_real_gloo_run_is_compared_and_cpu_limits_are_stated():
     """A real 4-rank gloo run (TP 2 × DP 2): gloo names no group, so TP and DP (both of size 2) stay apart."""
-    run = tracediag.load(sorted((RUNS / "healthy_tp_dp").glob("rank*.pt.trace.json.gz")))
+    run = tracediag.load(sorted((RUNS / "healthy_tp_dp").glob("rank*.pt.trace.json.gz")), jobs=1)
     result = check(tracediag.analyze(run), _prediction(Split(tp=2, dp=2)), run=run)
     rows = _by_name(result)
     assert rows["step_time"]["observed"] > 0.05

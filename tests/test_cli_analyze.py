@@ -17,7 +17,7 @@ def test_text_names_cause_rank_and_steps_first(runner):
     result = runner.invoke(cli, ["analyze", *TRACES, "-j", "1"])
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
-    assert lines[2].startswith("1. compute_straggler  ranks 2  steps 2..9")
+    assert lines[2].startswith("1. compute_straggler  rank 2  steps 2..9")
     assert any(line.strip().startswith("step ") or "per step" in line for line in lines)
 
 
@@ -67,7 +67,7 @@ def test_an_internal_error_is_one_line_with_exit_1(monkeypatch, capsys) -> None:
         raise ZeroDivisionError("division by zero")
 
     monkeypatch.setattr(cli_analyze, "run_analysis", broken)
-    monkeypatch.setattr("sys.argv", ["tracediag", "analyze", *TRACES])
+    monkeypatch.setattr("sys.argv", ["tracediag", "analyze", *TRACES, "-j", "1"])
     monkeypatch.delenv("TRACEDIAG_DEBUG", raising=False)
     with pytest.raises(SystemExit) as exit_info:
         main()

@@ -63,13 +63,13 @@ def test_straggler_evidence_shows_the_arrival_pattern(analyses):
 @pytest.mark.parametrize("name", [n for n in SCENARIOS if n.startswith("pipeline")], ids=str)
 def test_pipeline_p_m_and_formula_from_the_trace(analyses, name):
     analysis, manifest = analyses[name]
-    (pipe,) = analysis.extra["pipeline"]
+    (pipe,) = analysis.pipelines
     details = manifest["details"]
-    assert (pipe["p"], pipe["m"]) == (details["num_stages"], details["n_microbatches"])
-    assert pipe["ranks"] == [0, 1, 2, 3]
-    assert pipe["expected_bubble_share"] == pytest.approx(details["expected_bubble_fraction"], abs=1e-3)
+    assert (pipe.p, pipe.m) == (details["num_stages"], details["n_microbatches"])
+    assert pipe.ranks == (0, 1, 2, 3)
+    assert pipe.expected_bubble_share == pytest.approx(details["expected_bubble_fraction"], abs=1e-3)
     measured = analysis.findings[0].evidence["idle_share_median"]
-    assert measured >= pipe["expected_bubble_share"] - 0.05
+    assert measured >= pipe.expected_bubble_share - 0.05
 
 
 def test_json_round_trip_keeps_findings_and_tables(analyses):

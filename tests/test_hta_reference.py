@@ -15,14 +15,14 @@ import io
 
 import polars as pl
 import pytest
-from conftest import SAMPLES, SHARED
+from conftest import SAMPLES, SHARED, needs_shared
 
 import tracediag
 from tracediag.derive.breakdown import breakdown
 from tracediag.derive.steps import assign_steps, find_markers, step_spans
 
 REFERENCE = SHARED / "validation" / "hta_reference"
-pytestmark = pytest.mark.skipif(not REFERENCE.exists(), reason="../shared/validation/hta_reference is not present")
+pytestmark = [needs_shared(REFERENCE), needs_shared(SAMPLES / "hta")]
 
 SAME_WINDOW = {
     "trace_filter": "trace_filter",

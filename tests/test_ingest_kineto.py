@@ -160,7 +160,7 @@ def test_plain_json_and_array_form(tmp_path: Path) -> None:
     assert arr.events.height == obj.events.height == _expected_rows(trace["traceEvents"])
 
 
-@needs_shared
+@needs_shared(SAMPLES)
 def test_every_shared_sample_is_a_row_or_counted() -> None:
     """rows + skipped = events for every JSON trace in ../shared/trace-samples (independent count)."""
     checked = 0

@@ -242,7 +242,7 @@ def test_rank_and_world_size_from_environment_strings(rank):
 def test_given_rank_wins_over_the_file_with_a_warning():
     trace = read_nsys(CONSTRUCTED[1], rank=5)
     assert trace.meta.rank == 5 and set(trace.events["rank"]) == {5}
-    assert trace.meta.warnings == ("the file's environment says RANK=1; using rank 5 as given",)
+    assert trace.meta.warnings == ("the file says RANK=1; using rank 5 as given",)
 
 
 @pytest.mark.parametrize(
@@ -278,7 +278,7 @@ def test_a_file_with_several_ranks_is_an_error(tmp_path):
     assert "RANK=0, RANK=1" in str(e.value)
     # a rank given by the caller is taken, with a warning
     assert read_nsys(db, rank=1).meta.warnings == (
-        "the file's environment says RANK=0, RANK=1; using rank 1 as given",
+        "the file says RANK=0, RANK=1; using rank 1 as given",
     )
 
 

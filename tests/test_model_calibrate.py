@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 import tracediag
-from tracediag.analyze import analyze
+from tracediag.analyzing import analyze
 from tracediag.cli import cli
 from tracediag.errors import SpecError
 from tracediag.model.calibrate import (

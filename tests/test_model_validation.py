@@ -7,12 +7,12 @@ import statistics
 import sys
 from pathlib import Path
 
-import pytest
+from conftest import needs_shared
 
 ROOT = Path(__file__).resolve().parents[1]
 CSV = ROOT.parent / "shared" / "validation" / "published_runs_dev.csv"
 
-pytestmark = pytest.mark.skipif(not CSV.exists(), reason="../shared/validation/published_runs_dev.csv not present")
+pytestmark = needs_shared(CSV)
 
 
 def _module():

@@ -34,7 +34,7 @@ def test_markup_in_trace_names_appears_as_text(tmp_path):
     hostile_copy(RUNS / "straggler_persistent", folder)
     analysis = analysis_with_check(folder, Split(dp=4))
     assert SCRIPT in analysis.collectives["group"].to_list()  # the names did reach the analysis
-    assert any(IMG in g for li in analysis.extra["check"]["links"] for g in li["groups"])
+    assert any(IMG in g for li in analysis.check.links for g in li.groups)
     page = render_html(analysis)
     rest = _outside_plotly_js(page)
     for raw in (SCRIPT, IMG, "<img", "alert(1)</script>"):
@@ -108,13 +108,13 @@ def test_analyze_with_model_options_adds_the_check_to_every_output(tmp_path):
     model = ["--model", "tiny", "--gpu", "a100-80gb", "--seq-len", "512", "--global-batch", "16"]
     runner = CliRunner()
     report = tmp_path / "r.html"
-    text = runner.invoke(cli, ["analyze", *paths, *model, "--html", str(report)])
+    text = runner.invoke(cli, ["analyze", *paths, "-j", "1", *model, "--html", str(report)])
     assert text.exit_code == 0, text.output
     assert "observed vs predicted (tiny on 4 x a100-80gb" in text.stdout
     assert 'id="fig-check"' in report.read_text()
     plan = tmp_path / "plan.json"
     runner.invoke(cli, ["predict", *model, "--gpus", "4", "-o", str(plan)])
-    data = runner.invoke(cli, ["analyze", *paths, "--plan", str(plan), "--format", "json"])
+    data = runner.invoke(cli, ["analyze", *paths, "-j", "1", "--plan", str(plan), "--format", "json"])
     assert orjson.loads(data.stdout)["check"]["plan"]["gpus"] == 4
-    missing = runner.invoke(cli, ["analyze", *paths, "--model", "tiny"])
+    missing = runner.invoke(cli, ["analyze", *paths, "-j", "1", "--model", "tiny"])
     assert missing.exit_code == 2 and "needs --gpu --seq-len --global-batch" in missing.stderr

@@ -3,12 +3,35 @@
 Python API (see docs/api.md)::
 
     run = tracediag.load(["run/rank0.json.gz", "run/rank1.json.gz"])
-    run.events          # polars DataFrame, schema in tracediag.schema.EVENT_SCHEMA
-    run.save("run.parquet"); tracediag.load("run.parquet")
+    analysis = tracediag.analyze(run)            # findings, per-step table, matched collectives
+    prediction = tracediag.load_prediction("plan.json")
+    result = tracediag.check(analysis, prediction, run=run)
 """
 
-from tracediag.analyze import analyze
-from tracediag.errors import RankError, TracediagError, TraceError
+from tracediag.analysis import Analysis, Cause, Finding
+from tracediag.analyzing import analyze
+from tracediag.checking import Check, check
+from tracediag.errors import NoStepsError, RankError, SpecError, TracediagError, TraceError
+from tracediag.model.plan import plan
+from tracediag.model.predict import load_prediction, predict
 from tracediag.run import Run, RunMeta, load
 
-__all__ = ["RankError", "Run", "RunMeta", "TraceError", "TracediagError", "analyze", "load"]
+__all__ = [
+    "Analysis",
+    "Cause",
+    "Check",
+    "Finding",
+    "NoStepsError",
+    "RankError",
+    "Run",
+    "RunMeta",
+    "SpecError",
+    "TraceError",
+    "TracediagError",
+    "analyze",
+    "check",
+    "load",
+    "load_prediction",
+    "plan",
+    "predict",
+]

@@ -7,15 +7,32 @@ the renderings (text, JSON, HTML). Text, JSON and HTML are renderings of the sam
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from enum import StrEnum
+from types import MappingProxyType
+from typing import Any
 
 import polars as pl
 
+from tracediag.checking import Check
+
 SCHEMA_VERSION = "1.1"
 
-Cause = Literal["compute_straggler", "comm_bound", "pipeline_bubble", "input_bound", "healthy"]
-CAUSES: tuple[str, ...] = ("compute_straggler", "comm_bound", "pipeline_bubble", "input_bound", "healthy")
+
+class Cause(StrEnum):
+    """What a finding names; the JSON carries the value (``"comm_bound"``), and a `Cause` compares
+    equal to it."""
+
+    COMPUTE_STRAGGLER = "compute_straggler"
+    COMM_BOUND = "comm_bound"
+    PIPELINE_BUBBLE = "pipeline_bubble"
+    INPUT_BOUND = "input_bound"
+    HOST_BOUND = "host_bound"
+    HEALTHY = "healthy"
+
+
+CAUSES: tuple[str, ...] = tuple(c.value for c in Cause)
 
 STEP_SCHEMA: dict[str, pl.DataType] = {
     "rank": pl.Int32(),
@@ -75,12 +92,30 @@ nccl-tests (algbw = bytes / transfer time; busbw = algbw × the op's bus factor)
 """
 
 
+def _freeze(value: Any) -> Any:
+    """A read-only copy: mappings as `MappingProxyType`, lists as tuples (deeply)."""
+    if isinstance(value, Mapping):
+        return MappingProxyType({str(k): _freeze(v) for k, v in value.items()})
+    if isinstance(value, (list, tuple)):
+        return tuple(_freeze(v) for v in value)
+    return value
+
+
+def _thaw(value: Any) -> Any:
+    """The JSON-ready form of `_freeze` output (dicts and lists)."""
+    if isinstance(value, Mapping):
+        return {k: _thaw(v) for k, v in value.items()}
+    if isinstance(value, tuple):
+        return [_thaw(v) for v in value]
+    return value
+
+
 @dataclass(frozen=True, slots=True)
 class Finding:
-    """One diagnosed cause, with the numbers that decided it."""
+    """One diagnosed cause, with the numbers that decided it. Complete when built: `cause` must be a
+    `Cause` (or its value), and `evidence` is stored as a read-only copy."""
 
-    cause: str
-    """One of `CAUSES`."""
+    cause: Cause
     ranks: tuple[int, ...]
     """The ranks responsible (the straggler) or affected (all, for comm_bound / input_bound)."""
     steps: tuple[int, ...]
@@ -91,18 +126,31 @@ class Finding:
     """0..1: how clearly the evidence separates this cause from noise."""
     summary: str
     """One sentence a person reads first ("rank 2 computes 2.4x the median ...")."""
-    evidence: dict[str, Any] = field(default_factory=dict)
-    """The deciding numbers as fields (JSON-serialisable scalars or short lists)."""
+    evidence: Mapping[str, Any] = field(default_factory=dict)
+    """The deciding numbers as fields (scalars, short lists as tuples, small mappings), read-only."""
+
+    def __post_init__(self) -> None:
+        if self.cause not in CAUSES:
+            raise ValueError(f"unknown cause {self.cause!r}; one of {', '.join(CAUSES)}")
+        object.__setattr__(self, "cause", Cause(self.cause))
+        object.__setattr__(self, "ranks", tuple(self.ranks))
+        object.__setattr__(self, "steps", tuple(self.steps))
+        object.__setattr__(self, "evidence", _freeze(self.evidence))
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickle (a read-only mapping cannot be): rebuilt through the constructor, which freezes again."""
+        fields = (self.cause, self.ranks, self.steps, self.time_lost_ns, self.confidence, self.summary)
+        return (type(self), (*fields, _thaw(self.evidence)))
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "cause": self.cause,
+            "cause": self.cause.value,
             "ranks": list(self.ranks),
             "steps": list(self.steps),
             "time_lost_ns": int(self.time_lost_ns),
             "confidence": round(float(self.confidence), 3),
             "summary": self.summary,
-            "evidence": dict(self.evidence),
+            "evidence": _thaw(self.evidence),
         }
 
     @classmethod
@@ -114,7 +162,54 @@ class Finding:
             time_lost_ns=int(d["time_lost_ns"]),
             confidence=float(d["confidence"]),
             summary=d["summary"],
-            evidence=dict(d.get("evidence", {})),
+            evidence=d.get("evidence", {}),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class StageIdle:
+    """One pipeline stage: its rank and the share of its steps spent idle or waiting on send/recv."""
+
+    stage: int
+    rank: int
+    idle_share: float
+    """Median over steps of (exposed send/recv + idle) / step time."""
+
+
+@dataclass(frozen=True, slots=True)
+class Pipeline:
+    """One pipeline's stages against the schedule's ideal bubble (the JSON `pipeline` section)."""
+
+    ranks: tuple[int, ...]
+    """In stage order."""
+    p: int
+    m: int
+    """Micro-batches per step (the first stage's sends)."""
+    v: int
+    """Interleaving degree (1: not visible in the trace)."""
+    expected_bubble_share: float
+    """The schedule's ideal bubble (p−1)/(m+p−1)/v."""
+    stages: tuple[StageIdle, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "ranks": list(self.ranks),
+            "p": self.p,
+            "m": self.m,
+            "v": self.v,
+            "expected_bubble_share": self.expected_bubble_share,
+            "stages": [{"stage": s.stage, "rank": s.rank, "idle_share": s.idle_share} for s in self.stages],
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Pipeline:
+        return cls(
+            ranks=tuple(d["ranks"]),
+            p=int(d["p"]),
+            m=int(d["m"]),
+            v=int(d.get("v", 1)),
+            expected_bubble_share=float(d["expected_bubble_share"]),
+            stages=tuple(StageIdle(int(s["stage"]), int(s["rank"]), float(s["idle_share"])) for s in d["stages"]),
         )
 
 
@@ -133,8 +228,10 @@ class Analysis:
     excluded_steps: int = 0
     """Partial steps at the edges of the recorded window, per rank, left out of `steps`."""
     warnings: tuple[str, ...] = ()
-    extra: dict[str, Any] = field(default_factory=dict)
-    """Further sections by name (e.g. "check" for observed vs predicted, "pipeline"), JSON-ready."""
+    pipelines: tuple[Pipeline, ...] = ()
+    """Each pipeline's stages and their idle share, when the run has pipeline parallelism."""
+    check: Check | None = None
+    """Observed against predicted (`tracediag.check`), when a prediction was given."""
 
     @property
     def step_numbers(self) -> list[int]:
@@ -142,7 +239,7 @@ class Analysis:
 
     def to_dict(self) -> dict[str, Any]:
         """The documented JSON form (docs/analysis-json.md)."""
-        return {
+        out: dict[str, Any] = {
             "schema_version": SCHEMA_VERSION,
             "run": {
                 "ranks": list(self.ranks),
@@ -154,17 +251,21 @@ class Analysis:
             "collectives": self.collectives.to_dicts(),
             "findings": [f.to_dict() for f in self.findings],
             "warnings": list(self.warnings),
-            **self.extra,
         }
+        if self.pipelines:
+            out["pipeline"] = [p.to_dict() for p in self.pipelines]
+        if self.check is not None:
+            out["check"] = self.check.to_dict()
+        return out
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Analysis:
-        """Read back `to_dict` output (e.g. for `tracediag report analysis.json`)."""
+        """Read back `to_dict` output (e.g. for `tracediag report analysis.json`); sections a later
+        minor version adds are ignored."""
         major = str(d.get("schema_version", "")).split(".")[0]
         if major != SCHEMA_VERSION.split(".")[0]:
             got = d.get("schema_version")
             raise ValueError(f"analysis schema_version {got!r}; this tracediag reads {SCHEMA_VERSION}")
-        known = {"schema_version", "run", "steps", "collectives", "findings", "warnings"}
         return cls(
             ranks=tuple(d["run"]["ranks"]),
             world_size=int(d["run"]["world_size"]),
@@ -173,5 +274,6 @@ class Analysis:
             findings=tuple(Finding.from_dict(f) for f in d.get("findings", [])),
             excluded_steps=int(d["run"].get("excluded_steps", 0)),
             warnings=tuple(d.get("warnings", [])),
-            extra={k: v for k, v in d.items() if k not in known},
+            pipelines=tuple(Pipeline.from_dict(p) for p in d.get("pipeline", [])),
+            check=Check.from_dict(d["check"]) if d.get("check") else None,
         )

@@ -28,3 +28,7 @@ class RankError(TracediagError):
 
 class SpecError(TracediagError):
     """A model, device, link or split specification is invalid or impossible."""
+
+
+class NoStepsError(TracediagError):
+    """The traces hold no step markers the analysis can segment by."""

@@ -10,10 +10,9 @@ import dataclasses
 import glob
 import os
 import re
+import warnings
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
-from multiprocessing import get_context
 from pathlib import Path
 
 import orjson
@@ -24,7 +23,25 @@ from tracediag.errors import NotATraceError, RankError, TracediagError, TraceErr
 from tracediag.ingest.read import read_file
 from tracediag.ingest.sniff import sniff
 from tracediag.ingest.trace import FileMeta, FileTrace, ProcessGroup
+from tracediag.ingest.workers import map_in_workers
 from tracediag.schema import conform, empty_events
+
+_FORK = {"after_import": False}
+"""Process state, not configuration: whether this process is a fork of one that had imported tracediag."""
+
+
+def _forked() -> None:
+    _FORK["after_import"] = True
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forked)
+
+FORK_WARNING = (
+    "tracediag: this process was forked from one that had imported tracediag; if that process ran polars "
+    "work before the fork, polars can hang here (its thread pool does not survive fork): import tracediag "
+    "after the fork, or start the process with spawn or forkserver"
+)
 
 TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".sqlite.gz", ".nsys-rep")
 """What a directory is searched for (recursively). Files named explicitly may have any name."""
@@ -192,10 +209,14 @@ def load(
 ) -> Run:
     """Read trace files (or a saved `.parquet`) into a `Run`.
 
-    `jobs`: worker processes (0 = one per CPU, at most one per file). A file that cannot be read
+    `jobs`: worker processes (0 = one per CPU, at most one per file); they import only tracediag,
+    so `load` works in a script without a main guard, from stdin, a notebook or a thread (where no
+    worker can start, files are read in this process after one warning). A file that cannot be read
     is listed in `run.meta.errors` and the others are still read; if none can be read, or two
     files claim the same rank, a `TracediagError` is raised.
     """
+    if _FORK["after_import"]:
+        warnings.warn(FORK_WARNING, RuntimeWarning, stacklevel=2)
     if isinstance(sources, (str, Path)):
         sources = [sources]
     resolved = _resolve(sources)
@@ -236,19 +257,19 @@ def _map_files(
     tasks: list[tuple[str, int | None, int | None]], jobs: int, on_file_done: Callable[[str], None] | None
 ) -> list[FileTrace | tuple[str, bool]]:
     jobs = min(jobs or os.cpu_count() or 1, len(tasks))
-    results: list[FileTrace | tuple[str, bool]] = []
     if jobs <= 1:
+        results: list[FileTrace | tuple[str, bool]] = []
         for task in tasks:
             results.append(_read_one(task))
             if on_file_done:
                 on_file_done(task[0])
         return results
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn")) as pool:
-        for task, result in zip(tasks, pool.map(_read_one, tasks)):
-            results.append(result)
-            if on_file_done:
-                on_file_done(task[0])
-    return results
+    done = (lambda i: on_file_done(tasks[i][0])) if on_file_done else None
+    return map_in_workers(_read_one, tasks, jobs, crashed=_crashed, on_done=done)
+
+
+def _crashed(task: tuple[str, int | None, int | None], why: str) -> tuple[str, bool]:
+    return f"{task[0]}: {why} while reading it (out of memory?)", False
 
 
 def _check_unique_ranks(traces: list[FileTrace]) -> None:

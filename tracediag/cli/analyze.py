@@ -8,7 +8,7 @@ import click
 import orjson
 
 from tracediag.analysis import CAUSES, Analysis
-from tracediag.analyze import analyze as _analyze
+from tracediag.analyzing import analyze as _analyze
 from tracediag.cli.check_options import add_check, append_check_text, check_options, finish_report
 from tracediag.cli.common import EXIT_FINDING, InputError
 from tracediag.cli.execute_options import EXECUTOR_KEYS, executor_options, report_failed, run_summaries, summarize_kw

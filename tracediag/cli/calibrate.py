@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from tracediag.analyze import analyze
+from tracediag.analyzing import analyze
 from tracediag.cli.common import InputError
 from tracediag.cli.ingest import load_traces
 from tracediag.cli.model import _device, _errors, _model, engine_from_options, predict, split_from_options

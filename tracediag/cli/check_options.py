@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from tracediag.check import check
+from tracediag.checking import check
 from tracediag.cli.common import InputError
 from tracediag.cli.model import predict, prediction_from_options
 from tracediag.cli.report import write_html
@@ -74,7 +74,7 @@ def _prediction(kw: dict[str, Any], analysis: Analysis) -> Prediction | None:
 
 
 def add_check(analysis: Analysis, run: Run, kw: dict[str, Any]) -> Analysis:
-    """The analysis with `extra["check"]` when a plan or a model was given; else unchanged."""
+    """The analysis with its `check` when a plan or a model was given; else unchanged."""
     try:
         prediction = _prediction(kw, analysis)
     except TracediagError as e:
@@ -82,13 +82,13 @@ def add_check(analysis: Analysis, run: Run, kw: dict[str, Any]) -> Analysis:
     if prediction is None:
         return analysis
     result = check(analysis, prediction, run=run)
-    return dataclasses.replace(analysis, extra={**analysis.extra, "check": result.to_dict()})
+    return dataclasses.replace(analysis, check=result)
 
 
 def append_check_text(text: str, analysis: Analysis, fmt: str) -> str:
     """The text report followed by the check's block (text format, when a check was made)."""
-    found = analysis.extra.get("check")
-    return f"{text}\n\n{render_check_text(found)}" if fmt == "text" and found else text
+    found = analysis.check
+    return f"{text}\n\n{render_check_text(found)}" if fmt == "text" and found is not None else text
 
 
 def finish_report(analysis: Analysis, kw: dict[str, Any]) -> None:

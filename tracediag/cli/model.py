@@ -32,6 +32,7 @@ from tracediag.model.specs import (
     resolve_device,
     resolve_model,
 )
+from tracediag.words import of_peak
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -220,7 +221,7 @@ def render_prediction(p: Prediction) -> str:
         lines.append(f"  {name.removesuffix('_s'):<12}{value:9.3f} s  {100 * value / t.step_time_s:5.1f}%")
     lines += [
         "",
-        f"MFU {100 * p.mfu:.1f}%  HFU {100 * p.hfu:.1f}%  {p.tokens_per_s:,.0f} tokens/s "
+        f"{of_peak('MFU', p.mfu)}  {of_peak('HFU', p.hfu)}  {p.tokens_per_s:,.0f} tokens/s "
         f"({p.tokens_per_s / p.gpus:,.0f} per GPU)",
     ]
     return "\n".join(lines)
@@ -238,7 +239,7 @@ def render_plan(result: Plan) -> str:
         lines.append(
             f"#{r.rank} tp={s.tp} pp={s.pp} dp={s.dp} cp={s.cp}{f' ep={s.ep}' if s.ep > 1 else ''} "
             f"vpp={s.vpp} zero={s.zero} mb={p.training.micro_batch} recompute={p.training.recompute}: "
-            f"MFU {100 * p.mfu:.1f}%, {p.step_time_s:.3f} s/step, {p.tokens_per_s:,.0f} tokens/s"
+            f"{of_peak('MFU', p.mfu)}, {p.step_time_s:.3f} s/step, {p.tokens_per_s:,.0f} tokens/s"
         )
         lines.append(f"    {r.reason}")
         if r.warning:

@@ -34,11 +34,7 @@ from __future__ import annotations
 import polars as pl
 
 from tracediag.derive.intervals import sweep, union_intervals
-
-COMM_OP_REGEX = (
-    r"^(?:c10d::|c10d_functional::|_c10d_functional::|record_param_comms|nccl:|gloo:)|^(?:aten::)?wait(?:_tensor)?$"
-)
-"""Host operators that communicate or wait for communication (never compute)."""
+from tracediag.vocab import HOST_COMM_OP as COMM_OP_REGEX
 
 INPUT_REGEX = r"(?i)dataloader"
 """Host rows that load input (``enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__``, ...)."""

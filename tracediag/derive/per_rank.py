@@ -4,7 +4,7 @@
 rank (each expression is grouped by, or taken over, ``rank``), so the tables of a whole run equal the
 concatenation, in rank order, of the tables of each rank computed alone. That is what lets a worker
 derive one rank's tables where its file lies and ship only these summaries to the driver, which
-then matches collectives across ranks (`analyze.facts_from_tables`).
+then matches collectives across ranks (`analyzing.facts_from_tables`).
 """
 
 from __future__ import annotations

@@ -18,8 +18,7 @@ import re
 
 import polars as pl
 
-DEFAULT_STEP_REGEX = r"^(?:ProfilerStep|train)#(\d+)$"
-"""Marker names recognised without ``--step-regex`` (only on rows of kind ``step``)."""
+from tracediag.vocab import STEP_NUMBER as DEFAULT_STEP_REGEX
 
 LAUNCH_REGEX = r"(?i)launch"
 """Runtime calls that put a kernel on the device: a launch with no kernel row was lost. (Memsets and

@@ -12,6 +12,7 @@ from tracediag.analysis import Finding
 from tracediag.detect import comm_bound, input_bound, pipeline, straggler
 from tracediag.detect.facts import Facts
 from tracediag.detect.thresholds import Thresholds
+from tracediag.words import count
 
 __all__ = ["Facts", "Thresholds", "detect_all"]
 
@@ -53,7 +54,7 @@ def _healthy(facts: Facts, th: Thresholds) -> Finding:
             "input_share_median": round(float((s["input_ns"] / s["dur_ns"].clip(1)).median()), 3),
         }
     summary = (
-        f"no cause found over {s['step'].n_unique() if s.height else 0} steps on {len(ranks)} ranks: "
+        f"no cause found over {count(s['step'].n_unique() if s.height else 0, 'step')} on {count(len(ranks), 'rank')}: "
         "no rank computes persistently longer than its peers, exposed communication, pipeline idle "
         "and data loading stay below their thresholds" + (_closest(s, th) if s.height else "")
     )

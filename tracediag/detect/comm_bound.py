@@ -22,6 +22,7 @@ import polars as pl
 from tracediag.analysis import Finding
 from tracediag.detect.facts import Facts
 from tracediag.detect.thresholds import Thresholds
+from tracediag.words import count
 
 MS = 1e6
 
@@ -77,7 +78,7 @@ def detect(facts: Facts, *, thresholds: Thresholds, straggler_ranks: tuple[int, 
     bw_text, bw_fields = _bandwidth_verdict(busbw, facts.link_gbps, th)
     ranks = tuple(per_rank["rank"].to_list())
     summary = (
-        f"exposed communication takes {median_share:.0%} of the step (median over {len(ranks)} ranks, "
+        f"exposed communication takes {median_share:.0%} of the step (median over {count(len(ranks), 'rank')}, "
         f"{per_rank['share'].min():.0%}..{per_rank['share'].max():.0%}) and no rank is an outlier; {bw_text}"
     )
     confidence = min(1.0, median_share / (2 * th.comm_share) + 0.5) * min(1.0, per_rank["share"].min() / th.comm_share)

@@ -23,6 +23,7 @@ import polars as pl
 from tracediag.analysis import Finding
 from tracediag.detect.facts import Facts
 from tracediag.detect.thresholds import Thresholds
+from tracediag.words import count
 
 MS = 1e6
 
@@ -51,7 +52,7 @@ def detect(facts: Facts, *, thresholds: Thresholds) -> list[Finding]:
     if annotated:
         summary = (
             f"every rank's device waits for data: loading takes {share:.0%} of the step (median over "
-            f"{len(ranks)} ranks, min {per_rank['share'].min():.0%}) and the device sits idle {lead:.1f} ms "
+            f"{count(len(ranks), 'rank')}, min {per_rank['share'].min():.0%}) and the device sits idle {lead:.1f} ms "
             "before each step's first work"
         )
     else:

@@ -13,11 +13,9 @@ over stages.
 
 from __future__ import annotations
 
-from typing import Any
-
 import polars as pl
 
-from tracediag.analysis import Finding
+from tracediag.analysis import Finding, Pipeline, StageIdle
 from tracediag.derive.p2p import stage_order
 from tracediag.detect.facts import Facts
 from tracediag.detect.thresholds import Thresholds
@@ -30,9 +28,9 @@ def bubble_formula(p: int, m: int, v: int = 1) -> float:
     return (p - 1) / (m + p - 1) / v
 
 
-def pipeline_stages(facts: Facts) -> list[dict[str, Any]]:
-    """Per pipeline: ``ranks`` in stage order, ``p``, ``m``, ``v``, ``expected_bubble_share`` and
-    per stage ``idle_share`` (median over steps) — the `extra["pipeline"]` section."""
+def pipeline_stages(facts: Facts) -> list[Pipeline]:
+    """Per pipeline: ranks in stage order, p, m, v, the ideal bubble share and per stage the idle
+    share (median over steps) — `Analysis.pipelines`."""
     out = []
     s = facts.steps.with_columns(
         bubble_ns=pl.col("exposed_p2p_ns") + pl.col("idle_ns"),
@@ -51,17 +49,17 @@ def pipeline_stages(facts: Facts) -> list[dict[str, Any]]:
         )
         shares = dict(per_stage.select("rank", "share").iter_rows())
         out.append(
-            {
-                "ranks": order,
-                "p": p,
-                "m": m,
-                "v": 1,
-                "expected_bubble_share": round(bubble_formula(p, m), 4),
-                "stages": [
-                    {"stage": i, "rank": r, "idle_share": round(float(shares.get(r) or 0.0), 4)}
+            Pipeline(
+                ranks=tuple(order),
+                p=p,
+                m=m,
+                v=1,
+                expected_bubble_share=round(bubble_formula(p, m), 4),
+                stages=tuple(
+                    StageIdle(stage=i, rank=r, idle_share=round(float(shares.get(r) or 0.0), 4))
                     for i, r in enumerate(order)
-                ],
-            }
+                ),
+            )
         )
     return out
 
@@ -74,21 +72,19 @@ def detect(facts: Facts, *, thresholds: Thresholds) -> list[Finding]:
         bubble_ns=pl.col("exposed_p2p_ns") + pl.col("idle_ns"),
     ).with_columns(share=pl.col("bubble_ns") / pl.col("dur_ns").clip(lower_bound=1))
     for pipe in pipeline_stages(facts):
-        shares = [st["idle_share"] for st in pipe["stages"]]
+        shares = [st.idle_share for st in pipe.stages]
         median_share = float(pl.Series(shares).median())
         if median_share < th.bubble_share:
             continue
         per_step = (
-            s.filter(pl.col("rank").is_in(pipe["ranks"]))
+            s.filter(pl.col("rank").is_in(pipe.ranks))
             .group_by("step")
             .agg(share=pl.col("share").median(), lost=pl.col("bubble_ns").median())
         )
         hit = per_step.filter(pl.col("share") >= th.step_share * th.bubble_share).sort("step")
-        expected = pipe["expected_bubble_share"]
-        p, m = pipe["p"], pipe["m"]
-        stage_text = ", ".join(
-            f"stage {st['stage']} (rank {st['rank']}) {st['idle_share']:.0%}" for st in pipe["stages"]
-        )
+        expected = pipe.expected_bubble_share
+        p, m = pipe.p, pipe.m
+        stage_text = ", ".join(f"stage {st.stage} (rank {st.rank}) {st.idle_share:.0%}" for st in pipe.stages)
         summary = (
             f"{p} pipeline stages idle {median_share:.0%} of each step waiting on each other "
             f"(ideal bubble (p-1)/(m+p-1) = {expected:.0%} for p={p}, m={m}): {stage_text}"
@@ -99,14 +95,14 @@ def detect(facts: Facts, *, thresholds: Thresholds) -> list[Finding]:
             "v": 1,
             "expected_bubble_share": expected,
             "idle_share_median": round(median_share, 4),
-            "idle_share_by_stage": {str(st["stage"]): st["idle_share"] for st in pipe["stages"]},
-            "stage_ranks": pipe["ranks"],
+            "idle_share_by_stage": {str(st.stage): st.idle_share for st in pipe.stages},
+            "stage_ranks": list(pipe.ranks),
             "excess_over_ideal": round(median_share - expected, 4),
         }
         findings.append(
             Finding(
                 cause="pipeline_bubble",
-                ranks=tuple(sorted(pipe["ranks"])),
+                ranks=tuple(sorted(pipe.ranks)),
                 steps=tuple(hit["step"].to_list()),
                 time_lost_ns=int(hit["lost"].sum()),
                 confidence=min(1.0, median_share / (2 * th.bubble_share)),

@@ -79,7 +79,9 @@ def rank_step_ratios(steps: pl.DataFrame, th: Thresholds) -> pl.DataFrame:
     )
 
 
-def _finding(rows: pl.DataFrame, rank: int, kind: str, n_steps: int, confidence: float) -> Finding:
+def _finding(
+    rows: pl.DataFrame, rank: int, kind: str, n_steps: int, confidence: float, **more_evidence: float
+) -> Finding:
     steps = tuple(sorted(rows["step"].to_list()))
     ratio = rows["ratio"].median()
     peer_wait = rows["peer_wait_ns"].median()
@@ -100,6 +102,7 @@ def _finding(rows: pl.DataFrame, rank: int, kind: str, n_steps: int, confidence:
         "own_wait_ms_median": round(float(own_wait) / MS, 3),
         "last_arrivals": int(rows["late_n"].sum()),
         "collectives": int(rows["coll_n"].sum()),
+        **more_evidence,
     }
     return Finding(
         cause="compute_straggler",
@@ -147,9 +150,11 @@ def detect(facts: Facts, *, thresholds: Thresholds) -> list[Finding]:
     for rank, med_ratio, share, *_ in persistent.iter_rows():
         rows = r.filter(pl.col("rank") == rank, pl.col("pattern"))
         strength = min(1.0, (med_ratio - 1) / (2 * (th.straggler_persistent_ratio - 1)))
-        finding = _finding(rows, rank, "persistent", n_steps, max(strength, share) * share)
-        finding.evidence["compute_ratio_median_all_steps"] = round(float(med_ratio), 3)
-        findings.append(finding)
+        confidence = max(strength, share) * share
+        all_steps = round(float(med_ratio), 3)
+        findings.append(
+            _finding(rows, rank, "persistent", n_steps, confidence, compute_ratio_median_all_steps=all_steps)
+        )
     median_step = r.group_by("step").agg(pl.col("step_ns").first())["step_ns"].median()
     slow = pl.col("step_ns") >= th.straggler_slow_step * median_step
     candidates = r.filter(~pl.col("rank").is_in(persistent["rank"].implode()), slow)

@@ -3,7 +3,7 @@
 `summarize` submits `task.summarize_files` for the input files (small ones several to a task),
 skips the ones a previous run finished (``resume``), turns a file that fails every retry into an
 error row, shows progress and writes ``manifest.parquet``. `Summaries.tables` reads the per-rank
-tables back, in rank order, for `analyze.analyze_tables`; `analyze_ranks` chains the two. Driver
+tables back, in rank order, for `analyzing.analyze_tables`; `analyze_ranks` chains the two. Driver
 memory grows with the summaries (steps and collective instances per rank), not with the traces.
 """
 
@@ -296,7 +296,7 @@ def analyze_ranks(
     """`tracediag.analyze` with the per-rank work on an executor (`summarize`) and the cross-rank
     work here. Without `out`, the summaries go to a temporary directory removed afterwards (a
     cluster's workers must then share this machine's file system)."""
-    from tracediag.analyze import analyze_tables
+    from tracediag.analyzing import analyze_tables
 
     scratch = None if out else tempfile.mkdtemp(prefix="tracediag-")
     try:

@@ -23,6 +23,7 @@ import orjson
 import polars as pl
 
 from tracediag.errors import NotATraceError, TraceError
+from tracediag.vocab import COLLECTIVE_ROW, DEVICE_CATS
 
 _RAW_EMPTY = msgspec.Raw(b"")
 
@@ -522,7 +523,6 @@ def _piece_frame(
     return frame, args
 
 
-_GPU_CATS = ["kernel", "gpu_memcpy", "gpu_memset", "cuda_sync", "gpu_user_annotation"]
 _COLL_FIELDS = (
     "coll_name",
     "in_nelems",
@@ -539,11 +539,11 @@ _COLL_FIELDS = (
     "concrete_inputs",
 )
 _ARG_TIERS: tuple[tuple[pl.Expr, tuple[str, ...]], ...] = (
-    (pl.col("cat").is_in(_GPU_CATS) | pl.col("cat").is_null(), ("device", "stream", "nbytes")),
+    (pl.col("cat").is_in(DEVICE_CATS) | pl.col("cat").is_null(), ("device", "stream", "nbytes")),
     (
-        pl.col("name").str.contains(
-            r"^(?:gloo:|c10d::|nccl:|record_param_comms|(?i:nccl|rccl)|aten::(?:mm|addmm|bmm|baddbmm|_scaled_mm)$)"
-        ),
+        # collective rows, and the matrix products whose shapes calibrate the model
+        pl.col("name").str.contains(COLLECTIVE_ROW)
+        | pl.col("name").str.contains(r"^aten::(?:mm|addmm|bmm|baddbmm|_scaled_mm)$"),
         _COLL_FIELDS,
     ),
     (pl.col("ph") == "M", ("labels",)),

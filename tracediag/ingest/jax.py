@@ -18,29 +18,15 @@ from pathlib import Path
 
 import polars as pl
 
-from tracediag.errors import RankError
 from tracediag.ingest.chrome import Decoded
-from tracediag.ingest.kineto import COMM_KERNEL, coll_op_expr
 from tracediag.ingest.trace import FileMeta, FileTrace
 from tracediag.schema import conform
+from tracediag.vocab import COMM_KERNEL, HLO_COLLECTIVES, coll_op, hlo_coll_op, hlo_stem, resolve_rank
 
 DEVICE_PLANE = r"^/device:(?:GPU|TPU):(\d+)$"
 """Device planes whose number is the process-local device index."""
 STREAM_LINE = r"^Stream #(\d+)"
 """GPU stream lines on a device plane (`Stream #14(Compute)`); the number is the stream."""
-
-HLO_COLLECTIVES: dict[str, str] = {
-    "all-reduce": "all_reduce", "psum": "all_reduce", "pmean": "all_reduce", "pmax": "all_reduce",
-    "pmin": "all_reduce", "cross-replica-sum": "all_reduce",
-    "all-gather": "all_gather",
-    "reduce-scatter": "reduce_scatter", "psum-scatter": "reduce_scatter",
-    "all-to-all": "all_to_all",
-    "collective-broadcast": "broadcast",
-    "collective-permute": "other", "ppermute": "other",
-    "send": "send", "recv": "recv",
-}
-"""HLO op stem (lower case, `_` as `-`, no `.N`, no `-start`/`-done`) -> coll_op. Exact stems only:
-`broadcast_multiply_fusion` or `wrapped_reduce` are compute, not collectives."""
 
 RENDEZVOUS_HELPERS = r"^(?:Rendezvous|InvokeRendezvous|Wait for rendezvous callback|Wait: pending_threads=)"
 """CPU-runtime events inside a collective (its wait for the peers): kind "other", not counted twice."""
@@ -58,14 +44,10 @@ def to_events(dec: Decoded, path: str, *, rank: int | None, default_rank: int | 
     single-file run) with a warning, else a `RankError` naming the file and the options to fix it.
     """
     warnings = list(dec.warnings)
-    if rank is None:
-        if default_rank is None:
-            raise RankError(
-                f"{path}: a JAX trace names no rank (one file per process); "
-                "give it with --rank-from-filename REGEX or --rank FILE=N"
-            )
-        rank = default_rank
-        warnings.append(f"no rank in a JAX trace; taken as rank {rank}")
+    missing = "a JAX trace holds one process and never names its rank"
+    rank = resolve_rank(
+        path, given=rank, named=(), source="", default=default_rank, missing=missing, warnings=warnings
+    )
     slices = _with_planes(dec)
     has_device_planes = bool(slices["plane_device"].is_not_null().any()) if slices.height else False
     events = _fill_collectives(_classify(slices, has_device_planes))
@@ -109,12 +91,6 @@ def _with_planes(dec: Decoded) -> pl.DataFrame:
 
 _RARE_ARGS = ("a_step_num", "a_device_ordinal", "a_hlo_op", "a_run_id", "a_label")
 """The less common `args` columns the JAX mapping reads (chrome.py reads them on rows without a `cat`)."""
-
-
-def hlo_stem(text: pl.Expr) -> pl.Expr:
-    """`all-reduce-start.3` / `all_gather.7` / `psum.2` -> `all-reduce` / `all-gather` / `psum`."""
-    base = text.str.to_lowercase().str.replace(r"\.\d+$", "").str.replace_all("_", "-")
-    return base.str.replace(r"-(?:start|done)$", "")
 
 
 def _classify(s: pl.DataFrame, has_device_planes: bool) -> pl.DataFrame:
@@ -172,10 +148,8 @@ def _fill_collectives(ev: pl.DataFrame) -> pl.DataFrame:
     """
     comm = pl.col("kind") == "comm"
     op_text = pl.coalesce("a_hlo_op", "name")
-    kernel_coll = pl.col("name").str.extract(r"(?i)^(?:nccl|rccl)\w*?Kernel_([A-Za-z]+)", 1)
-    by_stem = hlo_stem(op_text).replace_strict(HLO_COLLECTIVES, default=None, return_dtype=pl.String)
     ev = ev.with_columns(
-        coll_op=pl.when(comm).then(pl.coalesce(by_stem, coll_op_expr(pl.coalesce(kernel_coll, "name")))),
+        coll_op=pl.when(comm).then(pl.coalesce(hlo_coll_op(op_text), coll_op(pl.col("name")))),
         coll_seq=pl.when(comm).then(pl.col("a_run_id").cast(pl.Int64, strict=False)),
     )
     return _group_from_rendezvous(ev)

@@ -14,19 +14,22 @@ from typing import Any
 import orjson
 import polars as pl
 
-from tracediag.errors import RankError
 from tracediag.ingest.chrome import Decoded
 from tracediag.ingest.trace import FileMeta, FileTrace, ProcessGroup
 from tracediag.schema import conform
+from tracediag.vocab import (
+    COLLECTIVE_PREFIX,
+    COMM_KERNEL,
+    DEVICE_CATS,
+    HOST_COLLECTIVE,
+    STEP_MARKER,
+    coll_op,
+    resolve_rank,
+)
 
 EPOCH_FLOOR_NS = 10**17
 """Times above this (1973) are taken as Unix-epoch ns; below, the trace is relative."""
 
-COMM_KERNEL = r"(?i)^(?:nccl|rccl)"
-"""Communication kernels by name (NCCL/RCCL of every naming generation)."""
-STEP_NAME = r"^ProfilerStep#\d+$"
-
-_GPU_CATS = ["kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation", "cuda_sync"]
 _KIND_BY_CAT = {
     "cpu_op": "cpu_op",
     "user_annotation": "annotation",
@@ -79,32 +82,6 @@ DTYPE_BYTES: dict[str, int] = {
 }
 """Element size in bytes by the dtype names traces use."""
 
-_OP_RULES: tuple[tuple[str, str], ...] = (
-    ("allreduce", "all_reduce"),
-    ("allgather", "all_gather"),
-    ("reducescatter", "reduce_scatter"),
-    ("alltoall", "all_to_all"),
-    ("broadcast", "broadcast"),
-    ("barrier", "barrier"),
-    ("sendrecv", "other"),
-    ("send", "send"),
-    ("recv", "recv"),
-    ("reduce", "reduce"),
-    ("gather", "gather"),
-    ("scatter", "scatter"),
-    ("coalesced", "coalesced"),
-)
-"""Normalised op text (lower case, letters only) -> coll_op; first match wins, so order matters."""
-
-
-def coll_op_expr(text: pl.Expr) -> pl.Expr:
-    """The `coll_op` value for collective text (`allreduce`, `AllReduce`, `all_gather_base`, ...)."""
-    norm = text.str.to_lowercase().str.replace_all(r"[^a-z]", "")
-    out = pl.lit(None, dtype=pl.String)
-    for needle, op in reversed(_OP_RULES):
-        out = pl.when(norm.str.contains(needle, literal=True)).then(pl.lit(op)).otherwise(out)
-    return pl.when(text.is_null()).then(None).otherwise(pl.coalesce(out, pl.lit("other")))
-
 
 def to_events(dec: Decoded, path: str, *, rank: int | None, default_rank: int | None = None) -> FileTrace:
     """The event table of one Kineto trace.
@@ -116,16 +93,16 @@ def to_events(dec: Decoded, path: str, *, rank: int | None, default_rank: int | 
     info = info if isinstance(info, dict) else {}
     file_rank = _int_or_none(info.get("rank"))
     warnings = list(dec.warnings)
-    if rank is None:
-        rank = file_rank
-    if rank is None:
-        if default_rank is None:
-            raise RankError(
-                f"{path}: the trace names no rank (no distributedInfo.rank); "
-                "give it with --rank-from-filename REGEX or --rank FILE=N"
-            )
-        rank = default_rank
-        warnings.append(f"no rank in the trace; taken as rank {rank}")
+    named = () if file_rank is None else (file_rank,)
+    rank = resolve_rank(
+        path,
+        given=rank,
+        named=named,
+        source="distributedInfo.rank",
+        default=default_rank,
+        missing="no distributedInfo.rank",
+        warnings=warnings,
+    )
     slices, time_base = _absolute_times(dec, warnings)
     events = _classify(dec.with_args(slices, "a_device", "a_stream", "a_coll_name"))
     events = _fill_collectives(events, dec)
@@ -174,7 +151,7 @@ def _classify(s: pl.DataFrame) -> pl.DataFrame:
     base_kind = cat.replace_strict(_KIND_BY_CAT, default="other", return_dtype=pl.String)
     is_comm_kernel = (cat == "kernel") & (name.str.contains(COMM_KERNEL) | pl.col("a_coll_name").is_not_null())
     kind = (
-        pl.when(cat.is_in(["user_annotation", "gpu_user_annotation"]) & name.str.contains(STEP_NAME))
+        pl.when(cat.is_in(["user_annotation", "gpu_user_annotation"]) & name.str.contains(STEP_MARKER))
         .then(pl.lit("step"))
         .when((cat == "user_annotation") & name.str.starts_with("gloo:"))
         .then(pl.lit("comm"))
@@ -182,7 +159,7 @@ def _classify(s: pl.DataFrame) -> pl.DataFrame:
         .then(pl.lit("comm"))
         .otherwise(base_kind)
     )
-    on_device = cat.is_in(_GPU_CATS)
+    on_device = cat.is_in(DEVICE_CATS)
     return s.with_columns(
         kind=kind,
         device=pl.when(on_device).then(pl.coalesce("a_device", "pid")).otherwise(-1),
@@ -206,14 +183,10 @@ _COLL_ARGS = [
 ]
 
 
-COLL_NAME = r"^(?:gloo:|nccl:|c10d::|record_param_comms$)"
-"""Host rows that describe a collective: gloo/nccl annotations, c10d ops, record_param_comms."""
-
-
 def _fill_collectives(ev: pl.DataFrame, dec: Decoded) -> pl.DataFrame:
     """Collective columns, computed on the few rows that can be collectives (comm kind or a
     collective's host-side name); the other rows keep them null."""
-    idx = ev.select(pl.arg_where((pl.col("kind") == "comm") | pl.col("name").str.contains(COLL_NAME))).to_series()
+    idx = ev.select(pl.arg_where((pl.col("kind") == "comm") | pl.col("name").str.contains(HOST_COLLECTIVE))).to_series()
     extra = [c for c in _COLL_ARGS if c != "a_coll_name"] + ["a_input_dims", "a_input_type", "a_concrete_inputs"]
     coll = _collective_columns(dec.with_args(ev[idx], *extra)).select(COLL_COLUMNS)
     return ev.select(pl.exclude("^a_.*$")).with_columns(
@@ -242,17 +215,15 @@ def _collective_columns(ev: pl.DataFrame) -> pl.DataFrame:
         ]
     ).drop([f"{c}_op" for c in _COLL_ARGS])
     name = pl.col("name")
-    kernel_coll = name.str.extract(r"(?i)^(?:nccl|rccl)\w*?Kernel_([A-Za-z]+)", 1)
-    prefixed = name.str.extract(r"^(?:gloo:|nccl:|c10d::)([A-Za-z_]+)", 1)
+    host = pl.col("kind").is_in(["cpu_op", "annotation"]) & name.str.contains(COLLECTIVE_PREFIX)
     op_text = pl.coalesce(
         pl.col("a_coll_name"),
-        pl.when(pl.col("kind") == "comm").then(pl.coalesce(kernel_coll, prefixed)),
-        pl.when(pl.col("kind").is_in(["cpu_op", "annotation"])).then(prefixed),
+        pl.when((pl.col("kind") == "comm") | host).then(name),
     )
     nelems = pl.max_horizontal("a_in_nelems", "a_out_nelems")
     elem_size = pl.col("a_dtype").replace_strict(DTYPE_BYTES, default=None, return_dtype=pl.Int64)
     ev = ev.with_columns(
-        coll_op=coll_op_expr(op_text),
+        coll_op=coll_op(op_text),
         coll_bytes=nelems * elem_size,
         coll_group=pl.coalesce("a_pg_name", pl.col("a_pg_id").cast(pl.String)),
         coll_group_size=pl.col("a_group_size"),

@@ -21,9 +21,10 @@ from pathlib import Path
 
 import polars as pl
 
-from tracediag.errors import NotATraceError, RankError, TraceError
+from tracediag.errors import NotATraceError, TraceError
 from tracediag.ingest.trace import FileMeta, FileTrace
 from tracediag.schema import conform
+from tracediag.vocab import COMM_KERNEL, STEP_MARKER, coll_op, resolve_rank
 
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 _GZIP_MAGIC = b"\x1f\x8b"
@@ -32,25 +33,6 @@ _REP_SUFFIXES = (".nsys-rep", ".qdrep")
 _RANK_KEYS = ("RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID", "PMI_RANK")
 _SIZE_KEYS = ("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS", "PMI_SIZE")
 """Environment variables naming the rank / world size, in order of preference."""
-
-_STEP_RE = r"^ProfilerStep#\d+$"
-_COMM_RE = r"(?i)^(nccl|rccl)"
-
-_COLL_PATTERNS: tuple[tuple[str, str], ...] = (
-    ("sendrecv", "other"),  # one kernel moving both ways: no single direction
-    ("allreduce", "all_reduce"),
-    ("allgather", "all_gather"),
-    ("reducescatter", "reduce_scatter"),
-    ("alltoall", "all_to_all"),
-    ("broadcast", "broadcast"),
-    ("bcast", "broadcast"),
-    ("send", "send"),
-    ("recv", "recv"),
-    ("reduce", "reduce"),
-    ("gather", "gather"),
-    ("scatter", "scatter"),
-)
-"""Lower-cased name substring -> coll_op, first match wins (so `allreduce` before `reduce`)."""
 
 _MEMCPY_NAMES = {
     1: "Memcpy HtoD",
@@ -316,30 +298,17 @@ def _env_values(strings: pl.DataFrame, keys: tuple[str, ...]) -> tuple[str, tupl
 def _resolve_rank(
     strings: pl.DataFrame, given: int | None, default: int | None, path: Path, warnings: list[str]
 ) -> int:
-    """The caller's rank if given (warning when the file disagrees), else the one the file names,
-    else `default` (a single-file run) with a warning."""
+    """The rank from the profiled process's environment strings (`vocab.resolve_rank`)."""
     found = _env_values(strings, _RANK_KEYS)
-    named = () if found is None else found[1]
-    if given is not None:
-        if named and named != (given,):
-            says = ", ".join(f"{found[0]}={v}" for v in named)
-            warnings.append(f"the file's environment says {says}; using rank {given} as given")
-        return given
-    if not named and default is not None:
-        warnings.append(f"no rank in the export; taken as rank {default}")
-        return default
-    if not named:
-        raise RankError(
-            f"{path}: the export names no rank (no RANK, OMPI_COMM_WORLD_RANK, SLURM_PROCID or PMI_RANK "
-            "environment string); give it with --rank-from-filename REGEX or --rank FILE=N"
-        )
-    if len(named) > 1:
-        listed = ", ".join(f"{found[0]}={v}" for v in named)
-        raise RankError(
-            f"{path}: the file holds processes of several ranks ({listed}); "
-            "export one report per rank or give it with --rank FILE=N"
-        )
-    return named[0]
+    return resolve_rank(
+        str(path),
+        given=given,
+        named=() if found is None else found[1],
+        source="RANK" if found is None else found[0],
+        default=default,
+        missing=f"no {', '.join(_RANK_KEYS[:-1])} or {_RANK_KEYS[-1]} environment string",
+        warnings=warnings,
+    )
 
 
 def _session_start(con: sqlite3.Connection, tables: set[str]) -> int | None:
@@ -369,16 +338,6 @@ def _name(id_col: str, strings: pl.DataFrame) -> pl.Expr:
     return pl.col(id_col).replace_strict(ids, values, default=None, return_dtype=pl.String)
 
 
-def _coll_op(name: pl.Expr, *, default: str | None) -> pl.Expr:
-    """coll_op from a NCCL/RCCL kernel or API name (`ncclDevKernel_AllReduce_…`, `ncclAllGather`)."""
-    lower = name.str.to_lowercase()
-    (first, first_op), *rest = _COLL_PATTERNS
-    expr = pl.when(lower.str.contains(first, literal=True)).then(pl.lit(first_op))
-    for needle, op in rest:
-        expr = expr.when(lower.str.contains(needle, literal=True)).then(pl.lit(op))
-    return expr.otherwise(pl.lit(default, pl.String))
-
-
 def _well_formed(raw: pl.DataFrame) -> tuple[pl.DataFrame, dict[str, int]]:
     """Drop rows without a usable interval, counted as malformed."""
     ok = raw.filter(pl.col("start").is_not_null() & (pl.col("end") >= pl.col("start")))
@@ -404,12 +363,12 @@ def _gpu(raw: pl.DataFrame, kind: pl.Expr, name: pl.Expr, **extra: pl.Expr) -> p
 def _kernels(raw: pl.DataFrame, strings: pl.DataFrame) -> tuple[pl.DataFrame, dict[str, int]]:
     ok, skipped = _well_formed(raw)
     ok = ok.with_columns(short=_name("shortName", strings))
-    is_comm = pl.col("short").str.contains(_COMM_RE)
+    is_comm = pl.col("short").str.contains(COMM_KERNEL)
     rows = _gpu(
         ok,
         pl.when(is_comm).then(pl.lit("comm")).otherwise(pl.lit("kernel")),
         pl.coalesce(_name("demangledName", strings), pl.col("short")),
-        coll_op=pl.when(is_comm).then(_coll_op(pl.col("short"), default="other")),
+        coll_op=pl.when(is_comm).then(coll_op(pl.col("short"))),
     )
     return rows, skipped
 
@@ -465,9 +424,9 @@ def _nvtx(raw: pl.DataFrame, strings: pl.DataFrame) -> tuple[pl.DataFrame, dict[
         device=pl.lit(-1),
         name=name,
     ).with_columns(
-        kind=pl.when(pl.col("name").str.contains(_STEP_RE))
+        kind=pl.when(pl.col("name").str.contains(STEP_MARKER))
         .then(pl.lit("step"))
         .otherwise(pl.lit("annotation")),
-        coll_op=pl.when(pl.col("name").str.starts_with("nccl")).then(_coll_op(pl.col("name"), default=None)),
+        coll_op=pl.when(pl.col("name").str.contains(COMM_KERNEL)).then(coll_op(pl.col("name"), default=None)),
     )
     return rows, skipped

@@ -1,4 +1,4 @@
-"""The plotly figures of the HTML report, built from an `Analysis` (and its JSON-ready sections).
+"""The plotly figures of the HTML report, built from an `Analysis` and its typed sections.
 
 Every string from a trace goes through `html.escape` before it reaches a figure: plotly draws labels
 as its own small HTML dialect, in which an escaped `&lt;script&gt;` shows as text. Large runs are
@@ -16,10 +16,15 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
+from tracediag.words import count
+
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     import plotly.graph_objects as go
 
-    from tracediag.analysis import Analysis
+    from tracediag.analysis import Analysis, Pipeline
+    from tracediag.checking import Check
 
 MAX_ROWS = 256
 """Rank rows in a heat-map before ranks are binned: at 900 px a row keeps ≥ 3 px, so one hot rank shows
@@ -92,6 +97,12 @@ def _rank_bins(ranks: list[int], limit: int) -> tuple[int, str]:
     return k, "" if k == 1 else f"; ranks in bins of {k} (the bin's maximum shown)"
 
 
+def _rank_label(first: int, k: int) -> str:
+    """A rank axis label: the rank itself, or a bin's range ("8–15"); axes show exactly these labels
+    (category axes), never ticks of ranks that are not in the run."""
+    return str(first) if k == 1 else f"{first}–{first + k - 1}"
+
+
 def heatmap(steps: pl.DataFrame, column: str, title: str) -> Figure:
     """Rank × step heat-map of one per-step time, in ms."""
     import plotly.graph_objects as go
@@ -111,7 +122,7 @@ def heatmap(steps: pl.DataFrame, column: str, title: str) -> Figure:
     ncol = math.ceil(len(step_numbers) / sk)
     median, top = (steps[column].median() or 0) / MS, (steps[column].max() or 0) / MS
     grid = cells.with_columns((pl.col(column) / MS).round(2)).pivot(on="col", index="row", values=column).sort("row")
-    rows = grid["row"].to_list()
+    rows = [_rank_label(r, rk) for r in grid["row"].to_list()]
     z = grid.select([str(c) for c in range(ncol)]).rows()
     xlabels = [str(step_numbers[c * sk]) if sk == 1 else f"{step_numbers[c * sk]}+" for c in range(ncol)]
     fig = go.Figure(
@@ -123,17 +134,17 @@ def heatmap(steps: pl.DataFrame, column: str, title: str) -> Figure:
             zmin=median,
             zmax=max(top, HOT * median),
             colorbar={"title": {"text": "ms"}, "thickness": 12},
-            hovertemplate=("rank %{y}" if rk == 1 else f"ranks %{{y}} to +{rk - 1}")
-            + "<br>step %{x}<br>%{z:.1f} ms<extra></extra>",
+            hovertemplate=("rank %{y}" if rk == 1 else "ranks %{y}") + "<br>step %{x}<br>%{z:.1f} ms<extra></extra>",
             hoverongaps=False,
         )
     )
     _layout(fig, height=min(900, max(320, 6 * len(rows) + 140)), title={"text": title, "font": {"size": 15}})
-    fig.update_yaxes(title="rank", autorange="reversed")
+    fig.update_yaxes(title="rank", type="category", autorange="reversed")
     fig.update_xaxes(title="step", type="category")
     step_note = "" if sk == 1 else f"; steps in bins of {sk}"
     scale = f"colour from the median (pale) to {HOT:g}× the median or the maximum (dark)"
-    return Figure(fig, f"{len(ranks):,} ranks × {len(step_numbers):,} steps{rank_note}{step_note}; {scale}")
+    shape = f"{count(len(ranks), 'rank')} × {count(len(step_numbers), 'step')}"
+    return Figure(fig, f"{shape}{rank_note}{step_note}; {scale}")
 
 
 def breakdown(steps: pl.DataFrame) -> Figure:
@@ -166,7 +177,7 @@ def breakdown(steps: pl.DataFrame) -> Figure:
     for name in parts:
         fig.add_trace(
             go.Bar(
-                x=bars["bin"].to_list(),
+                x=[_rank_label(b, k) for b in bars["bin"].to_list()],
                 y=_ms_list(bars[name]),
                 name=name,
                 marker={"color": COLORS[name], "line": {"width": 0}},
@@ -176,7 +187,7 @@ def breakdown(steps: pl.DataFrame) -> Figure:
             )
         )
     _layout(fig, height=380, barmode="stack", bargap=0.15 if len(bars) <= 64 else 0.05)
-    fig.update_xaxes(title="rank" if k == 1 else f"rank (bins of {k})")
+    fig.update_xaxes(title="rank" if k == 1 else f"rank (bins of {k})", type="category")
     fig.update_yaxes(title="ms per step (mean)")
     binned = f"; ranks in bins of {k}, each bar the bin's rank with the most compute" if k > 1 else ""
     return Figure(fig, f"mean over steps per rank{binned}; 'other' = copies and time not otherwise classified")
@@ -196,7 +207,7 @@ def _timeline_ranks(analysis: Analysis, in_step: pl.DataFrame, colls: pl.DataFra
     """Ranks worth drawing: all of them when few, else culprits, slowest, fastest, last arrivals, rank 0."""
     ranks = sorted(in_step["rank"].to_list())
     if len(ranks) <= MAX_TIMELINE_RANKS:
-        return ranks, f"all {len(ranks)} ranks"
+        return ranks, f"all {count(len(ranks), 'rank')}" if len(ranks) > 1 else f"rank {ranks[0]}"
     by_dur = in_step.sort("dur_ns", "rank")["rank"].to_list()
     culprits = sorted(_culprits(analysis))[:8]
     late = colls.sort("skew_ns", descending=True)["last_rank"].drop_nulls().to_list()
@@ -306,19 +317,15 @@ def timeline(analysis: Analysis) -> Figure | None:
     return Figure(fig, f"step {step} (the longest); {which}{more}")
 
 
-def pipeline_idle(pipelines: list[dict[str, Any]]) -> Figure | None:
-    """Idle share per pipeline stage against the schedule's ideal bubble, from `extra["pipeline"]`.
+def pipeline_idle(pipelines: Sequence[Pipeline]) -> Figure | None:
+    """Idle share per pipeline stage against the schedule's ideal bubble (`Analysis.pipelines`).
 
     Several pipelines (one per data-parallel replica) are summarised per stage: the median share,
     with the lowest and highest as the error bar.
     """
     import plotly.graph_objects as go
 
-    rows = [
-        {"stage": int(st["stage"]), "share": float(st["idle_share"])}
-        for pipe in pipelines
-        for st in pipe.get("stages", [])
-    ]
+    rows = [{"stage": st.stage, "share": st.idle_share} for pipe in pipelines for st in pipe.stages]
     if not rows:
         return None
     per_stage = (
@@ -342,12 +349,12 @@ def pipeline_idle(pipelines: list[dict[str, Any]]) -> Figure | None:
             hovertemplate="%{x}: %{y:.0%} of the step idle or waiting on send/recv<extra></extra>",
         )
     )
-    ideal = float(pl.Series([float(p.get("expected_bubble_share", 0.0)) for p in pipelines]).median())
+    ideal = float(pl.Series([p.expected_bubble_share for p in pipelines]).median())
     fig.add_hline(y=ideal, line={"dash": "dash", "color": "#333"})
     _layout(fig, height=320, showlegend=False)
     fig.update_yaxes(title="share of the step", tickformat=".0%", rangemode="tozero")
     first = pipelines[0]
-    shape = f"p={esc(first.get('p'))}, m={esc(first.get('m'))}, v={esc(first.get('v'))}"
+    shape = f"p={first.p}, m={first.m}, v={first.v}"
     many = f"median of {len(pipelines):,} pipelines per stage (bar: lowest to highest); " if len(pipelines) > 1 else ""
     return Figure(
         fig,
@@ -356,18 +363,18 @@ def pipeline_idle(pipelines: list[dict[str, Any]]) -> Figure | None:
     )
 
 
-def check_chart(check: dict[str, Any]) -> Figure:
+def check_chart(check: Check) -> Figure:
     """Observed against predicted ms per step, per time component (MFU is in the table)."""
     import plotly.graph_objects as go
 
-    rows = [c for c in check.get("components", []) if c.get("unit") == "s" and (c["observed"] or c["predicted"])]
+    rows = [c for c in check.components if c.unit == "s" and (c.observed or c.predicted)]
     rows = rows[::-1]
-    labels = [esc(c["label"]) for c in rows]
+    labels = [esc(c.label) for c in rows]
     fig = go.Figure()
     fig.add_trace(
         go.Bar(
             y=labels,
-            x=[1e3 * c["predicted"] for c in rows],
+            x=[1e3 * c.predicted for c in rows],
             orientation="h",
             name="predicted",
             marker={"color": COLORS["predicted"]},
@@ -377,17 +384,17 @@ def check_chart(check: dict[str, Any]) -> Figure:
     fig.add_trace(
         go.Bar(
             y=labels,
-            x=[0.0 if c["observed"] is None else 1e3 * c["observed"] for c in rows],
+            x=[0.0 if c.observed is None else 1e3 * c.observed for c in rows],
             orientation="h",
             name="observed",
             marker={"color": COLORS["observed"]},
-            text=["not visible" if c["observed"] is None else "" for c in rows],
+            text=["not visible" if c.observed is None else "" for c in rows],
             textposition="outside",
             hovertemplate="%{y}: observed %{x:.1f} ms<extra></extra>",
         )
     )
     _layout(fig, height=120 + 48 * len(rows), barmode="group")
-    values = [1e3 * v for c in rows for v in (c["observed"], c["predicted"]) if v]
+    values = [1e3 * v for c in rows for v in (c.observed, c.predicted) if v]
     log = bool(values) and max(values) > LOG_SPAN * min(values)
     fig.update_xaxes(
         title="ms per step (median)" + (", log scale" if log else ""),

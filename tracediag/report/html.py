@@ -8,14 +8,17 @@ pipeline stage idle shares (when the analysis has a pipeline section), observed 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from importlib.metadata import version
 from typing import TYPE_CHECKING, Any
 
-from tracediag.check import format_ms
+from tracediag.checking import format_ms
 from tracediag.report.figures import Figure, breakdown, check_chart, esc, heatmap, pipeline_idle, timeline
+from tracediag.words import count, noun
 
 if TYPE_CHECKING:
-    from tracediag.analysis import Analysis, Finding
+    from tracediag.analysis import Analysis, Finding, Pipeline
+    from tracediag.checking import Check
 
 CONFIG = {"displaylogo": False, "responsive": True, "modeBarButtonsToRemove": ["select2d", "lasso2d"]}
 _SIZE_MARK = "@@REPORT_SIZE@@"
@@ -84,7 +87,7 @@ def _value(v: Any) -> str:
     """An evidence value as text: numbers to 4 digits, lists and mappings without brackets, long ones cut."""
     if isinstance(v, float):
         return f"{v:,.4g}"
-    if isinstance(v, dict):
+    if isinstance(v, Mapping):
         items = [f"{k}: {_value(x)}" for k, x in v.items()]
     elif isinstance(v, (list, tuple)):
         items = [_value(x) for x in v]
@@ -101,7 +104,8 @@ def _finding(f: Finding) -> str:
     )
     return (
         f'<article class="finding {kind}"><h3><span class="badge">{esc(f.cause)}</span>{esc(f.summary)}</h3>'
-        f'<p class="meta">ranks {esc(_listing(f.ranks))} · steps {esc(_listing(f.steps))} · time lost '
+        f'<p class="meta">{noun(len(f.ranks), "rank")} {esc(_listing(f.ranks))} · '
+        f'{noun(len(f.steps), "step")} {esc(_listing(f.steps))} · time lost '
         f"{_ms(f.time_lost_ns)} · confidence {f.confidence:.2f}</p>"
         + (f"<table>{evidence}</table>" if evidence else "")
         + "</article>"
@@ -110,12 +114,12 @@ def _finding(f: Finding) -> str:
 
 def _findings(analysis: Analysis) -> str:
     cards = [_finding(f) for f in analysis.findings] or ['<p class="note">No findings.</p>']
-    check = analysis.extra.get("check")
-    if isinstance(check, dict) and check.get("sentence"):
+    check = analysis.check
+    if check is not None and check.sentence:
         cards.insert(
             0,
             '<article class="finding check"><h3><span class="badge">vs prediction</span>'
-            f'{esc(check["sentence"])}</h3><p class="meta"><a href="#check">observed against predicted</a></p>'
+            f'{esc(check.sentence)}</h3><p class="meta"><a href="#check">observed against predicted</a></p>'
             "</article>",
         )
     return '<section id="findings"><h2>Findings</h2>' + "".join(cards) + "</section>"
@@ -131,34 +135,34 @@ def _ratio(r: float | None) -> str:
     return "—" if r is None else f"{r:.2f}×"
 
 
-def _check(check: dict[str, Any]) -> str:
-    plan = check.get("plan", {})
-    split = " ".join(f"{k}={esc(v)}" for k, v in plan.get("split", {}).items())
+def _check(check: Check) -> str:
+    plan = check.plan
+    split = " ".join(f"{k}={esc(v)}" for k, v in plan.split)
     head = (
-        f'<p class="meta">{esc(plan.get("model", "?"))} on {esc(plan.get("gpus", "?"))} × '
-        f"{esc(plan.get('device', '?'))}, {split}, engine {esc(plan.get('engine', '?'))}</p>"
+        f'<p class="meta">{esc(plan.model)} on {esc(plan.gpus)} × '
+        f"{esc(plan.device)}, {split}, engine {esc(plan.engine)}</p>"
     )
     comp = "".join(
-        f"<tr><td>{esc(c['label'])}</td><td class='num'>{_num(c['observed'], c['unit'])}</td>"
-        f"<td class='num'>{_num(c['predicted'], c['unit'])}</td>"
-        f"<td class='num'>{_ratio(c['ratio'])}</td>"
-        f"<td class='note'>{esc(c['note'])}</td></tr>"
-        for c in check.get("components", [])
+        f"<tr><td>{esc(c.label)}</td><td class='num'>{_num(c.observed, c.unit)}</td>"
+        f"<td class='num'>{_num(c.predicted, c.unit)}</td>"
+        f"<td class='num'>{_ratio(c.ratio)}</td>"
+        f"<td class='note'>{esc(c.note)}</td></tr>"
+        for c in check.components
     )
     links = "".join(
-        f"<tr><td>{esc(li['kind'] or '?')}</td><td>{esc(li['op'])}</td><td>{esc(', '.join(li['groups']) or '—')}</td>"
-        f"<td class='num'>{li['collectives']:,}</td><td class='num'>{li['busbw_gbps']:,.2f}</td>"
-        f"<td class='num'>{'—' if li['link_busbw_gbps'] is None else format(li['link_busbw_gbps'], ',.0f')}</td>"
-        f"<td>{esc(li['link'] or '—')}</td>"
-        f"<td class='num'>{_ratio(li['ratio'])}</td>"
-        f"<td class='note'>{esc(li['kind_from'])}{'; ' + esc(li['note']) if li['note'] else ''}</td></tr>"
-        for li in check.get("links", [])
+        f"<tr><td>{esc(li.kind or '?')}</td><td>{esc(li.op)}</td><td>{esc(', '.join(li.groups) or '—')}</td>"
+        f"<td class='num'>{li.collectives:,}</td><td class='num'>{li.busbw_gbps:,.2f}</td>"
+        f"<td class='num'>{'—' if li.link_busbw_gbps is None else format(li.link_busbw_gbps, ',.0f')}</td>"
+        f"<td>{esc(li.link or '—')}</td>"
+        f"<td class='num'>{_ratio(li.ratio)}</td>"
+        f"<td class='note'>{esc(li.kind_from)}{'; ' + esc(li.note) if li.note else ''}</td></tr>"
+        for li in check.links
     )
-    notes = "".join(f"<li>{esc(n)}</li>" for n in check.get("notes", []))
+    notes = "".join(f"<li>{esc(n)}</li>" for n in check.notes)
     return (
         '<section id="check"><h2>Observed against predicted</h2>'
         + head
-        + f"<p><b>{esc(check.get('sentence', ''))}</b></p>"
+        + f"<p><b>{esc(check.sentence)}</b></p>"
         + (f"<ul class='note'>{notes}</ul>" if notes else "")
         + _figure(check_chart(check), "check")
         + "<table><tr><th>component</th><th>observed</th><th>predicted</th><th>ratio</th><th>note</th></tr>"
@@ -175,10 +179,10 @@ def _check(check: dict[str, Any]) -> str:
     )
 
 
-def _pipeline(section: Any) -> str:
-    if not isinstance(section, list) or not section:
+def _pipeline(pipelines: tuple[Pipeline, ...]) -> str:
+    if not pipelines:
         return ""
-    fig = pipeline_idle([p for p in section if isinstance(p, dict)])
+    fig = pipeline_idle(pipelines)
     return (
         '<section id="pipeline"><h2>Pipeline stages: idle share against the ideal bubble</h2>'
         + (_figure(fig, "pipeline") if fig else '<p class="note">No stage shares in the analysis.</p>')
@@ -206,10 +210,9 @@ def _body(analysis: Analysis) -> str:
             parts.append(
                 '<section id="timeline"><h2>The slowest step across ranks</h2>' + _figure(tl, "timeline") + "</section>"
             )
-    parts.append(_pipeline(analysis.extra.get("pipeline")))
-    check = analysis.extra.get("check")
-    if isinstance(check, dict):
-        parts.append(_check(check))
+    parts.append(_pipeline(analysis.pipelines))
+    if analysis.check is not None:
+        parts.append(_check(analysis.check))
     if analysis.warnings:
         items = "".join(f"<li>{esc(w)}</li>" for w in analysis.warnings)
         parts.append(f'<section id="warnings"><h2>Warnings</h2><ul>{items}</ul></section>')
@@ -219,15 +222,15 @@ def _body(analysis: Analysis) -> str:
 def _header(analysis: Analysis, title: str) -> str:
     steps = analysis.steps
     median = _ms(steps["dur_ns"].median()) if steps.height else "—"
-    excluded = f" ({analysis.excluded_steps} partial steps left out)" if analysis.excluded_steps else ""
+    excluded = f" ({count(analysis.excluded_steps, 'partial rank-step')} left out)" if analysis.excluded_steps else ""
     links = [("findings", "Findings"), ("heatmaps", "Heat-maps"), ("breakdown", "Breakdown")]
     links += [("timeline", "Slowest step")] if steps.height else []
-    links += [("pipeline", "Pipeline")] if analysis.extra.get("pipeline") else []
-    links += [("check", "vs prediction")] if isinstance(analysis.extra.get("check"), dict) else []
+    links += [("pipeline", "Pipeline")] if analysis.pipelines else []
+    links += [("check", "vs prediction")] if analysis.check is not None else []
     nav = "".join(f'<a href="#{a}">{t}</a>' for a, t in links)
     return (
-        f"<header><h1>{esc(title)}</h1><p>{len(analysis.ranks):,} ranks traced of world size "
-        f"{analysis.world_size:,} · {len(analysis.step_numbers):,} steps{excluded} · median step {median}</p>"
+        f"<header><h1>{esc(title)}</h1><p>{count(len(analysis.ranks), 'rank')} traced of world size "
+        f"{analysis.world_size:,} · {count(len(analysis.step_numbers), 'step')}{excluded} · median step {median}</p>"
         f"<nav>{nav}</nav></header>"
     )
 

@@ -2,22 +2,28 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import polars as pl
 
 from tracediag.analysis import Analysis, Finding
+from tracediag.words import count, noun
 
 MS = 1e6
 COLUMNS = (
-    ("dur_ns", "dur"),
-    ("compute_ns", "compute"),
-    ("comm_ns", "comm"),
-    ("exposed_comm_ns", "exposed"),
-    ("wait_ns", "wait"),
-    ("idle_ns", "idle"),
-    ("input_ns", "input"),
-    ("host_gap_ns", "host gap"),
+    ("dur_ns", "dur", "step time"),
+    ("compute_ns", "compute", "computing"),
+    ("comm_ns", "comm", "communicating"),
+    ("exposed_comm_ns", "exposed", "communicating with no compute alongside"),
+    ("wait_ns", "wait", "in collectives waiting for peers"),
+    ("idle_ns", "idle", "neither computing nor communicating"),
+    ("input_ns", "input", "loading data"),
+    ("host_gap_ns", "host gap", "host thread in no operator"),
+)
+"""(steps column, table header, what it means: the table's legend)."""
+LEGEND = "; ".join(
+    [*(f"{label} = {meaning}" for _, label, meaning in COLUMNS), "max compute = the rank computing longest"]
 )
 
 
@@ -36,8 +42,8 @@ def _span(values: tuple[int, ...]) -> str:
     return ", ".join(parts)
 
 
-def _evidence(evidence: dict[str, Any]) -> str:
-    scalars = [f"{k}={v}" for k, v in evidence.items() if not isinstance(v, (dict, list))]
+def _evidence(evidence: Mapping[str, Any]) -> str:
+    scalars = [f"{k}={v}" for k, v in evidence.items() if not isinstance(v, (Mapping, tuple, list))]
     return ", ".join(scalars)
 
 
@@ -45,7 +51,8 @@ def _finding_lines(i: int, f: Finding) -> list[str]:
     if f.cause == "healthy":
         return [f"{i}. healthy  {f.summary}", f"   evidence: {_evidence(f.evidence)}"]
     head = (
-        f"{i}. {f.cause}  ranks {_span(f.ranks)}  steps {_span(f.steps)}  "
+        f"{i}. {f.cause}  {noun(len(f.ranks), 'rank')} {_span(f.ranks)}  "
+        f"{noun(len(f.steps), 'step')} {_span(f.steps)}  "
         f"lost {f.time_lost_ns / MS:,.1f} ms  confidence {f.confidence:.2f}"
     )
     return [head, f"   {f.summary}", f"   evidence: {_evidence(f.evidence)}"]
@@ -57,15 +64,15 @@ def _step_table(steps: pl.DataFrame) -> list[str]:
     per_step = (
         steps.group_by("step")
         .agg(
-            *[(pl.col(c).median() / MS).alias(c) for c, _ in COLUMNS],
+            *[(pl.col(c).median() / MS).alias(c) for c, _, _ in COLUMNS],
             slowest=pl.col("rank").sort_by("compute_ns").last(),
         )
         .sort("step")
     )
-    header = f"{'step':>8}" + "".join(f"{label:>10}" for _, label in COLUMNS) + f"{'max compute':>13}"
-    lines = ["per step: median over ranks, ms; max compute = the rank computing longest", header]
+    header = f"{'step':>8}" + "".join(f"{label:>10}" for _, label, _ in COLUMNS) + f"{'max compute':>13}"
+    lines = ["per step: median over ranks, ms", f"columns: {LEGEND}", header]
     for row in per_step.iter_rows(named=True):
-        cells = "".join(f"{row[c]:>10.1f}" for c, _ in COLUMNS)
+        cells = "".join(f"{row[c]:>10.1f}" for c, _, _ in COLUMNS)
         lines.append(f"{row['step']:>8}{cells}{'rank ' + str(row['slowest']):>13}")
     return lines
 
@@ -74,19 +81,18 @@ def render_text(analysis: Analysis) -> str:
     """The summary and per-step table as text (no trailing newline)."""
     nums = analysis.step_numbers
     lines = [
-        f"tracediag analyze: {len(analysis.ranks)} rank{'s' if len(analysis.ranks) != 1 else ''} "
-        f"(world size {analysis.world_size}), "
-        f"{len(nums)} steps ({_span(tuple(nums))}), {analysis.excluded_steps} partial rank-steps left out",
+        f"tracediag analyze: {count(len(analysis.ranks), 'rank')} (world size {analysis.world_size}), "
+        f"{count(len(nums), 'step')} ({_span(tuple(nums))}), "
+        f"{count(analysis.excluded_steps, 'partial rank-step')} left out",
         "",
     ]
     for i, f in enumerate(analysis.findings, 1):
         lines.extend(_finding_lines(i, f))
-    pipes = analysis.extra.get("pipeline", [])
-    for pipe in pipes:
-        stages = ", ".join(f"{s['rank']}:{s['idle_share']:.0%}" for s in pipe["stages"])
+    for pipe in analysis.pipelines:
+        stages = ", ".join(f"{s.rank}:{s.idle_share:.0%}" for s in pipe.stages)
         lines.append(
-            f"   pipeline p={pipe['p']} m={pipe['m']}: idle share by stage (rank:share) {stages}; "
-            f"ideal {pipe['expected_bubble_share']:.0%}"
+            f"   pipeline p={pipe.p} m={pipe.m}: idle share by stage (rank:share) {stages}; "
+            f"ideal {pipe.expected_bubble_share:.0%}"
         )
     lines.append("")
     lines.extend(_step_table(analysis.steps))

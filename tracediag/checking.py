@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 KINDS: tuple[str, ...] = ("tp", "cp", "ep", "dp", "pp")
 """Collective kinds, as the model names them (its `link_busbw` keys)."""
 NOT_VISIBLE = "not visible in this trace"
+MFU_REFUSED = "not shown: above 100%"
 CLOSE = 0.10
 """A component off by less than this share of the predicted step time is not called a gap."""
 
@@ -75,17 +76,37 @@ class Component:
             return None
         return self.observed / self.predicted
 
+    @property
+    def label(self) -> str:
+        """What a person reads ("exposed DP communication")."""
+        return _LABELS[self.name]
+
+    @property
+    def unit(self) -> str:
+        """"s" (seconds per step) or "fraction" (MFU)."""
+        return "fraction" if self.name == "mfu" else "s"
+
     def to_dict(self) -> dict[str, Any]:
         ratio = self.ratio
         return {
             "component": self.name,
-            "label": _LABELS[self.name],
-            "unit": "fraction" if self.name == "mfu" else "s",
+            "label": self.label,
+            "unit": self.unit,
             "observed": self.observed,
             "predicted": self.predicted,
             "ratio": None if ratio is None else round(ratio, 4),
             "note": self.note,
         }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Component:
+        observed = d.get("observed")
+        return cls(
+            name=d["component"],
+            observed=None if observed is None else float(observed),
+            predicted=float(d["predicted"]),
+            note=d.get("note", ""),
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -125,10 +146,65 @@ class LinkCheck:
             "note": self.note,
         }
 
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> LinkCheck:
+        figure = d.get("link_busbw_gbps")
+        return cls(
+            kind=d.get("kind"),
+            kind_from=d.get("kind_from", ""),
+            op=d["op"],
+            groups=tuple(d.get("groups", ())),
+            collectives=int(d["collectives"]),
+            busbw_gbps=float(d["busbw_gbps"]),
+            link=d.get("link"),
+            link_busbw_gbps=None if figure is None else float(figure),
+            note=d.get("note", ""),
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CheckedPlan:
+    """What was predicted for: model, device, GPUs, split degrees, engine and batch shape."""
+
+    model: str
+    device: str
+    gpus: int
+    split: tuple[tuple[str, int], ...]
+    """(dimension, degree) in the order tp, pp, dp, cp, ep, vpp, zero."""
+    engine: str
+    micro_batch: int
+    seq_len: int
+    global_batch: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.model,
+            "device": self.device,
+            "gpus": self.gpus,
+            "split": dict(self.split),
+            "engine": self.engine,
+            "micro_batch": self.micro_batch,
+            "seq_len": self.seq_len,
+            "global_batch": self.global_batch,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> CheckedPlan:
+        return cls(
+            model=str(d["model"]),
+            device=str(d["device"]),
+            gpus=int(d["gpus"]),
+            split=tuple((str(k), int(v)) for k, v in d.get("split", {}).items()),
+            engine=str(d.get("engine", "")),
+            micro_batch=int(d["micro_batch"]),
+            seq_len=int(d["seq_len"]),
+            global_batch=int(d["global_batch"]),
+        )
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Check:
-    """Observed against predicted, stored as `analysis.extra["check"]` (`to_dict`)."""
+    """Observed against predicted (`Analysis.check`; the JSON `check` section is `to_dict`)."""
 
     components: tuple[Component, ...]
     links: tuple[LinkCheck, ...]
@@ -136,17 +212,27 @@ class Check:
     """One sentence on the largest gap."""
     notes: tuple[str, ...] = ()
     """Caveats for the whole comparison (world size differs, CPU-only trace, ...)."""
-    plan: dict[str, Any]
-    """What was predicted for: model, device, gpus, split, engine."""
+    plan: CheckedPlan
+    """What was predicted for."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "plan": self.plan,
+            "plan": self.plan.to_dict(),
             "components": [c.to_dict() for c in self.components],
             "links": [li.to_dict() for li in self.links],
             "sentence": self.sentence,
             "notes": list(self.notes),
         }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Check:
+        return cls(
+            components=tuple(Component.from_dict(c) for c in d.get("components", [])),
+            links=tuple(LinkCheck.from_dict(li) for li in d.get("links", [])),
+            sentence=d.get("sentence", ""),
+            notes=tuple(d.get("notes", [])),
+            plan=CheckedPlan.from_dict(d["plan"]),
+        )
 
 
 def check(analysis: Analysis, prediction: Prediction, *, run: Run | None = None) -> Check:
@@ -194,6 +280,8 @@ def check(analysis: Analysis, prediction: Prediction, *, run: Run | None = None)
         notes.append("no device activity in the trace (CPU-only, e.g. gloo): times are CPU times")
     if steps.height == 0:
         notes.append("no complete steps in the trace: nothing to compare")
+    if components[-1].note.startswith(MFU_REFUSED):
+        notes.append("observed MFU would exceed 100%: check that the plan describes this run's model and batch")
     return Check(
         components=tuple(components),
         links=_links(kinds, prediction, groups, on_device=on_device),
@@ -204,18 +292,18 @@ def check(analysis: Analysis, prediction: Prediction, *, run: Run | None = None)
     )
 
 
-def _plan(p: Prediction) -> dict[str, Any]:
+def _plan(p: Prediction) -> CheckedPlan:
     s = p.split
-    return {
-        "model": p.model.name,
-        "device": p.device.name,
-        "gpus": p.gpus,
-        "split": {"tp": s.tp, "pp": s.pp, "dp": s.dp, "cp": s.cp, "ep": s.ep, "vpp": s.vpp, "zero": s.zero},
-        "engine": p.engine.name,
-        "micro_batch": p.training.micro_batch,
-        "seq_len": p.training.seq_len,
-        "global_batch": p.training.global_batch,
-    }
+    return CheckedPlan(
+        model=p.model.name,
+        device=p.device.name,
+        gpus=p.gpus,
+        split=(("tp", s.tp), ("pp", s.pp), ("dp", s.dp), ("cp", s.cp), ("ep", s.ep), ("vpp", s.vpp), ("zero", s.zero)),
+        engine=p.engine.name,
+        micro_batch=p.training.micro_batch,
+        seq_len=p.training.seq_len,
+        global_batch=p.training.global_batch,
+    )
 
 
 def _median_s(steps: pl.DataFrame, column: str) -> float | None:
@@ -363,12 +451,20 @@ def _bubble(analysis: Analysis, p: Prediction) -> Component:
 
 
 def _mfu(steps: pl.DataFrame, p: Prediction, *, on_device: bool) -> Component:
+    """Observed MFU = the plan's model FLOPs per step / (observed step · peak · GPUs); refused above 100%,
+    which no run reaches: then the plan's work is not this run's (another model, batch or device)."""
     if not on_device:
         return Component(name="mfu", observed=None, predicted=p.mfu, note=f"{NOT_VISIBLE}: no device activity")
     step = _median_s(steps, "dur_ns")
     if not step:
         return Component(name="mfu", observed=None, predicted=p.mfu, note=f"{NOT_VISIBLE}: no complete steps")
     observed = p.model_flops_per_step / (step * p.device.peak_flops * p.gpus)
+    if observed > 1:
+        note = (
+            f"{MFU_REFUSED}: the plan's {p.model_flops_per_step:.3g} FLOPs per step in the observed step time would "
+            f"be {observed:.0%} of the devices' peak; the plan is for other work than this run (model, batch or device)"
+        )
+        return Component(name="mfu", observed=None, predicted=p.mfu, note=note)
     return Component(name="mfu", observed=observed, predicted=p.mfu, note="the plan's model FLOPs / observed step")
 
 

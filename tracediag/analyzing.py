@@ -14,12 +14,9 @@ from tracediag.derive.p2p import pipeline_groups
 from tracediag.derive.per_rank import rank_tables
 from tracediag.detect import Facts, Thresholds, detect_all
 from tracediag.detect.pipeline import pipeline_stages
-from tracediag.errors import TracediagError
+from tracediag.errors import NoStepsError
 from tracediag.run import Run, RunMeta
-
-
-class NoStepsError(TracediagError):
-    """The traces hold no step markers the analysis can segment by."""
+from tracediag.words import count
 
 
 def _needs_split(meta: RunMeta, instances: pl.DataFrame) -> bool:
@@ -58,9 +55,10 @@ def facts_from_tables(
     excluded = per_step.height - kept.height
     warnings = []
     if partial.height:
-        warnings.append(f"{partial.height} partial step(s) at the edges of the recorded window left out")
+        warnings.append(f"{count(partial.height, 'partial step')} at the edges of the recorded window left out")
     if complete.height - kept.height:
-        warnings.append(f"{complete.height - kept.height} rank-step(s) of steps not recorded on every rank left out")
+        dropped = count(complete.height - kept.height, "rank-step")
+        warnings.append(f"{dropped} of steps not recorded on every rank left out")
     steps = (
         kept.join(waits, on=["rank", "step"], how="left")
         .with_columns(
@@ -134,10 +132,6 @@ def analyze_tables(
     (`tracediag.execute`). `ranks` defaults to the ranks `meta` lists."""
     facts, left_out = facts_from_tables(tables, meta, step_regex=step_regex, link_gbps=link_gbps)
     findings = detect_all(facts, thresholds=thresholds)
-    extra = {}
-    pipes = pipeline_stages(facts)
-    if pipes:
-        extra["pipeline"] = pipes
     return Analysis(
         ranks=ranks if ranks is not None else tuple(meta.ranks),
         world_size=meta.world_size,
@@ -146,5 +140,5 @@ def analyze_tables(
         findings=findings,
         excluded_steps=left_out["excluded_steps"],
         warnings=tuple(meta.errors) + left_out["warnings"],
-        extra=extra,
+        pipelines=tuple(pipeline_stages(facts)),
     )

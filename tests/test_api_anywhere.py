@@ -1,0 +1,143 @@
+"""The Python API works wherever Python runs: each case is a real Python process, as a user runs it.
+
+These are the suite's tests of parallel loading (`jobs=2`); every other test reads with one worker.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from conftest import ROOT
+
+import tracediag
+from tracediag.ingest.workers import map_in_workers
+
+RUN = "fixtures/runs/straggler_persistent/"
+
+SNIPPET = f"""
+import tracediag
+run = tracediag.load({RUN!r}, jobs=2)
+analysis = tracediag.analyze(run)
+print(run.events.height, analysis.findings[0].cause, analysis.findings[0].ranks)
+"""
+
+CASES = {
+    # the README snippet saved as a file, no `if __name__ == "__main__":` guard
+    "script": lambda path: [sys.executable, str(path)],
+    # `python - <<EOF`
+    "stdin": lambda path: [sys.executable, "-"],
+    # `python -c` (no main file at all, as in a notebook kernel)
+    "command": lambda path: [sys.executable, "-c", path.read_text()],
+}
+
+
+def _expected() -> str:
+    run = tracediag.load(ROOT / RUN, jobs=1)
+    f = tracediag.analyze(run).findings[0]
+    return f"{run.events.height} {f.cause} {f.ranks}"
+
+
+def _run(args: list[str], stdin: str | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(args, input=stdin, capture_output=True, text=True, cwd=ROOT, timeout=120)
+
+
+@pytest.fixture(scope="module")
+def expected() -> str:
+    return _expected()
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_load_in_parallel_without_main_guard(case, expected, tmp_path):
+    script = tmp_path / "s.py"
+    script.write_text(SNIPPET)
+    done = _run(CASES[case](script), stdin=SNIPPET if case == "stdin" else None)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == expected
+    assert done.stderr == ""  # no traceback, and the workers started (no fallback warning)
+
+
+def test_load_from_a_thread_of_a_service(expected, tmp_path):
+    body = textwrap.indent(SNIPPET, "    ")
+    script = tmp_path / "service.py"
+    script.write_text(
+        f"import threading\n\ndef handle():\n{body}\n\nt = threading.Thread(target=handle)\nt.start()\nt.join()\n"
+    )
+    done = _run([sys.executable, str(script)])
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == expected
+    assert done.stderr == ""
+
+
+def _forked(tmp_path, before_fork: str) -> subprocess.CompletedProcess:
+    """Run SNIPPET in a child forked after `before_fork` ran in the parent."""
+    body = textwrap.indent(SNIPPET, "    ")
+    script = tmp_path / "forked.py"
+    script.write_text(
+        f"import os, sys\n{before_fork}\npid = os.fork()\nif pid == 0:\n"
+        f"{body}\n    sys.stdout.flush()\n    sys.stderr.flush()\n    os._exit(0)\n"
+        "_, status = os.waitpid(pid, 0)\nsys.exit(os.waitstatus_to_exitcode(status))\n"
+    )
+    done = _run([sys.executable, str(script)])
+    assert done.returncode == 0, done.stderr
+    return done
+
+
+def test_load_in_a_forked_child(expected, tmp_path):
+    done = _forked(tmp_path, "")
+    assert done.stdout.strip() == expected
+    assert done.stderr == ""
+
+
+def test_no_worker_can_start_falls_back_with_one_warning(expected, tmp_path):
+    script = tmp_path / "s.py"
+    script.write_text("import sys\nsys.executable = ''\n" + SNIPPET)
+    done = _run([sys.executable, str(script)])
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == expected
+    lines = [line for line in done.stderr.splitlines() if "RuntimeWarning" in line]
+    assert len(lines) == 1
+    assert "no Python executable to start workers with" in lines[0]
+    assert "in this process instead" in lines[0]
+
+
+def test_a_worker_that_dies_reading_a_file_fails_that_file_only():
+    """A worker killed mid-file (out of memory, a crash in native code) is not retried in the caller's
+    process, where it could take the caller down: that file gets an error line."""
+    got = map_in_workers(os._exit, [3], 1, crashed=lambda task, why: (task, why))
+    assert got == [(3, "a worker process stopped (exit status 3)")]
+
+
+def test_a_worker_that_cannot_start_falls_back_in_process(expected, tmp_path):
+    """A Python that cannot run the worker (here: one that exits at once) is caught by the start
+    handshake: the tasks run in the calling process after one warning."""
+    script = tmp_path / "s.py"
+    fake = tmp_path / "fake-python"
+    fake.write_text("#!/bin/sh\necho not python\nexit 1\n")
+    fake.chmod(0o755)
+    script.write_text(f"import sys\nsys.executable = {str(fake)!r}\n" + SNIPPET)
+    done = _run([sys.executable, str(script)])
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == expected
+    lines = [line for line in done.stderr.splitlines() if "RuntimeWarning" in line]
+    assert len(lines) == 1 and "a worker process did not start (exit status 1" in lines[0]
+
+
+def test_a_fork_after_import_works_and_warns_what_polars_cannot_survive(expected, tmp_path):
+    """Forked after `import tracediag` (a preloading server): loading works, and one warning says that
+    polars work in the parent before the fork would hang the child (polars' pool does not survive fork)."""
+    done = _forked(tmp_path, "import tracediag")
+    assert done.stdout.strip() == expected
+    lines = [line for line in done.stderr.splitlines() if "RuntimeWarning" in line]
+    assert len(lines) == 1 and "forked from one that had imported tracediag" in lines[0]
+
+
+def test_what_a_task_raises_in_a_worker_is_raised_in_the_caller():
+    """A task that raises (a bug, not bad input: readers return bad input as error lines) raises the
+    same exception in the caller as it would in-process, not a dead worker."""
+    with pytest.raises(ValueError, match="invalid literal for int"):
+        map_in_workers(int, ["7", "x"], 2, crashed=lambda task, why: (task, why))
+    assert map_in_workers(int, ["7", "8"], 2, crashed=lambda task, why: (task, why)) == [7, 8]

@@ -1,0 +1,219 @@
+"""Read trace files in parallel in worker processes that work wherever Python runs.
+
+`multiprocessing` (spawn, forkserver) re-imports the caller's `__main__` in every worker: a script
+without an `if __name__ == "__main__":` guard then starts its own work again in each worker and
+the pool breaks; fork is unsafe once polars' thread pool runs. These workers are plain
+subprocesses that import only tracediag (`python -c "...serve()"`) and exchange length-prefixed
+pickles over their stdin/stdout, so a guard-less script, `python - <<EOF`, a notebook kernel, a
+thread of a service or a forked process may all call `load`. Where a worker cannot start or dies,
+the files it did not read are read in this process, with one warning.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import queue
+import signal
+import struct
+import subprocess
+import sys
+import threading
+import warnings
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import IO, Any, TypeVar
+
+Task = TypeVar("Task")
+Result = TypeVar("Result")
+
+_LEN = struct.Struct("<Q")
+_ENTRY = "from tracediag.ingest.workers import serve; serve()"
+_READY = b"tracediag worker ready\n"
+"""The first bytes a worker writes: it started and imported tracediag (else the caller reads in-process).
+Fixed bytes, not a frame: output printed before them cannot make the caller wait for a bogus length."""
+_PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
+"""The folder holding the `tracediag` package, so a worker imports the same code as its parent."""
+
+
+class WorkerError(Exception):
+    """A worker process could not start, or stopped answering."""
+
+
+class _Raised:
+    """What a task raised in a worker, to be raised again in the caller."""
+
+    def __init__(self, error: Exception) -> None:
+        try:
+            pickle.dumps(error)
+        except Exception:  # an exception that cannot travel: its text does
+            error = RuntimeError(f"{type(error).__name__}: {error}")
+        self.error = error
+
+
+def _send(stream: IO[bytes], obj: Any) -> None:
+    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    stream.write(_LEN.pack(len(data)) + data)
+    stream.flush()
+
+
+def _receive(stream: IO[bytes]) -> Any:
+    head = stream.read(_LEN.size)
+    if len(head) < _LEN.size:
+        raise EOFError
+    size = _LEN.unpack(head)[0]
+    data = stream.read(size)
+    if len(data) < size:
+        raise EOFError
+    return pickle.loads(data)
+
+
+def serve() -> None:
+    """Worker loop: read (function, argument) pairs from stdin, answer each result on stdout.
+
+    Anything else printed to stdout (a library, a `sitecustomize`) goes to stderr instead, so it
+    cannot corrupt the answers.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the caller's; a worker ends when its input does
+    answers = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)
+    requests = sys.stdin.buffer
+    answers.write(_READY)
+    answers.flush()
+    while True:
+        try:
+            fn, arg = _receive(requests)
+        except EOFError:
+            return
+        try:
+            answer = fn(arg)
+        except Exception as e:  # raised again in the caller, as if the task had run there
+            answer = _Raised(e)
+        try:
+            _send(answers, answer)
+        except (pickle.PicklingError, TypeError, AttributeError) as e:
+            _send(answers, _Raised(RuntimeError(f"{type(answer).__name__} cannot be sent back ({e})")))
+
+
+class _Worker:
+    """One worker subprocess."""
+
+    def __init__(self) -> None:
+        if not sys.executable:
+            raise WorkerError("no Python executable to start workers with (sys.executable is empty)")
+        path = os.environ.get("PYTHONPATH")
+        env = {**os.environ, "PYTHONPATH": _PACKAGE_ROOT + (os.pathsep + path if path else "")}
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-c", _ENTRY], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env
+            )
+        except OSError as e:
+            raise WorkerError(f"cannot start {sys.executable} ({e.strerror or e})") from None
+        try:
+            ready = self.proc.stdout.read(len(_READY))
+        except OSError:
+            ready = b""
+        if ready != _READY:
+            self.close()
+            code = self.proc.returncode
+            raise WorkerError(f"a worker process did not start (exit status {code}; its error is above)")
+
+    def call(self, fn: Callable[[Any], Any], arg: Any) -> Any:
+        try:
+            _send(self.proc.stdin, (fn, arg))
+            return _receive(self.proc.stdout)
+        except (OSError, EOFError, pickle.UnpicklingError) as e:
+            try:  # its output ended: it is exiting, or wedged
+                code = self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                code = None
+            why = f"exit status {code}" if code is not None else type(e).__name__
+            raise WorkerError(f"a worker process stopped ({why})") from None
+
+    def close(self) -> None:
+        try:
+            self.proc.stdin.close()
+            self.proc.wait(timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            self.proc.kill()
+            self.proc.wait()
+        finally:
+            self.proc.stdout.close()
+
+
+def map_in_workers(
+    fn: Callable[[Task], Result],
+    tasks: Sequence[Task],
+    jobs: int,
+    *,
+    crashed: Callable[[Task, str], Result],
+    on_done: Callable[[int], None] | None = None,
+) -> list[Result]:
+    """`[fn(t) for t in tasks]`, run in up to `jobs` worker processes.
+
+    `fn` must be a module-level function of tracediag (workers import it by name). A task during
+    which its worker died (out of memory, a crash in native code) is not retried here, where it
+    could take the caller down: its result is `crashed(task, why)`. `on_done(i)` is called in the
+    calling thread as task `i` finishes. Tasks no worker could run are run here, after one
+    `RuntimeWarning` saying why.
+    """
+    todo: queue.SimpleQueue[int] = queue.SimpleQueue()
+    for i in range(len(tasks)):
+        todo.put(i)
+    finished: queue.SimpleQueue[tuple[int, Any] | None] = queue.SimpleQueue()
+    failures: list[str] = []
+
+    def drive() -> None:
+        try:
+            worker = _Worker()
+        except WorkerError as e:
+            failures.append(str(e))
+            finished.put(None)
+            return
+        try:
+            while True:
+                try:
+                    i = todo.get_nowait()
+                except queue.Empty:
+                    return
+                try:
+                    finished.put((i, worker.call(fn, tasks[i])))
+                except WorkerError as e:
+                    failures.append(str(e))
+                    finished.put((i, crashed(tasks[i], str(e))))
+                    return
+        finally:
+            worker.close()
+            finished.put(None)
+
+    n = max(1, min(jobs, len(tasks)))
+    threads = [threading.Thread(target=drive, name=f"tracediag-worker-{k}", daemon=True) for k in range(n)]
+    for t in threads:
+        t.start()
+    results: dict[int, Any] = {}
+    running = n
+    while running:
+        item = finished.get()
+        if item is None:
+            running -= 1
+            continue
+        results[item[0]] = item[1]
+        if on_done:
+            on_done(item[0])
+    for t in threads:
+        t.join()
+    raised = [r.error for r in results.values() if isinstance(r, _Raised)]
+    if raised:
+        raise raised[0]
+    left = sorted(i for i in range(len(tasks)) if i not in results)
+    if left:
+        warnings.warn(
+            f"tracediag: {failures[0]}; reading {len(left)} file(s) in this process instead",
+            RuntimeWarning,
+            stacklevel=4,
+        )
+        for i in left:
+            results[i] = fn(tasks[i])
+            if on_done:
+                on_done(i)
+    return [results[i] for i in range(len(tasks))]

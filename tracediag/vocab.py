@@ -1,0 +1,122 @@
+"""The names traces use, in one place: collectives, step markers, device categories and ranks.
+
+Every reader (Kineto, Nsight Systems, JAX) maps a name through these tables, so one NCCL kernel,
+`nccl:*` annotation, `record_param_comms` name, gloo op or HLO collective means one `coll_op`
+whichever profiler recorded it (trace-formats.md §2–4).
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from tracediag.errors import RankError
+
+COMM_KERNEL = r"(?i)^(?:nccl|rccl)"
+"""Communication kernels and NCCL/RCCL API ranges by name, of every naming generation
+(`ncclKernel_AllReduce_…`, `ncclDevKernel_SendRecv`, `ncclAllReduceRingLLKernel_sum_f32`, `ncclAllGather`)."""
+COLLECTIVE_PREFIX = r"^(?:gloo:|nccl:|c10d::)"
+"""Host rows named after the collective they run: gloo/nccl annotations and c10d ops."""
+HOST_COLLECTIVE = r"^(?:gloo:|nccl:|c10d::|record_param_comms$)"
+"""Host rows of the PyTorch profiler that describe one collective call: the above and
+`record_param_comms` (whose `Collective name` arg names the collective)."""
+COLLECTIVE_ROW = r"^(?:gloo:|c10d::|nccl:|record_param_comms|(?i:nccl|rccl))"
+"""Any row whose `args` may describe a collective (host rows above and communication kernels)."""
+HOST_COMM_OP = (
+    r"^(?:c10d::|c10d_functional::|_c10d_functional::|record_param_comms|nccl:|gloo:)|^(?:aten::)?wait(?:_tensor)?$"
+)
+"""Host operators that communicate or wait for communication (never compute)."""
+
+STEP_MARKER = r"^ProfilerStep#\d+$"
+"""Host annotations (Kineto) and NVTX ranges (Nsight) that mark one training step."""
+STEP_NUMBER = r"^(?:ProfilerStep|train)#(\d+)$"
+"""Step rows and their number: `ProfilerStep#N` (Kineto, Nsight) or `train#N` (JAX `step_num`)."""
+
+DEVICE_CATS: tuple[str, ...] = ("kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation", "cuda_sync")
+"""Chrome-trace categories of rows on a device timeline (pid = device, tid = stream)."""
+
+OP_RULES: tuple[tuple[str, str], ...] = (
+    ("sendrecv", "other"),  # one kernel moving both ways: no single direction
+    ("allreduce", "all_reduce"),
+    ("allgather", "all_gather"),
+    ("reducescatter", "reduce_scatter"),
+    ("alltoall", "all_to_all"),
+    ("broadcast", "broadcast"),
+    ("bcast", "broadcast"),
+    ("barrier", "barrier"),
+    ("send", "send"),
+    ("recv", "recv"),
+    ("reduce", "reduce"),
+    ("gather", "gather"),
+    ("scatter", "scatter"),
+    ("coalesced", "coalesced"),
+)
+"""Collective text normalised (lower case, letters only) -> `coll_op`; the first rule whose text
+the name contains wins, so `allreduce` comes before `reduce`."""
+
+HLO_COLLECTIVES: dict[str, str] = {
+    "all-reduce": "all_reduce", "psum": "all_reduce", "pmean": "all_reduce", "pmax": "all_reduce",
+    "pmin": "all_reduce", "cross-replica-sum": "all_reduce",
+    "all-gather": "all_gather",
+    "reduce-scatter": "reduce_scatter", "psum-scatter": "reduce_scatter",
+    "all-to-all": "all_to_all",
+    "collective-broadcast": "broadcast",
+    "collective-permute": "other", "ppermute": "other",
+    "send": "send", "recv": "recv",
+}  # fmt: skip
+"""HLO op stem (lower case, `_` as `-`, no `.N`, no `-start`/`-done`) -> coll_op. Exact stems only:
+`broadcast_multiply_fusion` or `wrapped_reduce` are compute, not collectives."""
+
+
+def coll_op(text: pl.Expr, *, default: str | None = "other") -> pl.Expr:
+    """The `coll_op` of collective text (`ncclDevKernel_AllReduce_Sum_f32`, `nccl:_reduce_scatter_base`,
+    `allreduce`, `gloo:broadcast`); `default` when no rule matches, null when the text is null."""
+    norm = text.str.to_lowercase().str.replace_all(r"[^a-z]", "")
+    (first, first_op), *rest = OP_RULES
+    expr = pl.when(norm.str.contains(first, literal=True)).then(pl.lit(first_op))
+    for needle, op in rest:
+        expr = expr.when(norm.str.contains(needle, literal=True)).then(pl.lit(op))
+    return pl.when(text.is_null()).then(None).otherwise(expr.otherwise(pl.lit(default, pl.String)))
+
+
+def hlo_stem(text: pl.Expr) -> pl.Expr:
+    """`all-reduce-start.3` / `all_gather.7` / `psum.2` -> `all-reduce` / `all-gather` / `psum`."""
+    base = text.str.to_lowercase().str.replace(r"\.\d+$", "").str.replace_all("_", "-")
+    return base.str.replace(r"-(?:start|done)$", "")
+
+
+def hlo_coll_op(text: pl.Expr) -> pl.Expr:
+    """The `coll_op` of an HLO op name by its exact stem (null when it is not a collective)."""
+    return hlo_stem(text).replace_strict(HLO_COLLECTIVES, default=None, return_dtype=pl.String)
+
+
+def resolve_rank(
+    path: str,
+    *,
+    given: int | None,
+    named: tuple[int, ...],
+    source: str,
+    default: int | None,
+    missing: str,
+    warnings: list[str],
+) -> int:
+    """The rank of one file, decided the same way for every format.
+
+    `given` (from the user) wins, with a warning when the file names another; else the one rank
+    the file `named` (`source`: where, e.g. ``RANK``); else `default` (a single-file run) with a
+    warning. No rank, or several, is a `RankError` naming the file, the problem (`missing` says
+    where the rank was looked for) and the options that fix it.
+    """
+    fix = "give it with --rank-from-filename REGEX or --rank FILE=N"
+    says = ", ".join(f"{source}={r}" for r in named)
+    if given is not None:
+        if named and named != (given,):
+            warnings.append(f"the file says {says}; using rank {given} as given")
+        return given
+    if len(named) > 1:
+        raise RankError(f"{path}: the file names several ranks ({says}); export one file per rank or {fix}")
+    if named:
+        return named[0]
+    if default is None:
+        raise RankError(f"{path}: the file names no rank ({missing}); {fix}")
+    warnings.append(f"the file names no rank; taken as rank {default}")
+    return default
