@@ -11,6 +11,7 @@ import importlib.util
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import _faults
 import orjson
@@ -42,6 +43,18 @@ def _by_value(module) -> None:
         import ray.cloudpickle
 
         ray.cloudpickle.register_pickle_by_value(module)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _faults_importable():
+    """The local engine's workers import the task functions of `_faults` by name."""
+    path = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(Path(_faults.__file__).parent), path) if p)
+    yield
+    if path is None:
+        del os.environ["PYTHONPATH"]
+    else:
+        os.environ["PYTHONPATH"] = path
 
 
 @pytest.fixture(scope="module")
@@ -221,3 +234,17 @@ def test_missing_engine_is_one_line_naming_the_extra(tmp_path):
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 2
     assert result.stderr.strip() == "Error: --executor ray needs Ray: pip install 'tracediag[ray]'"
+
+
+def test_local_executor_in_a_script_without_main_guard(tmp_path):
+    # multiprocessing's spawn would run this script again in every worker; these workers import only tracediag
+    script = tmp_path / "noguard.py"
+    script.write_text(
+        "from tracediag.execute.driver import analyze_ranks\n"
+        f"analysis, s = analyze_ranks({str(RUNS / 'comm_bound')!r}, executor='local', workers=2)\n"
+        "import os, socket; me = f'{socket.gethostname()}:{os.getpid()}'\n"
+        "print(list(analysis.ranks), me in s.manifest['worker'].to_list())\n"
+    )
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.split("\n")[0] == "[0, 1, 2, 3] False"  # read in worker processes, not here
