@@ -248,3 +248,11 @@ def test_local_executor_in_a_script_without_main_guard(tmp_path):
     result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.split("\n")[0] == "[0, 1, 2, 3] False"  # read in worker processes, not here
+
+
+def test_resume_redoes_ranks_whose_events_an_ingest_needs(tmp_path):
+    run = RUNS / "comm_bound"
+    summarize(run, out=str(tmp_path), executor="local", workers=2)  # analyze's summaries: no events
+    again = summarize(run, out=str(tmp_path), executor="local", workers=2, resume=True, keep_events=True)
+    assert again.manifest.filter("ok")["attempt"].to_list() == [2, 2, 2, 2]
+    assert sorted(p.name for p in (tmp_path / "events").iterdir()) == [f"rank={r:05d}.parquet" for r in range(4)]

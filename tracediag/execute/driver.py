@@ -162,9 +162,7 @@ def _finished(task: RankTask) -> dict[str, Any] | None:
         return None
     now = manifest_row(task)
     same = all(row[k] == now[k] for k in ("path", "bytes", "mtime_ns", "step_regex"))
-    if not (same and row["ok"]):
-        return None
-    if task.keep_events and not os.path.exists(join(task.out, "events", f"rank={row['rank']:05d}.parquet")):
+    if not (same and row["ok"]) or (task.keep_events and not row["kept_events"]):
         return None
     return row
 

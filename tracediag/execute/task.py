@@ -44,12 +44,14 @@ MANIFEST_SCHEMA: dict[str, pl.DataType] = {
     "attempt": pl.Int32(),
     "worker": pl.String(),
     "step_regex": pl.String(),
+    "kept_events": pl.Boolean(),
     "meta": pl.String(),
 }
 """One row per input file: ``rank`` as read (null when unread), ``ok`` or the one-line ``error``,
 input ``bytes`` and ``mtime_ns`` (a resumed run reuses the row only when they still match), the task's
-``seconds`` and ``attempt`` (1 = first try; null on object stores), ``worker`` (host:pid) and the
-file's metadata (`ingest.trace.FileMeta`) as JSON."""
+``seconds`` and ``attempt`` (1 = first try; null on object stores), ``worker`` (host:pid), whether
+the event table was written too (``kept_events``) and the file's metadata (`ingest.trace.FileMeta`)
+as JSON."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,6 +146,7 @@ def manifest_row(task: RankTask, **values: Any) -> dict[str, Any]:
         bytes=size,
         mtime_ns=mtime,
         step_regex=task.step_regex,
+        kept_events=task.keep_events,
         ok=False,
         not_a_trace=False,
         worker=f"{socket.gethostname()}:{os.getpid()}",
