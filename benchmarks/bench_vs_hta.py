@@ -35,7 +35,7 @@ def main():
     else:
         from tracediag.execute.driver import analyze_ranks
         analysis, _ = analyze_ranks(folder, executor=executor, workers=workers)
-    print(len(analysis.ranks), [f.cause for f in analysis.findings])
+    print(len(analysis.ranks), sorted({str(getattr(f.cause, 'value', f.cause)) for f in analysis.findings}))
 if __name__ == "__main__":
     main()
 """
