@@ -1,6 +1,7 @@
-"""Per-rank summaries on a real process pool, a real Ray cluster and a real Dask cluster (issue 12).
+"""Per-rank summaries on local worker processes, a real Ray cluster and a real Dask cluster (issue 12).
 
-Each engine's results must equal the in-memory analysis (`tracediag.analyze(load(...))`) exactly;
+Each engine's results must equal the in-memory analysis (`tracediag.analyze(load(...))`) exactly,
+but for the what-if pricing, which needs the events (`_unpriced`); engines must equal each other fully;
 a worker killed mid-run is retried; a file failing every retry is an error row. The engines start
 once per module (Ray ~3 s, Dask ~0.5 s) and stop at its end.
 """
@@ -17,10 +18,12 @@ import _faults
 import orjson
 import polars as pl
 import pytest
+from _unpriced import unpriced
 from conftest import FIXTURES
 from polars.testing import assert_frame_equal
 
 import tracediag
+from tracediag.analyzing import NO_REPLAY
 from tracediag.cli import cli
 from tracediag.execute.driver import analyze_ranks, summarize
 
@@ -85,7 +88,7 @@ def engines():
 @pytest.fixture(scope="module")
 def expected():
     """The in-memory analysis of each case, the reference every executor must reproduce."""
-    return {c: tracediag.analyze(tracediag.load(RUNS / c, jobs=1)).to_dict() for c in CASES}
+    return {c: unpriced(tracediag.analyze(tracediag.load(RUNS / c, jobs=1)).to_dict()) for c in CASES}
 
 
 ENGINES = [
@@ -101,7 +104,9 @@ def test_engine_reproduces_in_memory_analysis(engine, engines, expected, tmp_pat
         analysis, summaries = analyze_ranks(
             RUNS / case, out=str(tmp_path / case), executor=engine, workers=2, **engines[engine]
         )
-        assert analysis.to_dict() == expected[case], f"{engine} on {case}"
+        doc = analysis.to_dict()
+        assert unpriced(doc) == expected[case], f"{engine} on {case}"
+        assert NO_REPLAY in doc["warnings"] and "whatif" not in doc
         ok = summaries.manifest.filter("ok")
         assert ok["rank"].sort().to_list() == [0, 1, 2, 3]
         assert ok["attempt"].to_list() == [1, 1, 1, 1]
@@ -136,7 +141,7 @@ def test_worker_killed_mid_run_is_retried(engine, engines, expected, tmp_path):
     )
     rows = {r["rank"]: r for r in summaries.manifest.filter("ok").iter_rows(named=True)}
     assert rows[_faults.CRASH_RANK]["attempt"] == 2  # the first attempt's worker died; the retry finished
-    assert analysis.to_dict() == expected[case]
+    assert unpriced(analysis.to_dict()) == expected[case]
     # nothing twice: one table file per rank and name, no temporary file left
     names = sorted(p.name for p in (tmp_path / "ranks" / f"rank={_faults.CRASH_RANK:05d}").iterdir())
     assert names == sorted(f"{t}.parquet" for t in ("spans", "breakdown", "instances", "p2p", "p2p_edges"))

@@ -17,7 +17,7 @@ import polars as pl
 
 from tracediag.checking import Check
 
-SCHEMA_VERSION = "1.1"
+SCHEMA_VERSION = "1.2"
 
 
 class Cause(StrEnum):
@@ -121,13 +121,18 @@ class Finding:
     steps: tuple[int, ...]
     """ProfilerStep numbers, as in the trace."""
     time_lost_ns: int
-    """What the slow steps cost against the healthy steps or the peers."""
+    """What the cause costs: the sum over its steps of the observed step − the step replayed without
+    the cause (`tracediag.whatif`)."""
     confidence: float
     """0..1: how clearly the evidence separates this cause from noise."""
     summary: str
     """One sentence a person reads first ("rank 2 computes 2.4x the median ...")."""
     evidence: Mapping[str, Any] = field(default_factory=dict)
     """The deciding numbers as fields (scalars, short lists as tuples, small mappings), read-only."""
+    step_time_without_ns: int | None = None
+    """The step time without this cause (median over its steps), from the what-if replay."""
+    whatif: str = ""
+    """The what-if as a sentence ("without rank 2's extra compute the step would take ...")."""
 
     def __post_init__(self) -> None:
         if self.cause not in CAUSES:
@@ -140,7 +145,7 @@ class Finding:
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickle (a read-only mapping cannot be): rebuilt through the constructor, which freezes again."""
         fields = (self.cause, self.ranks, self.steps, self.time_lost_ns, self.confidence, self.summary)
-        return (type(self), (*fields, _thaw(self.evidence)))
+        return (type(self), (*fields, _thaw(self.evidence), self.step_time_without_ns, self.whatif))
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -148,8 +153,10 @@ class Finding:
             "ranks": list(self.ranks),
             "steps": list(self.steps),
             "time_lost_ns": int(self.time_lost_ns),
+            "step_time_without_ns": self.step_time_without_ns,
             "confidence": round(float(self.confidence), 3),
             "summary": self.summary,
+            "whatif": self.whatif,
             "evidence": _thaw(self.evidence),
         }
 
@@ -163,6 +170,8 @@ class Finding:
             confidence=float(d["confidence"]),
             summary=d["summary"],
             evidence=d.get("evidence", {}),
+            step_time_without_ns=d.get("step_time_without_ns"),
+            whatif=d.get("whatif", ""),
         )
 
 
@@ -213,6 +222,78 @@ class Pipeline:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class WhatIfStep:
+    """One step: observed, replayed from the observed durations, and replayed without every cause."""
+
+    step: int
+    observed_ns: int
+    replayed_ns: int
+    without_all_ns: int
+
+
+@dataclass(frozen=True, slots=True)
+class WhatIf:
+    """The replay behind the findings' ``time_lost_ns`` (the JSON `whatif` section; `tracediag.whatif`)."""
+
+    replay_error_median: float | None
+    """Relative error of the replay of the observed durations against the observed steps (median)."""
+    replay_error_max: float | None
+    operations: int
+    """Sync operations replayed (matched collectives and send/recv pairs)."""
+    step_time_ns: int | None
+    """Median observed step."""
+    step_time_without_all_ns: int | None
+    """Median step with every finding's cause removed at once."""
+    time_lost_all_ns: int
+    """Sum over steps of observed − the combined what-if."""
+    steps: tuple[WhatIfStep, ...] = ()
+    pipeline: tuple[Mapping[str, Any], ...] = ()
+    """Per pipeline_bubble finding: ``ranks`` and ``step_ns_by_microbatches`` (m → projected ideal step)."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "steps", tuple(self.steps))
+        object.__setattr__(self, "pipeline", tuple(_freeze(p) for p in self.pipeline))
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {
+            "replay_error_median": self.replay_error_median,
+            "replay_error_max": self.replay_error_max,
+            "operations": self.operations,
+            "step_time_ns": self.step_time_ns,
+            "step_time_without_all_ns": self.step_time_without_all_ns,
+            "time_lost_all_ns": self.time_lost_all_ns,
+            "steps": [
+                {
+                    "step": s.step,
+                    "observed_ns": s.observed_ns,
+                    "replayed_ns": s.replayed_ns,
+                    "without_all_ns": s.without_all_ns,
+                }
+                for s in self.steps
+            ],
+        }
+        if self.pipeline:
+            out["pipeline"] = [_thaw(p) for p in self.pipeline]
+        return out
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> WhatIf:
+        return cls(
+            replay_error_median=d.get("replay_error_median"),
+            replay_error_max=d.get("replay_error_max"),
+            operations=int(d.get("operations", 0)),
+            step_time_ns=d.get("step_time_ns"),
+            step_time_without_all_ns=d.get("step_time_without_all_ns"),
+            time_lost_all_ns=int(d.get("time_lost_all_ns", 0)),
+            steps=tuple(
+                WhatIfStep(int(s["step"]), int(s["observed_ns"]), int(s["replayed_ns"]), int(s["without_all_ns"]))
+                for s in d.get("steps", [])
+            ),
+            pipeline=tuple(d.get("pipeline", [])),
+        )
+
+
 @dataclass(frozen=True)
 class Analysis:
     """Everything `tracediag analyze` found in a run."""
@@ -232,6 +313,8 @@ class Analysis:
     """Each pipeline's stages and their idle share, when the run has pipeline parallelism."""
     check: Check | None = None
     """Observed against predicted (`tracediag.check`), when a prediction was given."""
+    whatif: WhatIf | None = None
+    """The what-if replay: its error, the combined what-if and the per-step table."""
 
     @property
     def step_numbers(self) -> list[int]:
@@ -256,6 +339,8 @@ class Analysis:
             out["pipeline"] = [p.to_dict() for p in self.pipelines]
         if self.check is not None:
             out["check"] = self.check.to_dict()
+        if self.whatif is not None:
+            out["whatif"] = self.whatif.to_dict()
         return out
 
     @classmethod
@@ -276,4 +361,5 @@ class Analysis:
             warnings=tuple(d.get("warnings", [])),
             pipelines=tuple(Pipeline.from_dict(p) for p in d.get("pipeline", [])),
             check=Check.from_dict(d["check"]) if d.get("check") else None,
+            whatif=WhatIf.from_dict(d["whatif"]) if d.get("whatif") else None,
         )

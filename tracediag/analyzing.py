@@ -6,6 +6,8 @@ detectors, and packs the result into the `analysis.Analysis` contract.
 
 from __future__ import annotations
 
+import math
+
 import polars as pl
 
 from tracediag.analysis import COLLECTIVE_SCHEMA, STEP_SCHEMA, Analysis
@@ -16,7 +18,12 @@ from tracediag.detect import Facts, Thresholds, detect_all
 from tracediag.detect.pipeline import pipeline_stages
 from tracediag.errors import NoStepsError
 from tracediag.run import Run, RunMeta
+from tracediag.whatif import graph_of
+from tracediag.whatif.price import price
 from tracediag.words import count
+
+NO_REPLAY = "what-if replay not available on per-rank summaries (--executor): time lost is the detectors' estimate"
+"""The warning of an analysis from summaries: the replay needs every rank's timeline (a follow-up)."""
 
 
 def _needs_split(meta: RunMeta, instances: pl.DataFrame) -> bool:
@@ -29,8 +36,10 @@ def _needs_split(meta: RunMeta, instances: pl.DataFrame) -> bool:
 def derive_facts(run: Run, *, step_regex: str | None = None, link_gbps: float | None = None) -> tuple[Facts, dict]:
     """The derived per-rank and cross-rank tables, plus what was left out (``excluded_steps``,
     ``warnings``)."""
-    tables = rank_tables(run.events, step_regex=step_regex)
-    return facts_from_tables(tables, run.meta, step_regex=step_regex, link_gbps=link_gbps)
+    tables = rank_tables(run.events, step_regex=step_regex, with_events=True)
+    facts, left_out = facts_from_tables(tables, run.meta, step_regex=step_regex, link_gbps=link_gbps)
+    left_out["replay"]["events"] = tables["events"]
+    return facts, left_out
 
 
 def facts_from_tables(
@@ -82,7 +91,8 @@ def facts_from_tables(
         link_gbps=link_gbps,
         world_size=meta.world_size,
     )
-    return facts, {"excluded_steps": excluded, "warnings": tuple(warnings)}
+    replay_inputs = {"spans": spans, "offsets": offsets, "matched": matched}
+    return facts, {"excluded_steps": excluded, "warnings": tuple(warnings), "replay": replay_inputs}
 
 
 def analyze(
@@ -110,8 +120,12 @@ def analyze(
     ------
     NoStepsError
         The traces hold no step markers.
+    ValueError
+        `link_gbps` is not a finite number above 0, or `step_regex` is not a valid pattern.
     """
-    tables = rank_tables(run.events, step_regex=step_regex)
+    if link_gbps is not None and not (isinstance(link_gbps, (int, float)) and 0 < link_gbps < math.inf):
+        raise ValueError(f"link_gbps must be a finite number of GB/s above 0, got {link_gbps!r}")
+    tables = rank_tables(run.events, step_regex=step_regex, with_events=True)
     ranks = tuple(run.meta.ranks) or tuple(sorted(run.events["rank"].unique().to_list()))
     return analyze_tables(
         tables, run.meta, ranks=ranks, step_regex=step_regex, link_gbps=link_gbps, thresholds=thresholds
@@ -129,9 +143,19 @@ def analyze_tables(
 ) -> Analysis:
     """`analyze` from the per-rank tables of every rank (`derive.per_rank.rank_tables`, in rank
     order) and the files' metadata: the driver's half when ranks are summarised where they lie
-    (`tracediag.execute`). `ranks` defaults to the ranks `meta` lists."""
+    (`tracediag.execute`). `ranks` defaults to the ranks `meta` lists. Findings are priced by the
+    what-if replay only when `tables` holds the events (``with_events``); from summaries they keep
+    the detectors' estimates and the analysis says so."""
     facts, left_out = facts_from_tables(tables, meta, step_regex=step_regex, link_gbps=link_gbps)
     findings = detect_all(facts, thresholds=thresholds)
+    whatif, warnings = None, left_out["warnings"]
+    if "events" not in tables:
+        warnings += (NO_REPLAY,)
+    else:
+        try:
+            findings, whatif = price(findings, facts, graph_of(facts, events=tables["events"], **left_out["replay"]))
+        except (pl.exceptions.PolarsError, ValueError, IndexError, KeyError) as e:  # the detectors' estimates stay
+            warnings += (f"what-if replay not available ({type(e).__name__}: {str(e).splitlines()[0][:200]})",)
     return Analysis(
         ranks=ranks if ranks is not None else tuple(meta.ranks),
         world_size=meta.world_size,
@@ -139,6 +163,7 @@ def analyze_tables(
         collectives=facts.collectives,
         findings=findings,
         excluded_steps=left_out["excluded_steps"],
-        warnings=tuple(meta.errors) + left_out["warnings"],
+        warnings=tuple(meta.errors) + warnings,
         pipelines=tuple(pipeline_stages(facts)),
+        whatif=whatif,
     )

@@ -2,6 +2,21 @@
 
 from __future__ import annotations
 
+import re
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f\u2028\u2029]")
+
+
+def shown(path: object) -> str:
+    """A file name as it appears in a one-line message: control characters (a newline in a file
+    name) escaped, so the message stays one line and cannot forge a second one."""
+    return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), str(path))
+
+
+def one_line(text: str) -> str:
+    """`text` with its line breaks folded into spaces (library messages span several lines)."""
+    return " ".join(part.strip() for part in str(text).splitlines() if part.strip())
+
 
 class TracediagError(Exception):
     """Base class of every error tracediag raises on purpose (bad input, bad options)."""
@@ -12,8 +27,8 @@ class TraceError(TracediagError):
 
     def __init__(self, path: str, problem: str) -> None:
         self.path = str(path)
-        self.problem = problem
-        super().__init__(f"{self.path}: {problem}")
+        self.problem = one_line(problem)
+        super().__init__(f"{shown(self.path)}: {self.problem}")
 
 
 class NotATraceError(TraceError):
@@ -32,3 +47,7 @@ class SpecError(TracediagError):
 
 class NoStepsError(TracediagError):
     """The traces hold no step markers the analysis can segment by."""
+
+
+class OutputError(TracediagError):
+    """An output cannot be written where asked (it is an input, its folder is missing, a device)."""

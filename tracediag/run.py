@@ -7,24 +7,26 @@
 from __future__ import annotations
 
 import dataclasses
-import glob
 import os
-import re
 import warnings
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import msgspec
 import orjson
 import polars as pl
+import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tracediag.errors import NotATraceError, RankError, TracediagError, TraceError
+from tracediag.errors import NotATraceError, OutputError, RankError, TracediagError, TraceError, one_line, shown
 from tracediag.ingest.read import read_file
-from tracediag.ingest.sniff import sniff
+from tracediag.ingest.sniff import is_stream, sniff
 from tracediag.ingest.trace import FileMeta, FileTrace, ProcessGroup
 from tracediag.ingest.workers import map_in_workers
-from tracediag.schema import conform, empty_events
+from tracediag.output import write_atomic
+from tracediag.regex import user_regex
+from tracediag.schema import EVENT_SCHEMA, MAX_RANK, conform, empty_events
 
 _FORK = {"after_import": False}
 """Process state, not configuration: whether this process is a fork of one that had imported tracediag."""
@@ -122,11 +124,18 @@ class Run:
     meta: RunMeta = field(default_factory=RunMeta)
 
     def save(self, path: str | Path) -> None:
-        """Write events and metadata to one Parquet file (`load(path)` reads it back exactly)."""
+        """Write events and metadata to one Parquet file (`load(path)` reads it back exactly).
+
+        Written beside `path` and renamed over it when complete (`output.write_atomic`); raises
+        `OutputError` in one line when it cannot be written.
+        """
         table = self.events.to_arrow()
         extra = {PARQUET_META_KEY: orjson.dumps(self.meta.to_dict())}
         table = table.replace_schema_metadata({**(table.schema.metadata or {}), **extra})
-        pq.write_table(table, str(path), compression="zstd")
+        try:
+            write_atomic(path, lambda f: pq.write_table(table, f, compression="zstd"))
+        except pa.ArrowException as e:
+            raise OutputError(f"{shown(path)}: cannot write Parquet ({one_line(str(e))})") from None
 
 
 RankResolver = Callable[[str], "int | None"]
@@ -136,10 +145,17 @@ def rank_resolver(*, rank_from_filename: str | None = None, rank_map: dict[str, 
     """A function from a file path to the rank the user assigned it (None: let the file say).
 
     `rank_map` keys match a full path or a base name; `rank_from_filename` is a regex whose first
-    group (or whole match) is the rank, searched in the base name.
+    group (or whole match) is the rank, searched in the base name (by the linear-time engine of
+    `tracediag.regex`). A refused regex or a rank out of range is a `RankError`.
     """
-    pattern = re.compile(rank_from_filename) if rank_from_filename else None
+    try:
+        pattern = user_regex(rank_from_filename, "--rank-from-filename") if rank_from_filename else None
+    except ValueError as e:
+        raise RankError(str(e)) from None
     mapping = dict(rank_map or {})
+    for key, value in mapping.items():
+        if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_RANK:
+            raise RankError(f"--rank {shown(key)}={value!r}: a rank is a whole number in 0..{MAX_RANK:,}")
 
     def resolve(path: str) -> int | None:
         for key in (path, os.path.basename(path)):
@@ -147,12 +163,11 @@ def rank_resolver(*, rank_from_filename: str | None = None, rank_map: dict[str, 
                 return mapping[key]
         if pattern is None:
             return None
-        m = pattern.search(os.path.basename(path))
-        if m is None:
-            raise RankError(f"{path}: --rank-from-filename {pattern.pattern!r} does not match the file name")
-        text = m.group(1) if m.groups() else m.group(0)
-        if not text.isdigit():
-            raise RankError(f"{path}: --rank-from-filename matched {text!r}, not a rank number")
+        text = pattern.first_group([os.path.basename(path)])[0]
+        if text is None:
+            raise RankError(f"{shown(path)}: --rank-from-filename {pattern.pattern!r} does not match the file name")
+        if not (text.isascii() and text.isdigit()) or int(text) > MAX_RANK:
+            raise RankError(f"{shown(path)}: --rank-from-filename matched {text!r}, not a rank in 0..{MAX_RANK:,}")
         return int(text)
 
     return resolve
@@ -164,7 +179,11 @@ def resolve_paths(sources: Iterable[str | Path]) -> list[str]:
 
 
 def _resolve(sources: Iterable[str | Path]) -> list[tuple[str, bool]]:
-    """(path, found in a directory) for every input file, without duplicates."""
+    """(path, found in a directory) for every input file, each file once (by its resolved path).
+
+    Directory scans and `**` never descend into symlinked directories, so a symlink loop can
+    neither repeat a file nor run without end.
+    """
     out: list[tuple[str, bool]] = []
     for src in sources:
         src = str(src)
@@ -172,18 +191,31 @@ def _resolve(sources: Iterable[str | Path]) -> list[tuple[str, bool]]:
             found = [str(p) for p in sorted(Path(src).rglob("*")) if p.is_file() and p.name.endswith(TRACE_SUFFIXES)]
             if not found:
                 raise TracediagError(
-                    f"{src}: no trace files in this directory (looked for {', '.join(TRACE_SUFFIXES)})"
+                    f"{shown(src)}: no trace files in this directory (looked for {', '.join(TRACE_SUFFIXES)})"
                 )
             out.extend((p, True) for p in found)
         elif any(ch in src for ch in "*?["):
-            matches = sorted(glob.glob(src, recursive=True))
+            matches = _glob(src)
             if not matches:
-                raise TracediagError(f"{src}: the pattern matches no file")
+                raise TracediagError(f"{shown(src)}: the pattern matches no file")
             out.extend((p, False) for p in matches)
         else:
             out.append((src, False))
     seen: set[str] = set()
-    return [(p, d) for p, d in out if not (p in seen or seen.add(p))]
+    return [(p, d) for p, d in out if not ((key := os.path.realpath(p)) in seen or seen.add(key))]
+
+
+def _glob(pattern: str) -> list[str]:
+    """Files matching a glob pattern, sorted; `**` spans directories but not symlinked ones."""
+    parts = Path(pattern).parts
+    first = next(i for i, part in enumerate(parts) if any(ch in part for ch in "*?["))
+    root = Path(*parts[:first]) if first else Path()
+    rest = "/".join(parts[first:])
+    try:
+        found = [p for p in root.glob(rest) if p.is_file()]
+    except (OSError, ValueError):
+        found = []
+    return sorted(str(p) for p in found)
 
 
 def _read_one(args: tuple[str, int | None, int | None]) -> FileTrace | tuple[str, bool]:
@@ -196,7 +228,12 @@ def _read_one(args: tuple[str, int | None, int | None]) -> FileTrace | tuple[str
     except TracediagError as e:
         return str(e), False
     except MemoryError:
-        return f"{path}: out of memory while reading", False
+        return f"{shown(path)}: out of memory while reading", False
+    except Exception as e:  # a reader bug on one file must not stop the others (nor lose the file's name)
+        if os.environ.get("TRACEDIAG_DEBUG"):
+            raise
+        why = one_line(f"{type(e).__name__}: {e}")[:300]
+        return f"{shown(path)}: internal error while reading ({why}); please report it", False
 
 
 def load(
@@ -256,7 +293,10 @@ def load(
 def _map_files(
     tasks: list[tuple[str, int | None, int | None]], jobs: int, on_file_done: Callable[[str], None] | None
 ) -> list[FileTrace | tuple[str, bool]]:
-    jobs = min(jobs or os.cpu_count() or 1, len(tasks))
+    cores = os.cpu_count() or 1
+    jobs = min(jobs if jobs > 0 else cores, cores, len(tasks))
+    if any(is_stream(t[0]) for t in tasks):
+        jobs = 1  # a pipe (`<(zcat ...)`) is this process's own: a worker cannot open it
     if jobs <= 1:
         results: list[FileTrace | tuple[str, bool]] = []
         for task in tasks:
@@ -269,7 +309,7 @@ def _map_files(
 
 
 def _crashed(task: tuple[str, int | None, int | None], why: str) -> tuple[str, bool]:
-    return f"{task[0]}: {why} while reading it (out of memory?)", False
+    return f"{shown(task[0])}: {why} while reading it (out of memory?)", False
 
 
 def _check_unique_ranks(traces: list[FileTrace]) -> None:
@@ -278,12 +318,14 @@ def _check_unique_ranks(traces: list[FileTrace]) -> None:
         other = by_rank.setdefault(t.meta.rank, t.meta.path)
         if other != t.meta.path:
             raise RankError(
-                f"{other} and {t.meta.path} both claim rank {t.meta.rank}; "
+                f"{shown(other)} and {shown(t.meta.path)} both claim rank {t.meta.rank}; "
                 "give ranks explicitly with --rank-from-filename REGEX or --rank FILE=N"
             )
 
 
 def _is_parquet(path: str) -> bool:
+    if not os.path.isfile(path):  # a pipe is read once, by the trace reader
+        return False
     try:
         with open(path, "rb") as f:
             head = f.read(64)
@@ -296,6 +338,7 @@ def _is_parquet(path: str) -> bool:
 
 
 def _load_parquet(path: str) -> Run:
+    """A run saved by `Run.save`; a damaged or altered file is a one-line `TraceError`."""
     try:
         table = pq.read_table(path)
     except Exception as e:  # pyarrow raises several types for corrupt files
@@ -303,7 +346,18 @@ def _load_parquet(path: str) -> Run:
     raw = (table.schema.metadata or {}).get(PARQUET_META_KEY)
     if raw is None:
         raise TraceError(path, "a Parquet file not written by `tracediag ingest`")
-    meta = RunMeta.from_dict(orjson.loads(raw))
-    frame = pl.from_arrow(table)
-    events = conform(frame) if frame.height else empty_events()
+    try:
+        meta = msgspec.convert(orjson.loads(raw), RunMeta)
+    except (orjson.JSONDecodeError, msgspec.ValidationError) as e:
+        raise TraceError(path, f"the saved run's metadata is damaged ({e})") from None
+    missing = [c for c in EVENT_SCHEMA if c not in table.column_names]
+    if missing:
+        raise TraceError(path, f"the saved event table lacks column(s) {', '.join(missing)}")
+    try:
+        frame = pl.from_arrow(table)
+        events = conform(frame) if frame.height else empty_events()
+    except (pl.exceptions.PolarsError, pa.ArrowException) as e:
+        raise TraceError(path, f"the saved event table has columns of the wrong type ({e})") from None
+    if events.height != frame.height:
+        raise TraceError(path, f"the saved event table has {frame.height - events.height:,} impossible rows")
     return Run(events=events, meta=meta)

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import polars as pl
 
+from tracediag.errors import TraceError
+
 KINDS: tuple[str, ...] = (
     "cpu_op",  # host operator (aten::*, c10d::*, record_param_comms)
     "annotation",  # user / framework ranges (record_function, NVTX, gpu_user_annotation)
@@ -97,16 +99,67 @@ def empty_events() -> pl.DataFrame:
     return pl.DataFrame(schema=EVENT_SCHEMA)
 
 
-def conform(df: pl.DataFrame) -> pl.DataFrame:
+MAX_NS = 2**62
+"""The largest time or duration, in ns, a row may have (about 146 years): the sum of two stays an Int64."""
+MAX_RANK = 2**31 - 1
+"""The largest rank the `rank` column (Int32) holds."""
+_I64 = (-(2**63), 2**63 - 1)
+
+
+def check_rank(rank: int, path: str) -> int:
+    """`rank` if the `rank` column can hold it; else a `TraceError` naming the file."""
+    if not 0 <= rank <= MAX_RANK:
+        raise TraceError(path, f"rank {rank} is out of range (0..{MAX_RANK:,})")
+    return rank
+
+
+def check_base_ns(base: int, path: str, what: str) -> int:
+    """A file's absolute time base (epoch ns) if it is in range; else a `TraceError` naming the file."""
+    if not 0 <= base <= MAX_NS:
+        raise TraceError(path, f"{what} {base} is out of range (0..{MAX_NS:,} ns)")
+    return base
+
+
+def shifted(col: str | pl.Expr, base: int) -> pl.Expr:
+    """`col + base` (Int64 ns), null where the sum would leave ±MAX_NS (never a wrapped number)."""
+    e = pl.col(col) if isinstance(col, str) else col
+    lo, hi = max(-MAX_NS - base, _I64[0]), min(MAX_NS - base, _I64[1])
+    return pl.when(e.is_between(lo, hi)).then(e + base)
+
+
+def conform(
+    df: pl.DataFrame, *, skipped: dict[str, int] | None = None, warnings: list[str] | None = None
+) -> pl.DataFrame:
     """Return `df` with exactly the event-table columns, in order, with their dtypes.
 
-    Missing columns become nulls; extra columns are dropped. Casts are strict so a reader bug
+    Missing columns become nulls; extra columns are dropped. A row whose `ts` or `dur` is missing
+    or beyond ±`MAX_NS` (or `dur` < 0), or whose device index does not fit Int16, is dropped and
+    counted as "malformed" in `skipped`; any other integer that does not fit its column becomes
+    null, with one line per column in `warnings`. Other casts are strict, so a reader bug
     surfaces here rather than as a silently wrong value.
     """
-    exprs = []
+    skipped = skipped if skipped is not None else {}
+    exprs, lost = [], []
     for col, dtype in EVENT_SCHEMA.items():
-        if col in df.columns:
-            exprs.append(pl.col(col).cast(dtype))
-        else:
+        if col not in df.columns:
             exprs.append(pl.lit(None, dtype=dtype).alias(col))
-    return df.select(exprs)
+        elif dtype.is_integer() and df.schema[col] != dtype:
+            exprs.append(pl.col(col).cast(dtype, strict=False))
+            lost.append((pl.col(col).is_not_null() & pl.col(col).cast(dtype, strict=False).is_null()).alias(col))
+        else:
+            exprs.append(pl.col(col).cast(dtype))
+    out = df.select(*exprs, *[e.name.suffix("\x00lost") for e in lost])
+    lost_cols = [c for c in out.columns if c.endswith("\x00lost")]
+    ts, dur = pl.col("ts"), pl.col("dur")
+    bad = ts.is_null() | dur.is_null() | ~ts.is_between(-MAX_NS, MAX_NS) | ~dur.is_between(0, MAX_NS)
+    if "device\x00lost" in lost_cols:
+        bad = bad | pl.col("device\x00lost")
+    counts = out.select(bad.sum().alias("\x00bad"), *[pl.col(c).sum() for c in lost_cols]).row(0, named=True)
+    if counts["\x00bad"]:
+        skipped["malformed"] = skipped.get("malformed", 0) + counts["\x00bad"]
+        out = out.filter(~bad)
+    for c in lost_cols:
+        col = c.removesuffix("\x00lost")
+        if counts[c] and col != "device" and warnings is not None:
+            warnings.append(f"{counts[c]:,} {col} values out of range for {EVENT_SCHEMA[col]}; left unknown")
+    return out.select(list(EVENT_SCHEMA))

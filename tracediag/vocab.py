@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from tracediag.errors import RankError
+from tracediag.errors import RankError, shown
 
 COMM_KERNEL = r"(?i)^(?:nccl|rccl)"
 """Communication kernels and NCCL/RCCL API ranges by name, of every naming generation
@@ -113,10 +113,10 @@ def resolve_rank(
             warnings.append(f"the file says {says}; using rank {given} as given")
         return given
     if len(named) > 1:
-        raise RankError(f"{path}: the file names several ranks ({says}); export one file per rank or {fix}")
+        raise RankError(f"{shown(path)}: the file names several ranks ({says}); export one file per rank or {fix}")
     if named:
         return named[0]
     if default is None:
-        raise RankError(f"{path}: the file names no rank ({missing}); {fix}")
+        raise RankError(f"{shown(path)}: the file names no rank ({missing}); {fix}")
     warnings.append(f"the file names no rank; taken as rank {default}")
     return default

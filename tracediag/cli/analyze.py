@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import os
 from typing import Any
 
 import click
@@ -11,9 +13,17 @@ from tracediag.analysis import CAUSES, Analysis
 from tracediag.analyzing import analyze as _analyze
 from tracediag.cli.check_options import add_check, append_check_text, check_options, finish_report
 from tracediag.cli.common import EXIT_FINDING, InputError
-from tracediag.cli.execute_options import EXECUTOR_KEYS, executor_options, report_failed, run_summaries, summarize_kw
+from tracediag.cli.execute_options import (
+    EXECUTOR_KEYS,
+    executor_options,
+    refuse_overwrite,
+    report_failed,
+    run_summaries,
+    summarize_kw,
+)
 from tracediag.cli.ingest import load_traces, trace_options
-from tracediag.errors import TracediagError
+from tracediag.errors import TracediagError, shown
+from tracediag.output import write_atomic
 from tracediag.report.text import render_text
 from tracediag.run import Run
 
@@ -39,9 +49,12 @@ def _link(value: str | None) -> float | None:
     from tracediag.model.specs import parse_link
 
     try:
-        return parse_link(value).bandwidth_gbps
-    except (TracediagError, ValueError) as e:
+        gbps = parse_link(value).bandwidth_gbps
+    except (TracediagError, ValueError, OverflowError) as e:
         raise click.BadParameter(str(e).split("\n")[0], param_hint="--link-gbps") from None
+    if not (math.isfinite(gbps) and gbps > 0):
+        raise click.BadParameter(f"{value!r}: a bandwidth is a finite number of GB/s above 0", param_hint="--link-gbps")
+    return gbps
 
 
 @click.command()
@@ -73,18 +86,24 @@ def analyze(
     """Name the cause of slow steps in trace files, globs, directories or an ingest Parquet."""
     gate = _causes(fail_on)
     peak = _link(link_gbps)
+    html = check_kw.get("html_path")
+    if output is not None and html is not None and os.path.realpath(output) == os.path.realpath(html):
+        raise InputError(f"{shown(output)}: -o and --html name the same file")
     ex_kw = {k: check_kw.pop(k) for k in EXECUTOR_KEYS}
     run, failed = None, ()
     if ex_kw["executor"]:
         from tracediag.execute.driver import analyze_ranks
 
+        refuse_overwrite(paths, {"-o": output, "--html": html}, (check_kw.get("plan_path"),))
         kw = summarize_kw(ex_kw, jobs=jobs, rank_from_filename=rank_from_filename, rank_map=rank_map)
         result, summaries = run_summaries(
             analyze_ranks, paths, out=ex_kw["out_dir"], step_regex=step_regex, link_gbps=peak, **kw
         )
         failed = summaries.meta.errors
     else:
-        run = load_traces(paths, jobs, rank_from_filename, rank_map)
+        run = load_traces(
+            paths, jobs, rank_from_filename, rank_map, {"-o": output, "--html": html}, (check_kw.get("plan_path"),)
+        )
         try:
             result = run_analysis(run, step_regex=step_regex, link_gbps=peak)
         except (TracediagError, ValueError) as e:
@@ -93,8 +112,10 @@ def analyze(
     text = orjson.dumps(result.to_dict()).decode() if fmt == "json" else render_text(result)
     text = append_check_text(text, result, fmt)
     if output:
-        with open(output, "w", encoding="utf-8") as f:
-            f.write(text + "\n")
+        try:
+            write_atomic(output, (text + "\n").encode())
+        except TracediagError as e:
+            raise InputError(str(e)) from None
     else:
         click.echo(text)
     finish_report(result, check_kw)

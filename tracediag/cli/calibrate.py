@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+import orjson
 
 from tracediag.analyzing import analyze
 from tracediag.cli.common import InputError
@@ -21,6 +22,7 @@ from tracediag.model.calibrate import (
     step_time_from_measure,
 )
 from tracediag.model.predict import predict as run_predict
+from tracediag.output import write_atomic
 from tracediag.run import resolve_paths
 
 _NOT_SHARED = {"fmt", "output", "profile_path"}
@@ -120,7 +122,7 @@ def calibrate(paths: tuple[str, ...], output: Path, **kw: Any) -> None:
         check = run_predict(model, apply_profile(device, profile), split, train, engine, gpus=kw["gpus"])
         note = f"step time {step:.4g} s; calibrated prediction {check.step_time_s:.4g} s, MFU {100 * check.mfu:.1f}%"
         profile = dataclasses.replace(profile, notes=(*profile.notes, note))
-    profile.save(output)
+    write_atomic(output, orjson.dumps(profile.to_dict(), option=orjson.OPT_INDENT_2) + b"\n")  # as Profile.save
     click.echo(profile.describe())
     for note in profile.notes:
         click.echo(f"  {note}")

@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from tracediag.checking import check
-from tracediag.cli.common import InputError
-from tracediag.cli.model import predict, prediction_from_options
+from tracediag.cli.common import InputError, regular_file
+from tracediag.cli.model import FILE_ERRORS, checked_numbers, predict, prediction_from_options
 from tracediag.cli.report import write_html
-from tracediag.errors import TracediagError
+from tracediag.errors import TracediagError, one_line, shown
 from tracediag.model.predict import load_prediction
 from tracediag.report.check_text import render_check_text
 
@@ -62,7 +62,15 @@ def check_options(f: Callable) -> Callable:
 
 def _prediction(kw: dict[str, Any], analysis: Analysis) -> Prediction | None:
     if kw["plan_path"] is not None:
-        return load_prediction(kw["plan_path"])
+        regular_file(kw["plan_path"], "--plan")
+        try:
+            prediction = load_prediction(kw["plan_path"])
+        except FILE_ERRORS as e:
+            why = one_line(f"{type(e).__name__}: {e}")
+            raise InputError(f"{shown(kw['plan_path'])}: not a usable tracediag prediction ({why})") from None
+        for part in (prediction.model, prediction.split, prediction.training):
+            checked_numbers(part, kw["plan_path"])
+        return prediction
     if kw["model_name"] is None and kw["layers"] is None:
         return None
     missing = [n for n in _NEEDED if kw[n] is None]

@@ -112,6 +112,22 @@ def run_summaries(fn, *args: Any, **kw: Any) -> Any:
         raise InputError(str(e).replace("\n", "\nError: ")) from None
 
 
+def refuse_overwrite(
+    paths: tuple[str, ...], outputs: dict[str, str | None], more_inputs: tuple[str | None, ...] = ()
+) -> None:
+    """Refuse (exit 2) an output that names an input, as `ingest.load_traces` does for the in-memory path."""
+    from tracediag.output import refuse_inputs
+    from tracediag.run import resolve_paths
+
+    try:
+        inputs = [*resolve_paths(paths), *(p for p in more_inputs if p is not None)]
+        for option, out in outputs.items():
+            if out is not None:
+                refuse_inputs(out, inputs, option)
+    except TracediagError as e:
+        raise InputError(str(e)) from None
+
+
 def report_failed(meta_errors: tuple[str, ...], allow_missing: bool) -> None:
     """Each failed file on stderr; exit 2 unless --allow-missing (called after the report is out)."""
     for line in meta_errors:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Any
 
 import click
@@ -10,8 +11,11 @@ import polars as pl
 
 from tracediag.cli.common import InputError
 from tracediag.cli.execute_options import executor_options
-from tracediag.errors import TracediagError
+from tracediag.derive.steps import find_markers
+from tracediag.errors import TracediagError, one_line, shown
+from tracediag.output import refuse_inputs
 from tracediag.run import Run, load, resolve_paths
+from tracediag.schema import MAX_RANK
 
 
 def trace_options(f):
@@ -31,29 +35,45 @@ def trace_options(f):
     f = click.option(
         "--jobs",
         "-j",
-        type=int,
+        type=click.IntRange(min=0),
         default=0,
         envvar="TRACEDIAG_JOBS",
         show_default="one per CPU",
-        help="Worker processes reading files in parallel.",
+        help="Worker processes reading files in parallel (at most one per CPU and one per file).",
     )(f)
     return f
 
 
 def parse_rank_map(items: tuple[str, ...]) -> dict[str, int]:
+    """`FILE=N` items to a mapping; N is a whole number (ASCII digits) in the `rank` column's range."""
     out: dict[str, int] = {}
     for item in items:
         name, sep, value = item.rpartition("=")
-        if not sep or not name or not value.strip().isdigit():
-            raise click.BadParameter(f"{item!r} is not FILE=N", param_hint="--rank")
+        value = value.strip()
+        if not sep or not name or not (value.isascii() and value.isdigit()) or int(value) > MAX_RANK:
+            raise click.BadParameter(f"{item!r} is not FILE=N with N in 0..{MAX_RANK:,}", param_hint="--rank")
         out[name] = int(value)
     return out
 
 
-def load_traces(paths: tuple[str, ...], jobs: int, rank_from_filename: str | None, rank_map: tuple[str, ...]) -> Run:
-    """Load traces for a command: progress on a terminal, bad files reported one line each."""
+def load_traces(
+    paths: tuple[str, ...],
+    jobs: int,
+    rank_from_filename: str | None,
+    rank_map: tuple[str, ...],
+    outputs: dict[str, str | Path | None] | None = None,
+    more_inputs: tuple[str | Path | None, ...] = (),
+) -> Run:
+    """Load traces for a command: progress on a terminal, bad files reported one line each.
+
+    `outputs` (option -> path) are refused when they name an input: a trace, or one of `more_inputs`.
+    """
     try:
         files = resolve_paths(paths)
+        inputs = [*files, *(p for p in more_inputs if p is not None)]
+        for option, out in (outputs or {}).items():
+            if out is not None:
+                refuse_inputs(out, inputs, option)
         mapping = parse_rank_map(rank_map)
         if sys.stderr.isatty() and len(files) > 1:
             with click.progressbar(length=len(files), label="reading", file=sys.stderr) as bar:
@@ -89,8 +109,7 @@ def summary(run: Run) -> str:
     if ev.height:
         kinds = ev.group_by("kind").len().sort("len", descending=True)
         lines.append("kinds   " + ", ".join(f"{k} {n:,}" for k, n in kinds.iter_rows()))
-        steps = ev.filter(pl.col("kind") == "step", pl.col("device") == -1)["name"].cast(pl.String)
-        nums = sorted({int(s.rsplit("#", 1)[1]) for s in steps.unique().to_list() if "#" in s})
+        nums = find_markers(ev)["step"].unique().sort().to_list()  # the steps `analyze` finds
         if nums:
             lines.append(f"steps   {len(nums)} ({nums[0]}..{nums[-1]})")
         span_ns = ev.group_by("rank").agg(span=(pl.col("ts") + pl.col("dur")).max() - pl.col("ts").min())["span"]
@@ -99,7 +118,7 @@ def summary(run: Run) -> str:
         lines.append("skipped " + ", ".join(f"{r} {n:,}" for r, n in meta.skipped.items()))
     for f in meta.files:
         for w in f.warnings:
-            lines.append(f"warning {f.path}: {w}")
+            lines.append(f"warning {shown(f.path)}: {one_line(w)}")
     return "\n".join(lines)
 
 
@@ -130,11 +149,14 @@ def ingest(
             paths, output, step_regex, ex_kw, jobs=jobs, rank_from_filename=rank_from_filename, rank_map=rank_map
         )
         return
-    run = load_traces(paths, jobs, rank_from_filename, rank_map)
+    run = load_traces(paths, jobs, rank_from_filename, rank_map, {"-o": output})
     if output:
-        run.save(output)
+        try:
+            run.save(output)
+        except TracediagError as e:
+            raise InputError(str(e)) from None
     click.echo(summary(run))
     if output:
-        click.echo(f"wrote   {output}")
+        click.echo(f"wrote   {shown(output)}")
     if run.meta.errors:
         sys.exit(InputError.exit_code)

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
 import orjson
 
-from tracediag.cli.common import InputError
-from tracediag.errors import TracediagError
+from tracediag.cli.common import InputError, regular_file
+from tracediag.errors import TracediagError, one_line, shown
 from tracediag.model.calibrate import apply_profile, load_profile
 from tracediag.model.emit import ENGINES as EMIT_TARGETS
 from tracediag.model.emit import emit
@@ -32,6 +33,7 @@ from tracediag.model.specs import (
     resolve_device,
     resolve_model,
 )
+from tracediag.output import write_atomic
 from tracediag.words import of_peak
 
 if TYPE_CHECKING:
@@ -45,6 +47,26 @@ if TYPE_CHECKING:
 GIB = 2**30
 
 
+class _Positive(click.ParamType):
+    """A finite number above 0 (no nan, no inf, no 0): never silently replaced or propagated."""
+
+    name = "number"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number", param, ctx)
+        if not (math.isfinite(number) and number > 0):
+            self.fail(f"{value!r} must be a finite number above 0", param, ctx)
+        return number
+
+
+POSITIVE = _Positive()
+COUNT = click.IntRange(1, 2**31 - 1)
+"""Sizes, degrees and counts: a whole number of at least 1 (and within Int32)."""
+
+
 def _options(*decorators: Callable) -> Callable:
     def wrap(f: Callable) -> Callable:
         for d in reversed(decorators):
@@ -56,15 +78,15 @@ def _options(*decorators: Callable) -> Callable:
 
 model_options = _options(
     click.option("--model", "model_name", help="Preset name (gpt3-175b, llama3-8b, ...) or a HF config.json."),
-    click.option("--layers", type=int, help="Layers (instead of --model)."),
-    click.option("--hidden", type=int, help="Hidden size."),
-    click.option("--heads", type=int, help="Attention heads."),
-    click.option("--kv-heads", type=int, help="Key/value heads (GQA); default = heads."),
-    click.option("--ffn", type=int, help="MLP inner size; default 4·hidden."),
+    click.option("--layers", type=COUNT, help="Layers (instead of --model)."),
+    click.option("--hidden", type=COUNT, help="Hidden size."),
+    click.option("--heads", type=COUNT, help="Attention heads."),
+    click.option("--kv-heads", type=COUNT, help="Key/value heads (GQA); default = heads."),
+    click.option("--ffn", type=COUNT, help="MLP inner size; default 4·hidden."),
     click.option("--swiglu/--gelu", default=False, help="Gated (SwiGLU) MLP or GeLU; with --layers."),
-    click.option("--vocab", type=int, help="Vocabulary size."),
-    click.option("--experts", type=int, help="MoE experts per MLP layer (overrides the preset)."),
-    click.option("--top-k", type=int, help="Experts each token is routed to (MoE)."),
+    click.option("--vocab", type=COUNT, help="Vocabulary size."),
+    click.option("--experts", type=COUNT, help="MoE experts per MLP layer (overrides the preset)."),
+    click.option("--top-k", type=COUNT, help="Experts each token is routed to (MoE)."),
     click.option(
         "--tied-embeddings/--untied-embeddings",
         "tied_embeddings",
@@ -73,14 +95,14 @@ model_options = _options(
     ),
 )
 device_options = _options(
-    click.option("--gpus", type=int, required=True, help="Total GPUs."),
+    click.option("--gpus", type=COUNT, required=True, help="Total GPUs."),
     click.option("--gpu", "gpu", type=click.Choice(list(DEVICES)), required=True, help="Device preset."),
-    click.option("--gpus-per-node", type=int, help="GPUs per node (default: the preset's 8)."),
+    click.option("--gpus-per-node", type=COUNT, help="GPUs per node (default: the preset's 8)."),
     click.option("--intra-link", help="In-node link preset (nvlink4, ...) or measured GB/s."),
     click.option("--inter-link", help="Network link preset (ib-ndr, roce-400g, ...) or measured GB/s."),
-    click.option("--peak-tflops", type=float, help="Override dense bf16 peak, TFLOP/s."),
-    click.option("--memory-gb", type=float, help="Override device memory, GB."),
-    click.option("--hbm-gbps", type=float, help="Override HBM bandwidth, GB/s."),
+    click.option("--peak-tflops", type=POSITIVE, help="Override dense bf16 peak, TFLOP/s."),
+    click.option("--memory-gb", type=POSITIVE, help="Override device memory, GB."),
+    click.option("--hbm-gbps", type=POSITIVE, help="Override HBM bandwidth, GB/s."),
     click.option(
         "--oversubscription",
         type=click.FloatRange(min=1.0),
@@ -109,8 +131,8 @@ device_options = _options(
         help="Attention kernel (default: the engine's): FlashAttention-2, -3 / cuDNN, or materialised softmax.",
     ),
     click.option("--cp-all-gather/--cp-ring", default=None, help="Context parallelism by all-gather or ring."),
-    click.option("--seq-len", type=int, required=True, help="Tokens per sequence."),
-    click.option("--global-batch", type=int, required=True, help="Sequences per step."),
+    click.option("--seq-len", type=COUNT, required=True, help="Tokens per sequence."),
+    click.option("--global-batch", type=COUNT, required=True, help="Sequences per step."),
     click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True),
 )
 
@@ -126,10 +148,31 @@ def _errors(f: Callable) -> Callable:
     return wrapper
 
 
+FILE_ERRORS = (KeyError, TypeError, ValueError, AttributeError, OverflowError, RecursionError)
+"""What a JSON file with a wrong-typed value (a string or a list where a number belongs, 1e400)
+raises in the code that reads it; at the command line it is one line naming the file."""
+
+
+def checked_numbers(obj: Any, source: str) -> None:
+    """`InputError` unless every number field of the dataclass `obj` is finite, and every int in 0..2^31-1."""
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            continue
+        if (isinstance(value, int) and not 0 <= value < 2**31) or not math.isfinite(value):
+            raise InputError(f"{shown(source)}: {f.name} = {value!r} is out of range")
+
+
 def _model(kw: dict) -> ModelSpec:
     overrides = {k: kw[k] for k in ("experts", "top_k", "tied_embeddings") if kw.get(k) is not None}
     if kw["model_name"]:
-        model = resolve_model(kw["model_name"])
+        regular_file(kw["model_name"], "--model")
+        try:
+            model = resolve_model(kw["model_name"])
+        except FILE_ERRORS as e:
+            why = one_line(f"{type(e).__name__}: {e}")
+            raise InputError(f"{shown(kw['model_name'])}: not a usable model config ({why})") from None
+        checked_numbers(model, kw["model_name"])
         return dataclasses.replace(model, **overrides) if overrides else model
     missing = [n for n in ("layers", "hidden", "heads", "vocab") if kw[n] is None]
     if missing:
@@ -148,7 +191,23 @@ def _model(kw: dict) -> ModelSpec:
 
 
 def _profile(kw: dict) -> Profile | None:
-    return load_profile(kw["profile_path"]) if kw.get("profile_path") else None
+    if not kw.get("profile_path"):
+        return None
+    regular_file(kw["profile_path"], "--profile")
+    try:
+        return load_profile(kw["profile_path"])
+    except FILE_ERRORS as e:
+        why = one_line(f"{type(e).__name__}: {e}")
+        raise InputError(f"{shown(kw['profile_path'])}: not a usable calibration profile ({why})") from None
+
+
+def _link(text: str | None, option: str) -> Any:
+    if text is None:
+        return None
+    link = parse_link(text)
+    if not (math.isfinite(link.bandwidth_gbps) and link.bandwidth_gbps > 0):
+        raise InputError(f"{option} {text!r}: a bandwidth is a finite number of GB/s above 0")
+    return link
 
 
 def _device(kw: dict, profile: Profile | None = None) -> DeviceSpec:
@@ -156,11 +215,11 @@ def _device(kw: dict, profile: Profile | None = None) -> DeviceSpec:
     device = resolve_device(
         kw["gpu"],
         gpus_per_node=kw["gpus_per_node"],
-        intra_link=parse_link(kw["intra_link"]) if kw["intra_link"] else None,
-        inter_link=parse_link(kw["inter_link"]) if kw["inter_link"] else None,
-        peak_flops=kw["peak_tflops"] * TFLOPS if kw["peak_tflops"] else None,
-        memory_bytes=kw["memory_gb"] * GB if kw["memory_gb"] else None,
-        hbm_bandwidth=kw["hbm_gbps"] * GB if kw["hbm_gbps"] else None,
+        intra_link=_link(kw["intra_link"], "--intra-link"),
+        inter_link=_link(kw["inter_link"], "--inter-link"),
+        peak_flops=kw["peak_tflops"] * TFLOPS if kw["peak_tflops"] is not None else None,
+        memory_bytes=kw["memory_gb"] * GB if kw["memory_gb"] is not None else None,
+        hbm_bandwidth=kw["hbm_gbps"] * GB if kw["hbm_gbps"] is not None else None,
         network_oversubscription=kw.get("oversubscription"),
     )
     return apply_profile(device, profile) if profile is not None else device
@@ -260,13 +319,13 @@ def _calibration_line(profile: Profile | None) -> str:
 
 
 split_options = _options(
-    click.option("--micro-batch", type=int, default=1, show_default=True, help="Sequences per micro-batch."),
-    click.option("--tp", type=int, default=1, show_default=True),
-    click.option("--pp", type=int, default=1, show_default=True),
-    click.option("--dp", type=int, help="Data-parallel degree; default gpus/(tp·pp·cp)."),
-    click.option("--cp", type=int, default=1, show_default=True),
-    click.option("--ep", type=int, default=1, show_default=True, help="Expert parallel (MoE)."),
-    click.option("--vpp", type=int, default=1, show_default=True, help="Virtual stages per GPU (interleaving)."),
+    click.option("--micro-batch", type=COUNT, default=1, show_default=True, help="Sequences per micro-batch."),
+    click.option("--tp", type=COUNT, default=1, show_default=True),
+    click.option("--pp", type=COUNT, default=1, show_default=True),
+    click.option("--dp", type=COUNT, help="Data-parallel degree; default gpus/(tp·pp·cp)."),
+    click.option("--cp", type=COUNT, default=1, show_default=True),
+    click.option("--ep", type=COUNT, default=1, show_default=True, help="Expert parallel (MoE)."),
+    click.option("--vpp", type=COUNT, default=1, show_default=True, help="Virtual stages per GPU (interleaving)."),
     click.option("--zero", type=click.IntRange(0, 3), default=1, show_default=True, help="ZeRO stage (3 = FSDP)."),
     click.option(
         "--recompute",
@@ -309,7 +368,7 @@ def predict(**kw: Any) -> None:
     profile = _profile(kw)
     p = prediction_from_options(kw, profile)
     if kw["output"]:
-        p.save(kw["output"])
+        write_atomic(kw["output"], orjson.dumps(p.to_dict(), option=orjson.OPT_INDENT_2))  # as Prediction.save
     if kw["fmt"] == "json":
         data = p.to_dict()
         if profile is not None:
@@ -364,7 +423,7 @@ def prediction_from_options(kw: dict, profile: Profile | None = None) -> Predict
 @click.command()
 @model_options
 @device_options
-@click.option("--top", type=int, default=5, show_default=True, help="Splits to show.")
+@click.option("--top", type=COUNT, default=5, show_default=True, help="Splits to show.")
 @click.option(
     "--emit",
     "emit_target",

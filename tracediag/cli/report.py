@@ -6,17 +6,33 @@ from pathlib import Path
 
 import click
 import orjson
+import polars as pl
 
 from tracediag.analysis import Analysis
-from tracediag.cli.common import InputError
+from tracediag.cli.common import InputError, regular_file
+from tracediag.errors import TracediagError, one_line, shown
+from tracediag.output import refuse_inputs, write_atomic
 
 
-def write_html(analysis: Analysis, path: Path) -> None:
-    """Write the HTML report and say on stderr where and how large it is."""
+def write_html(analysis: Analysis, path: Path, source: Path | None = None) -> None:
+    """Write the HTML report and say on stderr where and how large it is.
+
+    `source`: the analysis.json it was read from; a section of the wrong shape there (a hand-edited
+    file) is a one-line error naming it.
+    """
     from tracediag.report.html import render_html
 
-    data = render_html(analysis).encode()
-    path.write_bytes(data)
+    try:
+        data = render_html(analysis).encode()
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        if source is None:
+            raise
+        why = one_line(f"{type(e).__name__}: {e}")
+        raise InputError(f"{shown(source)}: not a tracediag analysis (a section has the wrong shape: {why})") from None
+    try:
+        write_atomic(path, data)
+    except TracediagError as e:
+        raise InputError(str(e)) from None
     click.echo(f"wrote {path} ({len(data) / 1e6:.1f} MB, self-contained)", err=True)
 
 
@@ -24,8 +40,10 @@ def read_analysis(path: Path) -> Analysis:
     """An analysis saved by `tracediag analyze --format json`."""
     try:
         return Analysis.from_dict(orjson.loads(path.read_bytes()))
-    except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as e:
-        msg = f"{path}: not a tracediag analysis ({e}). Hint: write one with `tracediag analyze --format json -o FILE`"
+    except (OSError, KeyError, TypeError, ValueError, AttributeError, OverflowError, pl.exceptions.PolarsError) as e:
+        why = one_line(f"{type(e).__name__}: {e}" if isinstance(e, (KeyError, AttributeError)) else str(e))
+        hint = "write one with `tracediag analyze --format json -o FILE`"
+        msg = f"{shown(path)}: not a tracediag analysis ({why}). Hint: {hint}"
         raise InputError(msg) from None
 
 
@@ -36,4 +54,9 @@ def read_analysis(path: Path) -> Analysis:
 )
 def report(analysis_json: Path, output: Path) -> None:
     """Render a saved analysis (`analyze --format json`) as one self-contained HTML file."""
-    write_html(read_analysis(analysis_json), output)
+    regular_file(analysis_json, "the analysis")
+    try:
+        refuse_inputs(output, [analysis_json], "-o")
+    except TracediagError as e:
+        raise InputError(str(e)) from None
+    write_html(read_analysis(analysis_json), output, source=analysis_json)

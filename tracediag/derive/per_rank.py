@@ -22,14 +22,18 @@ TABLES = ("spans", "breakdown", "instances", "p2p", "p2p_edges")
 _NO_OFFSETS = pl.DataFrame(schema={"rank": pl.Int32, "offset_ns": pl.Int64})
 
 
-def rank_tables(events: pl.DataFrame, *, step_regex: str | None = None) -> dict[str, pl.DataFrame]:
+def rank_tables(
+    events: pl.DataFrame, *, step_regex: str | None = None, with_events: bool = False
+) -> dict[str, pl.DataFrame]:
     """The per-rank tables of `events` (one rank or many), on each rank's own clock.
 
     - ``spans``: `derive.steps.STEP_SPAN_SCHEMA` (empty when the rank has no step markers);
     - ``breakdown``: `derive.breakdown.breakdown` per (rank, step), partial steps included;
     - ``instances``: `derive.collectives.INSTANCE_SCHEMA`, one row per collective per rank;
     - ``p2p``: `derive.p2p.p2p_per_step` with no clock offset (``first_send_ns`` on the own clock);
-    - ``p2p_edges``: ``rank, coll_op, coll_peer`` of the send/recv rows, distinct (pipeline topology).
+    - ``p2p_edges``: ``rank, coll_op, coll_peer`` of the send/recv rows, distinct (pipeline topology);
+    - with `with_events`, also ``events``: `events` with ``step`` filled (for the what-if replay, which
+      still reads the whole event table and so runs only where it is at hand).
 
     Raises ValueError for an invalid `step_regex`.
     """
@@ -37,7 +41,7 @@ def rank_tables(events: pl.DataFrame, *, step_regex: str | None = None) -> dict[
     spans = step_spans(events, markers)
     stepped = assign_steps(events, spans)
     op = pl.col("coll_op").cast(pl.String)
-    return {
+    tables = {
         "spans": spans,
         "breakdown": breakdown(stepped, spans),
         "instances": collective_instances(stepped),
@@ -49,3 +53,6 @@ def rank_tables(events: pl.DataFrame, *, step_regex: str | None = None) -> dict[
         .sort("rank", "coll_op", "coll_peer", nulls_last=True)
         .collect(),
     }
+    if with_events:
+        tables["events"] = stepped
+    return tables

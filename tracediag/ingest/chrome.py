@@ -23,6 +23,7 @@ import orjson
 import polars as pl
 
 from tracediag.errors import NotATraceError, TraceError
+from tracediag.schema import MAX_NS
 from tracediag.vocab import COLLECTIVE_ROW, DEVICE_CATS
 
 _RAW_EMPTY = msgspec.Raw(b"")
@@ -128,6 +129,7 @@ _PHASE_SKIP = {
 """Phases that never become rows, by skip reason (`M` is counted as metadata once decoded)."""
 
 _ROW_TYPES = {_tagged(p, _EVENT_FIELDS) for p in _ROW_PHASES} | {_Event}
+_META_TYPE = next(t for t in _ROW_TYPES if t is not _Event and t.phase == "M")
 _SKIP_TYPES = {_tagged(p, []): reason for p, reason in _PHASE_SKIP.items()}
 _SKIP_TYPES.update({_tagged(p, []): "other_phase" for p in _OTHER_PHASES})
 _TaggedEvent = Union[tuple(_ROW_TYPES - {_Event}) + tuple(_SKIP_TYPES)]  # noqa: UP007 - built at run time
@@ -204,11 +206,20 @@ class Decoded:
     warnings: list[str] = field(default_factory=list)
 
     def with_args(self, frame: pl.DataFrame, *fields: str) -> pl.DataFrame:
-        """`frame` (with an `order` column) plus the named `a_*` rare-arg columns (null where absent)."""
+        """`frame` (with an `order` column) plus the named `a_*` rare-arg columns (null where absent).
+
+        Only the `order` column takes part in the join, and the result's new columns are added to
+        `frame`: its other columns are shared, never copied (a join of the whole frame would hold
+        it twice at once).
+        """
+        keys = frame.select("order")
         for tier in self.rare:
             wanted = [f for f in fields if f in tier.columns]
-            if wanted:
-                frame = frame.join(tier.select("order", *wanted), on="order", how="left", maintain_order="left")
+            if wanted and tier.height == 0:
+                frame = frame.with_columns(pl.lit(None, dtype=tier.schema[f]).alias(f) for f in wanted)
+            elif wanted:
+                found = keys.join(tier.select("order", *wanted), on="order", how="left", maintain_order="left")
+                frame = frame.with_columns(found.drop("order"))
         return frame
 
 
@@ -222,30 +233,70 @@ def decode(source: bytes | Iterable[bytes], path: str) -> Decoded:
     blocks = iter([source] if isinstance(source, (bytes, bytearray)) else source)
     top: dict[str, Any] = {}
     bases: list[pl.DataFrame] = []
+    metas: list[pl.DataFrame] = []
     rare = _RareArgs()
     n_events = n_kept = 0  # input events seen; events that reached the frame (their `order`)
     for events, piece_top, piece, piece_is_array in _pieces(blocks, path, warnings, skipped):
         top.update({k: v for k, v in piece_top.items() if v is not None})
         n_events += len(events)
-        kept = _drop_counted(events, skipped)
+        kept, meta = _split_metadata(_drop_counted(events, skipped))
+        if meta:
+            skipped["metadata"] = skipped.get("metadata", 0) + len(meta)
+            metas.append(_metadata_frame(meta))
         base, args = _piece_frame(kept, n_kept, piece, piece_is_array, warnings)
         rare.add(base, args, n_kept)
         n_kept += len(kept)
         bases.append(base)
-    frame = pl.concat(bases, rechunk=False)
+    frame = _contiguous(bases)
     # events dropped while decoding (cut off, or not convertible) never reached the frame
     events_in = n_events + skipped.get("malformed", 0) + skipped.get("truncated", 0)
-    decoded = Decoded(frame, rare.frames(), frame.clear(), top, events_in, skipped, warnings)
+    metadata = pl.concat(metas) if metas else _metadata_frame([])
+    decoded = Decoded(frame, rare.frames(), metadata, top, events_in, skipped, warnings)
     for phase, count in frame.group_by("ph").len().iter_rows():
         if phase in ("X", "B", "E"):
             continue
-        reason = "metadata" if phase == "M" else "malformed" if phase is None else _PHASE_SKIP.get(phase)
+        reason = "malformed" if phase is None else _PHASE_SKIP.get(phase)
         skipped[reason or "other_phase"] = skipped.get(reason or "other_phase", 0) + count
-    decoded.metadata = decoded.with_args(frame.filter(pl.col("ph") == "M"), "a_label", "a_labels").select(
-        "name", "pid", "pid_str", "tid", label="a_label", labels="a_labels"
-    )
     decoded.slices = _slices_from(frame, skipped, warnings)
     return decoded
+
+
+def _contiguous(parts: list[pl.DataFrame]) -> pl.DataFrame:
+    """The pieces' frames as one frame of single-chunk columns, built column by column (each
+    column's pieces are released as it is joined), so the file's columns are never held twice.
+
+    Single chunks matter: an expression over columns of different chunk layouts (a piece-chunked
+    column and a joined one) copies the chunked one whole, in every later expression.
+    """
+    columns = []
+    for name in parts[0].columns:
+        columns.append(pl.concat([p.drop_in_place(name) for p in parts], rechunk=True))
+    return pl.DataFrame(columns)
+
+
+def _split_metadata(events: list[Any]) -> tuple[list[Any], list[Any]]:
+    """(the other events, the `M` events): metadata never enters the event frame (a trace may hold
+    hundreds of thousands of repeated process and thread names)."""
+    types = set(map(type, events))
+    if _META_TYPE not in types and _Event not in types:
+        return events, []
+    return [e for e in events if e.phase != "M"], [e for e in events if e.phase == "M"]
+
+
+def _metadata_frame(meta: list[Any]) -> pl.DataFrame:
+    """`M` events: name (process_name, thread_name, ...), pid, pid_str, tid, label, labels."""
+    pid = [e.pid for e in meta]
+    pid_int = _int_series(pid)
+    return pl.DataFrame(
+        {
+            "name": pl.Series([e.name for e in meta], dtype=pl.String, strict=False),
+            "pid": pid_int,
+            "pid_str": pl.Series([p if type(p) is str else None for p in pid], dtype=pl.String),
+            "tid": _int_series([e.tid for e in meta]),
+            "label": _arg_series("label", [e.args.label for e in meta]),
+            "labels": _arg_series("labels", [e.args.labels for e in meta]),
+        }
+    )
 
 
 def _drop_counted(events: list[Any], skipped: dict[str, int]) -> list[Any]:
@@ -266,56 +317,88 @@ def _pieces(
     """Decode a streamed file in pieces of about CHUNK_BYTES, each made a complete JSON document.
 
     Only a few pieces' bytes are held at a time. Cuts fall between two events (`}, {` after the
-    events' opening bracket): the head keeps the keys before the events and is closed with `]}`;
-    middle pieces become arrays; the tail is opened with `{"traceEvents":[`, keeps the keys after
-    the events and gets the truncation repair. A cut that lands inside a string makes its piece
-    fail as "truncated", and the piece is extended. Files that fit in two pieces, or where the
-    events cannot be located, are decoded whole. Yields (events, top-level keys, the piece's
-    bytes, whether the piece is in Array form).
+    events' opening bracket): the head keeps the keys before the events and is closed with an end
+    marker event and `]}`; middle pieces become arrays; the tail is opened with `{"traceEvents":[`,
+    keeps the keys after the events and gets the truncation repair. A cut that lands inside a
+    string makes its piece fail as "truncated", and the piece is extended (by a doubling step, so
+    a huge string costs linear time). Every piece is checked to lie inside the events array: the
+    head's end marker must be its last event, and a middle piece that crosses the array's end is
+    not valid JSON; either way the rest of the file is decoded as one document, so objects of a
+    later top-level list never become events. Files that fit in two pieces, or where the events
+    cannot be located, are decoded whole. Yields (events, top-level keys, the piece's bytes,
+    whether the piece is in Array form).
     """
     buf = _Buffer(blocks)
     buf.fill(2 * CHUNK_BYTES)
-    is_array = bytes(buf.data[:4096]).lstrip(b"\xef\xbb\xbf \t\r\n")[:1] == b"["
+    buf.strip_leading()
+    is_array = buf.data[:1] == b"["
     start = _events_start(buf.data, is_array)
     if buf.eof or start is None:
-        buf.fill(None)
-        data = bytes(buf.data)
-        events, top = _decode_doc(data, path, is_array, warnings, skipped, repair=True, whole=True)
-        yield events, top, data, is_array
+        yield _rest(buf, path, is_array, warnings, skipped, head=True)
         return
     head = True
     while True:
         at = start + CHUNK_BYTES
         buf.fill(at + CHUNK_BYTES)
         m = _BOUNDARY.search(buf.data, at)
+        step = CHUNK_BYTES
         while m is not None:
             body = memoryview(buf.data)[: m.start() + 1]
             if head:
-                piece, piece_is_array = b"".join((body, b"]" if is_array else b"]}")), is_array
+                piece, piece_is_array = b"".join((body, _HEAD_END[is_array])), is_array
             else:
                 piece, piece_is_array = b"".join((b"[", body, b"]")), True
             del body
+            piece_warnings: list[str] = []
+            piece_skipped: dict[str, int] = {}  # counted only once the piece is accepted
             try:
-                events, top = _decode_doc(piece, path, piece_is_array, warnings, skipped, repair=False)
-                break
+                events, top = _decode_doc(piece, path, piece_is_array, piece_warnings, piece_skipped, repair=False)
             except msgspec.DecodeError as e:
-                if "truncated" not in str(e).lower():
-                    raise TraceError(path, f"invalid JSON ({e}, in the piece at byte {buf.consumed})") from None
-                buf.fill(m.end() + 2 * CHUNK_BYTES)
-                m = _BOUNDARY.search(buf.data, m.end() + CHUNK_BYTES)
+                if "truncated" in str(e).lower():  # the cut fell inside a string or an event's args
+                    step *= 2
+                    buf.fill(m.end() + step + CHUNK_BYTES)
+                    m = _BOUNDARY.search(buf.data, m.end() + step)
+                    continue
+                m = None  # the piece crosses the end of the events (or the JSON is bad): read the rest whole
+                break
+            if head and not _drop_end_marker(events):
+                m = None  # the events array closed before the cut
+            break
         if m is None:
-            buf.fill(None)
-            if head:
-                piece, piece_is_array = bytes(buf.data), is_array
-            else:
-                piece, piece_is_array = b"".join((b"[" if is_array else b'{"traceEvents":[', buf.data)), is_array
-            buf.data.clear()
-            events, top = _decode_doc(piece, path, piece_is_array, warnings, skipped, repair=True, whole=head)
-            yield events, top, piece, piece_is_array
+            yield _rest(buf, path, is_array, warnings, skipped, head=head)
             return
         buf.drop(m.end() - 1)
+        warnings.extend(piece_warnings)
+        for reason, n in piece_skipped.items():
+            skipped[reason] = skipped.get(reason, 0) + n
         yield events, top, piece, piece_is_array
         start, head = 0, False
+
+
+_END_NAME = "\x00tracediag: end of piece"
+_END_EVENT = b'{"ph":"M","name":"\\u0000tracediag: end of piece"}'
+_HEAD_END = {True: b"," + _END_EVENT + b"]", False: b"," + _END_EVENT + b"]}"}
+"""Closes a head piece; the marker must come back as the last event, or the cut was not inside
+the events array."""
+
+
+def _drop_end_marker(events: list[Any]) -> bool:
+    """Remove the head piece's end marker; False when it is not the last event."""
+    if events and getattr(events[-1], "name", None) == _END_NAME and events[-1].phase == "M":
+        events.pop()
+        return True
+    return False
+
+
+def _rest(
+    buf: _Buffer, path: str, is_array: bool, warnings: list[str], skipped: dict[str, int], *, head: bool
+) -> tuple[list[_Event], dict[str, Any], bytes, bool]:
+    """Decode everything not yet decoded as one document (the whole file when nothing was)."""
+    buf.fill(None)
+    piece = bytes(buf.data) if head else b"".join((b"[" if is_array else b'{"traceEvents":[', buf.data))
+    buf.data.clear()
+    events, top = _decode_doc(piece, path, is_array, warnings, skipped, repair=True, whole=head)
+    return events, top, piece, is_array
 
 
 class _Buffer:
@@ -335,6 +418,18 @@ class _Buffer:
                 self.eof = True
             else:
                 self.data += block
+
+    def strip_leading(self) -> None:
+        """Drop a UTF-8 byte-order mark and the whitespace before the document."""
+        if self.data.startswith(b"\xef\xbb\xbf"):
+            del self.data[:3]
+        while True:
+            n = len(self.data) - len(self.data.lstrip(b" \t\r\n"))
+            del self.data[:n]
+            self.consumed += n
+            if self.data or self.eof:
+                return
+            self.fill(CHUNK_BYTES)
 
     def drop(self, n: int) -> None:
         del self.data[:n]
@@ -366,13 +461,16 @@ def _decode_doc(
     `traceEvents` is not a trace.
     """
     try:
-        parsed = _decode_fast(doc, is_array)
-    except msgspec.ValidationError:
-        parsed = _decode_leniently(doc, path, is_array, skipped)
-    except msgspec.DecodeError as e:
-        if not repair:
-            raise
-        parsed = _decode_truncated(doc, path, is_array, str(e), warnings, skipped)
+        try:
+            parsed = _decode_fast(doc, is_array)
+        except msgspec.ValidationError:
+            parsed = _decode_leniently(doc, path, is_array, skipped)
+        except msgspec.DecodeError as e:
+            if not repair:
+                raise
+            parsed = _decode_truncated(doc, path, is_array, str(e), warnings, skipped)
+    except RecursionError:
+        raise TraceError(path, "JSON nested too deeply to decode (an event's args go 1,000 levels deep)") from None
     events, top = (parsed, {}) if is_array else (parsed.traceEvents, _top_dict(parsed))
     if whole and not is_array and not events and "traceEvents" not in _peek_keys(doc):
         raise NotATraceError(path, "not a trace: JSON object without a `traceEvents` list")
@@ -400,6 +498,8 @@ def _decode_leniently(data: bytes, path: str, is_array: bool, skipped: dict[str,
     raw_events = loaded if is_array else loaded.get("traceEvents")
     if not isinstance(raw_events, list):
         raise NotATraceError(path, "not a trace: `traceEvents` is not a list")
+    if is_array and raw_events and not any(isinstance(item, dict) for item in raw_events):
+        raise NotATraceError(path, "not a trace: a JSON array without event objects")
     events = []
     bad = 0
     for item in raw_events:
@@ -457,23 +557,25 @@ def _exact_events(piece: bytes, is_array: bool, warnings: list[str]) -> list[Any
     events with fields only, aligned with `_drop_counted`'s)."""
     try:
         reparsed = _decode_fast(piece, is_array, exact=True)
-    except msgspec.MsgspecError:
+    except (msgspec.MsgspecError, RecursionError):
         warnings.append("timestamps kept at float64 precision (the exact re-read failed)")
         return None
-    events = reparsed if is_array else reparsed.traceEvents
-    return [e for e in events if type(e) in _ROW_TYPES]
+    events = [e for e in (reparsed if is_array else reparsed.traceEvents) if type(e) in _ROW_TYPES]
+    _drop_end_marker(events)
+    return events
 
 
 def _exact_ns(values: list[Any]) -> pl.Series:
     """Decimal/int µs values (from the exact re-read) to integer ns, rounding half up."""
     out: list[int | None] = []
     for v in values:
-        if isinstance(v, Decimal):
-            out.append(int((v * 1000).to_integral_value()))
+        if isinstance(v, Decimal) and v.is_finite():
+            ns = int((v * 1000).to_integral_value())
         elif type(v) is int:
-            out.append(v * 1000)
+            ns = v * 1000
         else:
-            out.append(None)
+            ns = None
+        out.append(ns if ns is not None and -MAX_NS <= ns <= MAX_NS else None)
     return pl.Series(out, dtype=pl.Int64)
 
 
@@ -483,6 +585,7 @@ def _us_to_ns(s: pl.Series) -> pl.Series:
     Integer part and fraction are converted separately: floor() and the subtraction are exact in
     float64, so only the fraction (< 1 µs) is scaled and rounded.
     """
+    s = s.set(s.is_nan() | (s.abs() > MAX_NS / 1000), None)  # out of range: null, counted as malformed
     whole = s.floor()
     frac_ns = ((s - whole) * 1000.0).round(0)
     return (whole.cast(pl.Int64, strict=False) * 1000 + frac_ns.cast(pl.Int64, strict=False)).rename("")
@@ -520,7 +623,7 @@ def _piece_frame(
             "a_correlation": _int_series([a.correlation for a in args]),
         }
     )
-    return frame, args
+    return frame.shrink_to_fit(in_place=False), args
 
 
 _COLL_FIELDS = (
@@ -538,20 +641,19 @@ _COLL_FIELDS = (
     "input_type",
     "concrete_inputs",
 )
+_NO_CAT = pl.col("cat").is_null() & (pl.col("ph") != "M")
 _ARG_TIERS: tuple[tuple[pl.Expr, tuple[str, ...]], ...] = (
-    (pl.col("cat").is_in(DEVICE_CATS) | pl.col("cat").is_null(), ("device", "stream", "nbytes")),
+    (pl.col("cat").is_in(DEVICE_CATS) | _NO_CAT, ("device", "stream", "nbytes")),
     (
         # collective rows, and the matrix products whose shapes calibrate the model
         pl.col("name").str.contains(COLLECTIVE_ROW)
         | pl.col("name").str.contains(r"^aten::(?:mm|addmm|bmm|baddbmm|_scaled_mm)$"),
         _COLL_FIELDS,
     ),
-    (pl.col("ph") == "M", ("labels",)),
-    ((pl.col("ph") == "M") | pl.col("cat").is_null(), ("label",)),
-    (pl.col("cat").is_null(), ("step_num", "device_ordinal", "hlo_op", "hlo_module", "run_id")),
+    (_NO_CAT, ("label", "step_num", "device_ordinal", "hlo_op", "hlo_module", "run_id")),
 )
 """Which rows can carry which less common args: device rows, collectives (and the GEMM ops, whose recorded
-`Input Dims` `tracediag calibrate` reads), metadata, JAX steps.
+`Input Dims` `tracediag calibrate` reads), rows without `cat` (JAX).
 Reading every field of every event would cost more than the JSON decode itself."""
 
 
@@ -608,7 +710,8 @@ def _slices_from(
     if frame.height == 0 or "ts" not in frame.columns:
         return frame.clear() if frame.height else frame
     skipped = skipped if skipped is not None else {}
-    complete = frame.filter(pl.col("ph") == "X")
+    all_complete = frame.select(pl.col("ph").eq_missing("X").all()).item()
+    complete = frame if all_complete else frame.filter(pl.col("ph") == "X")  # no copy in the common case
     has_pairs = frame.height > complete.height and frame.select(pl.col("ph").is_in(["B", "E"]).any()).item()
     if has_pairs:
         begin_end = frame.filter(pl.col("ph").is_in(["B", "E"]))

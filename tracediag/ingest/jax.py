@@ -11,6 +11,7 @@ docs/formats/jax.md and trace-formats.md §4.
 from __future__ import annotations
 
 import gzip
+import io
 import re
 import zlib
 from collections.abc import Iterator
@@ -20,7 +21,7 @@ import polars as pl
 
 from tracediag.ingest.chrome import Decoded
 from tracediag.ingest.trace import FileMeta, FileTrace
-from tracediag.schema import conform
+from tracediag.schema import MAX_NS, check_rank, conform, shifted
 from tracediag.vocab import COMM_KERNEL, HLO_COLLECTIVES, coll_op, hlo_coll_op, hlo_stem, resolve_rank
 
 DEVICE_PLANE = r"^/device:(?:GPU|TPU):(\d+)$"
@@ -33,6 +34,8 @@ RENDEZVOUS_HELPERS = r"^(?:Rendezvous|InvokeRendezvous|Wait for rendezvous callb
 RUNTIME_CALL = r"^(?:cu|cuda|hip)[A-Z]"
 """Host-side CUDA/HIP driver and runtime calls (GPU traces)."""
 
+XPLANE_GUNZIP_RATIO = 100
+"""A gzipped xplane.pb may grow at most this many times its size (at least 64 MB): no decompression bomb."""
 _STOP_SLACK_NS = 1_000_000
 """How far the JSON may run past the xplane's profile stop before the two are taken as unrelated."""
 
@@ -48,11 +51,12 @@ def to_events(dec: Decoded, path: str, *, rank: int | None, default_rank: int | 
     rank = resolve_rank(
         path, given=rank, named=(), source="", default=default_rank, missing=missing, warnings=warnings
     )
+    check_rank(rank, path)
     slices = _with_planes(dec)
     has_device_planes = bool(slices["plane_device"].is_not_null().any()) if slices.height else False
     events = _fill_collectives(_classify(slices, has_device_planes))
     events, time_base = _place_in_time(events, path, warnings)
-    events = conform(events.with_columns(rank=pl.lit(rank, dtype=pl.Int32)))
+    events = conform(events.with_columns(rank=pl.lit(rank, dtype=pl.Int32)), skipped=dec.skipped, warnings=warnings)
     meta = FileMeta(
         path=path,
         format="jax",
@@ -70,7 +74,7 @@ def _with_planes(dec: Decoded) -> pl.DataFrame:
     """Slices with their plane's device index, their line's name and stream, and its plane's streams."""
     meta = dec.metadata
     planes = meta.filter(pl.col("name") == "process_name").select(
-        "pid", plane_device=pl.col("label").str.extract(DEVICE_PLANE, 1).cast(pl.Int64)
+        "pid", plane_device=pl.col("label").str.extract(DEVICE_PLANE, 1).cast(pl.Int64, strict=False)
     ).unique("pid", keep="first")
     lines = meta.filter(pl.col("name") == "thread_name").select(
         "pid", "tid", line=pl.col("label")
@@ -83,7 +87,7 @@ def _with_planes(dec: Decoded) -> pl.DataFrame:
         .join(lines, on=["pid", "tid"], how="left")
         .join(streamed, on="pid", how="left")
         .with_columns(
-            line_stream=pl.col("line").str.extract(STREAM_LINE, 1).cast(pl.Int64),
+            line_stream=pl.col("line").str.extract(STREAM_LINE, 1).cast(pl.Int64, strict=False),
             plane_has_streams=pl.col("plane_has_streams").fill_null(False),
         )
     )
@@ -162,7 +166,7 @@ def _group_from_rendezvous(ev: pl.DataFrame) -> pl.DataFrame:
         ev.filter((pl.col("name") == "Rendezvous") & pl.col("a_label").is_not_null())
         .select(
             "pid", "tid", "ts",
-            r_run=pl.col("a_label").str.extract(key, 1).cast(pl.Int64),
+            r_run=pl.col("a_label").str.extract(key, 1).cast(pl.Int64, strict=False),
             r_group=pl.col("a_label").str.extract(key, 2).str.replace_all(" ", ""),
         )
         .drop_nulls("r_group")
@@ -205,8 +209,10 @@ def _place_in_time(ev: pl.DataFrame, path: str, warnings: list[str]) -> tuple[pl
         if span is not None:
             start, stop = span
             end = ev.select((pl.col("ts") + pl.col("dur")).max()).item() or 0
-            if end <= stop - start + _STOP_SLACK_NS:
-                return ev.with_columns(pl.col("ts") + start), "epoch"
+            if not 0 <= start <= stop <= MAX_NS:
+                warnings.append(f"{xplane.name} gives an impossible profile span ({start}..{stop}); times are relative")
+            elif end <= stop - start + _STOP_SLACK_NS:
+                return ev.with_columns(ts=shifted("ts", start)), "epoch"
             warnings.append(f"{xplane.name} is from another profile (this trace runs past its stop time)")
     if ev.height:
         warnings.append(
@@ -247,7 +253,10 @@ def profile_span_ns(xplane: Path) -> tuple[int, int] | None:
     """
     data = Path(xplane).read_bytes()
     if data[:2] == b"\x1f\x8b":
-        data = gzip.decompress(data)
+        limit = max(XPLANE_GUNZIP_RATIO * len(data), 64 << 20)
+        data = gzip.GzipFile(fileobj=io.BytesIO(data)).read(limit + 1)
+        if len(data) > limit:
+            raise ValueError(f"gzip data expands past {limit:,} bytes ({XPLANE_GUNZIP_RATIO}x the file)")
     for field, plane in _fields(memoryview(data)):
         if field != 1:
             continue
@@ -300,14 +309,15 @@ def _fields(buf: memoryview) -> Iterator[tuple[int, int | memoryview]]:
 
 
 def _varint(buf: memoryview, i: int) -> tuple[int, int]:
-    shift = result = 0
-    while True:
+    """A protobuf varint at `i` (at most 10 bytes, so garbage costs linear time) and the next offset."""
+    result = 0
+    for shift in range(0, 70, 7):
         b = buf[i]
         i += 1
         result |= (b & 0x7F) << shift
         if b < 0x80:
             return result, i
-        shift += 7
+    raise ValueError("a varint longer than 10 bytes (not a protobuf)")
 
 
 def _device_names(dec: Decoded, events: pl.DataFrame) -> tuple[str, ...]:

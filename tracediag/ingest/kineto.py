@@ -16,7 +16,7 @@ import polars as pl
 
 from tracediag.ingest.chrome import Decoded
 from tracediag.ingest.trace import FileMeta, FileTrace, ProcessGroup
-from tracediag.schema import conform
+from tracediag.schema import MAX_NS, Kind, check_base_ns, check_rank, conform, shifted
 from tracediag.vocab import (
     COLLECTIVE_PREFIX,
     COMM_KERNEL,
@@ -103,15 +103,17 @@ def to_events(dec: Decoded, path: str, *, rank: int | None, default_rank: int | 
         missing="no distributedInfo.rank",
         warnings=warnings,
     )
-    slices, time_base = _absolute_times(dec, warnings)
+    check_rank(rank, path)
+    slices, time_base = _absolute_times(dec, path, warnings)
     events = _classify(dec.with_args(slices, "a_device", "a_stream", "a_coll_name"))
-    events = _fill_collectives(events, dec)
-    events = conform(events.with_columns(rank=pl.lit(rank, dtype=pl.Int32)))
+    events = _fill_collectives(events, dec, warnings)
+    events = events.with_columns(rank=pl.lit(rank, dtype=pl.Int32))
+    events = conform(events, skipped=dec.skipped, warnings=warnings)
     meta = FileMeta(
         path=path,
         format="kineto",
         rank=rank,
-        world_size=_int_or_none(info.get("world_size")),
+        world_size=_small_int(info.get("world_size")),
         backend=info.get("backend") if isinstance(info.get("backend"), str) else None,
         process_groups=_process_groups(info),
         time_base=time_base,
@@ -128,16 +130,23 @@ def _int_or_none(value: Any) -> int | None:
         return None
     if isinstance(value, int):
         return value
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+    if isinstance(value, str) and value.strip().lstrip("-").isascii() and value.strip().lstrip("-").isdigit():
         return int(value)
     return None
 
 
-def _absolute_times(dec: Decoded, warnings: list[str]) -> tuple[pl.DataFrame, str]:
+def _small_int(value: Any) -> int | None:
+    """An integer field that must fit Int32 (a size, a peer rank); None when absent or out of range."""
+    n = _int_or_none(value)
+    return n if n is not None and -(2**31) <= n < 2**31 else None
+
+
+def _absolute_times(dec: Decoded, path: str, warnings: list[str]) -> tuple[pl.DataFrame, str]:
     base = _int_or_none(dec.top.get("baseTimeNanoseconds"))
     slices = dec.slices
     if base is not None:
-        return slices.with_columns(pl.col("ts") + base), "epoch"
+        check_base_ns(base, path, "baseTimeNanoseconds")
+        return slices.with_columns(ts=shifted("ts", base)), "epoch"
     if slices.height and (slices["ts"].median() or 0) > EPOCH_FLOOR_NS:
         return slices, "epoch"
     if slices.height:
@@ -148,15 +157,15 @@ def _absolute_times(dec: Decoded, warnings: list[str]) -> tuple[pl.DataFrame, st
 def _classify(s: pl.DataFrame) -> pl.DataFrame:
     cat = pl.col("cat")
     name = pl.col("name")
-    base_kind = cat.replace_strict(_KIND_BY_CAT, default="other", return_dtype=pl.String)
+    base_kind = cat.replace_strict(_KIND_BY_CAT, default="other", return_dtype=Kind)  # Enum: 1 B/row, not a string
     is_comm_kernel = (cat == "kernel") & (name.str.contains(COMM_KERNEL) | pl.col("a_coll_name").is_not_null())
     kind = (
         pl.when(cat.is_in(["user_annotation", "gpu_user_annotation"]) & name.str.contains(STEP_MARKER))
-        .then(pl.lit("step"))
+        .then(pl.lit("step", dtype=Kind))
         .when((cat == "user_annotation") & name.str.starts_with("gloo:"))
-        .then(pl.lit("comm"))
+        .then(pl.lit("comm", dtype=Kind))
         .when(is_comm_kernel)
-        .then(pl.lit("comm"))
+        .then(pl.lit("comm", dtype=Kind))
         .otherwise(base_kind)
     )
     on_device = cat.is_in(DEVICE_CATS)
@@ -183,12 +192,12 @@ _COLL_ARGS = [
 ]
 
 
-def _fill_collectives(ev: pl.DataFrame, dec: Decoded) -> pl.DataFrame:
+def _fill_collectives(ev: pl.DataFrame, dec: Decoded, warnings: list[str]) -> pl.DataFrame:
     """Collective columns, computed on the few rows that can be collectives (comm kind or a
     collective's host-side name); the other rows keep them null."""
     idx = ev.select(pl.arg_where((pl.col("kind") == "comm") | pl.col("name").str.contains(HOST_COLLECTIVE))).to_series()
     extra = [c for c in _COLL_ARGS if c != "a_coll_name"] + ["a_input_dims", "a_input_type", "a_concrete_inputs"]
-    coll = _collective_columns(dec.with_args(ev[idx], *extra)).select(COLL_COLUMNS)
+    coll = _collective_columns(dec.with_args(ev[idx], *extra), warnings).select(COLL_COLUMNS)
     return ev.select(pl.exclude("^a_.*$")).with_columns(
         pl.repeat(None, ev.height, dtype=coll[c].dtype, eager=True).alias(c).scatter(idx, coll[c])
         for c in COLL_COLUMNS
@@ -198,7 +207,7 @@ def _fill_collectives(ev: pl.DataFrame, dec: Decoded) -> pl.DataFrame:
 COLL_COLUMNS = ("coll_op", "coll_bytes", "coll_group", "coll_group_size", "coll_seq", "coll_peer")
 
 
-def _collective_columns(ev: pl.DataFrame) -> pl.DataFrame:
+def _collective_columns(ev: pl.DataFrame, warnings: list[str] | None = None) -> pl.DataFrame:
     """Collective columns from the row's own args, else from its `record_param_comms` CPU op."""
     params = (
         ev.filter((pl.col("name") == "record_param_comms") & pl.col("external_id").is_not_null())
@@ -222,9 +231,13 @@ def _collective_columns(ev: pl.DataFrame) -> pl.DataFrame:
     )
     nelems = pl.max_horizontal("a_in_nelems", "a_out_nelems")
     elem_size = pl.col("a_dtype").replace_strict(DTYPE_BYTES, default=None, return_dtype=pl.Int64)
+    fits = nelems.is_between(0, MAX_NS // 16)  # elements x element size stays far inside Int64
+    n_huge = ev.select((nelems.is_not_null() & ~fits).sum()).item()
+    if n_huge and warnings is not None:
+        warnings.append(f"{n_huge:,} collectives with an element count out of range (0..2^58); bytes left unknown")
     ev = ev.with_columns(
         coll_op=coll_op(op_text),
-        coll_bytes=nelems * elem_size,
+        coll_bytes=pl.when(fits).then(nelems * elem_size),
         coll_group=pl.coalesce("a_pg_name", pl.col("a_pg_id").cast(pl.String)),
         coll_group_size=pl.col("a_group_size"),
         coll_seq=pl.col("a_seq"),
@@ -310,7 +323,7 @@ def _tensor_bytes(dims_json: bytes | None, types_json: bytes | None) -> int | No
         for x in shape:
             n *= x
         total += n * size
-    return total or None
+    return total if 0 < total <= MAX_NS else None
 
 
 def _p2p_peer(concrete_json: bytes | None) -> int | None:
@@ -320,24 +333,27 @@ def _p2p_peer(concrete_json: bytes | None) -> int | None:
     except orjson.JSONDecodeError:
         return None
     if isinstance(values, list) and len(values) >= 3:
-        return _int_or_none(values[2])
+        return _small_int(values[2])
     return None
 
 
 def _process_groups(info: dict[str, Any]) -> tuple[ProcessGroup, ...]:
     groups = []
-    for pg in info.get("pg_config") or []:
+    configs = info.get("pg_config")
+    for pg in configs if isinstance(configs, list) else []:
         if not isinstance(pg, dict) or pg.get("pg_name") is None:
             continue
         ranks = pg.get("ranks")
         if isinstance(ranks, str):
-            ranks = [int(x) for x in re.findall(r"-?\d+", ranks)]
+            ranks = re.findall(r"-?\d{1,10}", ranks)
+        ranks = [_small_int(r) for r in ranks] if isinstance(ranks, list) else None
+        desc = pg.get("pg_desc") or pg.get("uid")
         groups.append(
             ProcessGroup(
                 name=str(pg["pg_name"]),
-                desc=pg.get("pg_desc") or pg.get("uid"),
-                size=_int_or_none(pg.get("pg_size")),
-                ranks=tuple(ranks) if isinstance(ranks, list) else None,
+                desc=None if desc is None else str(desc),
+                size=_small_int(pg.get("pg_size")),
+                ranks=None if ranks is None or None in ranks else tuple(ranks),
             )
         )
     return tuple(groups)

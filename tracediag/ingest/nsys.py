@@ -8,6 +8,7 @@ empty. Rows are fetched as raw integers and shaped in polars (ids -> names throu
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import shutil
 import sqlite3
@@ -22,8 +23,9 @@ from pathlib import Path
 import polars as pl
 
 from tracediag.errors import NotATraceError, TraceError
+from tracediag.ingest.sniff import is_stream, open_input
 from tracediag.ingest.trace import FileMeta, FileTrace
-from tracediag.schema import conform
+from tracediag.schema import MAX_NS, check_base_ns, check_rank, conform, shifted
 from tracediag.vocab import COMM_KERNEL, STEP_MARKER, coll_op, resolve_rank
 
 _SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -148,11 +150,13 @@ def export_nsys_rep(path: str | Path) -> Path:
 @contextmanager
 def _connect(path: Path, *, shown: Path) -> Iterator[sqlite3.Connection]:
     """Open `path` read-only, decompressing a gzip file to a temporary copy first."""
-    try:
-        with path.open("rb") as f:
+    if is_stream(path):
+        raise TraceError(str(shown), "an SQLite export must be a regular file (not a pipe): save it first")
+    with open_input(path) as f:
+        try:
             head = f.read(100)
-    except OSError as e:
-        raise TraceError(str(shown), f"cannot read file ({e.strerror or e})") from None
+        except OSError as e:
+            raise TraceError(str(shown), f"cannot read file ({e.strerror or e})") from None
     with tempfile.TemporaryDirectory(prefix="tracediag-nsys-") as tmp:
         if head.startswith(_GZIP_MAGIC):
             plain = Path(tmp) / "export.sqlite"
@@ -170,10 +174,35 @@ def _connect(path: Path, *, shown: Path) -> Iterator[sqlite3.Connection]:
             con.close()
 
 
+GUNZIP_RATIO = 100
+"""A gzipped export may grow at most this many times its compressed size (real exports: 10-40x)."""
+GUNZIP_FLOOR = 256 << 20
+GUNZIP_SPARE = 1 << 30
+"""Room left free on the temporary folder's disk."""
+
+
+def gunzip_limit(src: Path, tmp: Path) -> int:
+    """How many bytes the decompressed copy of `src` may have: `GUNZIP_RATIO` times the compressed
+    size (at least `GUNZIP_FLOOR`), and never more than the temporary folder's free space less
+    `GUNZIP_SPARE` (so a decompression bomb fills neither the disk nor the time)."""
+    free = shutil.disk_usage(tmp).free - GUNZIP_SPARE
+    return max(0, min(max(GUNZIP_RATIO * src.stat().st_size, GUNZIP_FLOOR), free))
+
+
 def _gunzip(src: Path, dst: Path, *, shown: Path) -> None:
+    limit = gunzip_limit(src, dst.parent)
+    written = 0
     try:
         with gzip.open(src, "rb") as fin, dst.open("wb") as fout:
-            shutil.copyfileobj(fin, fout, 1 << 20)
+            while block := fin.read(1 << 20):
+                written += len(block)
+                if written > limit:
+                    raise TraceError(
+                        str(shown),
+                        f"gzip data expands past {limit / 1e6:,.0f} MB ({GUNZIP_RATIO}x the file, capped by "
+                        "the free space of the temporary folder); decompress it yourself if it is genuine",
+                    )
+                fout.write(block)
     except (OSError, EOFError, zlib.error) as e:  # BadGzipFile is an OSError; EOFError: cut short
         raise TraceError(str(shown), f"corrupt gzip data ({e})") from None
 
@@ -204,11 +233,13 @@ def _read(con: sqlite3.Connection, path: Path, rank: int | None, default_rank: i
     strings = _query(con, "SELECT id, value FROM StringIds", {"id": pl.Int64(), "value": pl.String()}, path)
 
     warnings: list[str] = []
-    rank = _resolve_rank(strings, rank, default_rank, path, warnings)
+    rank = check_rank(_resolve_rank(strings, rank, default_rank, path, warnings), str(path))
     sizes = _env_values(strings, _SIZE_KEYS)
     world_size = sizes[1][0] if sizes is not None and len(sizes[1]) == 1 else None
 
     epoch = _session_start(con, tables)
+    if epoch is not None:
+        check_base_ns(epoch, str(path), "TARGET_INFO_SESSION_START_TIME")
     if epoch is None:
         warnings.append("no TARGET_INFO_SESSION_START_TIME: times are relative to the session start")
 
@@ -232,9 +263,7 @@ def _read(con: sqlite3.Connection, path: Path, rank: int | None, default_rank: i
 
     events = pl.concat(parts, how="diagonal_relaxed")
     events = events.with_columns(
-        rank=pl.lit(rank, pl.Int32),
-        ts=pl.col("start") + (epoch or 0),
-        dur=pl.col("end") - pl.col("start"),
+        rank=pl.lit(rank, pl.Int32), ts=shifted("start", epoch or 0), dur=pl.col("end") - pl.col("start")
     )
     has_comm = (events["kind"] == "comm").any()
     meta = FileMeta(
@@ -249,7 +278,9 @@ def _read(con: sqlite3.Connection, path: Path, rank: int | None, default_rank: i
         skipped=skipped,
         warnings=tuple(warnings),
     )
-    return FileTrace(events=conform(events), meta=meta)
+    events = conform(events, skipped=skipped, warnings=warnings)
+    meta = dataclasses.replace(meta, skipped=dict(sorted(skipped.items())), warnings=tuple(warnings))
+    return FileTrace(events=events, meta=meta)
 
 
 def _query(con: sqlite3.Connection, sql: str, schema: dict[str, pl.DataType], path: Path) -> pl.DataFrame:
@@ -286,7 +317,7 @@ def _env_values(strings: pl.DataFrame, keys: tuple[str, ...]) -> tuple[str, tupl
     pattern = rf"^({'|'.join(keys)})=(\d+)$"
     found = strings.select(
         key=pl.col("value").str.extract(pattern, 1),
-        value=pl.col("value").str.extract(pattern, 2).cast(pl.Int64),
+        value=pl.col("value").str.extract(pattern, 2).cast(pl.Int64, strict=False),
     ).drop_nulls()
     for key in keys:
         values = found.filter(pl.col("key") == key)["value"].unique().sort()
@@ -315,7 +346,7 @@ def _session_start(con: sqlite3.Connection, tables: set[str]) -> int | None:
     if "TARGET_INFO_SESSION_START_TIME" not in tables:
         return None
     row = con.execute("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME").fetchone()
-    return None if row is None else row[0]
+    return row[0] if row is not None and type(row[0]) is int else None
 
 
 def _devices(con: sqlite3.Connection, tables: set[str]) -> tuple[str, ...]:
@@ -339,8 +370,8 @@ def _name(id_col: str, strings: pl.DataFrame) -> pl.Expr:
 
 
 def _well_formed(raw: pl.DataFrame) -> tuple[pl.DataFrame, dict[str, int]]:
-    """Drop rows without a usable interval, counted as malformed."""
-    ok = raw.filter(pl.col("start").is_not_null() & (pl.col("end") >= pl.col("start")))
+    """Drop rows without a usable interval (both ends within 0..MAX_NS, end >= start), counted as malformed."""
+    ok = raw.filter(pl.col("start").is_between(0, MAX_NS) & pl.col("end").is_between(pl.col("start"), MAX_NS))
     return ok, {"malformed": raw.height - ok.height}
 
 

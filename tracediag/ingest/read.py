@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tracediag.errors import NotATraceError
+from tracediag.errors import NotATraceError, TraceError
 from tracediag.ingest import chrome, kineto
-from tracediag.ingest.sniff import iter_blocks, read_head, sniff
+from tracediag.ingest.sniff import iter_blocks, peek_head, sniff
 from tracediag.ingest.trace import FileTrace
 
 
@@ -21,14 +21,21 @@ def read_file(path: str | Path, *, rank: int | None = None, default_rank: int | 
         from tracediag.ingest.nsys import export_nsys_rep
 
         path = str(export_nsys_rep(path))
-    fmt = sniff(path, read_head(path))
+    head, blocks = peek_head(iter_blocks(path))  # one open: a pipe can be read only once
+    try:
+        fmt = sniff(path, head)
+    except TraceError:
+        blocks.close()
+        raise
+    if fmt != "json":
+        blocks.close()
     if fmt == "sqlite":
         from tracediag.ingest.nsys import read_nsys
 
         return read_nsys(path, rank=rank, default_rank=default_rank)
     if fmt != "json":
         raise NotATraceError(path, f"a {fmt} file is not a trace; pass it on its own to load a saved run")
-    decoded = chrome.decode(iter_blocks(path), path)
+    decoded = chrome.decode(blocks, path)
     if _is_jax(decoded):
         from tracediag.ingest import jax
 

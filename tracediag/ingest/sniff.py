@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import gzip
+import os
+import stat
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 from tracediag.errors import TraceError
 
@@ -23,32 +26,100 @@ _BINARY_MAGICS: dict[bytes, str] = {
 
 
 BLOCK_BYTES = 1 << 20
+_LEADING = b"\xef\xbb\xbf \t\r\n"
+"""What may come before a document's first byte: a UTF-8 byte-order mark and whitespace."""
+
+
+def open_input(path: str | Path) -> BinaryIO:
+    """Open an input file for reading, never blocking and never reading what has no end.
+
+    Regular files open as usual. A pipe or FIFO (a process substitution `<(zcat ...)`) is read as
+    a stream: it is opened without waiting for a writer, so a FIFO nobody writes reads as empty
+    instead of hanging. Devices, sockets and directories are refused with a `TraceError`.
+    """
+    try:
+        st = os.stat(path)
+        if stat.S_ISREG(st.st_mode):
+            return open(path, "rb")
+        if stat.S_ISFIFO(st.st_mode):
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+            os.set_blocking(fd, True)
+            return os.fdopen(fd, "rb")
+    except OSError as e:
+        raise TraceError(str(path), f"cannot read file ({e.strerror or e})") from None
+    kind = "a directory" if stat.S_ISDIR(st.st_mode) else "a device or socket"
+    raise TraceError(str(path), f"not a regular file ({kind})")
+
+
+def is_stream(path: str | Path) -> bool:
+    """Whether `path` is a pipe or FIFO (readable once, in this process only)."""
+    try:
+        return stat.S_ISFIFO(os.stat(path).st_mode)
+    except OSError:
+        return False
 
 
 def iter_blocks(path: str | Path, size: int = BLOCK_BYTES) -> Iterator[bytes]:
     """The file's bytes as a stream of blocks, gunzipped on the fly when it starts with the gzip
-    magic, so a large trace is never held whole. Read and gzip errors become `TraceError`."""
-    try:
-        raw = open(path, "rb")  # noqa: SIM115 - closed below; the generator owns it
-    except OSError as e:
-        raise TraceError(str(path), f"cannot read file ({e.strerror or e})") from None
+    magic, so a large trace is never held whole (and a pipe is read once, front to back). Read and
+    gzip errors become `TraceError`."""
+    raw = open_input(path)
     with raw:
-        stream = gzip.GzipFile(fileobj=raw) if raw.read(2) == GZIP_MAGIC else raw
-        raw.seek(0)
         try:
+            gzipped = raw.peek(2)[:2] == GZIP_MAGIC
+            stream = gzip.GzipFile(fileobj=raw) if gzipped else raw
+            limit = gunzip_limit(os.fstat(raw.fileno()).st_size) if gzipped else None
+            total = 0
             while block := stream.read(size):
+                total += len(block)
+                if limit is not None and total > limit:
+                    raise TraceError(
+                        str(path), f"gzip data expands past {limit / 1e6:,.0f} MB ({GUNZIP_RATIO}x the file): a bomb?"
+                    )
                 yield block
         except (OSError, EOFError, zlib.error) as e:
             raise TraceError(str(path), f"corrupt gzip data ({e})") from None
 
 
+GUNZIP_RATIO = 200
+"""A gzipped trace may grow at most this many times its compressed size (real traces: 20-50x)."""
+GUNZIP_FLOOR = 256 << 20
+
+
+def gunzip_limit(compressed: int) -> int | None:
+    """The most bytes a gzipped file of `compressed` bytes may expand to (None: a pipe, size unknown)."""
+    return max(GUNZIP_RATIO * compressed, GUNZIP_FLOOR) if compressed > 0 else None
+
+
+def peek_head(blocks: Iterator[bytes], size: int = 64) -> tuple[bytes, Iterator[bytes]]:
+    """The first `size` bytes of content after any byte-order mark and leading whitespace (however
+    long), and the content's blocks from there on (what was read to find the head is not lost)."""
+    content = b""
+    for block in blocks:
+        content = content + block if content else block.lstrip(_LEADING)
+        if len(content) >= size:
+            break
+    return content[:size], _chain(content, blocks)
+
+
+def _chain(first: bytes, rest: Iterator[bytes]) -> Iterator[bytes]:
+    """`first`, then `rest`; closing it closes `rest` (and so the file)."""
+    try:
+        yield first
+        yield from rest
+    finally:
+        close = getattr(rest, "close", None)
+        if close is not None:
+            close()
+
+
 def read_head(path: str | Path, size: int = 64) -> bytes:
-    """The first `size` bytes of the file's content (after gunzip)."""
-    head = b""
-    for block in iter_blocks(path, size):
-        head = block
-        break
-    return head
+    """The first `size` bytes of the file's content (after gunzip, BOM and leading whitespace)."""
+    blocks = iter_blocks(path)
+    try:
+        return peek_head(blocks, size)[0]
+    finally:
+        blocks.close()
 
 
 def sniff(path: str | Path, head: bytes) -> str:
@@ -63,7 +134,7 @@ def sniff(path: str | Path, head: bytes) -> str:
     for magic, what in _BINARY_MAGICS.items():
         if head.startswith(magic):
             raise TraceError(str(path), f"not a trace: the file is {what}")
-    text = head.lstrip(b"\xef\xbb\xbf \t\r\n")
+    text = head.lstrip(_LEADING)
     if not text:
         raise TraceError(str(path), "empty file")
     if text[:1] in (b"{", b"["):

@@ -17,7 +17,7 @@ from tracediag.report.figures import Figure, breakdown, check_chart, esc, heatma
 from tracediag.words import count, noun
 
 if TYPE_CHECKING:
-    from tracediag.analysis import Analysis, Finding, Pipeline
+    from tracediag.analysis import Analysis, Finding, Pipeline, WhatIf
     from tracediag.checking import Check
 
 CONFIG = {"displaylogo": False, "responsive": True, "modeBarButtonsToRemove": ["select2d", "lasso2d"]}
@@ -105,8 +105,9 @@ def _finding(f: Finding) -> str:
     return (
         f'<article class="finding {kind}"><h3><span class="badge">{esc(f.cause)}</span>{esc(f.summary)}</h3>'
         f'<p class="meta">{noun(len(f.ranks), "rank")} {esc(_listing(f.ranks))} · '
-        f'{noun(len(f.steps), "step")} {esc(_listing(f.steps))} · time lost '
+        f"{noun(len(f.steps), 'step')} {esc(_listing(f.steps))} · time lost "
         f"{_ms(f.time_lost_ns)} · confidence {f.confidence:.2f}</p>"
+        + (f'<p class="whatif">what-if: {esc(f.whatif)}</p>' if f.whatif else "")
         + (f"<table>{evidence}</table>" if evidence else "")
         + "</article>"
     )
@@ -137,7 +138,7 @@ def _ratio(r: float | None) -> str:
 
 def _check(check: Check) -> str:
     plan = check.plan
-    split = " ".join(f"{k}={esc(v)}" for k, v in plan.split)
+    split = " ".join(f"{esc(k)}={esc(v)}" for k, v in plan.split)
     head = (
         f'<p class="meta">{esc(plan.model)} on {esc(plan.gpus)} × '
         f"{esc(plan.device)}, {split}, engine {esc(plan.engine)}</p>"
@@ -190,6 +191,27 @@ def _pipeline(pipelines: tuple[Pipeline, ...]) -> str:
     )
 
 
+def _whatif(whatif: WhatIf | None) -> str:
+    """Per step: observed, replayed from the observed durations, and replayed without every cause."""
+    if whatif is None or not whatif.steps:
+        return ""
+    rows = "".join(
+        f"<tr><td>{r.step}</td><td>{_ms(r.observed_ns)}</td><td>{_ms(r.replayed_ns)}</td>"
+        f"<td>{_ms(r.without_all_ns)}</td></tr>"
+        for r in whatif.steps
+    )
+    err = whatif.replay_error_median
+    fit = (
+        "" if err is None else f" The replay of the observed durations is off by {100 * err:.1f}% (median over steps)."
+    )
+    return (
+        '<section id="whatif"><h2>What-if: each step without the causes found</h2>'
+        f'<p class="note">Each step replayed from the trace with every cause\'s durations removed.{esc(fit)}</p>'
+        "<table><tr><th>step</th><th>observed</th><th>replayed</th><th>what-if</th></tr>"
+        f"{rows}</table></section>"
+    )
+
+
 def _body(analysis: Analysis) -> str:
     steps = analysis.steps
     parts = [_findings(analysis)]
@@ -210,6 +232,7 @@ def _body(analysis: Analysis) -> str:
             parts.append(
                 '<section id="timeline"><h2>The slowest step across ranks</h2>' + _figure(tl, "timeline") + "</section>"
             )
+    parts.append(_whatif(analysis.whatif))
     parts.append(_pipeline(analysis.pipelines))
     if analysis.check is not None:
         parts.append(_check(analysis.check))

@@ -7,7 +7,7 @@ from typing import Any
 
 import polars as pl
 
-from tracediag.analysis import Analysis, Finding
+from tracediag.analysis import Analysis, Finding, WhatIf
 from tracediag.words import count, noun
 
 MS = 1e6
@@ -55,10 +55,11 @@ def _finding_lines(i: int, f: Finding) -> list[str]:
         f"{noun(len(f.steps), 'step')} {_span(f.steps)}  "
         f"lost {f.time_lost_ns / MS:,.1f} ms  confidence {f.confidence:.2f}"
     )
-    return [head, f"   {f.summary}", f"   evidence: {_evidence(f.evidence)}"]
+    whatif = [f"   what-if: {f.whatif}"] if f.whatif else []
+    return [head, f"   {f.summary}", *whatif, f"   evidence: {_evidence(f.evidence)}"]
 
 
-def _step_table(steps: pl.DataFrame) -> list[str]:
+def _step_table(steps: pl.DataFrame, whatif: WhatIf | None = None) -> list[str]:
     if not steps.height:
         return ["no complete steps"]
     per_step = (
@@ -69,12 +70,29 @@ def _step_table(steps: pl.DataFrame) -> list[str]:
         )
         .sort("step")
     )
+    without = {s.step: s.without_all_ns / MS for s in whatif.steps} if whatif else {}
     header = f"{'step':>8}" + "".join(f"{label:>10}" for _, label, _ in COLUMNS) + f"{'max compute':>13}"
-    lines = ["per step: median over ranks, ms", f"columns: {LEGEND}", header]
+    header += f"{'what-if':>10}" if without else ""
+    legend = LEGEND + ("; what-if = the step replayed without every cause found" if without else "")
+    lines = ["per step: median over ranks, ms", f"columns: {legend}", header]
     for row in per_step.iter_rows(named=True):
         cells = "".join(f"{row[c]:>10.1f}" for c, _, _ in COLUMNS)
-        lines.append(f"{row['step']:>8}{cells}{'rank ' + str(row['slowest']):>13}")
+        w = without.get(row["step"])
+        tail = (f"{w:>10.1f}" if w is not None else f"{'-':>10}") if without else ""
+        lines.append(f"{row['step']:>8}{cells}{'rank ' + str(row['slowest']):>13}{tail}")
     return lines
+
+
+def _whatif_line(whatif: WhatIf | None) -> list[str]:
+    """The combined what-if and the replay's own error."""
+    if whatif is None or whatif.step_time_ns is None or whatif.step_time_without_all_ns is None:
+        return []
+    err = whatif.replay_error_median
+    fit = f" (the replay of the observed durations is off by {err:.1%} median)" if err is not None else ""
+    return [
+        f"what-if, every cause removed: the step would take {whatif.step_time_without_all_ns / MS:,.1f} ms "
+        f"instead of {whatif.step_time_ns / MS:,.1f} ms{fit}"
+    ]
 
 
 def render_text(analysis: Analysis) -> str:
@@ -94,7 +112,10 @@ def render_text(analysis: Analysis) -> str:
             f"   pipeline p={pipe.p} m={pipe.m}: idle share by stage (rank:share) {stages}; "
             f"ideal {pipe.expected_bubble_share:.0%}"
         )
+    if any(f.whatif for f in analysis.findings):
+        lines.extend(_whatif_line(analysis.whatif))
     lines.append("")
-    lines.extend(_step_table(analysis.steps))
+    priced = any(f.whatif for f in analysis.findings)
+    lines.extend(_step_table(analysis.steps, analysis.whatif if priced else None))
     lines.extend(f"warning: {w}" for w in analysis.warnings)
     return "\n".join(lines)

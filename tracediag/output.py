@@ -1,0 +1,81 @@
+"""Write outputs safely: never over an input, never half-written, never removing what tracediag
+did not create.
+
+An output is written to a temporary file beside the target and renamed over it only once complete,
+so a failed write leaves the target as it was (and removes only the temporary file).
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import tempfile
+from collections.abc import Callable, Iterable
+from contextlib import suppress
+from pathlib import Path
+from typing import BinaryIO
+
+from tracediag.errors import OutputError, one_line, shown
+
+
+def refuse_inputs(output: str | Path, inputs: Iterable[str | Path], option: str) -> None:
+    """`OutputError` when `output` is one of `inputs`: the same resolved path, or the same file
+    (inode) under another name (a hard or symbolic link)."""
+    try:
+        out_st = os.stat(output)
+    except OSError:
+        out_st = None
+    out_real = os.path.realpath(output)
+    for src in inputs:
+        same = os.path.realpath(src) == out_real
+        if not same and out_st is not None:
+            with suppress(OSError):
+                src_st = os.stat(src)
+                same = (src_st.st_dev, src_st.st_ino) == (out_st.st_dev, out_st.st_ino)
+        if same:
+            raise OutputError(f"{shown(output)}: {option} names an input file; refusing to overwrite it")
+
+
+def write_atomic(path: str | Path, write: Callable[[BinaryIO], object] | bytes) -> None:
+    """Write `path` through a temporary file in its folder, renamed over it when complete.
+
+    `write` is the bytes, or a function writing to the open file. The target, when it exists,
+    must be a regular file (a device, a FIFO or a directory is never replaced); it keeps its mode.
+    Raises `OutputError` with one line naming the file.
+    """
+    path = Path(path)
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        st = None
+    except OSError as e:
+        raise OutputError(f"{shown(path)}: cannot write ({e.strerror or e})") from None
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        raise OutputError(f"{shown(path)}: exists and is not a regular file; refusing to replace it")
+    folder = path.parent
+    if not folder.is_dir():
+        raise OutputError(f"{shown(path)}: cannot write, no such folder {shown(folder)}")
+    try:
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tracediag-", suffix=".tmp")
+    except OSError as e:
+        raise OutputError(f"{shown(path)}: cannot write ({e.strerror or e})") from None
+    try:
+        os.fchmod(fd, stat.S_IMODE(st.st_mode) if st is not None else 0o666 & ~_umask())
+        with os.fdopen(fd, "wb") as f:
+            if isinstance(write, (bytes, bytearray)):
+                f.write(write)
+            else:
+                write(f)
+        os.replace(tmp, path)
+    except BaseException as e:
+        with suppress(OSError):
+            os.unlink(tmp)
+        if isinstance(e, OSError):
+            raise OutputError(f"{shown(path)}: cannot write ({one_line(e.strerror or str(e))})") from None
+        raise
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask

@@ -1,0 +1,25 @@
+"""What-if: replay each step from the trace with a cause's durations edited, to price each cause.
+
+`graph.build` turns the derived tables into per-rank local segments and cross-rank sync operations,
+`replay.replay` computes step times from (edited) durations, `causes` holds one edit per cause.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from tracediag.derive.p2p import stage_order
+from tracediag.detect.facts import Facts
+from tracediag.whatif.graph import Graph, build
+
+
+def graph_of(
+    facts: Facts, *, events: pl.DataFrame, spans: pl.DataFrame, offsets: pl.DataFrame, matched: pl.DataFrame
+) -> Graph:
+    """The replay graph of the kept steps of `facts` (pipeline neighbours from its stage order)."""
+    neighbours: dict[int, tuple[int, int]] = {}
+    for ranks in facts.pipelines:
+        order = stage_order(facts.p2p, ranks)
+        for i, r in enumerate(order):
+            neighbours[r] = (order[i - 1] if i else -1, order[i + 1] if i + 1 < len(order) else -1)
+    return build(events, spans, offsets, matched, facts.steps, neighbours)

@@ -1,0 +1,149 @@
+"""One edit of durations per cause, and what replaying the run with it gives.
+
+An `Edit` scales local segments (``factors``: rank, step, category → factor) and replaces transfer
+times (``transfer``: op, rank → ns). Per cause:
+
+- compute_straggler: the rank's compute in its steps scaled to its peers' median compute;
+- comm_bound: every collective's transfer at the bus bandwidth the link reaches — ``link_gbps`` when
+  given, else the 90th percentile of the run's own bus bandwidths; without message sizes, the
+  fastest transfer the same operation (same name, same position in the step) reached in any step;
+- input_bound: data loading removed (``input`` segments → 0);
+- host_bound: the device's idle gaps closed (``idle`` → 0);
+- pipeline_bubble: stages balanced (compute → the median stage's), idle closed and send/recv
+  transfers free: what is left is the bubble of the schedule itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import polars as pl
+
+from tracediag.derive.collectives import bus_factor
+from tracediag.whatif.graph import Graph
+from tracediag.whatif.replay import replay, step_times
+
+BUSBW_QUANTILE = 0.9
+"""Without ``link_gbps``, the bus bandwidth the link reaches = this quantile of the run's own
+instances (the best it did, not a single lucky one)."""
+
+_FACTOR_SCHEMA = {"rank": pl.Int32, "step": pl.Int32, "cat": pl.String, "factor": pl.Float64}
+_TRANSFER_SCHEMA = {"op": pl.String, "rank": pl.Int32, "transfer_ns": pl.Float64}
+
+
+@dataclass(frozen=True)
+class Edit:
+    """Durations to change before a replay."""
+
+    factors: pl.DataFrame
+    """``rank, step, cat, factor``: local segments of that category scaled by factor."""
+    transfer: pl.DataFrame
+    """``op, rank, transfer_ns``: transfer times replaced."""
+
+    @staticmethod
+    def empty() -> Edit:
+        return Edit(pl.DataFrame(schema=_FACTOR_SCHEMA), pl.DataFrame(schema=_TRANSFER_SCHEMA))
+
+
+def _on(graph: Graph, ranks: tuple[int, ...], steps: tuple[int, ...]) -> pl.DataFrame:
+    """The kept (rank, step) pairs of `ranks` × `steps` (all steps when `steps` is empty)."""
+    s = graph.steps.select("rank", "step").filter(pl.col("rank").is_in(list(ranks)))
+    return s.filter(pl.col("step").is_in(list(steps))) if steps else s
+
+
+def _factor(rows: pl.DataFrame, cat: str, factor: pl.Expr | float) -> pl.DataFrame:
+    f = factor if isinstance(factor, pl.Expr) else pl.lit(factor)
+    return rows.select("rank", "step", cat=pl.lit(cat), factor=f).cast(_FACTOR_SCHEMA)
+
+
+def straggler(graph: Graph, steps: pl.DataFrame, rank: int, on_steps: tuple[int, ...]) -> Edit:
+    """`rank`'s compute in `on_steps` set to its peers' median compute (`steps`: `Facts.steps`)."""
+    peers = (
+        steps.filter(pl.col("rank") != rank)
+        .group_by("step")
+        .agg(peer=pl.col("compute_ns").median())
+        .join(steps.filter(pl.col("rank") == rank).select("step", "compute_ns"), on="step")
+        .with_columns(rank=pl.lit(rank, pl.Int32))
+        .join(_on(graph, (rank,), on_steps), on=["rank", "step"], how="semi")
+    )
+    factor = (pl.col("peer") / pl.col("compute_ns").clip(lower_bound=1)).clip(upper_bound=1.0)
+    return Edit(_factor(peers, "compute", factor), Edit.empty().transfer)
+
+
+def no_input(graph: Graph, ranks: tuple[int, ...], on_steps: tuple[int, ...]) -> Edit:
+    """Data loading removed on `ranks` in `on_steps`."""
+    return Edit(_factor(_on(graph, ranks, on_steps), "input", 0.0), Edit.empty().transfer)
+
+
+def no_idle(graph: Graph, ranks: tuple[int, ...], on_steps: tuple[int, ...]) -> Edit:
+    """The device's idle gaps closed on `ranks` in `on_steps` (a host that launches in time)."""
+    return Edit(_factor(_on(graph, ranks, on_steps), "idle", 0.0), Edit.empty().transfer)
+
+
+def link_transfer(graph: Graph, collectives: pl.DataFrame, link_gbps: float | None) -> pl.DataFrame:
+    """Per collective participation, the transfer time at the link's bus bandwidth (never slower
+    than observed): ``op, rank, transfer_ns``."""
+    ops = graph.ops.filter(pl.col("kind") == "collective")
+    sized = ops.filter(pl.col("bytes").fill_null(0) > 0)
+    bw = link_gbps
+    if bw is None and collectives.height:
+        bw = collectives["busbw_gbps"].drop_nulls().quantile(BUSBW_QUANTILE)
+    parts = []
+    if sized.height and bw:
+        ideal = pl.col("bytes") * bus_factor(pl.col("name"), pl.col("n")) / bw
+        parts.append(sized.select("op", "rank", transfer_ns=pl.min_horizontal(ideal, pl.col("transfer_ns"))))
+    unsized = ops.join(sized.select("op", "rank"), on=["op", "rank"], how="anti")
+    if unsized.height:
+        # the fastest the same operation (name, position in the step on the rank) went in any step
+        marks = graph.marks.filter(pl.col("kind") == "arrive").select("op", "rank", "step")
+        u = unsized.join(marks, on=["op", "rank"]).sort("arrival")
+        u = u.with_columns(_k=pl.int_range(pl.len()).over("rank", "step", "name"))
+        best = pl.col("transfer_ns").min().over("rank", "name", "_k")
+        parts.append(u.select("op", "rank", transfer_ns=best))
+    if not parts:
+        return Edit.empty().transfer
+    return pl.concat([p.cast(_TRANSFER_SCHEMA) for p in parts])
+
+
+def comm(graph: Graph, collectives: pl.DataFrame, link_gbps: float | None) -> Edit:
+    """Collective transfers at the link's bus bandwidth (`link_transfer`)."""
+    return Edit(Edit.empty().factors, link_transfer(graph, collectives, link_gbps))
+
+
+def pipeline(graph: Graph, steps: pl.DataFrame, ranks: tuple[int, ...], on_steps: tuple[int, ...]) -> Edit:
+    """Pipeline stages balanced, idle closed and send/recv free on `ranks` in `on_steps`."""
+    on = _on(graph, ranks, on_steps)
+    comp = (
+        steps.join(on, on=["rank", "step"], how="semi")
+        .with_columns(_med=pl.col("compute_ns").median().over("step"))
+        .select("rank", "step", f=(pl.col("_med") / pl.col("compute_ns").clip(lower_bound=1)).clip(upper_bound=1.0))
+    )
+    factors = pl.concat([_factor(comp, "compute", pl.col("f")), _factor(on, "idle", 0.0), _factor(on, "other", 0.0)])
+    p2p = graph.ops.filter(pl.col("kind") == "p2p", pl.col("rank").is_in(list(ranks)))
+    return Edit(factors, p2p.select("op", "rank", transfer_ns=pl.lit(0.0)).cast(_TRANSFER_SCHEMA))
+
+
+def combine(edits: list[Edit]) -> Edit:
+    """All edits at once: factors multiply, the shortest transfer wins."""
+    if not edits:
+        return Edit.empty()
+    f = pl.concat([e.factors for e in edits]).group_by("rank", "step", "cat").agg(pl.col("factor").product())
+    t = pl.concat([e.transfer for e in edits]).group_by("op", "rank").agg(pl.col("transfer_ns").min())
+    return Edit(f.cast(_FACTOR_SCHEMA), t.cast(_TRANSFER_SCHEMA))
+
+
+def whatif(graph: Graph, edit: Edit, base: pl.DataFrame | None = None) -> pl.DataFrame:
+    """Per step: ``dur_ns`` (observed), ``replay_ns`` (observed durations replayed), ``edited_ns``
+    (the edit replayed), ``lost_ns`` = replay − edited (≥ 0: what the edit saves, the replay's own
+    bias cancelled) and ``without_ns`` = observed − lost.
+
+    `base`: `replay.step_times` of the unedited graph, when already computed.
+    """
+    base = base if base is not None else step_times(replay(graph))
+    edited = step_times(replay(graph, factors=edit.factors, transfer=edit.transfer))
+    return (
+        base.join(edited.select("step", edited_ns="replay_ns"), on="step", how="left")
+        .with_columns(lost_ns=(pl.col("replay_ns") - pl.col("edited_ns")).clip(lower_bound=0))
+        .with_columns(without_ns=pl.col("dur_ns") - pl.col("lost_ns"))
+        .sort("step")
+    )
