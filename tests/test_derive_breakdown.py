@@ -79,9 +79,11 @@ def _gpu_two_steps() -> pl.DataFrame:
 def test_gpu_steps_follow_launch_correlation_and_edge_step_with_lost_launch_is_partial():
     ev = _gpu_two_steps()
     spans = step_spans(ev, find_markers(ev))
+    # the window's first step starts at its host start (the device waits for the host from 0 to 3 ms),
+    # the last ends at the later of its host end and its last device work
     assert spans.select("step", "device", "start", "end", "partial").rows() == [
-        (1, 0, 3 * MS, 14 * MS, False),
-        (2, 0, 14 * MS, 16 * MS, True),
+        (1, 0, 0, 14 * MS, False),
+        (2, 0, 14 * MS, 20 * MS, True),
     ]
     assigned = assign_steps(ev, spans)
     late = assigned.filter(pl.col("name").cast(pl.String) == "ncclKernel_AllReduce")
@@ -90,9 +92,14 @@ def test_gpu_steps_follow_launch_correlation_and_edge_step_with_lost_launch_is_p
     assert b["compute_ns"] == 6 * MS
     assert b["comm_ns"] == 5 * MS
     assert b["exposed_comm_ns"] == 3 * MS  # 9-12
-    assert b["idle_ns"] == 2 * MS  # 12-14 until step 2's first kernel
+    assert b["idle_ns"] == 5 * MS  # 0-3 before the first kernel, 12-14 until step 2's first kernel
+    # 0 until the launch call returns at 1 ms + 10 ns: nothing queued (host); then queued until 3 ms
+    # (other); 12-14: step 2's kernel was launched at 11 ms, before the gap (other)
+    assert (b["idle_host_ns"], b["idle_kernel_ns"], b["idle_other_ns"]) == (1 * MS + 10, 0, 4 * MS - 10)
+    assert b["compute_ns"] + b["exposed_comm_ns"] + b["copy_ns"] + b["idle_ns"] == b["dur_ns"]
     step2 = breakdown(assigned, spans).filter(pl.col("step") == 2).row(0, named=True)
     assert step2["lead_idle_ns"] == 2 * MS  # the device gap between step 1's last and step 2's first work
+    assert step2["idle_host_ns"] == 4 * MS  # 16-20: nothing more launched before the host step ends
 
 
 def test_step_regex_numbers_markers_from_group_or_order():
@@ -106,3 +113,20 @@ def test_step_regex_numbers_markers_from_group_or_order():
     assert find_markers(ev, step_regex=r"^train step (\d+)$")["step"].to_list() == [5, 6]
     assert find_markers(ev, step_regex=r"^train step")["step"].to_list() == [0, 1]
     assert find_markers(ev).height == 0
+
+
+def test_cpu_wait_for_an_in_flight_collective_counts_as_communication_when_the_work_is_not_traced():
+    """A gloo trace that records only the enqueue operator (no gloo:* work row): the training thread
+    computes 0-60 ms, enqueues an all-reduce 60-62, waits untraced (DDP's reducer) until 90, then runs
+    the optimizer 90-95. The wait is exposed communication, not idle."""
+    ev = events(
+        [
+            {"kind": "step", "name": "ProfilerStep#3", "ts": 0, "dur": 100 * MS},
+            {"kind": "cpu_op", "name": "aten::mm", "ts": 0, "dur": 60 * MS},
+            {"kind": "cpu_op", "name": "c10d::allreduce_", "ts": 60 * MS, "dur": 2 * MS, "coll_op": "all_reduce"},
+            {"kind": "cpu_op", "name": "aten::add_", "ts": 90 * MS, "dur": 5 * MS},
+        ]
+    )
+    spans = step_spans(ev, find_markers(ev))
+    b = breakdown(assign_steps(ev, spans), spans).row(0, named=True)
+    assert (b["compute_ns"], b["exposed_comm_ns"], b["idle_ns"]) == (65 * MS, 30 * MS, 5 * MS)

@@ -30,6 +30,9 @@ from tracediag.execute.driver import analyze_ranks, summarize
 RUNS = FIXTURES / "runs"
 CASES = ["healthy_tp_dp", "pipeline_1f1b_m8", "straggler_persistent"]
 """Split process groups matched by occurrence, point-to-point pipelines, a straggler."""
+KINETO_GLOO0 = FIXTURES / "kineto" / "gen_torch2.13cpu_gloo_2rank_rank0.pt.trace.json.gz"
+GPU_PAIR = [FIXTURES / "kineto" / f"hta_a100_nccl_rank{r}.json.gz" for r in (0, 1)]
+"""Two real A100 ranks (NCCL kernels): the host-feed table, the GPU kernel view and a host_bound finding."""
 
 HAS_RAY = importlib.util.find_spec("ray") is not None
 HAS_DASK = importlib.util.find_spec("distributed") is not None
@@ -117,8 +120,11 @@ def test_engine_reproduces_in_memory_analysis(engine, engines, expected, tmp_pat
 @pytest.mark.parametrize("engine", [pytest.param("ray", marks=needs_ray), pytest.param("dask", marks=needs_dask)])
 def test_engine_tables_equal_local_tables(engine, engines, tmp_path):
     sizes = {}
-    for case in ("pipeline_1f1b_m8", "healthy_tp_dp"):
-        run = RUNS / case
+    for case, run in [
+        ("pipeline_1f1b_m8", RUNS / "pipeline_1f1b_m8"),
+        ("healthy_tp_dp", RUNS / "healthy_tp_dp"),
+        ("a100", GPU_PAIR),
+    ]:
         local = summarize(run, out=str(tmp_path / case / "local"), executor="local", workers=2).tables()
         out = str(tmp_path / case / engine)
         other = summarize(run, out=out, executor=engine, workers=2, **engines[engine]).tables()
@@ -126,6 +132,44 @@ def test_engine_tables_equal_local_tables(engine, engines, tmp_path):
             assert_frame_equal(other[name], frame)
             sizes[name] = sizes.get(name, 0) + frame.height
     assert min(sizes.values()) > 0  # every table compared on rows, not only on its schema
+
+
+def test_gpu_ranks_from_summaries_equal_in_memory_with_kernel_view_and_host_feed(tmp_path):
+    """Issue 11's per-rank derivations (host feed, kernel view) come from the workers' tables."""
+    want = tracediag.analyze(tracediag.load(GPU_PAIR, jobs=1)).to_dict()
+    analysis, _ = analyze_ranks(GPU_PAIR, out=str(tmp_path / "s"), executor="local", workers=2)
+    doc = analysis.to_dict()
+    assert unpriced(doc) == unpriced(want)
+    assert {k["category"] for k in doc["kernels"]} >= {"compute", "communication"}
+    assert len(doc["kernel_categories"]) > 0
+    assert "host_bound" in [f["cause"] for f in doc["findings"]]  # read from the per-rank host table
+
+
+def test_files_of_different_runs_are_refused_from_summaries(tmp_path):
+    """The run checks read the manifest's metadata and the per-rank extents: two consecutive runs."""
+    files = [RUNS / "comm_bound" / "rank0.pt.trace.json.gz", RUNS / "healthy_ddp" / "rank1.pt.trace.json.gz"]
+    with pytest.raises(tracediag.MixedRunError, match="time spans do not overlap") as e:
+        analyze_ranks(files, out=str(tmp_path / "a"), executor="local", workers=2)
+    with pytest.raises(tracediag.MixedRunError) as mem:
+        tracediag.analyze(tracediag.load(files, jobs=1))
+    assert str(e.value) == str(mem.value)
+    analysis, _ = analyze_ranks(files, out=str(tmp_path / "b"), executor="local", workers=2, allow_mixed=True)
+    assert unpriced(analysis.to_dict()) == unpriced(
+        tracediag.analyze(tracediag.load(files, jobs=1), allow_mixed=True).to_dict()
+    )
+
+
+def test_cli_allow_mixed_with_executor_analyses_each_file_as_in_memory(runner, tmp_path):
+    files = [str(KINETO_GLOO0), str(RUNS / "comm_bound" / "rank1.pt.trace.json.gz")]
+    args = ["analyze", *files, "--allow-mixed", "--format", "json"]
+    mem = runner.invoke(cli, args)
+    ex = runner.invoke(cli, [*args, "--executor", "local", "--out", str(tmp_path / "s")])
+    assert mem.exit_code == ex.exit_code == 0, ex.output
+    want, got = orjson.loads(mem.stdout)["per_file"], orjson.loads(ex.stdout)["per_file"]
+    assert [d["file"] for d in got] == [d["file"] for d in want] and len(got) == 2
+    assert [unpriced(d) for d in got] == [unpriced(d) for d in want]
+    refused = runner.invoke(cli, ["analyze", *files, "--executor", "local", "--out", str(tmp_path / "t")])
+    assert refused.exit_code == 2 and "world sizes differ" in refused.output
 
 
 @pytest.mark.parametrize("engine", ENGINES)

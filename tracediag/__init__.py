@@ -11,7 +11,7 @@ Python API (see docs/api.md)::
 from tracediag.analysis import Analysis, Cause, Finding
 from tracediag.analyzing import analyze
 from tracediag.checking import Check, check
-from tracediag.errors import NoStepsError, RankError, SpecError, TracediagError, TraceError
+from tracediag.errors import MixedRunError, NoStepsError, RankError, SpecError, TracediagError, TraceError
 from tracediag.model.plan import plan
 from tracediag.model.predict import load_prediction, predict
 from tracediag.run import Run, RunMeta, load
@@ -21,6 +21,7 @@ __all__ = [
     "Cause",
     "Check",
     "Finding",
+    "MixedRunError",
     "NoStepsError",
     "RankError",
     "Run",

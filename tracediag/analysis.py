@@ -50,6 +50,10 @@ STEP_SCHEMA: dict[str, pl.DataType] = {
     "exposed_p2p_ns": pl.Int64(),
     "stall_ns": pl.Int64(),
     "lead_idle_ns": pl.Int64(),
+    "copy_ns": pl.Int64(),
+    "idle_host_ns": pl.Int64(),
+    "idle_kernel_ns": pl.Int64(),
+    "idle_other_ns": pl.Int64(),
 }
 """One row per (rank, step) of complete steps; `step` is the ProfilerStep number as in the trace.
 
@@ -57,13 +61,19 @@ STEP_SCHEMA: dict[str, pl.DataType] = {
 - ``compute_ns``: union of compute intervals (device kernels; on CPU-only traces the training
   thread's operator time outside communication and data loading).
 - ``comm_ns``: union of communication intervals; ``exposed_comm_ns``: the part no compute overlaps.
-- ``wait_ns``: time inside collectives spent waiting for peers to arrive (from cross-rank matching).
+- ``wait_ns``: the part of ``exposed_comm_ns`` spent waiting for peers to arrive at collectives (from
+  cross-rank matching; capped by the exposed time).
 - ``idle_ns``: step time with neither compute nor communication nor copies.
+  ``dur_ns = compute_ns + exposed_comm_ns + copy_ns + idle_ns`` on every row.
 - ``host_gap_ns``: time the host's training thread is in no operator (Python, scheduling, syncs).
 - ``input_ns``: time in data loading on the host (DataLoader `__next__`, `dataloader` annotations).
 - ``device``: the device whose timeline the row describes (the rank's busiest), -1 on CPU-only traces.
 - ``exposed_p2p_ns``: the part of ``exposed_comm_ns`` where only send/recv is active (pipeline waits).
 - ``stall_ns``: from the step start to its first compute (a device starved at step start).
+- ``copy_ns``: memory copies/sets with no compute or communication running.
+- ``idle_host_ns`` + ``idle_kernel_ns`` + ``idle_other_ns`` = ``idle_ns``: the device waiting on the host
+  (nothing queued until the launch call returns), on kernels (≤ 30 µs launch latency after it), or other
+  (queued work held by an event, a sync or another device). CPU-only ranks: all idle is other.
 - ``lead_idle_ns``: the device idle with nothing to do right before the step's first activity (CPU
   ranks: from the step start; GPU ranks: from the previous step's last activity).
 """
@@ -90,6 +100,26 @@ COLLECTIVE_SCHEMA: dict[str, pl.DataType] = {
 ``skew_ns`` = last − first arrival; ``transfer_ns`` = end − last arrival; bandwidths follow
 nccl-tests (algbw = bytes / transfer time; busbw = algbw × the op's bus factor).
 """
+
+KERNEL_SCHEMA: dict[str, pl.DataType] = {
+    "rank": pl.Int32(),
+    "name": pl.String(),
+    "category": pl.String(),
+    "count": pl.Int64(),
+    "total_ns": pl.Int64(),
+    "mean_ns": pl.Int64(),
+    "share": pl.Float64(),
+}
+"""The kernel view (`derive.kernels`): one row per (rank, kernel or operator name); ``category`` is
+compute, communication or memory; ``share`` = total / the rank's summed step time."""
+
+KERNEL_CATEGORY_SCHEMA: dict[str, pl.DataType] = {
+    "rank": pl.Int32(),
+    "category": pl.String(),
+    "count": pl.Int64(),
+    "total_ns": pl.Int64(),
+    "share": pl.Float64(),
+}
 
 
 def _freeze(value: Any) -> Any:
@@ -315,6 +345,10 @@ class Analysis:
     """Observed against predicted (`tracediag.check`), when a prediction was given."""
     whatif: WhatIf | None = None
     """The what-if replay: its error, the combined what-if and the per-step table."""
+    kernels: pl.DataFrame | None = None
+    """The kernel view: per rank, the top kernels/operators by total time (`KERNEL_SCHEMA`)."""
+    kernel_categories: pl.DataFrame | None = None
+    """Per (rank, category) over all kernels/operators (`KERNEL_CATEGORY_SCHEMA`)."""
 
     @property
     def step_numbers(self) -> list[int]:
@@ -341,6 +375,10 @@ class Analysis:
             out["check"] = self.check.to_dict()
         if self.whatif is not None:
             out["whatif"] = self.whatif.to_dict()
+        if self.kernels is not None and self.kernels.height:
+            out["kernels"] = self.kernels.to_dicts()
+        if self.kernel_categories is not None and self.kernel_categories.height:
+            out["kernel_categories"] = self.kernel_categories.to_dicts()
         return out
 
     @classmethod
@@ -362,4 +400,8 @@ class Analysis:
             pipelines=tuple(Pipeline.from_dict(p) for p in d.get("pipeline", [])),
             check=Check.from_dict(d["check"]) if d.get("check") else None,
             whatif=WhatIf.from_dict(d["whatif"]) if d.get("whatif") else None,
+            kernels=pl.DataFrame(d["kernels"], schema=KERNEL_SCHEMA) if d.get("kernels") else None,
+            kernel_categories=pl.DataFrame(d["kernel_categories"], schema=KERNEL_CATEGORY_SCHEMA)
+            if d.get("kernel_categories")
+            else None,
         )

@@ -11,16 +11,19 @@ import math
 import polars as pl
 
 from tracediag.analysis import COLLECTIVE_SCHEMA, STEP_SCHEMA, Analysis
-from tracediag.derive.collectives import align_and_match, summarize_instances, wait_per_step
+from tracediag.derive.collectives import align_and_match, plausible_matches, summarize_instances, wait_per_step
+from tracediag.derive.kernels import TOP_STORED, by_category, kernel_view
 from tracediag.derive.p2p import pipeline_groups
 from tracediag.derive.per_rank import rank_tables
 from tracediag.detect import Facts, Thresholds, detect_all
 from tracediag.detect.pipeline import pipeline_stages
+from tracediag.detect.warmup import warmup_steps, without_steps
 from tracediag.errors import NoStepsError
 from tracediag.run import Run, RunMeta
+from tracediag.sanity import check_problems, check_same_run, run_problems
 from tracediag.whatif import graph_of
 from tracediag.whatif.price import price
-from tracediag.words import count
+from tracediag.words import count, noun
 
 NO_REPLAY = "what-if replay not available on per-rank summaries (--executor): time lost is the detectors' estimate"
 """The warning of an analysis from summaries: the replay needs every rank's timeline (a follow-up)."""
@@ -54,6 +57,7 @@ def facts_from_tables(
         raise NoStepsError(msg)
     instances = tables["instances"]
     offsets, matched = align_and_match(instances, split=_needs_split(meta, instances))
+    matched, unmatched = plausible_matches(matched)
     waits = wait_per_step(matched)
     per_step = tables["breakdown"].join(offsets, on="rank", how="left")
     n_ranks = per_step["rank"].n_unique()
@@ -65,6 +69,12 @@ def facts_from_tables(
     warnings = []
     if partial.height:
         warnings.append(f"{count(partial.height, 'partial step')} at the edges of the recorded window left out")
+    if unmatched:
+        warnings.append(
+            f"{count(unmatched, 'collective instance')} could not be matched across the traced ranks (a rank "
+            "left before another arrived: different instances or asynchronous enqueue operators); no wait is "
+            "counted for them"
+        )
     if complete.height - kept.height:
         dropped = count(complete.height - kept.height, "rank-step")
         warnings.append(f"{dropped} of steps not recorded on every rank left out")
@@ -88,11 +98,18 @@ def facts_from_tables(
         .drop("offset_ns")
         .filter(pl.col("step").is_in(on_all.implode())),
         pipelines=pipeline_groups(tables["p2p_edges"]),
+        host=tables["host"],
         link_gbps=link_gbps,
         world_size=meta.world_size,
     )
     replay_inputs = {"spans": spans, "offsets": offsets, "matched": matched}
-    return facts, {"excluded_steps": excluded, "warnings": tuple(warnings), "replay": replay_inputs}
+    kernels = kernel_view(tables["kernels"], steps, top=None)
+    return facts, {
+        "excluded_steps": excluded,
+        "warnings": tuple(warnings),
+        "replay": replay_inputs,
+        "kernels": kernels,
+    }
 
 
 def analyze(
@@ -101,6 +118,7 @@ def analyze(
     step_regex: str | None = None,
     link_gbps: float | None = None,
     thresholds: Thresholds | None = None,
+    allow_mixed: bool = False,
 ) -> Analysis:
     """Find where `run` waits: per-step breakdown, matched collectives and ranked findings.
 
@@ -115,9 +133,13 @@ def analyze(
         Peak bus bandwidth of the link in GB/s, to say whether communication saturates it.
     thresholds
         Detector thresholds (`detect.Thresholds`); the documented defaults when None.
+    allow_mixed
+        Skip the check that the files are ranks of one run (`sanity.check_same_run`).
 
     Raises
     ------
+    MixedRunError
+        The files are not ranks of one run (world sizes, devices, backends, time spans, collectives).
     NoStepsError
         The traces hold no step markers.
     ValueError
@@ -125,10 +147,18 @@ def analyze(
     """
     if link_gbps is not None and not (isinstance(link_gbps, (int, float)) and 0 < link_gbps < math.inf):
         raise ValueError(f"link_gbps must be a finite number of GB/s above 0, got {link_gbps!r}")
+    if not allow_mixed:
+        check_same_run(run)
     tables = rank_tables(run.events, step_regex=step_regex, with_events=True)
     ranks = tuple(run.meta.ranks) or tuple(sorted(run.events["rank"].unique().to_list()))
     return analyze_tables(
-        tables, run.meta, ranks=ranks, step_regex=step_regex, link_gbps=link_gbps, thresholds=thresholds
+        tables,
+        run.meta,
+        ranks=ranks,
+        step_regex=step_regex,
+        link_gbps=link_gbps,
+        thresholds=thresholds,
+        allow_mixed=True,  # checked above, before the per-rank tables
     )
 
 
@@ -140,15 +170,26 @@ def analyze_tables(
     step_regex: str | None = None,
     link_gbps: float | None = None,
     thresholds: Thresholds | None = None,
+    allow_mixed: bool = False,
 ) -> Analysis:
     """`analyze` from the per-rank tables of every rank (`derive.per_rank.rank_tables`, in rank
     order) and the files' metadata: the driver's half when ranks are summarised where they lie
-    (`tracediag.execute`). `ranks` defaults to the ranks `meta` lists. Findings are priced by the
-    what-if replay only when `tables` holds the events (``with_events``); from summaries they keep
-    the detectors' estimates and the analysis says so."""
+    (`tracediag.execute`). `ranks` defaults to the ranks `meta` lists. The run checks
+    (`sanity.run_problems`) read the metadata and the per-rank ``extents``, unless `allow_mixed`.
+    Findings are priced by the what-if replay only when `tables` holds the events (``with_events``);
+    from summaries they keep the detectors' estimates and the analysis says so."""
+    if not allow_mixed:
+        check_problems(meta, run_problems(meta, tables["extents"]))
     facts, left_out = facts_from_tables(tables, meta, step_regex=step_regex, link_gbps=link_gbps)
-    findings = detect_all(facts, thresholds=thresholds)
+    th = thresholds or Thresholds()
+    warmup = warmup_steps(facts.steps, th)
+    findings = detect_all(without_steps(facts, warmup), thresholds=th)
     whatif, warnings = None, left_out["warnings"]
+    if warmup:
+        warnings += (
+            f"{noun(len(warmup), 'step')} {', '.join(map(str, warmup))} {'is' if len(warmup) == 1 else 'are'} "
+            f"warm-up (every rank at least {th.warmup_ratio}x its later steps): shown, left out of the diagnosis",
+        )
     if "events" not in tables:
         warnings += (NO_REPLAY,)
     else:
@@ -156,14 +197,19 @@ def analyze_tables(
             findings, whatif = price(findings, facts, graph_of(facts, events=tables["events"], **left_out["replay"]))
         except (pl.exceptions.PolarsError, ValueError, IndexError, KeyError) as e:  # the detectors' estimates stay
             warnings += (f"what-if replay not available ({type(e).__name__}: {str(e).splitlines()[0][:200]})",)
+    kernels = left_out["kernels"]
     return Analysis(
         ranks=ranks if ranks is not None else tuple(meta.ranks),
         world_size=meta.world_size,
-        steps=facts.steps.select(list(STEP_SCHEMA)).cast(STEP_SCHEMA),
+        steps=facts.steps.with_columns(pl.min_horizontal("wait_ns", "exposed_comm_ns").alias("wait_ns"))
+        .select(list(STEP_SCHEMA))
+        .cast(STEP_SCHEMA),
         collectives=facts.collectives,
         findings=findings,
         excluded_steps=left_out["excluded_steps"],
         warnings=tuple(meta.errors) + warnings,
         pipelines=tuple(pipeline_stages(facts)),
         whatif=whatif,
+        kernels=kernels.group_by("rank", maintain_order=True).head(TOP_STORED) if kernels.height else None,
+        kernel_categories=by_category(kernels) if kernels.height else None,
     )

@@ -51,3 +51,7 @@ class NoStepsError(TracediagError):
 
 class OutputError(TracediagError):
     """An output cannot be written where asked (it is an input, its folder is missing, a device)."""
+
+
+class MixedRunError(TracediagError):
+    """The files given as one run are not ranks of one run (`sanity.check_same_run`)."""

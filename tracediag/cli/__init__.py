@@ -16,12 +16,14 @@ def cli() -> None:
 
 def _register() -> None:
     from tracediag.cli.analyze import analyze
+    from tracediag.cli.compare import compare
     from tracediag.cli.ingest import ingest
     from tracediag.cli.model import register as register_model
     from tracediag.cli.report import report
 
     cli.add_command(ingest)
     cli.add_command(analyze)
+    cli.add_command(compare)
     register_model(cli)
     cli.add_command(report)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+from pathlib import Path
 from typing import Any
 
 import click
@@ -24,13 +25,29 @@ from tracediag.cli.execute_options import (
 from tracediag.cli.ingest import load_traces, trace_options
 from tracediag.errors import TracediagError, shown
 from tracediag.output import write_atomic
+from tracediag.report.kernels_text import render_kernels
 from tracediag.report.text import render_text
 from tracediag.run import Run
+from tracediag.sanity import mixed_run_problems, split_by_file
 
 
-def run_analysis(run: Run, *, step_regex: str | None = None, link_gbps: float | None = None) -> Analysis:
+def run_analysis(
+    run: Run, *, step_regex: str | None = None, link_gbps: float | None = None, allow_mixed: bool = False
+) -> Analysis:
     """The work behind the command: load is done, options are parsed; rendering happens after."""
-    return _analyze(run, step_regex=step_regex, link_gbps=link_gbps)
+    return _analyze(run, step_regex=step_regex, link_gbps=link_gbps, allow_mixed=allow_mixed)
+
+
+def _per_file(run: Run, step_regex: str | None, peak: float | None, check_kw: dict) -> list[tuple[str, Analysis]]:
+    """`--allow-mixed` on files of different runs: each file analysed on its own."""
+    out = []
+    for path, one in split_by_file(run):
+        try:
+            result = run_analysis(one, step_regex=step_regex, link_gbps=peak, allow_mixed=True)
+        except (TracediagError, ValueError) as e:
+            raise InputError(f"{shown(path)}: {e}".replace("\n", "\nError: ")) from None
+        out.append((path, add_check(result, one, check_kw)))
+    return out
 
 
 def _causes(value: str | None) -> tuple[str, ...]:
@@ -68,6 +85,19 @@ def _link(value: str | None) -> float | None:
     metavar="GBPS|PRESET",
     help="Peak bus bandwidth of the link in GB/s, or a link preset (nvlink4, ib-ndr, ...).",
 )
+@click.option(
+    "--kernels",
+    "kernels_top",
+    type=click.IntRange(min=0),
+    default=0,
+    metavar="N",
+    help="Also list each rank's top N kernels/operators by total time (text; JSON always has them).",
+)
+@click.option(
+    "--allow-mixed",
+    is_flag=True,
+    help="Files that are not ranks of one run: analyse each on its own instead of refusing them.",
+)
 @trace_options
 @executor_options
 @check_options
@@ -78,6 +108,8 @@ def analyze(
     fail_on: str | None,
     step_regex: str | None,
     link_gbps: str | None,
+    allow_mixed: bool,
+    kernels_top: int,
     jobs: int,
     rank_from_filename: str | None,
     rank_map: tuple[str, ...],
@@ -92,25 +124,44 @@ def analyze(
     ex_kw = {k: check_kw.pop(k) for k in EXECUTOR_KEYS}
     run, failed = None, ()
     if ex_kw["executor"]:
-        from tracediag.execute.driver import analyze_ranks
+        from tracediag.execute.driver import analyze_ranks_per_file
 
         refuse_overwrite(paths, {"-o": output, "--html": html}, (check_kw.get("plan_path"),))
         kw = summarize_kw(ex_kw, jobs=jobs, rank_from_filename=rank_from_filename, rank_map=rank_map)
-        result, summaries = run_summaries(
-            analyze_ranks, paths, out=ex_kw["out_dir"], step_regex=step_regex, link_gbps=peak, **kw
+        analyses, summaries = run_summaries(
+            analyze_ranks_per_file,
+            paths,
+            out=ex_kw["out_dir"],
+            step_regex=step_regex,
+            link_gbps=peak,
+            per_file=allow_mixed,
+            **kw,
         )
         failed = summaries.meta.errors
+        results = [(p, add_check(r, None, check_kw)) for p, r in analyses]
     else:
         run = load_traces(
             paths, jobs, rank_from_filename, rank_map, {"-o": output, "--html": html}, (check_kw.get("plan_path"),)
         )
-        try:
-            result = run_analysis(run, step_regex=step_regex, link_gbps=peak)
-        except (TracediagError, ValueError) as e:
-            raise InputError(str(e).replace("\n", "\nError: ")) from None
-    result = add_check(result, run, check_kw)
-    text = orjson.dumps(result.to_dict()).decode() if fmt == "json" else render_text(result)
-    text = append_check_text(text, result, fmt)
+        if allow_mixed and mixed_run_problems(run):
+            results = _per_file(run, step_regex, peak, check_kw)
+        else:
+            try:
+                result = run_analysis(run, step_regex=step_regex, link_gbps=peak)
+            except (TracediagError, ValueError) as e:
+                raise InputError(str(e).replace("\n", "\nError: ")) from None
+            results = [("", add_check(result, run, check_kw))]
+    if fmt == "json":
+        docs = [{**({"file": p} if p else {}), **r.to_dict()} for p, r in results]
+        text = orjson.dumps(docs[0] if len(docs) == 1 and not results[0][0] else {"per_file": docs}).decode()
+    else:
+        parts = []
+        for p, r in results:
+            body = append_check_text(render_text(r), r, fmt)
+            if kernels_top:
+                body += "\n\n" + render_kernels(r, kernels_top)
+            parts.append(f"== {shown(p)} (analysed alone: --allow-mixed)\n{body}" if p else body)
+        text = "\n\n".join(parts)
     if output:
         try:
             write_atomic(output, (text + "\n").encode())
@@ -118,7 +169,12 @@ def analyze(
             raise InputError(str(e)) from None
     else:
         click.echo(text)
-    finish_report(result, check_kw)
+    for i, (p, r) in enumerate(results):
+        kw = check_kw
+        if p and check_kw.get("html_path") is not None:
+            html = Path(check_kw["html_path"])
+            kw = {**check_kw, "html_path": html.with_name(f"{html.stem}.{i}{html.suffix}")}
+        finish_report(r, kw)
     report_failed(failed, ex_kw["allow_missing"])
-    if gate and any(f.cause in gate for f in result.findings):
+    if gate and any(f.cause in gate for _, r in results for f in r.findings):
         raise SystemExit(EXIT_FINDING)

@@ -13,7 +13,9 @@ classified by what covers it.
   Communication is the union of ``gloo:*`` work (on ``pt_gloo_runloop`` threads or the training
   thread) and of the communication operators. So DDP's all-reduce on the gloo thread that runs
   during backward is communication hidden by compute; the training thread waiting for it at the
-  end of backward (no operator on the thread) is exposed communication.
+  end of backward (no operator on the thread) is exposed communication. When a trace records only
+  the enqueue operators (``c10d::allreduce_``) and no ``gloo:*`` work, the host's wait from the
+  enqueue to its next operator on that thread is communication too (`_in_flight`).
 
 Then ``exposed_comm`` = communication and no compute; ``exposed_p2p`` = the part of it where only
 point-to-point traffic (send/recv: pipeline stages waiting on each other) is active;
@@ -42,12 +44,20 @@ INPUT_REGEX = r"(?i)dataloader"
 P2P_OPS = ("send", "recv")
 """Point-to-point operations (pipeline traffic), kept apart so a bubble is not read as comm_bound."""
 
+KERNEL_WAIT_NS = 30_000
+"""Device idle after the host has launched the next work, up to this long, is launch latency or a
+dependency between consecutive kernels (HTA's ``consecutive_kernel_delay``, 30 µs)."""
+
 BREAKDOWN_COLUMNS = (
     "compute_ns",
     "comm_ns",
     "exposed_comm_ns",
     "exposed_p2p_ns",
+    "copy_ns",
     "idle_ns",
+    "idle_host_ns",
+    "idle_kernel_ns",
+    "idle_other_ns",
     "host_gap_ns",
     "input_ns",
     "stall_ns",
@@ -82,6 +92,34 @@ def _host_compute(events: pl.LazyFrame) -> pl.LazyFrame:
     return union_intervals(busy.select("rank", "ts", "end"), ["rank"])
 
 
+def _in_flight(host: pl.LazyFrame) -> pl.LazyFrame:
+    """CPU-only ranks whose trace records no collective work (no ``gloo:*`` rows, only the enqueue
+    operators): the host blocked with its own collective in flight, as (rank, ts, end).
+
+    From each collective operator's start (``c10d::allreduce_``, ``record_param_comms``, ... with a
+    collective) to the start of the next operator on the same thread: DDP's reducer and
+    ``work.wait()`` block there without a profiler range. Ranks that record the work itself are
+    left alone (the work rows are the communication).
+    """
+    name = pl.col("name").cast(pl.String)
+    with_work = host.filter(pl.col("kind") == "comm").select("rank").unique()
+    ops = host.filter(pl.col("kind") == "cpu_op").join(with_work, on="rank", how="anti")
+    enqueue = ops.filter(pl.col("coll_op").is_not_null(), ~pl.col("coll_op").is_in(P2P_OPS)).select(
+        "rank", "tid", "ts", _e=_end()
+    )
+    nxt = (
+        ops.filter(pl.col("coll_op").is_null(), ~name.str.contains(COMM_OP_REGEX))
+        .select("rank", "tid", _next="ts")
+        .sort("_next")
+    )
+    return (
+        enqueue.sort("_e")
+        .join_asof(nxt, left_on="_e", right_on="_next", by=["rank", "tid"], strategy="forward", check_sortedness=False)
+        .filter(pl.col("_next").is_not_null())
+        .select("rank", "ts", end=pl.max_horizontal("_e", "_next"))
+    )
+
+
 def _device_timeline(events: pl.LazyFrame, spans: pl.LazyFrame) -> pl.LazyFrame:
     """(rank, ts, end, cat) with cat in compute/comm/p2p/copy/step on each rank's device timeline."""
     gpu = spans.filter(pl.col("device") >= 0).select("rank", "device").unique()
@@ -112,6 +150,7 @@ def _device_timeline(events: pl.LazyFrame, spans: pl.LazyFrame) -> pl.LazyFrame:
             end=_end(),
             cat=pl.when(pl.col("coll_op").is_in(P2P_OPS)).then(pl.lit("p2p")).otherwise(pl.lit("comm")),
         ),
+        _in_flight(host).with_columns(cat=pl.lit("comm")),
         spans.filter(pl.col("start").is_not_null()).select("rank", ts="start", end="end", cat=pl.lit("step")),
     ]
     return pl.concat([p.select("rank", "ts", "end", "cat") for p in parts])
@@ -131,6 +170,55 @@ def _host_timeline(events: pl.LazyFrame, spans: pl.LazyFrame) -> pl.LazyFrame:
         spans.select("rank", ts="host_start", end="host_end", cat=pl.lit("step")),
     ]
     return pl.concat(parts)
+
+
+def _next_work(events: pl.LazyFrame, spans: pl.LazyFrame) -> pl.LazyFrame:
+    """GPU ranks: per start time of device work on the main device, the earliest return of a host
+    launch call of the work starting then (``next_ts``, ``next_launch``; launch null when the trace links none)."""
+    gpu = spans.filter(pl.col("device") >= 0).select("rank", "device").unique()
+    launches = (
+        events.filter(pl.col("device") == -1, pl.col("kind") == "runtime", pl.col("correlation").is_not_null())
+        .group_by("rank", "correlation")
+        .agg(launch=(pl.col("ts") + pl.col("dur")).min())
+    )
+    return (
+        events.filter(pl.col("device") >= 0, pl.col("kind").is_in(["kernel", "comm", "memcpy", "memset"]))
+        .join(gpu, on=["rank", "device"], how="semi")
+        .join(launches, on=["rank", "correlation"], how="left")
+        .group_by("rank", "ts")
+        .agg(next_launch=pl.col("launch").min())
+        .select("rank", next_ts="ts", next_launch="next_launch")
+        .sort("next_ts")
+    )
+
+
+def _split_idle(idle: pl.LazyFrame, nxt: pl.LazyFrame) -> pl.LazyFrame:
+    """Split idle device segments (rank, ts, end, len) into waiting on the host / on kernels / other.
+
+    The device waits on the host from the start of a gap until the host's call that launches the work
+    ending the gap returns (nothing is queued); after that launch, up to `KERNEL_WAIT_NS` is launch latency between
+    consecutive kernels; the rest (queued work held by an event, a sync or another device, or work
+    the trace does not link to a launch) is other. A gap with no device work after it (the end of
+    the window) waits on the host.
+    """
+    j = idle.sort("end").join_asof(
+        nxt, left_on="end", right_on="next_ts", by="rank", strategy="forward", check_sortedness=False
+    )
+    host = (
+        pl.when(pl.col("next_ts").is_null())
+        .then(pl.col("len"))
+        .when(pl.col("next_launch").is_null())
+        .then(0)
+        .otherwise((pl.col("next_launch") - pl.col("ts")).clip(0, pl.col("len")))
+    )
+    rest = pl.col("len") - pl.col("_host")
+    return (
+        j.with_columns(_host=host)
+        .with_columns(
+            _kernel=pl.when(rest <= KERNEL_WAIT_NS).then(rest).otherwise(0),
+        )
+        .with_columns(_other=pl.col("len") - pl.col("_host") - pl.col("_kernel"))
+    )
 
 
 def _by_step(segments: pl.LazyFrame, spans: pl.LazyFrame, start: str) -> pl.LazyFrame:
@@ -154,6 +242,7 @@ def breakdown(events: pl.DataFrame, spans: pl.DataFrame) -> pl.DataFrame:
     dev = sweep(_device_timeline(lf, sp), ["rank"], ["compute", "comm", "p2p", "copy", "step"])
     dev = _by_step(dev, sp, "start")
     on = pl.col("len")
+    copying = pl.col("n_copy") > 0
     computing = pl.col("n_compute") > 0
     collective = pl.col("n_comm") > 0
     p2p = pl.col("n_p2p") > 0
@@ -164,10 +253,20 @@ def breakdown(events: pl.DataFrame, spans: pl.DataFrame) -> pl.DataFrame:
         comm_ns=on.filter(communicating).sum(),
         exposed_comm_ns=on.filter(communicating & ~computing).sum(),
         exposed_p2p_ns=on.filter(p2p & ~collective & ~computing).sum(),
-        idle_ns=on.filter(~computing & ~communicating & (pl.col("n_copy") == 0)).sum(),
+        copy_ns=on.filter(copying & ~computing & ~communicating).sum(),
+        idle_ns=on.filter(~computing & ~communicating & ~copying).sum(),
         _first_compute=first_compute,
         _first_active=pl.col("ts").filter(computing | communicating | (pl.col("n_copy") > 0)).min(),
         _last_active=pl.col("end").filter(computing | communicating | (pl.col("n_copy") > 0)).max(),
+    )
+    idle = _split_idle(
+        dev.filter(~computing, ~communicating, ~copying).select("rank", "step", "ts", "end", "len"), _next_work(lf, sp)
+    )
+    cpu = sp.filter(pl.col("device") < 0).select("rank").unique()
+    idle_agg = (
+        idle.join(cpu, on="rank", how="anti")
+        .group_by("rank", "step")
+        .agg(idle_host_ns=pl.col("_host").sum(), idle_kernel_ns=pl.col("_kernel").sum())
     )
     host = _by_step(sweep(_host_timeline(lf, sp), ["rank"], ["busy", "input", "step"]), sp, "host_start")
     host_agg = host.group_by("rank", "step").agg(
@@ -177,6 +276,7 @@ def breakdown(events: pl.DataFrame, spans: pl.DataFrame) -> pl.DataFrame:
     out = (
         sp.join(dev_agg, on=["rank", "step"], how="left")
         .join(host_agg, on=["rank", "step"], how="left")
+        .join(idle_agg, on=["rank", "step"], how="left")
         .with_columns(
             start_ns=pl.col("start"),
             dur_ns=pl.col("end") - pl.col("start"),
@@ -187,7 +287,8 @@ def breakdown(events: pl.DataFrame, spans: pl.DataFrame) -> pl.DataFrame:
             .fill_null(0)
             .clip(lower_bound=0),
         )
-        .with_columns(pl.col(c).fill_null(0).cast(pl.Int64) for c in BREAKDOWN_COLUMNS)
+        .with_columns(pl.col(c).fill_null(0).cast(pl.Int64) for c in BREAKDOWN_COLUMNS if c != "idle_other_ns")
+        .with_columns(idle_other_ns=pl.col("idle_ns") - pl.col("idle_host_ns") - pl.col("idle_kernel_ns"))
         .select("rank", "step", "device", "start_ns", "dur_ns", *BREAKDOWN_COLUMNS)
         .sort("rank", "step")
     )

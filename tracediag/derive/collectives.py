@@ -168,6 +168,30 @@ def align_and_match(instances: pl.DataFrame, *, split: bool = False) -> tuple[pl
     return offsets, match_instances(instances, offsets, split_gap_ns=SPLIT_GAP_NS)
 
 
+MATCH_TOLERANCE_NS = 100_000
+"""Clock alignment error allowed when checking that a match is one collective (100 µs, or 10% of
+the instance's median duration when larger)."""
+
+
+def plausible_matches(matched: pl.DataFrame) -> tuple[pl.DataFrame, int]:
+    """Drop matched instances that cannot be one collective among the traced ranks.
+
+    In a collective every member leaves after the last one arrives, so on aligned clocks no rank ends
+    before the last arrival. When one does (beyond `MATCH_TOLERANCE_NS` or 10% of the median duration),
+    the k-th occurrences are different instances (sampled ranks of a large job in different groups)
+    or asynchronous enqueue operators that do not wait; matching them would invent waits and skews.
+    Returns the kept rows and how many instances were dropped.
+    """
+    if not matched.height:
+        return matched, 0
+    tol = pl.max_horizontal(pl.lit(MATCH_TOLERANCE_NS), 0.1 * (pl.col("end") - pl.col("ts")).median().over("iid"))
+    multi = pl.col("n_ranks") > 1
+    bad = multi & (pl.col("last_arrival") > pl.col("aligned_end").min().over("iid") + tol)
+    flagged = matched.with_columns(_bad=bad)
+    dropped = flagged.filter("_bad")["iid"].n_unique()
+    return flagged.filter(~pl.col("_bad")).drop("_bad"), dropped
+
+
 def summarize_instances(matched: pl.DataFrame) -> pl.DataFrame:
     """One row per instance seen on at least two ranks: `analysis.COLLECTIVE_SCHEMA` columns."""
     n = pl.coalesce(pl.col("group_size").max(), pl.len()).cast(pl.Int32)

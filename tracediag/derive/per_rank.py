@@ -13,10 +13,13 @@ import polars as pl
 
 from tracediag.derive.breakdown import breakdown
 from tracediag.derive.collectives import collective_instances
+from tracediag.derive.host import host_feed
+from tracediag.derive.kernels import kernel_steps
 from tracediag.derive.p2p import p2p_per_step
 from tracediag.derive.steps import assign_steps, find_markers, step_spans
+from tracediag.sanity import rank_extents
 
-TABLES = ("spans", "breakdown", "instances", "p2p", "p2p_edges")
+TABLES = ("spans", "breakdown", "instances", "p2p", "p2p_edges", "host", "kernels", "extents")
 """The per-rank tables, by name (`rank_tables` keys; file names of a rank's summary)."""
 
 _NO_OFFSETS = pl.DataFrame(schema={"rank": pl.Int32, "offset_ns": pl.Int64})
@@ -32,6 +35,10 @@ def rank_tables(
     - ``instances``: `derive.collectives.INSTANCE_SCHEMA`, one row per collective per rank;
     - ``p2p``: `derive.p2p.p2p_per_step` with no clock offset (``first_send_ns`` on the own clock);
     - ``p2p_edges``: ``rank, coll_op, coll_peer`` of the send/recv rows, distinct (pipeline topology);
+    - ``host``: `derive.host.host_feed` per (rank, step) of GPU ranks (how the host feeds the device);
+    - ``kernels``: `derive.kernels.kernel_steps` per (rank, step, kernel or operator), summed over the
+      analysed steps by `derive.kernels.kernel_view`;
+    - ``extents``: `sanity.rank_extents` (recorded window, collective operations) for the run checks;
     - with `with_events`, also ``events``: `events` with ``step`` filled (for the what-if replay, which
       still reads the whole event table and so runs only where it is at hand).
 
@@ -52,6 +59,9 @@ def rank_tables(
         .unique()
         .sort("rank", "coll_op", "coll_peer", nulls_last=True)
         .collect(),
+        "host": host_feed(stepped, spans),
+        "kernels": kernel_steps(stepped, spans.group_by("rank").agg(pl.col("device").first())),
+        "extents": rank_extents(events),
     }
     if with_events:
         tables["events"] = stepped

@@ -68,6 +68,14 @@ def find_markers(events: pl.DataFrame, *, step_regex: str | None = None) -> pl.D
         .group_by("rank", "step")
         .agg(pl.all().sort_by(pl.col("host_end") - pl.col("host_start")).last())
         .select("rank", "step", "tid", "host_start", "host_end")
+        .sort("rank", "host_start")
+        # nested or overlapping markers (a loose --step-regex): each ends where the next begins, so
+        # steps partition the host timeline and no time is counted twice
+        .with_columns(
+            host_end=pl.min_horizontal(
+                "host_end", pl.col("host_start").shift(-1).over("rank").fill_null(pl.col("host_end"))
+            )
+        )
         .sort("rank", "step")
         .collect()
     )
@@ -140,6 +148,8 @@ def step_spans(events: pl.DataFrame, markers: pl.DataFrame) -> pl.DataFrame:
         .group_by("rank", pl.col("_launch_step").alias("step"))
         .agg(lost=pl.len())
     )
+    first = pl.col("step") == pl.col("step").min().over("rank")
+    last = pl.col("step") == pl.col("step").max().over("rank")
     out = (
         markers.lazy()
         .join(main_dev, on="rank", how="left")
@@ -147,8 +157,17 @@ def step_spans(events: pl.DataFrame, markers: pl.DataFrame) -> pl.DataFrame:
         .join(lost, on=["rank", "step"], how="left")
         .with_columns(
             device=pl.col("main_device").fill_null(-1).cast(pl.Int16),
-            start=pl.when(pl.col("main_device").is_null()).then(pl.col("host_start")).otherwise(pl.col("dev_first")),
-            end=pl.when(pl.col("main_device").is_null()).then(pl.col("host_end")).otherwise(pl.col("dev_end")),
+            # the window's first and last steps keep the device's wait for the host before and after its work
+            start=pl.when(pl.col("main_device").is_null())
+            .then(pl.col("host_start"))
+            .when(first)
+            .then(pl.min_horizontal("host_start", "dev_first"))
+            .otherwise(pl.col("dev_first")),
+            end=pl.when(pl.col("main_device").is_null())
+            .then(pl.col("host_end"))
+            .when(last & pl.col("dev_end").is_not_null())
+            .then(pl.max_horizontal("host_end", "dev_end"))
+            .otherwise(pl.col("dev_end")),
         )
         .with_columns(
             _dur=pl.col("host_end") - pl.col("host_start"),

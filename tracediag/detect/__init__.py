@@ -9,7 +9,7 @@ from __future__ import annotations
 import polars as pl
 
 from tracediag.analysis import Finding
-from tracediag.detect import comm_bound, input_bound, pipeline, straggler
+from tracediag.detect import comm_bound, host_bound, input_bound, pipeline, straggler
 from tracediag.detect.facts import Facts
 from tracediag.detect.thresholds import Thresholds
 from tracediag.words import count
@@ -25,7 +25,9 @@ def _closest(s, th: Thresholds) -> str:
     comm = s.group_by("rank").agg(share.median())["exposed_comm_ns"].median()
     ratio = straggler.rank_step_ratios(s, th).group_by("rank").agg(pl.col("ratio").median())["ratio"].max()
     lead = s.group_by("rank").agg((pl.col("lead_idle_ns") / pl.col("dur_ns").clip(1)).median())["lead_idle_ns"].min()
+    idle = host_bound.idle_share(s) or 0.0
     near = [
+        (idle / th.host_idle_share, f"device idle {idle:.0%} of the step (host_bound from {th.host_idle_share:.0%})"),
         (comm / th.comm_share, f"exposed communication {comm:.0%} of the step (comm_bound from {th.comm_share:.0%})"),
         (
             (ratio - 1) / (th.straggler_persistent_ratio - 1),
@@ -52,11 +54,12 @@ def _healthy(facts: Facts, th: Thresholds) -> Finding:
             "exposed_comm_share_median": round(float((s["exposed_comm_ns"] / s["dur_ns"].clip(1)).median()), 3),
             "compute_ratio_max": round(float(ratio.max()), 3),
             "input_share_median": round(float((s["input_ns"] / s["dur_ns"].clip(1)).median()), 3),
+            "idle_share_median": round(host_bound.idle_share(s) or 0.0, 3),
         }
     summary = (
         f"no cause found over {count(s['step'].n_unique() if s.height else 0, 'step')} on {count(len(ranks), 'rank')}: "
-        "no rank computes persistently longer than its peers, exposed communication, pipeline idle "
-        "and data loading stay below their thresholds" + (_closest(s, th) if s.height else "")
+        "no rank computes persistently longer than its peers, exposed communication, pipeline idle, "
+        "data loading and device idle stay below their thresholds" + (_closest(s, th) if s.height else "")
     )
     return Finding(
         cause="healthy", ranks=ranks, steps=(), time_lost_ns=0, confidence=1.0, summary=summary, evidence=evidence
@@ -73,6 +76,8 @@ def detect_all(facts: Facts, *, thresholds: Thresholds | None = None) -> tuple[F
     )
     found += comm_bound.detect(facts, thresholds=th, straggler_ranks=persistent)
     found += input_bound.detect(facts, thresholds=th)
+    explained = any(f.cause in ("input_bound", "pipeline_bubble") for f in found)
+    found += host_bound.detect(facts, thresholds=th, explained=explained)
     if not found:
         return (_healthy(facts, th),)
     return tuple(sorted(found, key=lambda f: (-f.time_lost_ns, f.cause)))

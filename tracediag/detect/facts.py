@@ -22,5 +22,7 @@ class Facts:
     """Ranks of each pipeline (`derive.p2p.pipeline_groups`)."""
     link_gbps: float | None = None
     """Peak bus bandwidth of the link in GB/s, when the user gave it."""
+    host: pl.DataFrame | None = None
+    """Per (rank, step) of GPU ranks: how the host feeds the device (`derive.host.HOST_SCHEMA`)."""
     world_size: int | None = None
     """Ranks in the job, as the traces state it (more than the traced ranks when only some were profiled)."""

@@ -6,7 +6,10 @@ interleaving degree v is not visible in CPU traces without peers and is taken as
 step, the bubble is the time the stage neither computes nor runs a collective: waiting in
 send/recv (``exposed_p2p_ns``) plus idle (``idle_ns``). Its share of the step is reported next to
 the ideal (p−1)/(m+p−1) (÷ v when interleaved; Narayanan et al. 2021). Found when the median
-over stages of each stage's median share ≥ `bubble_share`. Steps: those whose median share over
+over stages of each stage's median share ≥ `bubble_share`, the stages exchange traffic (a send or a
+recv on every stage) in every analysed step, and the share reaches `bubble_of_ideal` × the ideal
+(a 2-rank DDP job that sends one tensor per step and idles 21% against an ideal of 50% is not
+a pipeline schedule). Steps: those whose median share over
 stages reaches `step_share` × `bubble_share`. time_lost_ns = Σ over them of the median bubble time
 over stages.
 """
@@ -74,7 +77,11 @@ def detect(facts: Facts, *, thresholds: Thresholds) -> list[Finding]:
     for pipe in pipeline_stages(facts):
         shares = [st.idle_share for st in pipe.stages]
         median_share = float(pl.Series(shares).median())
-        if median_share < th.bubble_share:
+        if median_share < th.bubble_share or median_share < th.bubble_of_ideal * pipe.expected_bubble_share:
+            continue
+        traffic = facts.p2p.filter(pl.col("rank").is_in(list(pipe.ranks)), (pl.col("sends") + pl.col("recvs")) > 0)
+        n_steps = facts.steps["step"].n_unique()
+        if traffic.select("rank", "step").unique().height < len(pipe.ranks) * n_steps:
             continue
         per_step = (
             s.filter(pl.col("rank").is_in(pipe.ranks))

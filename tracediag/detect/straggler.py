@@ -6,7 +6,8 @@ median over all ranks from three ranks on, the other rank's for two). The step h
 at least `straggler_peer_wait` × the rank's excess compute, the rank itself waits at most that
 share of the others' wait, and the excess is at least `straggler_min_excess` of the step.
 
-- Persistent: the rank's median ratio over steps ≥ `straggler_persistent_ratio` with the pattern on
+- Persistent (the pattern on at least `persistent_min_steps` steps: never 1 of 2): the rank's
+  median ratio over steps ≥ `straggler_persistent_ratio` with the pattern on
   at least half of the steps, or the pattern on at least `straggler_pattern_share` of the steps with
   a median ratio ≥ `straggler_min_ratio` when being last that often is unlikely by chance
   (`straggler_pattern_chance`, binomial with p = 1/ranks); its steps are those with the pattern.
@@ -138,7 +139,7 @@ def detect(facts: Facts, *, thresholds: Thresholds) -> list[Finding]:
     per_rank = per_rank.with_columns(
         chance=pl.Series([_chance(k, n, 1 / n_ranks) for k, n in per_rank.select("k", "n").iter_rows()])
     )
-    persistent = per_rank.filter(
+    persistent = per_rank.filter(pl.col("k") >= th.persistent_min_steps).filter(
         ((pl.col("med_ratio") >= th.straggler_persistent_ratio) & (pl.col("pattern_share") >= 0.5))
         | (
             (pl.col("med_ratio") >= th.straggler_min_ratio)

@@ -64,3 +64,19 @@ class Thresholds:
     input_stall: float = 0.5
     """...with the device idle from step start to first compute for at least this share of the
     loading time (the loader starves the device instead of running ahead)."""
+    host_idle_share: float = 0.3
+    """host_bound: the GPU idle (no compute, communication or copy) at least this share of the step,
+    median over GPU ranks. Well-fed GPU traces idle 1–16% of the step (ns_resolution_trace,
+    trace_diff); 30% is about twice the worst of them."""
+    host_sync_share: float = 0.25
+    """The hint blames synchronizations when blocking calls hold the host at least this share of the
+    device's idle time."""
+    bubble_of_ideal: float = 0.8
+    """pipeline_bubble also needs the stages' idle share at least this times the ideal bubble
+    (p−1)/(m+p−1): a schedule idles at least about its ideal; far below it the send/recv traffic is
+    not a pipeline schedule (the real GPipe m=1 run idles 74% against 75%)."""
+    warmup_ratio: float = 1.5
+    """A leading step is warm-up when every rank's step takes at least this times that rank's median
+    over the later steps (first iterations allocate, compile, build buckets on every rank)."""
+    persistent_min_steps: int = 2
+    """A persistent straggler needs the pattern on at least this many steps (never 1 of 2)."""

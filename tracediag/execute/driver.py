@@ -283,24 +283,72 @@ def _meta(manifest: pl.DataFrame, in_directory: dict[str, bool]) -> RunMeta:
     return RunMeta.from_dict({"files": files, "errors": errors, "ignored": ignored})
 
 
+def analyze_summaries(
+    summaries: Summaries,
+    *,
+    step_regex: str | None = None,
+    link_gbps: float | None = None,
+    allow_mixed: bool = False,
+    per_file: bool = False,
+) -> list[tuple[str, Analysis]]:
+    """The cross-rank half on the driver: ``[("", analysis)]`` of the summarised run, or with
+    `per_file`, when the files are not ranks of one run (`sanity.run_problems` on the files'
+    metadata and per-rank extents), one ``(path, analysis)`` per file analysed alone, in rank order
+    (``--allow-mixed``, as `sanity.split_by_file` in memory). Raises `MixedRunError` for mixed files
+    unless `allow_mixed` or `per_file`."""
+    from tracediag.analyzing import analyze_tables
+    from tracediag.sanity import run_problems
+
+    tables = summaries.tables()
+    kw: dict[str, Any] = {"step_regex": step_regex, "link_gbps": link_gbps}
+    if per_file and run_problems(summaries.meta, tables["extents"]):
+        out = []
+        for f in sorted(summaries.meta.files, key=lambda f: f.rank):
+            one = {name: frame.filter(pl.col("rank") == f.rank) for name, frame in tables.items()}
+            out.append((f.path, analyze_tables(one, RunMeta(files=(f,)), allow_mixed=True, **kw)))
+        return out
+    return [("", analyze_tables(tables, summaries.meta, allow_mixed=allow_mixed or per_file, **kw))]
+
+
+def analyze_ranks_per_file(
+    sources: str | Path | Sequence[str | Path],
+    *,
+    out: str | None = None,
+    step_regex: str | None = None,
+    link_gbps: float | None = None,
+    allow_mixed: bool = False,
+    per_file: bool = False,
+    **summarize_kw: Any,
+) -> tuple[list[tuple[str, Analysis]], Summaries]:
+    """`summarize`, then `analyze_summaries` on the driver. Without `out`, the summaries go to a
+    temporary directory removed afterwards (a cluster's workers must then share this machine's file
+    system)."""
+    scratch = None if out else tempfile.mkdtemp(prefix="tracediag-")
+    try:
+        summaries = summarize(sources, out=out or scratch, step_regex=step_regex, **summarize_kw)
+        results = analyze_summaries(
+            summaries, step_regex=step_regex, link_gbps=link_gbps, allow_mixed=allow_mixed, per_file=per_file
+        )
+    finally:
+        if scratch:
+            shutil.rmtree(scratch, ignore_errors=True)
+    return results, summaries
+
+
 def analyze_ranks(
     sources: str | Path | Sequence[str | Path],
     *,
     out: str | None = None,
     step_regex: str | None = None,
     link_gbps: float | None = None,
+    allow_mixed: bool = False,
     **summarize_kw: Any,
 ) -> tuple[Analysis, Summaries]:
     """`tracediag.analyze` with the per-rank work on an executor (`summarize`) and the cross-rank
     work here. Without `out`, the summaries go to a temporary directory removed afterwards (a
-    cluster's workers must then share this machine's file system)."""
-    from tracediag.analyzing import analyze_tables
-
-    scratch = None if out else tempfile.mkdtemp(prefix="tracediag-")
-    try:
-        summaries = summarize(sources, out=out or scratch, step_regex=step_regex, **summarize_kw)
-        analysis = analyze_tables(summaries.tables(), summaries.meta, step_regex=step_regex, link_gbps=link_gbps)
-    finally:
-        if scratch:
-            shutil.rmtree(scratch, ignore_errors=True)
-    return analysis, summaries
+    cluster's workers must then share this machine's file system). `allow_mixed` skips the check
+    that the files are ranks of one run (as `tracediag.analyze`); raises `MixedRunError` otherwise."""
+    results, summaries = analyze_ranks_per_file(
+        sources, out=out, step_regex=step_regex, link_gbps=link_gbps, allow_mixed=allow_mixed, **summarize_kw
+    )
+    return results[0][1], summaries

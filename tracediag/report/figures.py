@@ -47,6 +47,10 @@ COLORS = {
     "compute": "#4c78a8",
     "exposed comm": "#f58518",
     "idle": "#bab0ac",
+    "idle: waiting on host": "#b279a2",
+    "idle: between kernels": "#d6a5c9",
+    "idle: other": "#bab0ac",
+    "copy": "#9ecae9",
     "other": "#e0dcd8",
     "wait": "#e45756",
     "culprit": "#8250df",
@@ -148,7 +152,8 @@ def heatmap(steps: pl.DataFrame, column: str, title: str) -> Figure:
 
 
 def breakdown(steps: pl.DataFrame) -> Figure:
-    """Per-rank stacked bars: mean ms per step in compute, exposed communication, idle and the rest.
+    """Per-rank stacked bars: mean ms per step in compute, exposed communication, each kind of idle and
+    copies alone (the parts add up to the step).
 
     Beyond `MAX_BARS` ranks, each bar is the rank with the most compute in its bin of neighbours, so a
     straggler still shows.
@@ -157,11 +162,14 @@ def breakdown(steps: pl.DataFrame) -> Figure:
 
     ranks = sorted(steps["rank"].unique().to_list())
     k = _bin_size(len(ranks), MAX_BARS)
+    host, kern = pl.col("idle_host_ns").fill_null(0), pl.col("idle_kernel_ns").fill_null(0)
     parts = {
         "compute": pl.col("compute_ns"),
         "exposed comm": pl.col("exposed_comm_ns"),
-        "idle": pl.col("idle_ns"),
-        "other": (pl.col("dur_ns") - pl.col("compute_ns") - pl.col("exposed_comm_ns") - pl.col("idle_ns")).clip(0),
+        "idle: waiting on host": host,
+        "idle: between kernels": kern,
+        "idle: other": (pl.col("idle_ns") - host - kern).clip(0),
+        "copy": (pl.col("dur_ns") - pl.col("compute_ns") - pl.col("exposed_comm_ns") - pl.col("idle_ns")).clip(0),
     }
     per_rank = steps.group_by("rank").agg(
         *[e.mean().alias(n) for n, e in parts.items()], pl.col("wait_ns").mean().alias("wait")

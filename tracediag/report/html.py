@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from tracediag.checking import format_ms
 from tracediag.report.figures import Figure, breakdown, check_chart, esc, heatmap, pipeline_idle, timeline
+from tracediag.report.kernels_html import kernels_section
 from tracediag.words import count, noun
 
 if TYPE_CHECKING:
@@ -234,6 +235,7 @@ def _body(analysis: Analysis) -> str:
             )
     parts.append(_whatif(analysis.whatif))
     parts.append(_pipeline(analysis.pipelines))
+    parts.append(kernels_section(analysis))
     if analysis.check is not None:
         parts.append(_check(analysis.check))
     if analysis.warnings:
@@ -249,6 +251,7 @@ def _header(analysis: Analysis, title: str) -> str:
     links = [("findings", "Findings"), ("heatmaps", "Heat-maps"), ("breakdown", "Breakdown")]
     links += [("timeline", "Slowest step")] if steps.height else []
     links += [("pipeline", "Pipeline")] if analysis.pipelines else []
+    links += [("kernels", "Kernels")] if analysis.kernels is not None and analysis.kernels.height else []
     links += [("check", "vs prediction")] if analysis.check is not None else []
     nav = "".join(f'<a href="#{a}">{t}</a>' for a, t in links)
     return (

@@ -12,13 +12,15 @@ from tracediag.words import count, noun
 
 MS = 1e6
 COLUMNS = (
-    ("dur_ns", "dur", "step time"),
+    ("dur_ns", "dur ms", "step time = compute + exposed + copy + the three idles"),
     ("compute_ns", "compute", "computing"),
-    ("comm_ns", "comm", "communicating"),
     ("exposed_comm_ns", "exposed", "communicating with no compute alongside"),
-    ("wait_ns", "wait", "in collectives waiting for peers"),
-    ("idle_ns", "idle", "neither computing nor communicating"),
-    ("input_ns", "input", "loading data"),
+    ("copy_ns", "copy", "only memory copies"),
+    ("idle_host_ns", "idle:host", "idle with nothing queued, waiting on the host"),
+    ("idle_kernel_ns", "idle:kern", "idle up to 30 us between queued kernels"),
+    ("idle_other_ns", "idle:other", "idle for any other reason"),
+    ("wait_ns", "(wait)", "the part of exposed spent waiting for late peers"),
+    ("input_ns", "input", "host loading data"),
     ("host_gap_ns", "host gap", "host thread in no operator"),
 )
 """(steps column, table header, what it means: the table's legend)."""
@@ -50,10 +52,11 @@ def _evidence(evidence: Mapping[str, Any]) -> str:
 def _finding_lines(i: int, f: Finding) -> list[str]:
     if f.cause == "healthy":
         return [f"{i}. healthy  {f.summary}", f"   evidence: {_evidence(f.evidence)}"]
+    n = len(f.steps)
     head = (
         f"{i}. {f.cause}  {noun(len(f.ranks), 'rank')} {_span(f.ranks)}  "
-        f"{noun(len(f.steps), 'step')} {_span(f.steps)}  "
-        f"lost {f.time_lost_ns / MS:,.1f} ms  confidence {f.confidence:.2f}"
+        f"{noun(n, 'step')} {_span(f.steps)}  "
+        f"lost {f.time_lost_ns / MS:,.1f} ms over {count(n, 'step')}  confidence {f.confidence:.2f}"
     )
     whatif = [f"   what-if: {f.whatif}"] if f.whatif else []
     return [head, f"   {f.summary}", *whatif, f"   evidence: {_evidence(f.evidence)}"]
@@ -65,18 +68,18 @@ def _step_table(steps: pl.DataFrame, whatif: WhatIf | None = None) -> list[str]:
     per_step = (
         steps.group_by("step")
         .agg(
-            *[(pl.col(c).median() / MS).alias(c) for c, _, _ in COLUMNS],
+            *[(pl.col(c).mean() / MS).alias(c) for c, _, _ in COLUMNS],
             slowest=pl.col("rank").sort_by("compute_ns").last(),
         )
         .sort("step")
     )
     without = {s.step: s.without_all_ns / MS for s in whatif.steps} if whatif else {}
-    header = f"{'step':>8}" + "".join(f"{label:>10}" for _, label, _ in COLUMNS) + f"{'max compute':>13}"
+    header = f"{'step':>8}" + "".join(f"{label:>11}" for _, label, _ in COLUMNS) + f"{'max compute':>13}"
     header += f"{'what-if':>10}" if without else ""
     legend = LEGEND + ("; what-if = the step replayed without every cause found" if without else "")
-    lines = ["per step: median over ranks, ms", f"columns: {legend}", header]
+    lines = ["per step: ms, mean over ranks (so the parts add up)", f"columns: {legend}", header]
     for row in per_step.iter_rows(named=True):
-        cells = "".join(f"{row[c]:>10.1f}" for c, _, _ in COLUMNS)
+        cells = "".join(f"{row[c]:>11.1f}" for c, _, _ in COLUMNS)
         w = without.get(row["step"])
         tail = (f"{w:>10.1f}" if w is not None else f"{'-':>10}") if without else ""
         lines.append(f"{row['step']:>8}{cells}{'rank ' + str(row['slowest']):>13}{tail}")

@@ -1,0 +1,48 @@
+"""Warm-up steps, small samples and what a pipeline is (issue 11), on real runs."""
+
+from __future__ import annotations
+
+import polars as pl
+from conftest import FIXTURES, KINETO
+
+import tracediag
+from tracediag.analyzing import derive_facts
+from tracediag.detect import Thresholds, straggler
+from tracediag.detect.warmup import warmup_steps, without_steps
+
+TWO_RANK = sorted(KINETO.glob("gen_torch2.13cpu_gloo_2rank_rank*.pt.trace.json.gz"))
+
+
+def test_slow_first_step_on_every_rank_is_warmup_not_a_straggler_nor_a_pipeline():
+    """The generated 2-rank job: step 2 takes 33 ms on both ranks (rank 1 computes 33x rank 0 in it),
+    step 3 takes 13.5 ms. It sends one tensor per step and idles 21% against a 2-stage ideal of 50%."""
+    a = tracediag.analyze(tracediag.load(TWO_RANK, jobs=1))
+    causes = [f.cause for f in a.findings]
+    assert "compute_straggler" not in causes and "pipeline_bubble" not in causes
+    assert any(w.startswith("step 2 is warm-up") for w in a.warnings)
+    assert a.step_numbers == [2, 3]  # still shown
+    assert a.pipelines[0].expected_bubble_share == 0.5
+
+
+def test_persistent_needs_enough_steps():
+    """The real persistent straggler (rank 2, 2.3x on 8 of 8 steps) seen on one step is not called
+    persistent (the pattern on 1 of 1 or 1 of 2 steps says nothing about persistence); on 2 steps it is."""
+    facts, _ = derive_facts(tracediag.load(sorted((FIXTURES / "runs" / "straggler_persistent").glob("rank*.gz"))))
+    th = Thresholds()
+    steps = sorted(facts.steps["step"].unique().to_list())
+    full = straggler.detect(facts, thresholds=th)
+    assert [(f.ranks, f.evidence["kind"]) for f in full] == [((2,), "persistent")]
+    one = without_steps(facts, steps[1:])
+    assert one.steps["step"].n_unique() == 1
+    assert all(f.evidence["kind"] != "persistent" for f in straggler.detect(one, thresholds=th))
+    two = without_steps(facts, steps[2:])
+    assert [f.evidence["kind"] for f in straggler.detect(two, thresholds=th)] == ["persistent"]
+
+
+def test_no_warmup_on_the_fixture_runs():
+    """The fixture runs start at their steady pace (first analysed step ≤ 1.3x the later ones)."""
+    for d in sorted((FIXTURES / "runs").glob("*/manifest.json")):
+        facts, _ = derive_facts(tracediag.load(sorted(d.parent.glob("rank*.gz")), jobs=1))
+        assert warmup_steps(facts.steps, Thresholds()) == [], d.parent.name
+    steps = pl.DataFrame({"rank": [0, 1] * 3, "step": [1, 1, 2, 2, 3, 3], "dur_ns": [30, 31, 10, 11, 10, 12]})
+    assert warmup_steps(steps, Thresholds()) == [1]

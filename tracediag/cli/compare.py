@@ -1,0 +1,89 @@
+"""`tracediag compare BASE NEW`: two runs side by side, with a CI gate on step time."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+import orjson
+
+from tracediag.analysis import Analysis
+from tracediag.cli.common import EXIT_FINDING, InputError
+from tracediag.cli.ingest import load_traces
+from tracediag.compare import compare as _compare
+from tracediag.errors import TracediagError
+from tracediag.output import refuse_inputs, write_atomic
+from tracediag.report.compare_report import render_compare_html, render_compare_text
+from tracediag.run import resolve_paths
+
+
+def _is_analysis(path: str) -> bool:
+    """A saved `analyze --format json` document (it starts with its schema version)."""
+    p = Path(path)
+    if not p.is_file():
+        return False
+    with p.open("rb") as f:
+        return f.read(32).lstrip().startswith(b'{"schema_version"')
+
+
+def _side(path: str, step_regex: str | None, jobs: int, allow_mixed: bool) -> Analysis:
+    """An analysis from a saved analysis JSON, or from trace files/directories analysed now."""
+    from tracediag.analyzing import analyze
+
+    if _is_analysis(path):
+        try:
+            return Analysis.from_dict(orjson.loads(Path(path).read_bytes()))
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as e:
+            raise InputError(f"{path}: not a readable tracediag analysis ({e})") from None
+    run = load_traces((path,), jobs, None, ())
+    try:
+        return analyze(run, step_regex=step_regex, allow_mixed=allow_mixed)
+    except (TracediagError, ValueError) as e:
+        raise InputError(f"{path}: {e}".replace("\n", "\nError: ")) from None
+
+
+@click.command()
+@click.argument("base")
+@click.argument("new")
+@click.option("--format", "fmt", type=click.Choice(["text", "json", "html"]), default="text", show_default=True)
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the comparison to this file.")
+@click.option(
+    "--fail-if-slower",
+    type=click.FloatRange(min=0),
+    metavar="PCT",
+    help=f"Exit {EXIT_FINDING} when NEW's median step is more than PCT percent slower than BASE's.",
+)
+@click.option("--step-regex", metavar="REGEX", help="Step markers other than ProfilerStep#N (both runs).")
+@click.option("--allow-mixed", is_flag=True, help="Analyse a side whose files are not one run anyway.")
+@click.option("--jobs", "-j", type=int, default=0, envvar="TRACEDIAG_JOBS", help="Worker processes reading files.")
+def compare(
+    base: str,
+    new: str,
+    fmt: str,
+    output: str | None,
+    fail_if_slower: float | None,
+    step_regex: str | None,
+    allow_mixed: bool,
+    jobs: int,
+) -> None:
+    """Compare two runs (trace files, directories, or saved `analyze --format json` output)."""
+    result = _compare(_side(base, step_regex, jobs, allow_mixed), _side(new, step_regex, jobs, allow_mixed))
+    if fmt == "json":
+        text = orjson.dumps(result.to_dict()).decode()
+    elif fmt == "html":
+        text = render_compare_html(result)
+    else:
+        text = render_compare_text(result)
+    if output:
+        try:
+            refuse_inputs(output, resolve_paths([base, new]), "-o")
+            write_atomic(output, (text + "\n").encode())
+        except TracediagError as e:
+            raise InputError(str(e)) from None
+    else:
+        click.echo(text)
+    if fail_if_slower is not None and result.step_time_delta_pct * 100 > fail_if_slower:
+        click.echo(
+            f"new median step is {result.step_time_delta_pct:+.1%} against base (limit +{fail_if_slower:g}%)", err=True
+        )
+        raise SystemExit(EXIT_FINDING)

@@ -1,0 +1,115 @@
+"""Per (rank, step) on GPU ranks: how the host feeds the device — syncs, launches, queue depth.
+
+What `detect.host_bound` reads to say *why* a device waits on its host:
+
+- ``sync_n`` / ``sync_ns``: host runtime calls that block until the device catches up
+  (``cudaStreamSynchronize``, ``cudaDeviceSynchronize``, ``cudaEventSynchronize``, a synchronous
+  ``cudaMemcpy``, the HIP equivalents) plus asynchronous copies that held the host longer than
+  `BLOCKING_COPY_NS` (a device-to-host copy into pageable memory, what ``.item()`` and ``.cpu()`` do);
+  ``item_n``: ``aten::item`` / ``aten::_local_scalar_dense`` calls (a Python scalar read from the device).
+- ``launch_n`` / ``launch_ns``: kernel launch calls and the host time they take.
+- ``small_kernel_n``: kernels that ran for less time than their own launch call took: the device
+  finishes them faster than the host can issue them, so it idles between them whatever else happens.
+- ``queue_depth``: median over launches of the device work queued but not finished at the launch
+  (1 = the device ran dry before each launch; a host that runs ahead keeps many queued).
+
+All from the host rows and the main device's activities already in the event table (``step`` filled
+by `derive.steps.assign_steps`); CPU-only ranks get no rows.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+SYNC_REGEX = r"(?i)synchronize|^(?:cuda|hip)Memcpy(?:WithStream)?$|^cuMemcpy(?:DtoH|HtoD)?(?:_v2)?$"
+"""Runtime calls that block the host until the device is done."""
+COPY_REGEX = r"(?i)memcpy"
+BLOCKING_COPY_NS = 100_000
+"""An asynchronous copy call that holds the host this long (100 µs: far above the ~5 µs of a true
+asynchronous enqueue) waited for the device: pageable memory or a device-to-host read."""
+ITEM_REGEX = r"^aten::(?:item|_local_scalar_dense)$"
+LAUNCH_REGEX = r"(?i)launchkernel|graphlaunch|modulelaunchkernel|cuLaunch"
+
+HOST_SCHEMA: dict[str, pl.DataType] = {
+    "rank": pl.Int32(),
+    "step": pl.Int32(),
+    "sync_n": pl.Int64(),
+    "sync_ns": pl.Int64(),
+    "item_n": pl.Int64(),
+    "launch_n": pl.Int64(),
+    "launch_ns": pl.Int64(),
+    "kernel_n": pl.Int64(),
+    "small_kernel_n": pl.Int64(),
+    "kernel_ns_median": pl.Float64(),
+    "queue_depth": pl.Float64(),
+}
+
+
+def host_feed(events: pl.DataFrame, spans: pl.DataFrame) -> pl.DataFrame:
+    """Per (rank, step) of GPU ranks: `HOST_SCHEMA` (see the module docstring)."""
+    gpu = spans.filter(pl.col("device") >= 0).select("rank", "device").unique()
+    if not gpu.height:
+        return pl.DataFrame(schema=HOST_SCHEMA)
+    lf = events.lazy()
+    name = pl.col("name").cast(pl.String)
+    host = lf.filter(pl.col("device") == -1, pl.col("step").is_not_null()).join(
+        gpu.lazy().select("rank"), on="rank", how="semi"
+    )
+    runtime = host.filter(pl.col("kind").is_in(["runtime", "sync"]))
+    blocking = name.str.contains(SYNC_REGEX) | (name.str.contains(COPY_REGEX) & (pl.col("dur") >= BLOCKING_COPY_NS))
+    launch = name.str.contains(LAUNCH_REGEX)
+    host_agg = runtime.group_by("rank", "step").agg(
+        sync_n=blocking.sum(),
+        sync_ns=pl.col("dur").filter(blocking).sum(),
+        launch_n=launch.sum(),
+        launch_ns=pl.col("dur").filter(launch).sum(),
+    )
+    items = (
+        host.filter(pl.col("kind") == "cpu_op", name.str.contains(ITEM_REGEX))
+        .group_by("rank", "step")
+        .agg(item_n=pl.len())
+    )
+    calls = runtime.filter(launch, pl.col("correlation").is_not_null()).select(
+        "rank", "correlation", lts="ts", ldur="dur"
+    )
+    work = (
+        lf.filter(pl.col("device") >= 0, pl.col("kind").is_in(["kernel", "comm", "memcpy", "memset"]))
+        .join(gpu.lazy(), on=["rank", "device"], how="semi")
+        .join(calls, on=["rank", "correlation"], how="left")
+    )
+    kernels = work.filter(pl.col("kind") == "kernel", pl.col("step").is_not_null())
+    kern_agg = kernels.group_by("rank", "step").agg(
+        kernel_n=pl.len(),
+        small_kernel_n=(pl.col("dur") < pl.col("ldur")).sum(),
+        kernel_ns_median=pl.col("dur").median().cast(pl.Float64),
+    )
+    # queue depth: +1 at each launch call, -1 at the end of its device work, read at the launches
+    linked = work.filter(pl.col("lts").is_not_null())
+    points = pl.concat(
+        [
+            linked.select("rank", "step", t="lts", d=pl.lit(1, pl.Int64), at=pl.lit(True)),
+            linked.select("rank", "step", t=pl.col("ts") + pl.col("dur"), d=pl.lit(-1, pl.Int64), at=pl.lit(False)),
+        ]
+    )
+    queue = (
+        points.sort("rank", "t", "d")
+        .with_columns(depth=pl.col("d").cum_sum().over("rank"))
+        .filter("at", pl.col("step").is_not_null())
+        .group_by("rank", "step")
+        .agg(queue_depth=pl.col("depth").median().cast(pl.Float64))
+    )
+    steps = spans.lazy().join(gpu.lazy(), on=["rank", "device"], how="semi").select("rank", "step")
+    out = (
+        steps.join(host_agg, on=["rank", "step"], how="left")
+        .join(items, on=["rank", "step"], how="left")
+        .join(kern_agg, on=["rank", "step"], how="left")
+        .join(queue, on=["rank", "step"], how="left")
+        .with_columns(
+            pl.col(c).fill_null(0)
+            for c in ("sync_n", "sync_ns", "item_n", "launch_n", "launch_ns", "kernel_n", "small_kernel_n")
+        )
+        .select(list(HOST_SCHEMA))
+        .sort("rank", "step")
+        .collect()
+    )
+    return out.cast(HOST_SCHEMA)

@@ -1,0 +1,176 @@
+"""Kernel view: per rank, the kernels (GPU) or operators (CPU-only) that take the most time.
+
+Over the analysed steps only. GPU ranks: device rows of the rank's main device, by name, split
+``compute`` (kernels), ``communication`` (NCCL/RCCL kernels) and ``memory`` (memcpy/memset); totals
+are sums of durations (concurrent kernels each count). CPU-only ranks: host operators (``cpu_op``,
+and ``gloo:*`` work) by name, ``communication`` for c10d/gloo/wait operators, else ``compute``; totals
+are *self* time (an operator's duration minus its direct children's on the same thread), so the
+shares of one thread never sum past 100%.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from tracediag.analysis import KERNEL_CATEGORY_SCHEMA, KERNEL_SCHEMA
+from tracediag.derive.breakdown import COMM_OP_REGEX
+
+TOP_STORED = 50
+"""Rows kept per rank in the analysis (the JSON stays small on traces with thousands of kernels)."""
+
+
+def _self_time(ops: pl.LazyFrame) -> pl.LazyFrame:
+    """Replace ``dur`` by self time: minus the durations of the directly nested ops on the thread.
+
+    Depth from a sweep over the thread's starts and ends (a parent starting with its child counts
+    first; of two identical spans the first by name is the parent, so the result is deterministic);
+    a child's parent is the latest op one level up that started no later (`join_asof`).
+    """
+    ops = ops.sort("rank", "tid", "ts", "dur", "name", descending=[False, False, False, True, False]).with_row_index(
+        "_id"
+    )
+    points = pl.concat(
+        [
+            ops.select("rank", "tid", "_id", t="ts", _o=pl.lit(1), _k=-(pl.col("ts") + pl.col("dur")), _d=pl.lit(1)),
+            ops.select(
+                "rank",
+                "tid",
+                "_id",
+                t=pl.col("ts") + pl.col("dur"),
+                _o=pl.lit(0),
+                _k=pl.lit(0, pl.Int64),
+                _d=pl.lit(-1),
+            ),
+        ]
+    )
+    depth = (
+        points.sort("rank", "tid", "t", "_o", "_k", "_id")
+        .with_columns(_depth=pl.col("_d").cum_sum().over("rank", "tid") - 1)
+        .filter(pl.col("_d") == 1)
+        .select("_id", "_depth")
+    )
+    ops = ops.join(depth, on="_id")
+    parents = ops.select("rank", "tid", _pd="_depth", _pts="ts", _pid="_id").sort("_pts", "_pid")
+    children = (
+        ops.filter(pl.col("_depth") > 0)
+        .with_columns(_pd=pl.col("_depth") - 1)
+        .sort("ts")
+        .join_asof(parents, left_on="ts", right_on="_pts", by=["rank", "tid", "_pd"], check_sortedness=False)
+        .group_by("_pid")
+        .agg(_child=pl.col("dur").sum())
+    )
+    return (
+        ops.join(children, left_on="_id", right_on="_pid", how="left")
+        .with_columns(dur=(pl.col("dur") - pl.col("_child").fill_null(0)).clip(lower_bound=0))
+        .drop("_id", "_depth", "_child")
+    )
+
+
+KERNEL_STEP_SCHEMA: dict[str, pl.DataType] = {
+    "rank": pl.Int32(),
+    "step": pl.Int32(),
+    "name": pl.String(),
+    "category": pl.String(),
+    "count": pl.Int64(),
+    "total_ns": pl.Int64(),
+}
+"""`kernel_steps`: per (rank, step, name, category), how many rows and their total (self) time."""
+
+
+def kernel_steps(events: pl.DataFrame, devices: pl.DataFrame) -> pl.DataFrame:
+    """Per (rank, step, name, category): ``count`` and ``total_ns`` of the kernels (GPU ranks) or
+    operators (CPU-only ranks) of the rows with a step, `KERNEL_STEP_SCHEMA`.
+
+    The per-rank half of the kernel view (`kernel_view` sums it over the analysed steps). `events`
+    has ``step`` filled (`derive.steps.assign_steps`); `devices` holds ``rank`` and its main
+    ``device`` (-1: CPU-only).
+    """
+    name = pl.col("name").cast(pl.String)
+    lf = (
+        events.lazy()
+        .filter(pl.col("step").is_not_null())
+        .join(devices.lazy().select("rank", "device"), on="rank", suffix="_main")
+    )
+    gpu = lf.filter(
+        pl.col("device_main") >= 0,
+        pl.col("device") == pl.col("device_main"),
+        pl.col("kind").is_in(["kernel", "comm", "memcpy", "memset"]),
+    ).with_columns(
+        category=pl.when(pl.col("kind") == "kernel")
+        .then(pl.lit("compute"))
+        .when(pl.col("kind") == "comm")
+        .then(pl.lit("communication"))
+        .otherwise(pl.lit("memory"))
+    )
+    cpu = lf.filter(
+        pl.col("device_main") < 0, pl.col("device") == -1, pl.col("kind").is_in(["cpu_op", "comm"])
+    ).with_columns(
+        category=pl.when(
+            (pl.col("kind") == "comm") | pl.col("coll_op").is_not_null() | name.str.contains(COMM_OP_REGEX)
+        )
+        .then(pl.lit("communication"))
+        .otherwise(pl.lit("compute"))
+    )
+    cpu = _self_time(cpu.select("rank", "step", "tid", "ts", "dur", "name", "category"))
+    cols = ("rank", "step", name.alias("name"), "category", "dur")
+    return (
+        pl.concat([gpu.select(*cols), cpu.select(*cols)])
+        .group_by("rank", "step", "name", "category")
+        .agg(count=pl.len().cast(pl.Int64), total_ns=pl.col("dur").sum().cast(pl.Int64))
+        .sort("rank", "step", "name", "category")
+        .select(list(KERNEL_STEP_SCHEMA))
+        .collect()
+        .cast(KERNEL_STEP_SCHEMA)
+    )
+
+
+def kernel_view(per_step: pl.DataFrame, steps: pl.DataFrame, *, top: int | None = TOP_STORED) -> pl.DataFrame:
+    """Per rank, the `top` kernels/operators by total time over the (rank, step) pairs of `steps`
+    (all of them when `top` is None): `KERNEL_SCHEMA`, from a `kernel_steps` table.
+
+    `steps` holds ``rank``, ``step`` and ``dur_ns`` (the breakdown); ``share`` is of their total.
+    """
+    if not steps.height:
+        return pl.DataFrame(schema=KERNEL_SCHEMA)
+    keys = steps.select("rank", "step").unique()
+    total_step = steps.group_by("rank").agg(_step=pl.col("dur_ns").sum())
+    out = (
+        per_step.lazy()
+        .join(keys.lazy(), on=["rank", "step"], how="semi")
+        .group_by("rank", "name", "category")
+        .agg(pl.col("count").sum(), pl.col("total_ns").sum())
+        .join(total_step.lazy(), on="rank")
+        .with_columns(
+            mean_ns=(pl.col("total_ns") // pl.col("count")).cast(pl.Int64),
+            share=pl.col("total_ns") / pl.col("_step").clip(lower_bound=1),
+        )
+        .sort(["rank", "total_ns", "name"], descending=[False, True, False])
+    )
+    if top is not None:
+        out = out.group_by("rank", maintain_order=True).head(top)
+    return out.select(list(KERNEL_SCHEMA)).collect().cast(KERNEL_SCHEMA)
+
+
+def top_kernels(events: pl.DataFrame, steps: pl.DataFrame, *, top: int | None = TOP_STORED) -> pl.DataFrame:
+    """Per rank, the `top` kernels/operators by total time over the (rank, step) pairs of `steps`
+    (all of them when `top` is None), from the events of those steps alone.
+
+    `events` has ``step`` filled (`derive.steps.assign_steps`); `steps` holds ``rank``, ``step``,
+    ``device`` and ``dur_ns`` (the breakdown).
+    """
+    if not steps.height:
+        return pl.DataFrame(schema=KERNEL_SCHEMA)
+    keys = steps.select("rank", "step").unique()
+    devices = steps.group_by("rank").agg(pl.col("device").first())
+    return kernel_view(kernel_steps(events.join(keys, on=["rank", "step"], how="semi"), devices), steps, top=top)
+
+
+def by_category(kernels: pl.DataFrame) -> pl.DataFrame:
+    """Per (rank, category) of a `top_kernels(..., top=None)` table: ``count``, ``total_ns``, ``share``."""
+    return (
+        kernels.group_by("rank", "category")
+        .agg(pl.col("count").sum(), pl.col("total_ns").sum(), pl.col("share").sum())
+        .sort("rank", "category")
+        .select(list(KERNEL_CATEGORY_SCHEMA))
+        .cast(KERNEL_CATEGORY_SCHEMA)
+    )

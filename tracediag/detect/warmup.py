@@ -1,0 +1,48 @@
+"""Warm-up: slow first steps on every rank are the job starting, not a rank straggling.
+
+A leading step is warm-up when every rank's step takes at least `warmup_ratio` × that rank's median
+over the steps after it (first iterations allocate memory, compile, build DDP buckets, fill caches
+— on every rank). Leading steps are tested in order and the first one that is not warm-up ends the
+warm-up; at least one step is always left. The detectors then read the facts without them, and the
+analysis says which steps were warm-up (they stay in the per-step table).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import polars as pl
+
+from tracediag.detect.facts import Facts
+from tracediag.detect.thresholds import Thresholds
+
+
+def warmup_steps(steps: pl.DataFrame, th: Thresholds) -> list[int]:
+    """The leading warm-up step numbers of `steps` (per (rank, step) rows with ``dur_ns``)."""
+    numbers = sorted(steps["step"].unique().to_list()) if steps.height else []
+    out: list[int] = []
+    for i, step in enumerate(numbers[:-1]):
+        later = steps.filter(pl.col("step").is_in(numbers[i + 1 :])).group_by("rank").agg(pl.col("dur_ns").median())
+        this = steps.filter(pl.col("step") == step).join(later, on="rank", suffix="_later")
+        if this.height == 0 or this.height < steps["rank"].n_unique():
+            break
+        ratio = (this["dur_ns"] / this["dur_ns_later"].clip(lower_bound=1)).min()
+        if ratio is None or ratio < th.warmup_ratio:
+            break
+        out.append(step)
+    return out
+
+
+def without_steps(facts: Facts, steps: list[int]) -> Facts:
+    """`facts` with the given steps left out of every per-step table."""
+    if not steps:
+        return facts
+    keep = ~pl.col("step").is_in(steps)
+    host = facts.host.filter(keep) if facts.host is not None else None
+    return dataclasses.replace(
+        facts,
+        steps=facts.steps.filter(keep),
+        collectives=facts.collectives.filter(keep),
+        p2p=facts.p2p.filter(keep),
+        host=host,
+    )

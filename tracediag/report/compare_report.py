@@ -1,0 +1,72 @@
+"""Renderings of a `compare.Comparison`: text for a terminal or CI log, one self-contained HTML page."""
+
+from __future__ import annotations
+
+from tracediag.compare import Comparison
+from tracediag.report.figures import esc
+
+MS = 1e6
+
+
+def _causes(side: dict) -> str:
+    return ", ".join(f"{c['cause']} ({c['time_lost_ns'] / MS:,.1f} ms lost)" for c in side["causes"]) or "-"
+
+
+def render_compare_text(c: Comparison, *, top: int = 10) -> str:
+    """Headline, breakdown deltas (ms per step), kernel deltas, causes on each side."""
+    b, n = c.base, c.new
+    lines = [
+        f"tracediag compare: base {len(b['ranks'])} ranks, {len(b['steps'])} steps; "
+        f"new {len(n['ranks'])} ranks, {len(n['steps'])} steps",
+        f"what changed most: {c.headline}",
+        "",
+        "breakdown (ms per step: median over steps of the mean over ranks)",
+        f"{'part':<28}{'base ms':>10}{'new ms':>10}{'delta ms':>10}{'delta':>8}",
+    ]
+    for ch in [x for x in c.changes if x["kind"] == "breakdown"]:
+        pct = f"{ch['delta_pct']:+.0%}" if ch["delta_pct"] is not None else "-"
+        lines.append(
+            f"{ch['name']:<28}{ch['base_ns_per_step'] / MS:>10.2f}{ch['new_ns_per_step'] / MS:>10.2f}"
+            f"{ch['delta_ns'] / MS:>+10.2f}{pct:>8}"
+        )
+    kernels = [x for x in c.changes if x["kind"] == "kernel"]
+    lines += ["", f"kernels/operators that changed (ms per step, summed over ranks; {len(kernels)} in all, top {top})"]
+    if kernels:
+        lines.append(f"{'status':<9}{'base ms':>10}{'new ms':>10}{'delta ms':>10}  {'category':<14}name")
+    for k in kernels[:top]:
+        name = k["name"] if len(k["name"]) <= 80 else k["name"][:77] + "..."
+        lines.append(
+            f"{k['status']:<9}{k['base_ns_per_step'] / MS:>10.3f}{k['new_ns_per_step'] / MS:>10.3f}"
+            f"{k['delta_ns'] / MS:>+10.3f}  {k['category']:<14}{name}"
+        )
+    lines += ["", f"causes in base: {_causes(b)}", f"causes in new:  {_causes(n)}"]
+    return "\n".join(lines)
+
+
+def render_compare_html(c: Comparison, *, title: str = "tracediag compare") -> str:
+    """The comparison as one HTML page (no script, no network); every name from a trace is escaped."""
+    rows = "".join(
+        f"<tr><td>{esc(x['name'])}</td><td class='num'>{x['base_ns_per_step'] / MS:,.2f}</td>"
+        f"<td class='num'>{x['new_ns_per_step'] / MS:,.2f}</td><td class='num'>{x['delta_ns'] / MS:+,.2f}</td></tr>"
+        for x in c.changes
+        if x["kind"] == "breakdown"
+    )
+    krows = "".join(
+        f"<tr><td>{esc(x['status'])}</td><td class='num'>{x['base_ns_per_step'] / MS:,.3f}</td>"
+        f"<td class='num'>{x['new_ns_per_step'] / MS:,.3f}</td><td class='num'>{x['delta_ns'] / MS:+,.3f}</td>"
+        f"<td>{esc(x['category'])}</td><td>{esc(x['name'])}</td></tr>"
+        for x in c.changes
+        if x["kind"] == "kernel"
+    )
+    style = (
+        "body{font:14px system-ui,sans-serif;margin:24px;color:#1f2328}table{border-collapse:collapse;margin:8px 0}"
+        "th,td{padding:3px 10px;border-bottom:1px solid #eaeef2;text-align:left}td.num{text-align:right}"
+    )
+    return (
+        f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{esc(title)}</title>'
+        f"<style>{style}</style></head><body><h1>{esc(title)}</h1><p>{esc(c.headline)}</p>"
+        "<h2>Breakdown, ms per step</h2><table><tr><th>part</th><th>base</th><th>new</th><th>delta</th></tr>"
+        f"{rows}</table><h2>Kernels and operators that changed, ms per step</h2><table><tr><th>status</th>"
+        f"<th>base</th><th>new</th><th>delta</th><th>category</th><th>name</th></tr>{krows}</table>"
+        f"<h2>Causes</h2><p>base: {esc(_causes(c.base))}</p><p>new: {esc(_causes(c.new))}</p></body></html>"
+    )
