@@ -25,6 +25,7 @@ from polars.testing import assert_frame_equal
 import tracediag
 from tracediag.analyzing import NO_REPLAY
 from tracediag.cli import cli
+from tracediag.derive.per_rank import TABLES
 from tracediag.execute.driver import analyze_ranks, summarize
 
 RUNS = FIXTURES / "runs"
@@ -188,7 +189,7 @@ def test_worker_killed_mid_run_is_retried(engine, engines, expected, tmp_path):
     assert unpriced(analysis.to_dict()) == expected[case]
     # nothing twice: one table file per rank and name, no temporary file left
     names = sorted(p.name for p in (tmp_path / "ranks" / f"rank={_faults.CRASH_RANK:05d}").iterdir())
-    assert names == sorted(f"{t}.parquet" for t in ("spans", "breakdown", "instances", "p2p", "p2p_edges"))
+    assert names == sorted(f"{t}.parquet" for t in TABLES)
     assert not [p for p in tmp_path.rglob("*") if ".tmp-" in p.name]
 
 

@@ -4,9 +4,9 @@ This is the only code that runs on the workers, whatever the engine. Only the ma
 dicts) travel back; the tables go to the output location, a local directory or an object-store
 URL (``s3://``, ``gs://``, ``az://`` through polars' storage options). Layout under the output::
 
-    ranks/rank=00003/{spans,breakdown,instances,p2p,p2p_edges}.parquet   per-rank tables
-    events/rank=00003.parquet                                           the event table (ingest)
-    done/<key>.parquet                                                  the task's manifest row, last
+    ranks/rank=00003/<table>.parquet   per-rank tables (`derive.per_rank.TABLES`)
+    events/rank=00003.parquet          the event table (ingest)
+    done/<key>.parquet                 the task's manifest row, last
 
 Every file is written to a temporary name and renamed (one PUT on an object store), and the row in
 ``done/`` is written last, so a retried task replaces what an earlier attempt wrote and a rank
