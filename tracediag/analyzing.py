@@ -11,52 +11,55 @@ import math
 import polars as pl
 
 from tracediag.analysis import COLLECTIVE_SCHEMA, STEP_SCHEMA, Analysis
-from tracediag.derive.breakdown import breakdown
-from tracediag.derive.collectives import (
-    align_and_match,
-    collective_instances,
-    plausible_matches,
-    summarize_instances,
-    wait_per_step,
-)
-from tracediag.derive.host import host_feed
-from tracediag.derive.kernels import TOP_STORED, by_category, top_kernels
-from tracediag.derive.p2p import p2p_per_step, pipeline_groups
-from tracediag.derive.steps import assign_steps, find_markers, step_spans
+from tracediag.derive.collectives import align_and_match, plausible_matches, summarize_instances, wait_per_step
+from tracediag.derive.kernels import TOP_STORED, by_category, kernel_view
+from tracediag.derive.p2p import pipeline_groups
+from tracediag.derive.per_rank import rank_tables
 from tracediag.detect import Facts, Thresholds, detect_all
 from tracediag.detect.pipeline import pipeline_stages
 from tracediag.detect.warmup import warmup_steps, without_steps
 from tracediag.errors import NoStepsError
-from tracediag.run import Run
-from tracediag.sanity import check_same_run
+from tracediag.run import Run, RunMeta
+from tracediag.sanity import check_problems, check_same_run, run_problems
 from tracediag.whatif import graph_of
 from tracediag.whatif.price import price
 from tracediag.words import count, noun
 
+NO_REPLAY = "what-if replay not available on per-rank summaries (--executor): time lost is the detectors' estimate"
+"""The warning of an analysis from summaries: the replay needs every rank's timeline (a follow-up)."""
 
-def _needs_split(run: Run, instances: pl.DataFrame) -> bool:
+
+def _needs_split(meta: RunMeta, instances: pl.DataFrame) -> bool:
     """Occurrence matching may mix groups: no group names in the events, several groups in the run."""
     named = instances.filter(pl.col("group") != "").height > 0
-    rank_sets = {g.ranks for g in run.meta.process_groups.values() if g.ranks}
+    rank_sets = {g.ranks for g in meta.process_groups.values() if g.ranks}
     return not named and len(rank_sets) > 1
 
 
 def derive_facts(run: Run, *, step_regex: str | None = None, link_gbps: float | None = None) -> tuple[Facts, dict]:
     """The derived per-rank and cross-rank tables, plus what was left out (``excluded_steps``,
     ``warnings``)."""
-    events = run.events
-    markers = find_markers(events, step_regex=step_regex)
-    if not markers.height:
+    tables = rank_tables(run.events, step_regex=step_regex, with_events=True)
+    facts, left_out = facts_from_tables(tables, run.meta, step_regex=step_regex, link_gbps=link_gbps)
+    left_out["replay"]["events"] = tables["events"]
+    return facts, left_out
+
+
+def facts_from_tables(
+    tables: dict[str, pl.DataFrame], meta: RunMeta, *, step_regex: str | None = None, link_gbps: float | None = None
+) -> tuple[Facts, dict]:
+    """The cross-rank part of `derive_facts`: from the per-rank tables (`derive.per_rank.rank_tables`
+    of all ranks, in rank order) to the facts the detectors read."""
+    spans = tables["spans"]
+    if not spans.height:
         what = f"no host row matches --step-regex {step_regex!r}" if step_regex else "no ProfilerStep#N markers"
         msg = f"{what} in the traces; pass --step-regex REGEX for other step annotations (NVTX ranges, train)"
         raise NoStepsError(msg)
-    spans = step_spans(events, markers)
-    events = assign_steps(events, spans)
-    instances = collective_instances(events)
-    offsets, matched = align_and_match(instances, split=_needs_split(run, instances))
+    instances = tables["instances"]
+    offsets, matched = align_and_match(instances, split=_needs_split(meta, instances))
     matched, unmatched = plausible_matches(matched)
     waits = wait_per_step(matched)
-    per_step = breakdown(events, spans).join(offsets, on="rank", how="left")
+    per_step = tables["breakdown"].join(offsets, on="rank", how="left")
     n_ranks = per_step["rank"].n_unique()
     partial = spans.filter("partial").select("rank", "step")
     complete = per_step.join(partial, on=["rank", "step"], how="anti")
@@ -89,14 +92,18 @@ def derive_facts(run: Run, *, step_regex: str | None = None, link_gbps: float | 
     facts = Facts(
         steps=steps,
         collectives=collectives,
-        p2p=p2p_per_step(events, offsets).filter(pl.col("step").is_in(on_all.implode())),
-        pipelines=pipeline_groups(events),
-        host=host_feed(events, spans),
+        p2p=tables["p2p"]
+        .join(offsets, on="rank", how="left")
+        .with_columns(pl.col("first_send_ns") - pl.col("offset_ns").fill_null(0))
+        .drop("offset_ns")
+        .filter(pl.col("step").is_in(on_all.implode())),
+        pipelines=pipeline_groups(tables["p2p_edges"]),
+        host=tables["host"],
         link_gbps=link_gbps,
-        world_size=run.meta.world_size,
+        world_size=meta.world_size,
     )
-    replay_inputs = {"events": events, "spans": spans, "offsets": offsets, "matched": matched}
-    kernels = top_kernels(events, steps, top=None)
+    replay_inputs = {"spans": spans, "offsets": offsets, "matched": matched}
+    kernels = kernel_view(tables["kernels"], steps, top=None)
     return facts, {
         "excluded_steps": excluded,
         "warnings": tuple(warnings),
@@ -142,7 +149,38 @@ def analyze(
         raise ValueError(f"link_gbps must be a finite number of GB/s above 0, got {link_gbps!r}")
     if not allow_mixed:
         check_same_run(run)
-    facts, left_out = derive_facts(run, step_regex=step_regex, link_gbps=link_gbps)
+    tables = rank_tables(run.events, step_regex=step_regex, with_events=True)
+    ranks = tuple(run.meta.ranks) or tuple(sorted(run.events["rank"].unique().to_list()))
+    return analyze_tables(
+        tables,
+        run.meta,
+        ranks=ranks,
+        step_regex=step_regex,
+        link_gbps=link_gbps,
+        thresholds=thresholds,
+        allow_mixed=True,  # checked above, before the per-rank tables
+    )
+
+
+def analyze_tables(
+    tables: dict[str, pl.DataFrame],
+    meta: RunMeta,
+    *,
+    ranks: tuple[int, ...] | None = None,
+    step_regex: str | None = None,
+    link_gbps: float | None = None,
+    thresholds: Thresholds | None = None,
+    allow_mixed: bool = False,
+) -> Analysis:
+    """`analyze` from the per-rank tables of every rank (`derive.per_rank.rank_tables`, in rank
+    order) and the files' metadata: the driver's half when ranks are summarised where they lie
+    (`tracediag.execute`). `ranks` defaults to the ranks `meta` lists. The run checks
+    (`sanity.run_problems`) read the metadata and the per-rank ``extents``, unless `allow_mixed`.
+    Findings are priced by the what-if replay only when `tables` holds the events (``with_events``);
+    from summaries they keep the detectors' estimates and the analysis says so."""
+    if not allow_mixed:
+        check_problems(meta, run_problems(meta, tables["extents"]))
+    facts, left_out = facts_from_tables(tables, meta, step_regex=step_regex, link_gbps=link_gbps)
     th = thresholds or Thresholds()
     warmup = warmup_steps(facts.steps, th)
     findings = detect_all(without_steps(facts, warmup), thresholds=th)
@@ -152,21 +190,24 @@ def analyze(
             f"{noun(len(warmup), 'step')} {', '.join(map(str, warmup))} {'is' if len(warmup) == 1 else 'are'} "
             f"warm-up (every rank at least {th.warmup_ratio}x its later steps): shown, left out of the diagnosis",
         )
-    try:
-        findings, whatif = price(findings, facts, graph_of(facts, **left_out["replay"]))
-    except (pl.exceptions.PolarsError, ValueError, IndexError, KeyError) as e:  # the detectors' estimates stay
-        warnings += (f"what-if replay not available ({type(e).__name__}: {str(e).splitlines()[0][:200]})",)
+    if "events" not in tables:
+        warnings += (NO_REPLAY,)
+    else:
+        try:
+            findings, whatif = price(findings, facts, graph_of(facts, events=tables["events"], **left_out["replay"]))
+        except (pl.exceptions.PolarsError, ValueError, IndexError, KeyError) as e:  # the detectors' estimates stay
+            warnings += (f"what-if replay not available ({type(e).__name__}: {str(e).splitlines()[0][:200]})",)
     kernels = left_out["kernels"]
     return Analysis(
-        ranks=tuple(run.meta.ranks) or tuple(sorted(run.events["rank"].unique().to_list())),
-        world_size=run.meta.world_size,
+        ranks=ranks if ranks is not None else tuple(meta.ranks),
+        world_size=meta.world_size,
         steps=facts.steps.with_columns(pl.min_horizontal("wait_ns", "exposed_comm_ns").alias("wait_ns"))
         .select(list(STEP_SCHEMA))
         .cast(STEP_SCHEMA),
         collectives=facts.collectives,
         findings=findings,
         excluded_steps=left_out["excluded_steps"],
-        warnings=tuple(run.meta.errors) + warnings,
+        warnings=tuple(meta.errors) + warnings,
         pipelines=tuple(pipeline_stages(facts)),
         whatif=whatif,
         kernels=kernels.group_by("rank", maintain_order=True).head(TOP_STORED) if kernels.height else None,

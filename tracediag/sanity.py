@@ -43,16 +43,32 @@ def _differ(label: str, values: dict[str, object]) -> str | None:
     return f"{label} differ ({shown})"
 
 
-def _time_spans(run: Run) -> str | None:
-    epoch = {f.rank: f.path for f in run.meta.files if f.time_base == "epoch"}
+def rank_extents(events: pl.DataFrame) -> pl.DataFrame:
+    """Per rank: the recorded window (``lo``, ``hi``: first start, last end) and the collective
+    operations it runs (``coll_ops``, sorted): what the run checks read from the events. Per rank,
+    so workers compute it where the files lie (`derive.per_rank.rank_tables`)."""
+    coll = pl.col("coll_op").cast(pl.String)
+    is_coll = pl.col("coll_op").is_not_null() & ~coll.is_in(["other", "send", "recv"])
+    return (
+        events.lazy()
+        .group_by("rank")
+        .agg(
+            lo=pl.col("ts").min(),
+            hi=(pl.col("ts") + pl.col("dur")).max(),
+            coll_ops=coll.filter(is_coll).unique().sort(),
+        )
+        .sort("rank")
+        .collect()
+    )
+
+
+def _time_spans(meta: RunMeta, extents: pl.DataFrame) -> str | None:
+    epoch = {f.rank: f.path for f in meta.files if f.time_base == "epoch"}
     if len(epoch) < 2:
         return None
-    spans = (
-        run.events.filter(pl.col("rank").is_in(list(epoch)))
-        .group_by("rank")
-        .agg(lo=pl.col("ts").min(), hi=(pl.col("ts") + pl.col("dur")).max())
-        .sort("lo")
-    )
+    spans = extents.filter(pl.col("rank").is_in(list(epoch)), pl.col("lo").is_not_null()).sort("lo")
+    if spans.height < 2:
+        return None
     rows = spans.rows(named=True)
     latest_end = rows[0]["hi"]
     for prev, row in itertools.pairwise(rows):
@@ -66,44 +82,51 @@ def _time_spans(run: Run) -> str | None:
     return None
 
 
-def _collectives(run: Run) -> str | None:
-    by_rank = (
-        run.events.filter(pl.col("coll_op").is_not_null(), ~pl.col("coll_op").is_in(["other", "send", "recv"]))
-        .group_by("rank")
-        .agg(pl.col("coll_op").cast(pl.String).unique().sort())
-    )
-    ops = {r: set(o) for r, o in by_rank.iter_rows()}
+def _collectives(meta: RunMeta, extents: pl.DataFrame) -> str | None:
+    ops = {r: set(o) for r, o in extents.select("rank", "coll_ops").iter_rows() if o}
     if len(ops) < 2 or set.intersection(*ops.values()):
         return None
-    path = {f.rank: f.path for f in run.meta.files}
+    path = {f.rank: f.path for f in meta.files}
     shown = ", ".join(f"{_name(path.get(r, str(r)))}: {'/'.join(sorted(o))}" for r, o in sorted(ops.items()))
     return f"collectives do not match ({shown})"
 
 
-def mixed_run_problems(run: Run) -> list[str]:
-    """Why the files of `run` are not one run (empty when they may be)."""
-    files = run.meta.files
+def run_problems(meta: RunMeta, extents: pl.DataFrame) -> list[str]:
+    """Why the files of `meta` are not one run (empty when they may be), from their metadata and
+    the per-rank `rank_extents`: what the driver checks from summaries (`tracediag.execute`)."""
+    files = meta.files
     if len(files) < 2:
         return []
     checks = [
         _differ("world sizes", {f.path: f.world_size for f in files}),
         _differ("device types", {f.path: "/".join(sorted({_device_type(d) for d in f.devices})) for f in files}),
         _differ("backends", {f.path: f.backend for f in files}),
-        _time_spans(run),
-        _collectives(run),
+        _time_spans(meta, extents),
+        _collectives(meta, extents),
     ]
     return [c for c in checks if c]
 
 
-def check_same_run(run: Run) -> None:
-    """Raise `MixedRunError` (one line naming the files) when the files are not ranks of one run."""
-    problems = mixed_run_problems(run)
+def mixed_run_problems(run: Run) -> list[str]:
+    """Why the files of `run` are not one run (empty when they may be)."""
+    if len(run.meta.files) < 2:
+        return []
+    return run_problems(run.meta, rank_extents(run.events))
+
+
+def check_problems(meta: RunMeta, problems: list[str]) -> None:
+    """Raise `MixedRunError` (one line naming the files) when there are `problems`."""
     if problems:
-        names = ", ".join(_name(f.path) for f in run.meta.files)
+        names = ", ".join(_name(f.path) for f in meta.files)
         raise MixedRunError(
             f"{names} are not ranks of one run: {'; '.join(problems)}. "
             "Pass --allow-mixed to analyse each file on its own"
         )
+
+
+def check_same_run(run: Run) -> None:
+    """Raise `MixedRunError` (one line naming the files) when the files are not ranks of one run."""
+    check_problems(run.meta, mixed_run_problems(run))
 
 
 def split_by_file(run: Run) -> list[tuple[str, Run]]:

@@ -14,6 +14,14 @@ from tracediag.analysis import CAUSES, Analysis
 from tracediag.analyzing import analyze as _analyze
 from tracediag.cli.check_options import add_check, append_check_text, check_options, finish_report
 from tracediag.cli.common import EXIT_FINDING, InputError
+from tracediag.cli.execute_options import (
+    EXECUTOR_KEYS,
+    executor_options,
+    refuse_overwrite,
+    report_failed,
+    run_summaries,
+    summarize_kw,
+)
 from tracediag.cli.ingest import load_traces, trace_options
 from tracediag.errors import TracediagError, shown
 from tracediag.output import write_atomic
@@ -91,6 +99,7 @@ def _link(value: str | None) -> float | None:
     help="Files that are not ranks of one run: analyse each on its own instead of refusing them.",
 )
 @trace_options
+@executor_options
 @check_options
 def analyze(
     paths: tuple[str, ...],
@@ -112,17 +121,36 @@ def analyze(
     html = check_kw.get("html_path")
     if output is not None and html is not None and os.path.realpath(output) == os.path.realpath(html):
         raise InputError(f"{shown(output)}: -o and --html name the same file")
-    run = load_traces(
-        paths, jobs, rank_from_filename, rank_map, {"-o": output, "--html": html}, (check_kw.get("plan_path"),)
-    )
-    if allow_mixed and mixed_run_problems(run):
-        results = _per_file(run, step_regex, peak, check_kw)
+    ex_kw = {k: check_kw.pop(k) for k in EXECUTOR_KEYS}
+    run, failed = None, ()
+    if ex_kw["executor"]:
+        from tracediag.execute.driver import analyze_ranks_per_file
+
+        refuse_overwrite(paths, {"-o": output, "--html": html}, (check_kw.get("plan_path"),))
+        kw = summarize_kw(ex_kw, jobs=jobs, rank_from_filename=rank_from_filename, rank_map=rank_map)
+        analyses, summaries = run_summaries(
+            analyze_ranks_per_file,
+            paths,
+            out=ex_kw["out_dir"],
+            step_regex=step_regex,
+            link_gbps=peak,
+            per_file=allow_mixed,
+            **kw,
+        )
+        failed = summaries.meta.errors
+        results = [(p, add_check(r, None, check_kw)) for p, r in analyses]
     else:
-        try:
-            result = run_analysis(run, step_regex=step_regex, link_gbps=peak)
-        except (TracediagError, ValueError) as e:
-            raise InputError(str(e).replace("\n", "\nError: ")) from None
-        results = [("", add_check(result, run, check_kw))]
+        run = load_traces(
+            paths, jobs, rank_from_filename, rank_map, {"-o": output, "--html": html}, (check_kw.get("plan_path"),)
+        )
+        if allow_mixed and mixed_run_problems(run):
+            results = _per_file(run, step_regex, peak, check_kw)
+        else:
+            try:
+                result = run_analysis(run, step_regex=step_regex, link_gbps=peak)
+            except (TracediagError, ValueError) as e:
+                raise InputError(str(e).replace("\n", "\nError: ")) from None
+            results = [("", add_check(result, run, check_kw))]
     if fmt == "json":
         docs = [{**({"file": p} if p else {}), **r.to_dict()} for p, r in results]
         text = orjson.dumps(docs[0] if len(docs) == 1 and not results[0][0] else {"per_file": docs}).decode()
@@ -147,5 +175,6 @@ def analyze(
             html = Path(check_kw["html_path"])
             kw = {**check_kw, "html_path": html.with_name(f"{html.stem}.{i}{html.suffix}")}
         finish_report(r, kw)
+    report_failed(failed, ex_kw["allow_missing"])
     if gate and any(f.cause in gate for _, r in results for f in r.findings):
         raise SystemExit(EXIT_FINDING)

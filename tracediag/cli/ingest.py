@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 import polars as pl
 
 from tracediag.cli.common import InputError
+from tracediag.cli.execute_options import executor_options
 from tracediag.derive.steps import find_markers
 from tracediag.errors import TracediagError, one_line, shown
 from tracediag.output import refuse_inputs
@@ -124,10 +126,29 @@ def summary(run: Run) -> str:
 @click.argument("paths", nargs=-1, required=True)
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the event table to this Parquet file.")
 @trace_options
+@click.option("--step-regex", metavar="REGEX", help="With --executor: step markers for the per-rank summaries.")
+@executor_options
 def ingest(
-    paths: tuple[str, ...], output: str | None, jobs: int, rank_from_filename: str | None, rank_map: tuple[str, ...]
+    paths: tuple[str, ...],
+    output: str | None,
+    jobs: int,
+    rank_from_filename: str | None,
+    rank_map: tuple[str, ...],
+    step_regex: str | None,
+    **ex_kw: Any,
 ) -> None:
-    """Read trace files (files, globs or directories) into one event table."""
+    """Read trace files (files, globs or directories) into one event table.
+
+    With --executor, each rank is read where the workers are and written to --out as its own event
+    table plus its summaries, for `analyze --executor ... --out DIR --resume` to reuse.
+    """
+    if ex_kw["executor"]:
+        from tracediag.cli.execute_ingest import ingest_ranks
+
+        ingest_ranks(
+            paths, output, step_regex, ex_kw, jobs=jobs, rank_from_filename=rank_from_filename, rank_map=rank_map
+        )
+        return
     run = load_traces(paths, jobs, rank_from_filename, rank_map, {"-o": output})
     if output:
         try:

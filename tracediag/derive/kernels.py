@@ -66,19 +66,31 @@ def _self_time(ops: pl.LazyFrame) -> pl.LazyFrame:
     )
 
 
-def top_kernels(events: pl.DataFrame, steps: pl.DataFrame, *, top: int | None = TOP_STORED) -> pl.DataFrame:
-    """Per rank, the `top` kernels/operators by total time over the (rank, step) pairs of `steps`
-    (all of them when `top` is None).
+KERNEL_STEP_SCHEMA: dict[str, pl.DataType] = {
+    "rank": pl.Int32(),
+    "step": pl.Int32(),
+    "name": pl.String(),
+    "category": pl.String(),
+    "count": pl.Int64(),
+    "total_ns": pl.Int64(),
+}
+"""`kernel_steps`: per (rank, step, name, category), how many rows and their total (self) time."""
 
-    `events` has ``step`` filled (`derive.steps.assign_steps`); `steps` holds ``rank``, ``step``,
-    ``device`` and ``dur_ns`` (the breakdown).
+
+def kernel_steps(events: pl.DataFrame, devices: pl.DataFrame) -> pl.DataFrame:
+    """Per (rank, step, name, category): ``count`` and ``total_ns`` of the kernels (GPU ranks) or
+    operators (CPU-only ranks) of the rows with a step, `KERNEL_STEP_SCHEMA`.
+
+    The per-rank half of the kernel view (`kernel_view` sums it over the analysed steps). `events`
+    has ``step`` filled (`derive.steps.assign_steps`); `devices` holds ``rank`` and its main
+    ``device`` (-1: CPU-only).
     """
-    if not steps.height:
-        return pl.DataFrame(schema=KERNEL_SCHEMA)
-    keys = steps.select("rank", "step").unique()
-    device = steps.group_by("rank").agg(pl.col("device").first())
     name = pl.col("name").cast(pl.String)
-    lf = events.lazy().join(keys.lazy(), on=["rank", "step"], how="semi").join(device.lazy(), on="rank", suffix="_main")
+    lf = (
+        events.lazy()
+        .filter(pl.col("step").is_not_null())
+        .join(devices.lazy().select("rank", "device"), on="rank", suffix="_main")
+    )
     gpu = lf.filter(
         pl.col("device_main") >= 0,
         pl.col("device") == pl.col("device_main"),
@@ -99,17 +111,34 @@ def top_kernels(events: pl.DataFrame, steps: pl.DataFrame, *, top: int | None = 
         .then(pl.lit("communication"))
         .otherwise(pl.lit("compute"))
     )
-    cpu = _self_time(cpu.select("rank", "tid", "ts", "dur", "name", "category"))
+    cpu = _self_time(cpu.select("rank", "step", "tid", "ts", "dur", "name", "category"))
+    cols = ("rank", "step", name.alias("name"), "category", "dur")
+    return (
+        pl.concat([gpu.select(*cols), cpu.select(*cols)])
+        .group_by("rank", "step", "name", "category")
+        .agg(count=pl.len().cast(pl.Int64), total_ns=pl.col("dur").sum().cast(pl.Int64))
+        .sort("rank", "step", "name", "category")
+        .select(list(KERNEL_STEP_SCHEMA))
+        .collect()
+        .cast(KERNEL_STEP_SCHEMA)
+    )
+
+
+def kernel_view(per_step: pl.DataFrame, steps: pl.DataFrame, *, top: int | None = TOP_STORED) -> pl.DataFrame:
+    """Per rank, the `top` kernels/operators by total time over the (rank, step) pairs of `steps`
+    (all of them when `top` is None): `KERNEL_SCHEMA`, from a `kernel_steps` table.
+
+    `steps` holds ``rank``, ``step`` and ``dur_ns`` (the breakdown); ``share`` is of their total.
+    """
+    if not steps.height:
+        return pl.DataFrame(schema=KERNEL_SCHEMA)
+    keys = steps.select("rank", "step").unique()
     total_step = steps.group_by("rank").agg(_step=pl.col("dur_ns").sum())
     out = (
-        pl.concat(
-            [
-                gpu.select("rank", name.alias("name"), "category", "dur"),
-                cpu.select("rank", name.alias("name"), "category", "dur"),
-            ]
-        )
+        per_step.lazy()
+        .join(keys.lazy(), on=["rank", "step"], how="semi")
         .group_by("rank", "name", "category")
-        .agg(count=pl.len().cast(pl.Int64), total_ns=pl.col("dur").sum())
+        .agg(pl.col("count").sum(), pl.col("total_ns").sum())
         .join(total_step.lazy(), on="rank")
         .with_columns(
             mean_ns=(pl.col("total_ns") // pl.col("count")).cast(pl.Int64),
@@ -120,6 +149,20 @@ def top_kernels(events: pl.DataFrame, steps: pl.DataFrame, *, top: int | None = 
     if top is not None:
         out = out.group_by("rank", maintain_order=True).head(top)
     return out.select(list(KERNEL_SCHEMA)).collect().cast(KERNEL_SCHEMA)
+
+
+def top_kernels(events: pl.DataFrame, steps: pl.DataFrame, *, top: int | None = TOP_STORED) -> pl.DataFrame:
+    """Per rank, the `top` kernels/operators by total time over the (rank, step) pairs of `steps`
+    (all of them when `top` is None), from the events of those steps alone.
+
+    `events` has ``step`` filled (`derive.steps.assign_steps`); `steps` holds ``rank``, ``step``,
+    ``device`` and ``dur_ns`` (the breakdown).
+    """
+    if not steps.height:
+        return pl.DataFrame(schema=KERNEL_SCHEMA)
+    keys = steps.select("rank", "step").unique()
+    devices = steps.group_by("rank").agg(pl.col("device").first())
+    return kernel_view(kernel_steps(events.join(keys, on=["rank", "step"], how="semi"), devices), steps, top=top)
 
 
 def by_category(kernels: pl.DataFrame) -> pl.DataFrame:

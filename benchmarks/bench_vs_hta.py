@@ -1,0 +1,102 @@
+"""One machine, side by side: `tracediag analyze` (in-memory and `--executor local`) against HTA (issue 12, item 5).
+
+    python benchmarks/bench_vs_hta.py [--hta-python PATH] [--copies 8] [--workers 0]
+
+The set: --copies copies of HTA's trace_diff/control trace (34.8 MB, A100 + NCCL) with
+``distributedInfo.rank`` rewritten, uncompressed, in benchmarks/data/a100x8/ (279 MB for 8). Each
+tool runs in a fresh process; measured as in bench_scale_out.py: the process tree's CPU seconds and
+peak summed RSS, and wall time. HTA (HolisticTraceAnalysis, in its own environment given by
+--hta-python) does what its users run for this question: load + temporal breakdown +
+communication/computation overlap + idle time breakdown.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import re
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_scale_out import measure_code
+
+ROOT = Path(__file__).resolve().parent.parent
+SOURCE = ROOT.parent / "shared/trace-samples/hta/trace_diff/control/control.json.gz"
+DATA = ROOT / "benchmarks" / "data" / "a100x8"
+
+TRACEDIAG = """
+import sys, time
+def main():
+    folder, executor, workers = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    import tracediag
+    if executor == "memory":
+        analysis = tracediag.analyze(tracediag.load(folder, jobs=workers))
+    else:
+        from tracediag.execute.driver import analyze_ranks
+        analysis, _ = analyze_ranks(folder, executor=executor, workers=workers)
+    print(len(analysis.ranks), sorted({str(getattr(f.cause, 'value', f.cause)) for f in analysis.findings}))
+if __name__ == "__main__":
+    main()
+"""
+
+HTA = """
+import sys, logging
+logging.disable(logging.WARNING)
+from hta.trace_analysis import TraceAnalysis
+def main():
+    a = TraceAnalysis(trace_dir=sys.argv[1])
+    a.get_temporal_breakdown(visualize=False)
+    a.get_comm_comp_overlap(visualize=False)
+    a.get_idle_time_breakdown(visualize=False)
+    print(len(a.t.traces))
+if __name__ == "__main__":
+    main()
+"""
+
+
+def build(copies: int) -> Path:
+    DATA.mkdir(parents=True, exist_ok=True)
+    text = gzip.decompress(SOURCE.read_bytes()).decode()
+    for rank in range(copies):
+        path = DATA / f"rank{rank}.json"
+        if not path.exists() or path.stat().st_size < len(text) - 100:
+            path.write_text(re.sub(r'("distributedInfo":\s*\{[^}]*?"rank":\s*)\d+', rf"\g<1>{rank}", text, count=1))
+    return DATA
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--copies", type=int, default=8)
+    ap.add_argument("--workers", type=int, nargs="+", default=[0, 1], help="tracediag workers (0: one per CPU)")
+    ap.add_argument("--hta-python", help="python of an environment with HolisticTraceAnalysis installed")
+    args = ap.parse_args()
+    folder = build(args.copies)
+    size = sum(p.stat().st_size for p in folder.glob("*.json"))
+    print(f"set: {args.copies} x control.json, {size / 1e6:.0f} MB")
+    print("| tool | wall s | tree CPU s | tree peak MB | CPU vs HTA | memory vs HTA | result |")
+    print("|---|---:|---:|---:|---:|---:|---|")
+    rows = []
+    runs = [
+        (f"tracediag {label} -j {w}", TRACEDIAG, [str(folder), mode, str(w)], sys.executable)
+        for w in args.workers
+        for label, mode in (("(in-memory load)", "memory"), ("--executor local", "local"))
+    ]
+    for name, code, argv, python in [*runs, ("HTA 0.5.0", HTA, [str(folder)], args.hta_python)]:
+        if python is None:
+            continue
+        r = measure_code(code, argv, python=python)
+        rows.append((name, r))
+    hta = next((r for n, r in rows if n.startswith("HTA")), None)
+    for name, r in rows:
+        cpu = f"{hta['tree_cpu'] / r['tree_cpu']:.1f}x less" if hta and r is not hta else ""
+        mem = f"{r['tree_peak_rss'] / hta['tree_peak_rss']:.2f}x" if hta and r is not hta else ""
+        out = r["stdout"].strip().splitlines()[-1][:60]
+        print(
+            f"| {name} | {r['wall']:.1f} | {r['tree_cpu']:.1f} | {r['tree_peak_rss'] / 1e6:.0f} | {cpu} | {mem} "
+            f"| {out} |"
+        )
+
+
+if __name__ == "__main__":
+    main()

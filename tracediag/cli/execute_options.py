@@ -1,0 +1,136 @@
+"""`--executor` and its options for `analyze` and `ingest`: per-rank work on a process pool, Ray or Dask."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+import click
+
+from tracediag.cli.common import InputError
+from tracediag.errors import TracediagError
+from tracediag.execute import EXECUTORS, EngineMissing
+
+EXECUTOR_KEYS = (
+    "executor", "address", "scheduler_file", "out_dir", "storage_options", "resume", "retries", "allow_missing",
+)  # fmt: skip
+"""The keyword names `executor_options` adds to a command."""
+
+
+def executor_options(f):
+    """The options of the summary path (`tracediag.execute`); without --executor the run is loaded whole."""
+    options = [
+        click.option(
+            "--executor",
+            type=click.Choice(EXECUTORS),
+            envvar="TRACEDIAG_EXECUTOR",
+            help="Summarise each rank where the workers are (a process pool, Ray or Dask); only summaries "
+            "reach this process. Default: read all ranks into this process.",
+        ),
+        click.option(
+            "--address",
+            metavar="ADDR",
+            help="Cluster to attach to (default: RAY_ADDRESS or DASK_SCHEDULER_ADDRESS; else a local cluster).",
+        ),
+        click.option(
+            "--scheduler-file",
+            metavar="PATH",
+            type=click.Path(dir_okay=False),
+            help="Dask scheduler file (`dask scheduler --scheduler-file`).",
+        ),
+        click.option(
+            "--out",
+            "out_dir",
+            metavar="DIR|URL",
+            help="Where the per-rank summaries go (a directory or s3://, gs://, az:// URL); "
+            "workers of a cluster must reach it. analyze: a temporary directory when omitted.",
+        ),
+        click.option(
+            "--storage-option",
+            "storage_options",
+            multiple=True,
+            metavar="KEY=VALUE",
+            help="Object-store option for polars (e.g. aws_region=eu-west-1); repeatable.",
+        ),
+        click.option("--resume", is_flag=True, help="Skip files a previous run into --out finished."),
+        click.option("--retries", type=click.IntRange(0), default=2, show_default=True, help="Retries per file."),
+        click.option(
+            "--allow-missing", is_flag=True, help="Exit 0 although some files failed (they are listed on stderr)."
+        ),
+    ]
+    for option in reversed(options):
+        f = option(f)
+    return f
+
+
+def _storage_options(items: tuple[str, ...]) -> dict[str, str] | None:
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"{item!r} is not KEY=VALUE", param_hint="--storage-option")
+        out[key] = value
+    return out or None
+
+
+def _attaches(kw: dict[str, Any]) -> bool:
+    """Whether the executor attaches to a cluster (its workers may not see this machine's disk)."""
+    if kw["address"] or kw["scheduler_file"]:
+        return True
+    env = {"ray": ("RAY_ADDRESS",), "dask": ("DASK_SCHEDULER_ADDRESS", "NSYS_DASK_SCHEDULER_FILE")}
+    return any(os.environ.get(name) for name in env.get(kw["executor"], ()))
+
+
+def summarize_kw(
+    kw: dict[str, Any], *, jobs: int, rank_from_filename: str | None, rank_map: tuple[str, ...]
+) -> dict[str, Any]:
+    """`execute.driver.summarize` arguments from the command's options."""
+    from tracediag.cli.ingest import parse_rank_map  # ingest imports this module
+
+    if _attaches(kw) and not kw["out_dir"]:
+        raise InputError("a cluster's workers write where the driver reads: give --out on storage both reach")
+    return {
+        "executor": kw["executor"],
+        "workers": jobs,
+        "retries": kw["retries"],
+        "address": kw["address"],
+        "scheduler_file": kw["scheduler_file"],
+        "resume": kw["resume"],
+        "rank_from_filename": rank_from_filename,
+        "rank_map": parse_rank_map(rank_map),
+        "storage_options": _storage_options(kw["storage_options"]),
+        "progress": True,
+    }
+
+
+def run_summaries(fn, *args: Any, **kw: Any) -> Any:
+    """Call `fn` (`summarize` or `analyze_ranks`), bad input and a missing engine as one line (exit 2)."""
+    try:
+        return fn(*args, **kw)
+    except (TracediagError, ValueError, EngineMissing) as e:
+        raise InputError(str(e).replace("\n", "\nError: ")) from None
+
+
+def refuse_overwrite(
+    paths: tuple[str, ...], outputs: dict[str, str | None], more_inputs: tuple[str | None, ...] = ()
+) -> None:
+    """Refuse (exit 2) an output that names an input, as `ingest.load_traces` does for the in-memory path."""
+    from tracediag.output import refuse_inputs
+    from tracediag.run import resolve_paths
+
+    try:
+        inputs = [*resolve_paths(paths), *(p for p in more_inputs if p is not None)]
+        for option, out in outputs.items():
+            if out is not None:
+                refuse_inputs(out, inputs, option)
+    except TracediagError as e:
+        raise InputError(str(e)) from None
+
+
+def report_failed(meta_errors: tuple[str, ...], allow_missing: bool) -> None:
+    """Each failed file on stderr; exit 2 unless --allow-missing (called after the report is out)."""
+    for line in meta_errors:
+        click.echo(f"Error: {line}", err=True)
+    if meta_errors and not allow_missing:
+        sys.exit(InputError.exit_code)

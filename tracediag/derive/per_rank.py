@@ -1,0 +1,68 @@
+"""Per-rank tables: everything the analysis derives from one rank's events alone.
+
+`rank_tables` is the only place that reads the event table. Every table it returns is computed per
+rank (each expression is grouped by, or taken over, ``rank``), so the tables of a whole run equal the
+concatenation, in rank order, of the tables of each rank computed alone. That is what lets a worker
+derive one rank's tables where its file lies and ship only these summaries to the driver, which
+then matches collectives across ranks (`analyzing.facts_from_tables`).
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from tracediag.derive.breakdown import breakdown
+from tracediag.derive.collectives import collective_instances
+from tracediag.derive.host import host_feed
+from tracediag.derive.kernels import kernel_steps
+from tracediag.derive.p2p import p2p_per_step
+from tracediag.derive.steps import assign_steps, find_markers, step_spans
+from tracediag.sanity import rank_extents
+
+TABLES = ("spans", "breakdown", "instances", "p2p", "p2p_edges", "host", "kernels", "extents")
+"""The per-rank tables, by name (`rank_tables` keys; file names of a rank's summary)."""
+
+_NO_OFFSETS = pl.DataFrame(schema={"rank": pl.Int32, "offset_ns": pl.Int64})
+
+
+def rank_tables(
+    events: pl.DataFrame, *, step_regex: str | None = None, with_events: bool = False
+) -> dict[str, pl.DataFrame]:
+    """The per-rank tables of `events` (one rank or many), on each rank's own clock.
+
+    - ``spans``: `derive.steps.STEP_SPAN_SCHEMA` (empty when the rank has no step markers);
+    - ``breakdown``: `derive.breakdown.breakdown` per (rank, step), partial steps included;
+    - ``instances``: `derive.collectives.INSTANCE_SCHEMA`, one row per collective per rank;
+    - ``p2p``: `derive.p2p.p2p_per_step` with no clock offset (``first_send_ns`` on the own clock);
+    - ``p2p_edges``: ``rank, coll_op, coll_peer`` of the send/recv rows, distinct (pipeline topology);
+    - ``host``: `derive.host.host_feed` per (rank, step) of GPU ranks (how the host feeds the device);
+    - ``kernels``: `derive.kernels.kernel_steps` per (rank, step, kernel or operator), summed over the
+      analysed steps by `derive.kernels.kernel_view`;
+    - ``extents``: `sanity.rank_extents` (recorded window, collective operations) for the run checks;
+    - with `with_events`, also ``events``: `events` with ``step`` filled (for the what-if replay, which
+      still reads the whole event table and so runs only where it is at hand).
+
+    Raises ValueError for an invalid `step_regex`.
+    """
+    markers = find_markers(events, step_regex=step_regex)
+    spans = step_spans(events, markers)
+    stepped = assign_steps(events, spans)
+    op = pl.col("coll_op").cast(pl.String)
+    tables = {
+        "spans": spans,
+        "breakdown": breakdown(stepped, spans),
+        "instances": collective_instances(stepped),
+        "p2p": p2p_per_step(stepped, _NO_OFFSETS),
+        "p2p_edges": events.lazy()
+        .filter(op.is_in(["send", "recv"]))
+        .select("rank", op.alias("coll_op"), "coll_peer")
+        .unique()
+        .sort("rank", "coll_op", "coll_peer", nulls_last=True)
+        .collect(),
+        "host": host_feed(stepped, spans),
+        "kernels": kernel_steps(stepped, spans.group_by("rank").agg(pl.col("device").first())),
+        "extents": rank_extents(events),
+    }
+    if with_events:
+        tables["events"] = stepped
+    return tables

@@ -1,0 +1,74 @@
+"""Run the per-rank work where the workers are: a local process pool, a Ray cluster or a Dask cluster.
+
+Every engine offers the same two calls, `submit(fn, arg) -> handle` and `as_completed(handles)`,
+which yields ``(handle, result)`` or ``(handle, exception)`` once the engine's retries are spent.
+`open_executor` picks one by name; `driver.summarize` runs `task.summarize_files` over a run's files
+with it and gathers the summaries.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Hashable, Iterable, Iterator
+from contextlib import contextmanager
+from typing import Any, Protocol
+
+EXECUTORS = ("local", "ray", "dask")
+
+
+class Executor(Protocol):
+    """A task engine: the engine retries a task whose worker dies or that raises, `retries` times."""
+
+    name: str
+
+    def submit(self, fn: Callable[[Any], Any], arg: Any) -> Hashable: ...
+
+    def as_completed(self, handles: Iterable[Hashable]) -> Iterator[tuple[Hashable, Any]]:
+        """Each handle once, as its task finishes: its result, or the exception of its last attempt."""
+        ...
+
+
+class EngineMissing(ImportError):
+    """The engine's package is not installed (`pip install 'tracediag[ray]'` or `'tracediag[dask]'`)."""
+
+
+@contextmanager
+def open_executor(
+    name: str,
+    *,
+    workers: int = 0,
+    retries: int = 2,
+    address: str | None = None,
+    scheduler_file: str | None = None,
+) -> Iterator[Executor]:
+    """The executor `name` (``local``, ``ray`` or ``dask``), closed (and a cluster it started stopped) on exit.
+
+    `workers`: processes of a pool or local cluster it starts (0 = one per CPU). `address`: the
+    cluster to attach to, else the engine's own convention (``RAY_ADDRESS``;
+    ``DASK_SCHEDULER_ADDRESS`` or a scheduler file), else a local cluster is started.
+    """
+    workers = workers or os.cpu_count() or 1
+    if name == "local":
+        from tracediag.execute.local import LocalExecutor
+
+        ex: Any = LocalExecutor(workers=workers, retries=retries)
+    elif name == "ray":
+        from tracediag.execute.ray import RayExecutor
+
+        ex = RayExecutor(workers=workers, retries=retries, address=address)
+    elif name == "dask":
+        from tracediag.execute.dask import DaskExecutor
+
+        ex = DaskExecutor(workers=workers, retries=retries, address=address, scheduler_file=scheduler_file)
+    else:
+        raise ValueError(f"unknown executor {name!r}; one of {', '.join(EXECUTORS)}")
+    try:
+        yield ex
+    finally:
+        ex.close()
+
+
+def first_line(e: BaseException) -> str:
+    """An exception as one line: its type and the first line of its message."""
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0]}" if text else type(e).__name__

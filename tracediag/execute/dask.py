@@ -1,0 +1,60 @@
+"""The Dask engine: distributed futures, on a cluster or a LocalCluster.
+
+Address: the one given, else the scheduler file given, else Dask's own ``DASK_SCHEDULER_ADDRESS``
+(config key ``scheduler-address``), else ``NSYS_DASK_SCHEDULER_FILE`` (Nsight Systems' recipes use
+the same two), else a LocalCluster of `workers` single-threaded processes, closed on close. A task
+that raises is retried `retries` times; the scheduler reschedules the tasks of a worker that dies
+(up to its ``allowed-failures``). The scheduler must be able to import tracediag.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Hashable, Iterable, Iterator
+from typing import Any
+
+try:
+    import dask
+    from distributed import Client, LocalCluster
+    from distributed import as_completed as _as_completed
+except ImportError as e:  # pragma: no cover - depends on the install
+    from tracediag.execute import EngineMissing
+
+    raise EngineMissing("--executor dask needs Dask: pip install 'tracediag[dask]'") from e
+
+
+class DaskExecutor:
+    name = "dask"
+
+    def __init__(
+        self, *, workers: int, retries: int, address: str | None = None, scheduler_file: str | None = None
+    ) -> None:
+        self.retries = retries
+        self._cluster = None
+        address = address or (None if scheduler_file else dask.config.get("scheduler-address", None))
+        scheduler_file = scheduler_file or (None if address else os.environ.get("NSYS_DASK_SCHEDULER_FILE"))
+        if address:
+            self._client = Client(address)
+        elif scheduler_file:
+            self._client = Client(scheduler_file=scheduler_file)
+        else:
+            self._cluster = LocalCluster(
+                n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0"
+            )
+            self._client = Client(self._cluster)
+
+    def submit(self, fn: Callable[[Any], Any], arg: Any) -> Hashable:
+        return self._client.submit(fn, arg, retries=self.retries, pure=False)
+
+    def as_completed(self, handles: Iterable[Hashable]) -> Iterator[tuple[Hashable, Any]]:
+        for fut in _as_completed(list(handles)):
+            try:
+                yield fut, fut.result()
+            except Exception as e:  # the task's last exception, or KilledWorker
+                yield fut, e
+            fut.release()
+
+    def close(self) -> None:
+        self._client.close()
+        if self._cluster is not None:
+            self._cluster.close()

@@ -1,0 +1,355 @@
+"""The driver: per-rank tasks on an executor, then the run's summaries, never its events.
+
+`summarize` submits `task.summarize_files` for the input files (small ones several to a task),
+skips the ones a previous run finished (``resume``), turns a file that fails every retry into an
+error row, shows progress and writes ``manifest.parquet``. `Summaries.tables` reads the per-rank
+tables back, in rank order, for `analyzing.analyze_tables`; `analyze_ranks` chains the two. Driver
+memory grows with the summaries (steps, collective instances and per-step kernel totals per rank), not
+with the traces.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+import orjson
+import polars as pl
+
+from tracediag.analysis import Analysis
+from tracediag.derive.per_rank import TABLES
+from tracediag.errors import RankError, TracediagError
+from tracediag.execute import first_line, open_executor
+from tracediag.execute.task import (
+    MANIFEST_SCHEMA,
+    RankTask,
+    done_path,
+    is_url,
+    join,
+    manifest_row,
+    rank_dir,
+    read_parquet,
+    summarize_files,
+    write_parquet,
+)
+from tracediag.run import RunMeta, _is_parquet, _resolve, rank_resolver
+
+
+@dataclass(frozen=True)
+class Summaries:
+    """What the tasks of a run left at `out`: the manifest (one row per input file) and the files' metadata."""
+
+    out: str
+    manifest: pl.DataFrame
+    """`task.MANIFEST_SCHEMA`, one row per input file, in input order."""
+    meta: RunMeta
+    storage_options: dict[str, Any] | None = field(default=None, repr=False)
+
+    @property
+    def ranks(self) -> list[int]:
+        return sorted(self.manifest.filter("ok")["rank"].to_list())
+
+    def tables(self) -> dict[str, pl.DataFrame]:
+        """The per-rank tables of every summarised rank, concatenated in rank order."""
+        out = {}
+        for name in TABLES:
+            files = [join(rank_dir(self.out, r), f"{name}.parquet") for r in self.ranks]
+            out[name] = read_parquet(files, self.storage_options)
+        return out
+
+
+class Progress:
+    """One line on the driver: files done of all, ranks summarised, failed, throughput (files/s, input MB/s).
+
+    On a terminal it is rewritten in place; otherwise printed every `every` seconds and at the end.
+    """
+
+    def __init__(self, total: int, stream: IO[str] | None = None, every: float = 5.0) -> None:
+        self.total, self.stream, self.every = total, stream or sys.stderr, every
+        self.done = self.ranks = self.failed = self.bytes = 0
+        self.start = self.last = time.monotonic()
+        self.tty = self.stream.isatty()
+
+    def line(self) -> str:
+        secs = max(time.monotonic() - self.start, 1e-9)
+        return (
+            f"files {self.done}/{self.total} · ranks {self.ranks} · failed {self.failed} · "
+            f"{self.done / secs:.1f} files/s · {self.bytes / secs / 1e6:.1f} MB/s"
+        )
+
+    def __call__(self, row: dict[str, Any]) -> None:
+        self.done += 1
+        self.ranks += row["ok"]
+        self.failed += not row["ok"] and not row["not_a_trace"]
+        self.bytes += row["bytes"] or 0
+        now = time.monotonic()
+        final = self.done == self.total
+        if self.tty:
+            self.stream.write("\r" + self.line() + ("\n" if final else ""))
+        elif final or now - self.last >= self.every:
+            self.stream.write(self.line() + "\n")
+            self.last = now
+        self.stream.flush()
+
+
+def _tasks(
+    sources: Sequence[str | Path],
+    out: str,
+    *,
+    step_regex: str | None,
+    keep_events: bool,
+    rank_from_filename: str | None,
+    rank_map: dict[str, int] | None,
+    storage_options: dict[str, Any] | None,
+) -> tuple[list[tuple[RankTask, bool]], list[dict[str, Any]]]:
+    """(task, found in a directory) per input file, and the error rows of files whose rank is wrong."""
+    resolved = _resolve(sources)
+    if not resolved:
+        raise TracediagError("no trace files given")
+    if len(resolved) == 1 and _is_parquet(resolved[0][0]):
+        raise TracediagError(f"{resolved[0][0]}: a saved run is analysed without --executor")
+    resolve = rank_resolver(rank_from_filename=rank_from_filename, rank_map=rank_map)
+    default_rank = 0 if len(resolved) == 1 else None
+    tasks, errors = [], []
+    for path, in_directory in resolved:
+        kw = dict(out=out, default_rank=default_rank, step_regex=step_regex, keep_events=keep_events)
+        try:
+            tasks.append((RankTask(path, rank=resolve(path), storage_options=storage_options, **kw), in_directory))
+        except RankError as e:
+            if in_directory:  # maybe not a trace at all: let reading decide
+                tasks.append((RankTask(path, storage_options=storage_options, **kw), in_directory))
+            else:
+                errors.append(manifest_row(RankTask(path, **kw), error=str(e)))
+    return tasks, errors
+
+
+BATCH_BYTES = 8 << 20
+"""A file this large (on disk) is a task of its own; smaller ones are grouped."""
+MAX_BATCH = 32
+
+
+def batches(tasks: list[RankTask], workers: int, files_per_task: int = 0) -> list[list[RankTask]]:
+    """Group small files into tasks: a task's fixed costs (scheduling, a pass of the per-rank
+    derivation) are paid once for the group. Automatic size: at most `MAX_BATCH` files and at least
+    four tasks per worker; a file of `BATCH_BYTES` or more is alone."""
+    size = files_per_task or max(1, min(MAX_BATCH, len(tasks) // (4 * max(workers, 1))))
+    out: list[list[RankTask]] = []
+    group: list[RankTask] = []
+    for task in tasks:
+        big = (os.path.getsize(task.path) if os.path.exists(task.path) else 0) >= BATCH_BYTES
+        if big and not files_per_task:
+            out.append([task])
+            continue
+        group.append(task)
+        if len(group) == size:
+            out.append(group)
+            group = []
+    return out + ([group] if group else [])
+
+
+def _finished(task: RankTask) -> dict[str, Any] | None:
+    """The manifest row a previous run left for `task`, when it is still valid (same file, same options)."""
+    try:
+        row = read_parquet(done_path(task.out, task.key), task.storage_options).row(0, named=True)
+    except Exception:  # absent or unreadable: do it again
+        return None
+    now = manifest_row(task)
+    same = all(row[k] == now[k] for k in ("path", "bytes", "mtime_ns", "step_regex"))
+    if not (same and row["ok"]) or (task.keep_events and not row["kept_events"]):
+        return None
+    return row
+
+
+def summarize(
+    sources: str | Path | Sequence[str | Path],
+    *,
+    out: str,
+    executor: str = "local",
+    workers: int = 0,
+    retries: int = 2,
+    address: str | None = None,
+    scheduler_file: str | None = None,
+    resume: bool = False,
+    keep_events: bool = False,
+    step_regex: str | None = None,
+    rank_from_filename: str | None = None,
+    rank_map: dict[str, int] | None = None,
+    storage_options: dict[str, Any] | None = None,
+    progress: Callable[[dict[str, Any]], None] | bool = False,
+    files_per_task: int = 0,
+    task_fn: Callable[[list[RankTask]], list[dict[str, Any]]] = summarize_files,
+) -> Summaries:
+    """Summarise every rank file of `sources` on `executor` into `out` (a directory or object-store URL).
+
+    Each task writes the rank's tables (and its events with `keep_events`) and returns its manifest
+    row; a file that fails every retry becomes an error row naming it and the reason. Small files
+    are summarised several to a task (`files_per_task`; 0 = `batches` decides); a task of several
+    files that fails every retry is split and each file tried alone. `resume`
+    skips files a previous run into `out` finished. `progress`: True for the progress line on
+    stderr, or a callable given each row. Raises `TracediagError` when no file could be read or two
+    files claim one rank.
+    """
+    if step_regex is not None:
+        try:
+            re.compile(step_regex)
+        except re.error as e:
+            raise ValueError(f"--step-regex {step_regex!r} is not a valid regular expression ({e})") from None
+    if isinstance(sources, (str, Path)):
+        sources = [sources]
+    out = out.removeprefix("file://")
+    tasks, rows = _tasks(
+        sources,
+        out,
+        step_regex=step_regex,
+        keep_events=keep_events,
+        rank_from_filename=rank_from_filename,
+        rank_map=rank_map,
+        storage_options=storage_options,
+    )
+    in_directory = {t.path: d for t, d in tasks}
+    todo = []
+    for task, _ in tasks:
+        row = _finished(task) if resume else None
+        (rows.append(row) if row else todo.append(task))
+    report = Progress(len(rows) + len(todo)) if progress is True else progress or None
+    for row in rows if report else ():
+        report(row)
+    if todo:
+        workers = min(workers or os.cpu_count() or 1, len(todo))
+        with open_executor(
+            executor, workers=workers, retries=retries, address=address, scheduler_file=scheduler_file
+        ) as ex:
+            pending = batches(todo, workers, files_per_task)
+            while pending:
+                handles = {ex.submit(task_fn, batch): batch for batch in pending}
+                pending = []
+                for handle, result in ex.as_completed(list(handles)):
+                    batch = handles[handle]
+                    if isinstance(result, BaseException) and len(batch) > 1:
+                        pending.extend([t] for t in batch)  # find the file that fails: each alone
+                        continue
+                    if isinstance(result, BaseException):
+                        reason = f"failed after {retries + 1} attempt(s): {first_line(result)}"
+                        result = [manifest_row(batch[0], error=f"{batch[0].path}: {reason}")]
+                    for row in result:
+                        rows.append(row)
+                        if report:
+                            report(row)
+    order = {t.path: i for i, (t, _) in enumerate(tasks)}
+    manifest = pl.DataFrame(sorted(rows, key=lambda r: order.get(r["path"], -1)), schema=MANIFEST_SCHEMA)
+    write_parquet(manifest, join(out, "manifest.parquet"), storage_options)
+    _sweep_temp(out)
+    return Summaries(out=out, manifest=manifest, meta=_meta(manifest, in_directory), storage_options=storage_options)
+
+
+_TEMP = re.compile(r"\.tmp-[0-9a-f]{32}$")
+
+
+def _sweep_temp(out: str) -> None:
+    """Remove the temporary files of attempts whose worker died mid-write (`task.write_parquet` names them)."""
+    if is_url(out):
+        return
+    for sub in ("ranks", "events", "done"):
+        for folder, _, names in os.walk(os.path.join(out, sub)):
+            for name in names:
+                if _TEMP.search(name):
+                    os.remove(os.path.join(folder, name))
+
+
+def _meta(manifest: pl.DataFrame, in_directory: dict[str, bool]) -> RunMeta:
+    """The run's metadata from the manifest; raises when no file was read or two claim one rank."""
+    ok = manifest.filter("ok")
+    failed = manifest.filter(~pl.col("ok"))
+    ignored = [r["error"] for r in failed.iter_rows(named=True) if r["not_a_trace"] and in_directory.get(r["path"])]
+    errors = [r["error"] for r in failed.iter_rows(named=True) if r["error"] not in ignored]
+    if not ok.height:
+        raise TracediagError("\n".join(errors or ignored))
+    by_rank: dict[int, str] = {}
+    for rank, path in ok.select("rank", "path").iter_rows():
+        other = by_rank.setdefault(rank, path)
+        if other != path:
+            raise RankError(
+                f"{other} and {path} both claim rank {rank}; "
+                "give ranks explicitly with --rank-from-filename REGEX or --rank FILE=N"
+            )
+    files = [orjson.loads(m) for m in ok.sort("rank")["meta"]]
+    return RunMeta.from_dict({"files": files, "errors": errors, "ignored": ignored})
+
+
+def analyze_summaries(
+    summaries: Summaries,
+    *,
+    step_regex: str | None = None,
+    link_gbps: float | None = None,
+    allow_mixed: bool = False,
+    per_file: bool = False,
+) -> list[tuple[str, Analysis]]:
+    """The cross-rank half on the driver: ``[("", analysis)]`` of the summarised run, or with
+    `per_file`, when the files are not ranks of one run (`sanity.run_problems` on the files'
+    metadata and per-rank extents), one ``(path, analysis)`` per file analysed alone, in rank order
+    (``--allow-mixed``, as `sanity.split_by_file` in memory). Raises `MixedRunError` for mixed files
+    unless `allow_mixed` or `per_file`."""
+    from tracediag.analyzing import analyze_tables
+    from tracediag.sanity import run_problems
+
+    tables = summaries.tables()
+    kw: dict[str, Any] = {"step_regex": step_regex, "link_gbps": link_gbps}
+    if per_file and run_problems(summaries.meta, tables["extents"]):
+        out = []
+        for f in sorted(summaries.meta.files, key=lambda f: f.rank):
+            one = {name: frame.filter(pl.col("rank") == f.rank) for name, frame in tables.items()}
+            out.append((f.path, analyze_tables(one, RunMeta(files=(f,)), allow_mixed=True, **kw)))
+        return out
+    return [("", analyze_tables(tables, summaries.meta, allow_mixed=allow_mixed or per_file, **kw))]
+
+
+def analyze_ranks_per_file(
+    sources: str | Path | Sequence[str | Path],
+    *,
+    out: str | None = None,
+    step_regex: str | None = None,
+    link_gbps: float | None = None,
+    allow_mixed: bool = False,
+    per_file: bool = False,
+    **summarize_kw: Any,
+) -> tuple[list[tuple[str, Analysis]], Summaries]:
+    """`summarize`, then `analyze_summaries` on the driver. Without `out`, the summaries go to a
+    temporary directory removed afterwards (a cluster's workers must then share this machine's file
+    system)."""
+    scratch = None if out else tempfile.mkdtemp(prefix="tracediag-")
+    try:
+        summaries = summarize(sources, out=out or scratch, step_regex=step_regex, **summarize_kw)
+        results = analyze_summaries(
+            summaries, step_regex=step_regex, link_gbps=link_gbps, allow_mixed=allow_mixed, per_file=per_file
+        )
+    finally:
+        if scratch:
+            shutil.rmtree(scratch, ignore_errors=True)
+    return results, summaries
+
+
+def analyze_ranks(
+    sources: str | Path | Sequence[str | Path],
+    *,
+    out: str | None = None,
+    step_regex: str | None = None,
+    link_gbps: float | None = None,
+    allow_mixed: bool = False,
+    **summarize_kw: Any,
+) -> tuple[Analysis, Summaries]:
+    """`tracediag.analyze` with the per-rank work on an executor (`summarize`) and the cross-rank
+    work here. Without `out`, the summaries go to a temporary directory removed afterwards (a
+    cluster's workers must then share this machine's file system). `allow_mixed` skips the check
+    that the files are ranks of one run (as `tracediag.analyze`); raises `MixedRunError` otherwise."""
+    results, summaries = analyze_ranks_per_file(
+        sources, out=out, step_regex=step_regex, link_gbps=link_gbps, allow_mixed=allow_mixed, **summarize_kw
+    )
+    return results[0][1], summaries

@@ -1,0 +1,211 @@
+"""The per-rank task: read rank files, derive their tables, write them as Parquet, return manifest rows.
+
+This is the only code that runs on the workers, whatever the engine. Only the manifest rows (small
+dicts) travel back; the tables go to the output location, a local directory or an object-store
+URL (``s3://``, ``gs://``, ``az://`` through polars' storage options). Layout under the output::
+
+    ranks/rank=00003/<table>.parquet   per-rank tables (`derive.per_rank.TABLES`)
+    events/rank=00003.parquet          the event table (ingest)
+    done/<key>.parquet                 the task's manifest row, last
+
+Every file is written to a temporary name and renamed (one PUT on an object store), and the row in
+``done/`` is written last, so a retried task replaces what an earlier attempt wrote and a rank
+counts as finished only when all of its files are there.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import socket
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+import polars as pl
+
+from tracediag.derive.per_rank import rank_tables
+from tracediag.errors import NotATraceError, TracediagError
+
+MANIFEST_SCHEMA: dict[str, pl.DataType] = {
+    "key": pl.String(),
+    "path": pl.String(),
+    "rank": pl.Int32(),
+    "ok": pl.Boolean(),
+    "not_a_trace": pl.Boolean(),
+    "error": pl.String(),
+    "events": pl.Int64(),
+    "bytes": pl.Int64(),
+    "mtime_ns": pl.Int64(),
+    "seconds": pl.Float64(),
+    "attempt": pl.Int32(),
+    "worker": pl.String(),
+    "step_regex": pl.String(),
+    "kept_events": pl.Boolean(),
+    "meta": pl.String(),
+}
+"""One row per input file: ``rank`` as read (null when unread), ``ok`` or the one-line ``error``,
+input ``bytes`` and ``mtime_ns`` (a resumed run reuses the row only when they still match), the task's
+``seconds`` and ``attempt`` (1 = first try; null on object stores), ``worker`` (host:pid), whether
+the event table was written too (``kept_events``) and the file's metadata (`ingest.trace.FileMeta`)
+as JSON."""
+
+
+@dataclass(frozen=True, slots=True)
+class RankTask:
+    """What a worker needs to summarise one file (small: it travels to the worker)."""
+
+    path: str
+    out: str
+    rank: int | None = None
+    """The rank the user assigned (None: the file says)."""
+    default_rank: int | None = None
+    step_regex: str | None = None
+    keep_events: bool = False
+    """Also write the event table (`tracediag ingest`)."""
+    storage_options: dict[str, Any] | None = field(default=None, hash=False)
+
+    @property
+    def key(self) -> str:
+        """Stable name of this input (its path and assigned rank) under ``done/``."""
+        return hashlib.sha1(f"{self.path}\0{self.rank}".encode()).hexdigest()[:20]
+
+
+def is_url(location: str) -> bool:
+    """An object-store URL (anything with a scheme but ``file``), else a local path."""
+    return "://" in location and not location.startswith("file://")
+
+
+def join(base: str, *parts: str) -> str:
+    return "/".join([base.rstrip("/"), *parts]) if is_url(base) else os.path.join(base, *parts)
+
+
+def write_parquet(frame: pl.DataFrame, dest: str, storage_options: dict[str, Any] | None = None) -> None:
+    """Write `frame` so that a reader sees the whole file or none: temp name + rename locally, one PUT remotely."""
+    if is_url(dest):
+        frame.write_parquet(dest, storage_options=storage_options)
+        return
+    os.makedirs(os.path.dirname(dest), exist_ok=True)
+    tmp = f"{dest}.tmp-{uuid.uuid4().hex}"
+    try:
+        frame.write_parquet(tmp)
+        os.replace(tmp, dest)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def read_parquet(src: str | list[str], storage_options: dict[str, Any] | None = None) -> pl.DataFrame:
+    if isinstance(src, list) and not src:
+        raise ValueError("no files to read")
+    return pl.read_parquet(src, storage_options=storage_options) if storage_options else pl.read_parquet(src)
+
+
+def rank_dir(out: str, rank: int) -> str:
+    return join(out, "ranks", f"rank={rank:05d}")
+
+
+def done_path(out: str, key: str) -> str:
+    return join(out, "done", f"{key}.parquet")
+
+
+def _claim_attempt(out: str, key: str) -> int | None:
+    """The attempt number of this run of the task (1, 2, ...): local outputs count attempts with
+    exclusively created marker files, so a retry after a worker died knows it is one."""
+    if is_url(out):
+        return None
+    folder = os.path.join(out, "attempts")
+    os.makedirs(folder, exist_ok=True)
+    n = 1
+    while True:
+        try:
+            os.close(os.open(os.path.join(folder, f"{key}.{n}"), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+            return n
+        except FileExistsError:
+            n += 1
+
+
+def _file_stat(path: str) -> tuple[int | None, int | None]:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None, None
+    return st.st_size, st.st_mtime_ns
+
+
+def manifest_row(task: RankTask, **values: Any) -> dict[str, Any]:
+    """A manifest row with every `MANIFEST_SCHEMA` column (unset ones null)."""
+    size, mtime = _file_stat(task.path)
+    row: dict[str, Any] = dict.fromkeys(MANIFEST_SCHEMA)
+    row.update(
+        key=task.key,
+        path=task.path,
+        bytes=size,
+        mtime_ns=mtime,
+        step_regex=task.step_regex,
+        kept_events=task.keep_events,
+        ok=False,
+        not_a_trace=False,
+        worker=f"{socket.gethostname()}:{os.getpid()}",
+    )
+    row.update(values)
+    return row
+
+
+def summarize_files(tasks: list[RankTask]) -> list[dict[str, Any]]:
+    """Summarise files where they lie and return their manifest rows (see the module docstring).
+
+    Several small files go in one task: their tables are derived in one pass over their events
+    (every per-rank table is computed per rank, so this equals one pass per file) and written per
+    rank. A file that is not a readable trace gives a row with ``ok`` false and the one-line reason
+    (it would fail again on retry). Anything else (storage errors, memory) is raised for the engine
+    to retry.
+    """
+    from tracediag.ingest.read import read_file  # the readers load lazily on the worker
+
+    rows: list[dict[str, Any]] = []
+    read = []
+    for task in tasks:
+        started = time.perf_counter()
+        attempt = _claim_attempt(task.out, task.key)
+        try:
+            trace = read_file(task.path, rank=task.rank, default_rank=task.default_rank)
+        except NotATraceError as e:
+            rows.append(manifest_row(task, error=str(e), not_a_trace=True, attempt=attempt))
+            continue
+        except TracediagError as e:
+            rows.append(manifest_row(task, error=str(e), attempt=attempt))
+            continue
+        read.append((task, trace, attempt, time.perf_counter() - started))
+    if not read:
+        return rows
+    started = time.perf_counter()
+    events = pl.concat([trace.events for _, trace, _, _ in read]) if len(read) > 1 else read[0][1].events
+    tables = rank_tables(events, step_regex=read[0][0].step_regex)
+    derive_share = (time.perf_counter() - started) / max(events.height, 1)
+    for task, trace, attempt, seconds in read:
+        started = time.perf_counter()
+        rank = trace.meta.rank
+        folder = rank_dir(task.out, rank)
+        for name, frame in tables.items():
+            part = frame.filter(pl.col("rank") == rank) if len(read) > 1 else frame
+            write_parquet(part, join(folder, f"{name}.parquet"), task.storage_options)
+        if task.keep_events:
+            dest = join(task.out, "events", f"rank={rank:05d}.parquet")
+            write_parquet(trace.events.sort("ts", maintain_order=True), dest, task.storage_options)  # as `load`
+        row = manifest_row(
+            task,
+            rank=rank,
+            ok=True,
+            events=trace.events.height,
+            seconds=round(seconds + derive_share * trace.events.height + time.perf_counter() - started, 6),
+            attempt=attempt,
+            meta=orjson.dumps(dataclasses.asdict(trace.meta)).decode(),
+        )
+        frame = pl.DataFrame([row], schema=MANIFEST_SCHEMA)
+        write_parquet(frame, done_path(task.out, task.key), task.storage_options)
+        rows.append(row)
+    return rows
