@@ -46,3 +46,14 @@ def test_a_held_out_source_is_scored_with_parameters_chosen_without_it():
         assert dict(best) == c["params"], pub
         held = [s for s in scores if s.publication == pub]
         assert held == [module.score(x, params) for x in cases if x.publication == pub]
+
+
+def test_calibrated_on_one_run_of_each_stack_meets_targets():
+    module = _module()
+    cases, _ = module.cases(CSV)
+    _, chosen = module.leave_one_source_out(cases)
+    scores, by_stack = module.calibrated_on_one_run(cases, chosen)
+    assert len(by_stack) == 8  # MegaScale's two engines are two stacks
+    errors = [abs(s.error) for s in scores]
+    assert statistics.median(errors) <= 0.05
+    assert max(errors) <= 0.15

@@ -174,8 +174,15 @@ def layer_cost(model: ModelSpec, device: DeviceSpec, engine: Engine, split: Spli
         attn_fwd, attn_bwd = _attention_time(attn_flops / 2, s / c, device, engine, model)
         attn_recompute = attn_fwd if train.recompute == "full" else 0.0
     else:
-        # Materialised scores: two batched GEMMs whose inner dimension is the head size, no causal skipping.
-        attn_fwd = gemm_time(attn_flops, dh, device, engine)
+        # Materialised scores: two batched GEMMs (QKᵀ, PV) of inner dimension d_h or s, no causal skipping. Each
+        # writes or reads the s×s score matrix of every head, so with d_h below the device's flops-per-byte
+        # ratio they run at HBM speed (roofline), not at a tile-limited GEMM rate.
+        heads_local = model.heads / t
+        score_bytes = 2 * 2 * b * (s / c) * s * heads_local
+        attn_fwd = max(
+            attn_flops / (device.peak_flops * device.gemm_efficiency),
+            score_bytes / (device.hbm_bandwidth * engine.hbm_efficiency),
+        )
         attn_bwd = 2 * attn_fwd
         attn_recompute = attn_fwd if train.recompute != "none" else 0.0
     gemm_recompute = {"full": fwd_gemm, "op": fwd_gemm / 2}.get(train.recompute, 0.0)
