@@ -306,3 +306,13 @@ def test_resume_redoes_ranks_whose_events_an_ingest_needs(tmp_path):
     again = summarize(run, out=str(tmp_path), executor="local", workers=2, resume=True, keep_events=True)
     assert again.manifest.filter("ok")["attempt"].to_list() == [2, 2, 2, 2]
     assert sorted(p.name for p in (tmp_path / "events").iterdir()) == [f"rank={r:05d}.parquet" for r in range(4)]
+
+
+def test_resume_redoes_summaries_written_with_other_tables(tmp_path):
+    run = RUNS / "comm_bound"
+    summarize(run, out=str(tmp_path), executor="local", workers=2)
+    # a summary folder from a version whose per-rank tables differ: its manifest rows name other tables
+    for done in (tmp_path / "done").glob("*.parquet"):
+        pl.read_parquet(done).with_columns(pl.lit("spans,breakdown").alias("tables")).write_parquet(done)
+    again = summarize(run, out=str(tmp_path), executor="local", workers=2, resume=True)
+    assert again.manifest.filter("ok")["attempt"].to_list() == [2, 2, 2, 2]

@@ -162,7 +162,7 @@ def _finished(task: RankTask) -> dict[str, Any] | None:
     except Exception:  # absent or unreadable: do it again
         return None
     now = manifest_row(task)
-    same = all(row[k] == now[k] for k in ("path", "bytes", "mtime_ns", "step_regex"))
+    same = all(row.get(k) == now[k] for k in ("path", "bytes", "mtime_ns", "step_regex", "tables"))
     if not (same and row["ok"]) or (task.keep_events and not row["kept_events"]):
         return None
     return row

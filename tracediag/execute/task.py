@@ -27,7 +27,7 @@ from typing import Any
 import orjson
 import polars as pl
 
-from tracediag.derive.per_rank import rank_tables
+from tracediag.derive.per_rank import TABLES, rank_tables
 from tracediag.errors import NotATraceError, TracediagError
 
 MANIFEST_SCHEMA: dict[str, pl.DataType] = {
@@ -45,12 +45,14 @@ MANIFEST_SCHEMA: dict[str, pl.DataType] = {
     "worker": pl.String(),
     "step_regex": pl.String(),
     "kept_events": pl.Boolean(),
+    "tables": pl.String(),
     "meta": pl.String(),
 }
 """One row per input file: ``rank`` as read (null when unread), ``ok`` or the one-line ``error``,
 input ``bytes`` and ``mtime_ns`` (a resumed run reuses the row only when they still match), the task's
 ``seconds`` and ``attempt`` (1 = first try; null on object stores), ``worker`` (host:pid), whether
-the event table was written too (``kept_events``) and the file's metadata (`ingest.trace.FileMeta`)
+the event table was written too (``kept_events``), the per-rank tables a summary holds (``tables``: a
+resumed run redoes summaries written by a version with other tables) and the file's metadata (`ingest.trace.FileMeta`)
 as JSON."""
 
 
@@ -147,6 +149,7 @@ def manifest_row(task: RankTask, **values: Any) -> dict[str, Any]:
         mtime_ns=mtime,
         step_regex=task.step_regex,
         kept_events=task.keep_events,
+        tables=",".join(sorted(TABLES)),
         ok=False,
         not_a_trace=False,
         worker=f"{socket.gethostname()}:{os.getpid()}",
