@@ -71,7 +71,7 @@ def main() -> None:
     small = tracediag.analyze(run)
     model, device = resolve_model("tiny"), resolve_device("a100-80gb")
     prediction = predict(
-        model, device, Split(dp=4), Training(seq_len=512, global_batch=16), resolve_engine("modern"), gpus=4
+        model, device, Split(dp=4), Training(seq_len=512, global_batch=16), resolve_engine("megatron-core"), gpus=4
     )
     small = dataclasses.replace(small, extra={"check": check(small, prediction, run=run).to_dict()})
     big = replicate(small, RANKS, STEPS)

@@ -24,7 +24,9 @@ IMG = "<img src=x onerror=alert(1)>"
 def prediction(split: Split) -> Prediction:
     """The tiny model on 4 A100s, for checks against the 4-rank fixture runs."""
     model, device = resolve_model("tiny"), resolve_device("a100-80gb")
-    return predict(model, device, split, Training(seq_len=512, global_batch=16), resolve_engine("modern"), gpus=4)
+    return predict(
+        model, device, split, Training(seq_len=512, global_batch=16), resolve_engine("megatron-core"), gpus=4
+    )
 
 
 def traces(folder: Path) -> list[Path]:

@@ -25,7 +25,7 @@ RUNS = Path(__file__).parent.parent / "fixtures" / "runs"
 def _prediction(split: Split, gpus: int = 4):
     train = Training(seq_len=4096, global_batch=8)
     model, device = resolve_model("llama3-8b"), resolve_device("h100-sxm")
-    return predict(model, device, split, train, resolve_engine("modern"), gpus=gpus)
+    return predict(model, device, split, train, resolve_engine("megatron-core"), gpus=gpus)
 
 
 def _analysis(

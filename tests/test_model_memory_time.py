@@ -15,7 +15,7 @@ from tracediag.model.predict import predict
 from tracediag.model.specs import MODELS, Split, Training, resolve_device
 from tracediag.model.time import collective_time, group_link, step_time
 
-MODERN = resolve_engine("modern")
+MODERN = resolve_engine("megatron-core")
 MEGATRON = resolve_engine("megatron-2022")
 
 

@@ -17,7 +17,7 @@ from tracediag.model.specs import MODELS, Split, Training, resolve_device
 
 tomllib = pytest.importorskip("tomllib")
 
-MODERN = resolve_engine("modern")
+MODERN = resolve_engine("megatron-core")
 
 
 @pytest.fixture(scope="module")

@@ -164,13 +164,8 @@ ENGINES = {
 }
 """Named engine profiles (`--engine`)."""
 
-ALIASES = {"modern": "megatron-core", "modern-tp-overlap": "megatron-core"}
-"""Names of earlier versions, kept so saved plans load."""
-
-
 def resolve_engine(name: str) -> Engine:
     """An engine profile by name."""
-    name = ALIASES.get(name, name)
     if name not in ENGINES:
         msg = f"unknown engine {name!r}\n\nHint: one of {', '.join(ENGINES)}"
         raise SpecError(msg)
