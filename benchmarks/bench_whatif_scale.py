@@ -9,10 +9,10 @@ detect against the what-if (graph + price), in the same process. Best of 2.
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 
 import polars as pl
+from bench_whatif import best  # the same timing rule (script directory on sys.path)
 
 import tracediag
 from tracediag.analyzing import derive_facts
@@ -39,24 +39,15 @@ def replicate(run: Run, n: int) -> Run:
     return Run(events=pl.concat(parts).sort("rank", "ts"), meta=run.meta)
 
 
-def best(fn, n: int = 2):
-    times, out = [], None
-    for _ in range(n):
-        t = time.perf_counter()
-        out = fn()
-        times.append(time.perf_counter() - t)
-    return min(times), out
-
-
 def main(argv: list[str]) -> None:
     base = tracediag.load(RUN, jobs=1)
     print("| ranks | events | derive + detect | what-if | ratio | sync operations | finding |")
     print("|---|---|---|---|---|---|---|")
     for n in [int(a) for a in argv] or [4, 16, 64]:
         run = replicate(base, n)
-        t0, (facts, left) = best(lambda run=run: derive_facts(run))
+        t0, (facts, left) = best(lambda run=run: derive_facts(run), n=2)
         found = detect_all(facts)
-        t1, (priced, w) = best(lambda f=found, fa=facts, lo=left: price(f, fa, graph_of(fa, **lo["replay"])))
+        t1, (priced, w) = best(lambda f=found, fa=facts, lo=left: price(f, fa, graph_of(fa, **lo["replay"])), n=2)
         top = priced[0]
         print(
             f"| {n} | {run.events.height:,} | {t0:.2f} s | {t1:.2f} s | {t1 / t0:.2f} | {w.operations} | "
