@@ -21,6 +21,7 @@ import argparse
 import gzip
 import json
 import os
+import statistics
 import subprocess
 import sys
 import threading
@@ -35,25 +36,58 @@ TICK = os.sysconf("SC_CLK_TCK")
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
 _CHILD = """
-import json, re, resource, sys, time
+import json, os, re, resource, sys, time
+TICK = os.sysconf("SC_CLK_TCK")
 def hwm():
     return int(re.search(r"VmHWM:\\s+(\\d+)", open("/proc/self/status").read()).group(1)) * 1024
+def tree_cpu():
+    # CPU seconds of this process and all its descendants (engine daemons, workers) now
+    stats = {}
+    for pid in os.listdir("/proc"):
+        try:
+            text = open(f"/proc/{pid}/stat").read() if pid.isdigit() else None
+        except OSError:
+            continue
+        if text:
+            f = text[text.rindex(")") + 2 :].split()
+            stats[int(pid)] = (int(f[1]), (int(f[11]) + int(f[12])) / TICK)
+    kids = {}
+    for pid, (ppid, _) in stats.items():
+        kids.setdefault(ppid, []).append(pid)
+    total, todo = 0.0, [os.getpid()]
+    while todo:
+        pid = todo.pop()
+        total += stats.get(pid, (0, 0.0))[1]
+        todo.extend(kids.get(pid, []))
+    return total
 def main():
     executor, folder, workers = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    expected = len([n for n in os.listdir(folder) if n.endswith(".json.gz")])
     t = time.perf_counter()
     import tracediag
-    done = []
-    tick = lambda _: done.append(time.perf_counter())
+    done, cpu, first_end = [], [], []
+    def tick(_):
+        done.append(time.perf_counter())
+        if len(done) in (1, expected):
+            cpu.append(tree_cpu())
+        if len(done) == 1:
+            first_end.append(time.perf_counter())
+    def after_first():
+        # ranks finished after the first task (its rows arrive together) and the time they took
+        burst = sum(1 for d in done if d <= first_end[0] + 0.01)
+        return len(done) - burst, done[-1] - done[0]
     if executor == "memory":
         analysis = tracediag.analyze(tracediag.load(folder, jobs=workers, on_file_done=tick))
     else:
         from tracediag.execute.driver import analyze_ranks
         analysis, _ = analyze_ranks(folder, executor=executor, workers=workers, progress=tick)
     wall = time.perf_counter() - t
-    steady = (len(done) - 1) / (done[-1] - done[0]) if len(done) > 1 and done[-1] > done[0] else 0.0
+    ranks, secs = after_first()
+    steady = ranks / secs if ranks and secs > 0 else 0.0
+    task_cpu = (cpu[-1] - cpu[0]) / ranks if len(cpu) == 2 and ranks else 0.0
     ru = resource.getrusage(resource.RUSAGE_SELF)
     print(json.dumps({"wall": wall, "steady": steady, "first": done[0] - t if done else 0.0,
-                      "driver_hwm": hwm(), "driver_cpu": ru.ru_utime + ru.ru_stime,
+                      "task_cpu_per_rank": task_cpu, "driver_hwm": hwm(), "driver_cpu": ru.ru_utime + ru.ru_stime,
                       "ranks": len(analysis.ranks), "findings": [f.cause for f in analysis.findings]}))
 if __name__ == "__main__":
     main()
@@ -153,34 +187,49 @@ def _findings(causes: list[str]) -> str:
     return ", ".join(f"{c} x{causes.count(c)}" for c in sorted(set(causes)))
 
 
+def _median(values: list[float]) -> float:
+    return statistics.median(values) if values else 0.0
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--ranks", type=int, nargs="+", default=[64, 256, 1024])
     ap.add_argument("--executors", nargs="+", default=["memory", "local", "ray", "dask"])
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--repeat", type=int, default=1, help="runs per row, executors interleaved; medians shown")
     ap.add_argument("--base", type=Path, default=ROOT / "fixtures/runs/straggler_persistent")
     args = ap.parse_args()
-    print(f"base {args.base.name}; {args.workers} workers; {os.cpu_count()} CPUs")
+    print(f"base {args.base.name}; {args.workers} workers; {os.cpu_count()} CPUs; {args.repeat} run(s) per row")
+    print(f"load average at start: {' '.join(f'{x:.1f}' for x in os.getloadavg())}", flush=True)
     print(
         "| executor | ranks | wall s | first rank s | ranks/s (wall) | ranks/s (tasks) | vs local (tasks) "
-        "| driver peak MB | tree CPU s | tree peak MB | findings |"
+        "| per-run ratios | CPU ms/rank (tasks) | vs local (CPU) | driver peak MB | tree CPU s | tree peak MB "
+        "| findings |"
     )
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+    print("|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---|")
     for n in args.ranks:
         folder = build(args.base, n)
-        local_rate = None
-        for ex in args.executors:
-            r = measure(ex, folder, args.workers)
-            rate = r["ranks"] / r["wall"]
-            if ex == "local":
-                local_rate = r["steady"]
-            ratio = f"{r['steady'] / local_rate:.2f}" if local_rate and ex != "memory" else ""
+        runs: dict[str, list[dict]] = {ex: [] for ex in args.executors}
+        for _ in range(args.repeat):  # interleaved, so a burst of load from elsewhere hits every executor
+            for ex in args.executors:
+                runs[ex].append(measure(ex, folder, args.workers))
+        local = runs.get("local")
+        for ex, rs in runs.items():
+            med = {k: _median([r[k] for r in rs]) for k in ("wall", "first", "steady", "task_cpu_per_rank",
+                                                              "driver_hwm", "tree_cpu", "tree_peak_rss")}  # fmt: skip
+            ratio = per_run = cpu_ratio = ""
+            if local and ex != "memory":
+                ratio = f"{med['steady'] / _median([r['steady'] for r in local]):.2f}"
+                per_run = " ".join(f"{r['steady'] / lr['steady']:.2f}" for r, lr in zip(rs, local))
+                cpu_ratio = f"{_median([r['task_cpu_per_rank'] for r in local]) / med['task_cpu_per_rank']:.2f}"
             print(
-                f"| {ex} | {n} | {r['wall']:.1f} | {r['first']:.1f} | {rate:.1f} | {r['steady']:.1f} | {ratio} "
-                f"| {r['driver_hwm'] / 1e6:.0f} | "
-                f"{r['tree_cpu']:.1f} | {r['tree_peak_rss'] / 1e6:.0f} | {_findings(r['findings'])} |",
+                f"| {ex} | {n} | {med['wall']:.1f} | {med['first']:.1f} | {n / med['wall']:.1f} "
+                f"| {med['steady']:.1f} | {ratio} | {per_run} | {med['task_cpu_per_rank'] * 1e3:.0f} | {cpu_ratio} "
+                f"| {med['driver_hwm'] / 1e6:.0f} | {med['tree_cpu']:.1f} | {med['tree_peak_rss'] / 1e6:.0f} "
+                f"| {_findings(rs[-1]['findings'])} |",
                 flush=True,
             )
+    print(f"load average at end: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
 
 
 if __name__ == "__main__":

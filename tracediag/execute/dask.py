@@ -5,6 +5,11 @@ Address: the one given, else the scheduler file given, else Dask's own ``DASK_SC
 the same two), else a LocalCluster of `workers` single-threaded processes, closed on close. A task
 that raises is retried `retries` times; the scheduler reschedules the tasks of a worker that dies
 (up to its ``allowed-failures``). The scheduler must be able to import tracediag.
+
+A LocalCluster started here runs lean (`LEAN`): on a small machine Dask's default background work
+(a 100 Hz stack sampler in every worker, memory and system monitors, a 20 ms event-loop tick) takes
+CPU from the tasks. Its workers import the task's code as they start, as the local engine's do. A
+cluster attached to keeps its own configuration.
 """
 
 from __future__ import annotations
@@ -23,6 +28,16 @@ except ImportError as e:  # pragma: no cover - depends on the install
     raise EngineMissing("--executor dask needs Dask: pip install 'tracediag[dask]'") from e
 
 
+LEAN = {
+    "distributed.worker.profile.enabled": False,
+    "distributed.worker.memory.monitor-interval": "1s",
+    "distributed.admin.system-monitor.interval": "2s",
+    "distributed.admin.tick.interval": "500ms",
+}
+"""Dask settings for a LocalCluster started here. Measured on 2 cores, an idle 2-worker cluster: 0.10
+CPU-s per second with Dask's defaults, 0.02 with these; the sampler costs more while tasks run."""
+
+
 class DaskExecutor:
     name = "dask"
 
@@ -38,10 +53,15 @@ class DaskExecutor:
         elif scheduler_file:
             self._client = Client(scheduler_file=scheduler_file)
         else:
-            self._cluster = LocalCluster(
-                n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0"
-            )
-            self._client = Client(self._cluster)
+            with dask.config.set(LEAN):  # the nannies hand this configuration to their workers
+                self._cluster = LocalCluster(
+                    n_workers=workers,
+                    threads_per_worker=1,
+                    processes=True,
+                    dashboard_address=":0",
+                    preload=["tracediag.execute.task"],  # imported as a worker starts, not in its first task
+                )
+                self._client = Client(self._cluster)
 
     def submit(self, fn: Callable[[Any], Any], arg: Any) -> Hashable:
         return self._client.submit(fn, arg, retries=self.retries, pure=False)

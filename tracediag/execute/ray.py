@@ -26,12 +26,21 @@ def _call(fn: Callable[[Any], Any], arg: Any) -> Any:
     return fn(arg)
 
 
+def _warm(_: Any) -> int:
+    """Import the task's code (tracediag, polars) in a worker before the first real task."""
+    import tracediag.execute.task  # noqa: F401
+
+    return os.getpid()
+
+
 class RayExecutor:
     name = "ray"
 
     def __init__(self, *, workers: int, retries: int, address: str | None = None) -> None:
         address = address or os.environ.get("RAY_ADDRESS")
         self._owned = False
+        self._remote = ray.remote(_call).options(max_retries=retries, retry_exceptions=True)
+        self._refs: dict[Any, Any] = {}
         if address:
             ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
             self._owned = True  # disconnect this driver on close; the cluster stays
@@ -45,8 +54,9 @@ class RayExecutor:
                 log_to_driver=False,
             )
             self._owned = True
-        self._remote = ray.remote(_call).options(max_retries=retries, retry_exceptions=True)
-        self._refs: dict[Any, Any] = {}
+            # the workers Ray started with the cluster import tracediag now, as the local engine's do
+            # when they start, rather than in their first task
+            ray.get([self._remote.remote(_warm, None) for _ in range(workers)])
 
     def submit(self, fn: Callable[[Any], Any], arg: Any) -> Hashable:
         ref = self._remote.remote(fn, arg)
