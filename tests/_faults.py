@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 
 from tracediag.execute.task import RankTask, summarize_files
 
@@ -24,4 +25,29 @@ def storage_fails(tasks: list[RankTask]) -> list[dict]:
             with open(os.path.join(task.out, "storage_fails.log"), "a") as log:
                 log.write(f"{len(tasks)}\n")
             raise OSError(f"cannot write under {task.out}: read-only file system")
+    return summarize_files(tasks)
+
+
+DOOMED_NODE = "TRACEDIAG_TEST_DOOMED_NODE"
+"""Set in the environment of the Ray node the node-death test kills; its workers inherit it."""
+
+
+def stall_on_doomed_node(tasks: list[RankTask]) -> list[dict]:
+    """On the doomed node: summarise, note this worker's pid under ``stalled/``, then wait (up to 5
+    minutes) to be killed with the node before reporting. Elsewhere: first wait (up to 2 minutes) until
+    a task stalls on the doomed node, so that this node's busy CPU makes Ray place tasks there, then
+    summarise."""
+    folder = os.path.join(tasks[0].out, "stalled")
+    if os.environ.get(DOOMED_NODE):
+        rows = summarize_files(tasks)
+        os.makedirs(folder, exist_ok=True)
+        for task in tasks:
+            with open(os.path.join(folder, f"{task.key}.tmp"), "w") as marker:
+                marker.write(str(os.getpid()))
+            os.replace(os.path.join(folder, f"{task.key}.tmp"), os.path.join(folder, task.key))
+        time.sleep(300)
+        return rows
+    deadline = time.monotonic() + 120
+    while not (os.path.isdir(folder) and os.listdir(folder)) and time.monotonic() < deadline:
+        time.sleep(0.05)
     return summarize_files(tasks)
