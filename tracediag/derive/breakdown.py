@@ -163,6 +163,16 @@ def _device_timeline(events: pl.LazyFrame, spans: pl.LazyFrame, names: _Names) -
     return pl.concat([p.select("rank", "ts", "end", "cat") for p in parts])
 
 
+def device_timeline(events: pl.DataFrame, spans: pl.LazyFrame) -> pl.LazyFrame:
+    """The breakdown's device timeline of `events` over `spans`: (rank, ts, end, cat) with cat in
+    compute/comm/p2p/copy/step (what the what-if replay cuts into segments)."""
+    return _device_timeline(events.lazy(), spans, _names(events))
+
+
+def _names(events: pl.DataFrame) -> _Names:
+    return _Names(comm_op=name_matches(events, COMM_OP_REGEX), input=name_matches(events, INPUT_REGEX))
+
+
 def _host_timeline(events: pl.LazyFrame, spans: pl.LazyFrame, names: _Names) -> pl.LazyFrame:
     """(rank, ts, end, cat) with cat in busy/input/step on each rank's host (training thread)."""
     train = events.filter(pl.col("device") == -1).join(
@@ -245,7 +255,7 @@ def breakdown(events: pl.DataFrame, spans: pl.DataFrame) -> pl.DataFrame:
     span, partial steps included (the caller drops them).
     """
     lf, sp = events.lazy(), spans.lazy()
-    names = _Names(comm_op=name_matches(events, COMM_OP_REGEX), input=name_matches(events, INPUT_REGEX))
+    names = _names(events)
     dev = sweep(_device_timeline(lf, sp, names), ["rank"], ["compute", "comm", "p2p", "copy", "step"])
     dev = _by_step(dev, sp, "start")
     on = pl.col("len")
