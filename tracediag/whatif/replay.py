@@ -2,7 +2,8 @@
 
 Rules (What-if analysis, Lin et al., OSDI'25, on a finer op model):
 
-- a rank advances through its local segments at their (edited) durations;
+- a rank advances through its local segments at their (edited) durations (each category's time
+  in a segment scaled by its own factor);
 - it arrives at a sync operation at its local progress there;
 - the operation ends for a participant at the last participant's arrival + that participant's
   (edited) transfer time (a participant whose observed end precedes the last arrival — clocks that
@@ -21,26 +22,37 @@ import numpy as np
 import polars as pl
 
 from tracediag.whatif.graph import Graph
+from tracediag.whatif.rank import LOCAL_CATEGORIES, LOCAL_COLUMNS
 
 
 def _progress(graph: Graph, factors: pl.DataFrame | None) -> pl.DataFrame:
-    """Marks with ``L``: the rank's edited local progress at the mark (ns since its window start)."""
+    """Marks with ``L``: the rank's edited local progress at the mark (ns since its window start).
+
+    A segment's edited length is the sum over categories of its time in that category times the
+    category's factor on its (rank, step). Marks lie on segment edges, so a mark inside a segment
+    (none by construction) would read the segment's share by elapsed time."""
     seg = graph.segments
-    if factors is not None and factors.height:
-        seg = seg.join(factors, on=["rank", "step", "cat"], how="left")
-    else:
-        seg = seg.with_columns(factor=pl.lit(None, pl.Float64))
+    length = pl.lit(0.0)
+    for cat, col in zip(LOCAL_CATEGORIES, LOCAL_COLUMNS):
+        f = pl.lit(1.0)
+        if factors is not None and factors.height:
+            mine = factors.filter(pl.col("cat") == cat).select("rank", "step", **{f"_f_{cat}": "factor"})
+            seg = seg.join(mine, on=["rank", "step"], how="left")
+            f = pl.col(f"_f_{cat}").fill_null(1.0).clip(lower_bound=0.0)
+        length = length + pl.col(col) * f
     seg = (
-        seg.with_columns(pl.col("factor").fill_null(1.0).clip(lower_bound=0.0))
-        .with_columns(_len=(pl.col("end") - pl.col("ts")) * pl.col("factor"))
+        seg.sort("rank", "ts")
+        .with_columns(_len=length)
         .with_columns(_before=pl.col("_len").cum_sum().over("rank") - pl.col("_len"))
-        .select("rank", _sts="ts", _send="end", _before="_before", _f="factor")
+        .select("rank", _sts="ts", _send="end", _before="_before", _len="_len")
         .sort("_sts")
     )
     m = graph.marks.with_row_index("mid").sort("t")
     m = m.join_asof(seg, left_on="t", right_on="_sts", by="rank", check_sortedness=False)
-    inside = (pl.min_horizontal(pl.col("t"), pl.col("_send")) - pl.col("_sts")).clip(lower_bound=0) * pl.col("_f")
-    return m.with_columns(L=(pl.col("_before") + inside).fill_null(0.0)).sort("mid")
+    share = (pl.min_horizontal(pl.col("t"), pl.col("_send")) - pl.col("_sts")).clip(lower_bound=0) / (
+        pl.col("_send") - pl.col("_sts")
+    )
+    return m.with_columns(L=(pl.col("_before") + share * pl.col("_len")).fill_null(0.0)).sort("mid")
 
 
 def replay(
