@@ -4,8 +4,8 @@
 skips the ones a previous run finished (``resume``), turns a file that fails every retry into an
 error row, shows progress and writes ``manifest.parquet``. `Summaries.tables` reads the per-rank
 tables back, in rank order, for `analyzing.analyze_tables`; `analyze_ranks` chains the two. Driver
-memory grows with the summaries (steps, collective instances and per-step kernel totals per rank), not
-with the traces.
+memory grows with the summaries (steps, collective instances, per-step kernel totals and the what-if
+replay's timeline pieces and sync ends per rank), not with the traces.
 """
 
 from __future__ import annotations

@@ -27,14 +27,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from tracediag.derive.intervals import union_intervals
-from tracediag.whatif.rank import LOCAL_COLUMNS
-
-BLOCK_TOLERANCE_NS = 1_000_000
-BLOCK_TOLERANCE_SHARE = 0.5
-"""A block belongs to the operation in flight on the rank (arrived before the block ends, ends after
-it starts) whose own end lies nearest the block's end, within `BLOCK_TOLERANCE_NS` or this share of
-the block's length, whichever is larger (a rank may resume a little before its own part of a gloo
-collective is closed); otherwise the exposed time stays local (``other``)."""
+from tracediag.whatif.rank import BLOCK_TOLERANCE_NS, BLOCK_TOLERANCE_SHARE, LOCAL_COLUMNS
 
 @dataclass(frozen=True)
 class Graph:
@@ -123,7 +116,7 @@ def sync_ops(
 ) -> pl.DataFrame:
     """Every sync operation's participation rows (see `Graph.ops`) from the matched collectives and
     the ranks' sync ends (`rank.sync_ends`)."""
-    streams = sync.filter(pl.col("kind") == "collective").select("rank", "ts", "stream")
+    streams = sync.filter(pl.col("kind") == "collective").select("rank", "ts", "stream").unique()
     coll = (
         matched.filter(pl.col("n_ranks") > 1)
         .join(streams, on=["rank", "ts"], how="left")
@@ -170,7 +163,7 @@ def sync_ops(
 
 def _assign_blocks(blocks: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
     """Each block's operation: the rank's operation in flight whose own end is nearest the block's end,
-    within tolerance; recvs and collectives before sends (a send completes on its own once the data is
+    within tolerance (`rank.BLOCK_TOLERANCE_NS`); recvs and collectives before sends (a send completes on its own once the data is
     handed over). As-of joins on the end, so the cost grows as n log n, not blocks × operations."""
     tol = pl.max_horizontal(
         pl.lit(BLOCK_TOLERANCE_NS), (BLOCK_TOLERANCE_SHARE * (pl.col("b_end") - pl.col("b_ts"))).cast(pl.Int64)

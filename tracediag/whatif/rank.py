@@ -33,8 +33,8 @@ SYNC_SCHEMA: dict[str, pl.DataType] = {
     "fwd": pl.Boolean(),
     "bytes": pl.Int64(),
 }
-"""Per rank and sync end, own clock: ``kind`` collective (one row per collective instance start,
-``stream``: the device stream, on host traces the thread running gloo's work) or p2p (a send or recv:
+"""Per rank and sync end, own clock: ``kind`` collective (one row per collective instance start and
+duration, ``stream``: the device stream, on host traces the thread running gloo's work) or p2p (a send or recv:
 ``dir``, ``peer`` as the trace names it, ``fwd``: inside a forward (true) or backward (false) schedule
 annotation, null outside both, ``dur``, ``bytes``, ``stream``)."""
 
@@ -51,6 +51,13 @@ SEGMENT_SCHEMA: dict[str, pl.DataType] = {
 }
 """Per rank, pieces of the device timeline of its complete steps, own clock: ``exposed``
 (communication active, no compute: a block candidate) and the time of each local category inside."""
+
+BLOCK_TOLERANCE_NS = 1_000_000
+BLOCK_TOLERANCE_SHARE = 0.5
+"""A block belongs to the operation in flight on the rank (arrived before the block ends, ends after
+it starts) whose own end lies nearest the block's end, within `BLOCK_TOLERANCE_NS` or this share of
+the block's length, whichever is larger (a rank may resume a little before its own part of a gloo
+collective is closed); otherwise the exposed time stays local (``other``)."""
 
 LOCAL_CATEGORIES = ("compute", "input", "idle", "other")
 """What a rank does between sync points, each edited on its own by a cause (`causes`)."""
@@ -85,10 +92,10 @@ def sync_ends(events: pl.DataFrame, instances: pl.DataFrame) -> pl.DataFrame:
     )
     coll = (
         instances.lazy()
-        .select("rank", "ts")
+        .select("rank", "ts", dur=pl.col("end") - pl.col("ts"))
         .unique()
         .join(streams, on=["rank", "ts"], how="left")
-        .select("rank", kind=pl.lit("collective"), ts="ts", stream="stream")
+        .select("rank", "ts", "dur", "stream", kind=pl.lit("collective"))
     )
     op = pl.col("coll_op").cast(pl.String)
     name = pl.col("name").cast(pl.String)
@@ -124,6 +131,44 @@ def sync_ends(events: pl.DataFrame, instances: pl.DataFrame) -> pl.DataFrame:
     return both.sort("rank", "ts", "kind", "dir", "peer", "dur", "stream", "bytes", nulls_last=True)
 
 
+def _prev(col: str) -> pl.Expr:
+    return pl.col(col).shift(1).over("rank")
+
+
+def _without_lone_exposed(segs: pl.LazyFrame, sync: pl.DataFrame) -> pl.LazyFrame:
+    """`segs` (elementary, sorted by rank and ts) with ``exposed`` cleared on the exposed stretches no
+    sync operation of the rank can be waited for in: within one step, and no end of the rank's sync
+    ends within the block tolerance of the stretch's end. The driver could never make them blocks
+    (`graph._assign_blocks` asks for more), so they stay local and the pieces stay few: exposed
+    fragments between compute (gloo's thread working while the host is between operators) are many.
+    A stretch over a step boundary is kept: the driver cuts it where a step is not kept everywhere."""
+    joined = (pl.col("ts") == _prev("end")) & _prev("exposed")
+    segs = segs.with_columns(
+        _stretch=pl.when("exposed").then((~joined).fill_null(True).cast(pl.UInt32).cum_sum().over("rank"))
+    )
+    stretches = (
+        segs.filter("exposed")
+        .group_by("rank", "_stretch")
+        .agg(_ts=pl.col("ts").min(), _end=pl.col("end").max(), _steps=pl.col("step").n_unique())
+        .sort("_end")
+    )
+    ends = sync.lazy().select("rank", _e=pl.col("ts") + pl.col("dur")).filter(pl.col("_e").is_not_null()).sort("_e")
+    tol = pl.max_horizontal(
+        pl.lit(BLOCK_TOLERANCE_NS), (BLOCK_TOLERANCE_SHARE * (pl.col("_end") - pl.col("_ts"))).cast(pl.Int64)
+    )
+    waited = (
+        stretches.join_asof(ends, left_on="_end", right_on="_e", by="rank", strategy="nearest", check_sortedness=False)
+        .filter((pl.col("_steps") > 1) | ((pl.col("_e") - pl.col("_end")).abs() <= tol))
+        .select("rank", "_stretch", _waited=pl.lit(True))
+    )
+    return (
+        segs.join(waited, on=["rank", "_stretch"], how="left")
+        .with_columns(exposed=pl.col("exposed") & pl.col("_waited").fill_null(False))
+        .drop("_stretch", "_waited")
+        .sort("rank", "ts")
+    )
+
+
 def segments(events: pl.DataFrame, spans: pl.DataFrame, sync: pl.DataFrame) -> pl.DataFrame:
     """The rank's timeline pieces (`SEGMENT_SCHEMA`) over its complete steps (`spans`:
     `derive.steps.step_spans`), cut at the starts of its sync ends (`sync_ends`)."""
@@ -139,7 +184,7 @@ def segments(events: pl.DataFrame, spans: pl.DataFrame, sync: pl.DataFrame) -> p
     exposed = ((pl.col("n_comm") > 0) | (pl.col("n_p2p") > 0)) & (pl.col("n_compute") == 0)
     starts = sp.select("rank", "step", _s="start").sort("_s")
     at_cut = sync.lazy().select("rank", "ts").unique().with_columns(_cut=pl.lit(True))
-    segs = (
+    elementary = (
         sweep(parts, ["rank"], ["compute", "comm", "p2p", "copy", "input", "step"])
         .filter(pl.col("n_step") > 0)
         .with_columns(cat=_CATEGORY, exposed=exposed, len=pl.col("end") - pl.col("ts"))
@@ -149,9 +194,9 @@ def segments(events: pl.DataFrame, spans: pl.DataFrame, sync: pl.DataFrame) -> p
         .join(at_cut, on=["rank", "ts"], how="left")
         .sort("rank", "ts")
     )
-    prev = lambda c: pl.col(c).shift(1).over("rank")  # noqa: E731
+    segs = _without_lone_exposed(elementary, sync)
     new = (
-        (pl.col("ts") != prev("end")) | (pl.col("step") != prev("step")) | (pl.col("exposed") != prev("exposed"))
+        (pl.col("ts") != _prev("end")) | (pl.col("step") != _prev("step")) | (pl.col("exposed") != _prev("exposed"))
     ).fill_null(True) | pl.col("_cut").fill_null(False)
     on = pl.col("len")
     pieces = (
