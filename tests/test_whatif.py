@@ -204,6 +204,8 @@ def test_each_category_of_a_segment_is_edited_on_its_own():
     no_idle = pl.DataFrame({"rank": [1], "step": [1], "cat": ["idle"], "factor": [0.0]}, schema=schema)
     # rank 1 arrives at 20, the all-reduce ends at 20 + 5
     assert replay(g, factors=no_idle)["replay_ns"].to_list() == [25, 25]
-    both = pl.DataFrame({"rank": [1, 1], "step": [1, 1], "cat": ["idle", "compute"], "factor": [0.0, 0.5]}, schema=schema)
+    both = pl.DataFrame(
+        {"rank": [1, 1], "step": [1, 1], "cat": ["idle", "compute"], "factor": [0.0, 0.5]}, schema=schema
+    )
     # 10 ns of compute left on rank 1, rank 0 computes 10 as well: the all-reduce ends at 15
     assert replay(g, factors=both)["replay_ns"].to_list() == [15, 15]

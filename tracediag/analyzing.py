@@ -25,6 +25,7 @@ from tracediag.whatif import graph_of
 from tracediag.whatif.price import price
 from tracediag.words import count, noun
 
+
 def _needs_split(meta: RunMeta, instances: pl.DataFrame) -> bool:
     """Occurrence matching may mix groups: no group names in the events, several groups in the run."""
     named = instances.filter(pl.col("group") != "").height > 0

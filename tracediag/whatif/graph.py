@@ -29,6 +29,7 @@ import polars as pl
 from tracediag.derive.intervals import union_intervals
 from tracediag.whatif.rank import BLOCK_TOLERANCE_NS, BLOCK_TOLERANCE_SHARE, LOCAL_COLUMNS
 
+
 @dataclass(frozen=True)
 class Graph:
     """What the replay needs, all on aligned clocks (ns)."""
@@ -163,8 +164,9 @@ def sync_ops(
 
 def _assign_blocks(blocks: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
     """Each block's operation: the rank's operation in flight whose own end is nearest the block's end,
-    within tolerance (`rank.BLOCK_TOLERANCE_NS`); recvs and collectives before sends (a send completes on its own once the data is
-    handed over). As-of joins on the end, so the cost grows as n log n, not blocks × operations."""
+    within tolerance (`rank.BLOCK_TOLERANCE_NS`); recvs and collectives before sends (a send completes
+    on its own once the data is handed over). As-of joins on the end, so the cost grows as n log n,
+    not blocks × operations."""
     tol = pl.max_horizontal(
         pl.lit(BLOCK_TOLERANCE_NS), (BLOCK_TOLERANCE_SHARE * (pl.col("b_end") - pl.col("b_ts"))).cast(pl.Int64)
     )
