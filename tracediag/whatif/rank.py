@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import polars as pl
 
-from tracediag.derive.breakdown import INPUT_REGEX, _device_timeline
+from tracediag.derive.breakdown import INPUT_REGEX, device_timeline
 from tracediag.derive.intervals import sweep
+from tracediag.derive.names import name_matches
 
 SYNC_SCHEMA: dict[str, pl.DataType] = {
     "rank": pl.Int32(),
@@ -98,7 +99,6 @@ def sync_ends(events: pl.DataFrame, instances: pl.DataFrame) -> pl.DataFrame:
         .select("rank", "ts", "dur", "stream", kind=pl.lit("collective"))
     )
     op = pl.col("coll_op").cast(pl.String)
-    name = pl.col("name").cast(pl.String)
     source = pl.when(pl.col("device") >= 0).then(0).when(pl.col("kind") == "comm").then(1).otherwise(2)
     rows = (
         lf.filter(op.is_in(["send", "recv"]), pl.col("kind").is_in(["comm", "cpu_op"]))
@@ -107,8 +107,10 @@ def sync_ends(events: pl.DataFrame, instances: pl.DataFrame) -> pl.DataFrame:
         .select("rank", "tid", "ts", "dur", "stream", dir=op, peer=pl.col("coll_peer"), bytes=pl.col("coll_bytes"))
     )
     phases = (
-        lf.filter(pl.col("device") == -1, pl.col("kind") == "annotation", name.str.contains(PHASE_REGEX))
-        .select("rank", "tid", _pts="ts", _pend=pl.col("ts") + pl.col("dur"), _fwd=name.str.contains("(?i)^forward"))
+        lf.filter(pl.col("device") == -1, pl.col("kind") == "annotation", name_matches(events, PHASE_REGEX))
+        .select(
+            "rank", "tid", _pts="ts", _pend=pl.col("ts") + pl.col("dur"), _fwd=name_matches(events, "(?i)^forward")
+        )
         .sort("_pts")
     )
     p2p = (
@@ -174,13 +176,12 @@ def segments(events: pl.DataFrame, spans: pl.DataFrame, sync: pl.DataFrame) -> p
     `derive.steps.step_spans`), cut at the starts of its sync ends (`sync_ends`)."""
     sp = spans.lazy().filter(~pl.col("partial"), pl.col("start").is_not_null())
     lf = events.lazy()
-    name = pl.col("name").cast(pl.String)
-    loading = lf.filter(pl.col("device") == -1, name.str.contains(INPUT_REGEX)).select(
+    loading = lf.filter(pl.col("device") == -1, name_matches(events, INPUT_REGEX)).select(
         "rank", "ts", end=pl.col("ts") + pl.col("dur"), cat=pl.lit("input")
     )
     # a zero-length interval of no counted category only adds a cut point to the sweep
     cuts = sync.lazy().select("rank", "ts", end="ts", cat=pl.lit("cut"))
-    parts = pl.concat([_device_timeline(lf, sp).select("rank", "ts", "end", "cat"), loading, cuts])
+    parts = pl.concat([device_timeline(events, sp).select("rank", "ts", "end", "cat"), loading, cuts])
     exposed = ((pl.col("n_comm") > 0) | (pl.col("n_p2p") > 0)) & (pl.col("n_compute") == 0)
     starts = sp.select("rank", "step", _s="start").sort("_s")
     at_cut = sync.lazy().select("rank", "ts").unique().with_columns(_cut=pl.lit(True))
