@@ -93,7 +93,7 @@ def _p2p_ops(sync: pl.DataFrame, offsets: pl.DataFrame, neighbours: dict[int, tu
             src=pl.when(pl.col("dir") == "send").then(pl.col("rank")).otherwise(pl.col("peer")),
             dst=pl.when(pl.col("dir") == "send").then(pl.col("peer")).otherwise(pl.col("rank")),
         )
-        .sort("arrival", maintain_order=True)
+        .sort("arrival", "end", "bytes", "stream", nulls_last=True)
         .with_columns(k=pl.int_range(pl.len()).over("src", "dst", "dir"))
         .collect()
     )
