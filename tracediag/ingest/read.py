@@ -2,26 +2,40 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
+from typing import Any
 
-from tracediag.errors import NotATraceError, TraceError
+from tracediag.errors import NotATraceError, RankError, TraceError
 from tracediag.ingest import chrome, kineto
+from tracediag.ingest.remote import is_remote, local_copy
 from tracediag.ingest.sniff import iter_blocks, peek_head, sniff
 from tracediag.ingest.trace import FileTrace
 
 
-def read_file(path: str | Path, *, rank: int | None = None, default_rank: int | None = None) -> FileTrace:
+def read_file(
+    path: str | Path,
+    *,
+    rank: int | None = None,
+    default_rank: int | None = None,
+    storage_options: dict[str, Any] | None = None,
+) -> FileTrace:
     """The event table of one trace file (Kineto/Chrome JSON, JAX JSON or Nsight Systems SQLite).
 
-    `rank` overrides the rank the file names; `default_rank` applies only when it names none.
+    `path` may be a URL (``s3://``, ``gs://``, ``az://``, ``file://``: `ingest.remote`), read as a
+    stream with `storage_options` (an SQLite export or ``.nsys-rep`` is first copied to a temporary
+    file). `rank` overrides the rank the file names; `default_rank` applies only when it names none.
     Raises `TraceError` (one line: file and problem) or `RankError`.
     """
     path = str(path)
+    if is_remote(path) and path.endswith(".nsys-rep"):
+        return _read_copy(path, rank, default_rank, storage_options)
     if path.endswith(".nsys-rep"):
         from tracediag.ingest.nsys import export_nsys_rep
 
         path = str(export_nsys_rep(path))
-    head, blocks = peek_head(iter_blocks(path))  # one open: a pipe can be read only once
+    # one open: a pipe can be read only once
+    head, blocks = peek_head(iter_blocks(path, storage_options=storage_options))
     try:
         fmt = sniff(path, head)
     except TraceError:
@@ -29,6 +43,8 @@ def read_file(path: str | Path, *, rank: int | None = None, default_rank: int | 
         raise
     if fmt != "json":
         blocks.close()
+    if fmt == "sqlite" and is_remote(path):
+        return _read_copy(path, rank, default_rank, storage_options)
     if fmt == "sqlite":
         from tracediag.ingest.nsys import read_nsys
 
@@ -41,6 +57,23 @@ def read_file(path: str | Path, *, rank: int | None = None, default_rank: int | 
 
         return jax.to_events(decoded, path, rank=rank, default_rank=default_rank)
     return kineto.to_events(decoded, path, rank=rank, default_rank=default_rank)
+
+
+def _read_copy(
+    url: str, rank: int | None, default_rank: int | None, storage_options: dict[str, Any] | None
+) -> FileTrace:
+    """An Nsight Systems export at `url`, read from a temporary local copy (SQLite needs a file);
+    the trace and any error name the URL, not the copy."""
+    from tracediag.ingest.nsys import read_nsys
+
+    with local_copy(url, storage_options) as copy:
+        try:
+            trace = read_nsys(copy, rank=rank, default_rank=default_rank)
+        except TraceError as e:
+            raise type(e)(url, e.problem.replace(str(copy), url)) from None
+        except RankError as e:
+            raise RankError(str(e).replace(str(copy), url)) from None
+    return dataclasses.replace(trace, meta=dataclasses.replace(trace.meta, path=url))
 
 
 def _is_jax(decoded: chrome.Decoded) -> bool:
