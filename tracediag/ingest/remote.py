@@ -298,7 +298,7 @@ def open_stream(url: str, storage_options: dict[str, Any] | None = None) -> tupl
     if info.type != pafs.FileType.File:
         raise TraceError(url, "not a regular file (a directory or prefix)")
     try:
-        stream = fs.open_input_stream(path)
+        stream = fs.open_input_stream(path, compression=None)  # never "detect" by name: gzip is sniffed
     except OSError as e:
         raise storage_error(url, e) from None
     return io.BufferedReader(stream, STREAM_BUFFER), info.size  # type: ignore[arg-type]
