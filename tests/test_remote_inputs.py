@@ -32,6 +32,8 @@ from tracediag.output import refuse_inputs, refuse_inputs_under
 
 RUN = FIXTURES / "runs" / "straggler_persistent"
 NSYS = FIXTURES / "nsys" / "constructed_gpu_rank0.sqlite.gz"
+JAX = [FIXTURES / "jax" / f"gen_jax0.10.2_cpu2dev.{kind}" for kind in ("trace.json.gz", "xplane.pb.gz")]
+"""A real JAX trace and the xplane.pb beside it that places it in epoch time."""
 HAS_MOTO = importlib.util.find_spec("moto") is not None and importlib.util.find_spec("flask") is not None
 needs_moto = pytest.mark.skipif(not HAS_MOTO, reason="no S3 server: pip install -e '.[s3-test]' (moto)")
 
@@ -130,6 +132,16 @@ def test_sqlite_export_at_a_url_is_read_from_a_copy_and_named_by_its_url(tmp_pat
     assert not list(Path(tmp_path).glob("*.sqlite"))  # nothing written beside the input
 
 
+def test_jax_trace_at_a_url_finds_its_xplane_beside_it(tmp_path):
+    for f in JAX:
+        shutil.copy(f, tmp_path / f.name)
+    got, want = read_file(f"file://{tmp_path}/{JAX[0].name}", default_rank=0), read_file(JAX[0], default_rank=0)
+    assert got.meta.time_base == want.meta.time_base == "epoch"
+    assert_frame_equal(got.events, want.events)
+    (tmp_path / JAX[1].name).unlink()
+    assert read_file(f"file://{tmp_path}/{JAX[0].name}", default_rank=0).meta.time_base == "relative"
+
+
 def test_outputs_are_refused_over_input_urls(runner, tmp_path):
     run = _copy_run(tmp_path / "run")
     target = run / "rank0.pt.trace.json.gz"
@@ -193,7 +205,8 @@ def s3():
         allow_bucket_creation=True,
     )  # fmt: skip
     fs.create_dir("traces")
-    for src, key in [*((p, f"run/{p.name}") for p in sorted(RUN.iterdir())), (NSYS, f"nsys/{NSYS.name}")]:
+    uploads = [*((p, f"run/{p.name}") for p in sorted(RUN.iterdir())), (NSYS, f"nsys/{NSYS.name}")]
+    for src, key in [*uploads, *((p, f"jax/{p.name}") for p in JAX)]:
         with fs.open_output_stream(f"traces/{key}", compression=None) as out:
             out.write(src.read_bytes())
     yield opts, "s3://traces", fs, endpoint
@@ -263,10 +276,13 @@ def test_s3_missing_object_and_denied_access_are_one_line(s3, runner):
 
 
 @needs_moto
-def test_s3_sqlite_export_and_cli_with_storage_options(s3, runner):
+def test_s3_sqlite_export_jax_xplane_and_cli_with_storage_options(s3, runner):
     opts, base, _, _ = s3
     got = read_file(f"{base}/nsys/{NSYS.name}", storage_options=opts)
     assert_frame_equal(got.events, read_file(NSYS).events)
+    jax = read_file(f"{base}/jax/{JAX[0].name}", default_rank=0, storage_options=opts)
+    assert jax.meta.time_base == "epoch"
+    assert_frame_equal(jax.events, read_file(JAX[0], default_rank=0).events)
     flags = [arg for k, v in opts.items() for arg in ("--storage-option", f"{k}={v}")]
     url = runner.invoke(cli, ["analyze", f"{base}/run/*.json.gz", "--format", "json", *flags])
     disk = runner.invoke(cli, ["analyze", str(RUN / "*.json.gz"), "--format", "json"])

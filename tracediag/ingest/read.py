@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
-from tracediag.errors import NotATraceError, RankError, TraceError
+from tracediag.errors import NotATraceError, RankError, TracediagError, TraceError
 from tracediag.ingest import chrome, kineto
-from tracediag.ingest.remote import is_remote, local_copy
+from tracediag.ingest.remote import expand, is_remote, local_copy
 from tracediag.ingest.sniff import iter_blocks, peek_head, sniff
 from tracediag.ingest.trace import FileTrace
 
@@ -55,6 +57,9 @@ def read_file(
     if _is_jax(decoded):
         from tracediag.ingest import jax
 
+        if is_remote(path):
+            with _xplane_copy(path, storage_options) as xplane:
+                return jax.to_events(decoded, path, rank=rank, default_rank=default_rank, xplane=xplane)
         return jax.to_events(decoded, path, rank=rank, default_rank=default_rank)
     return kineto.to_events(decoded, path, rank=rank, default_rank=default_rank)
 
@@ -74,6 +79,32 @@ def _read_copy(
         except RankError as e:
             raise RankError(str(e).replace(str(copy), url)) from None
     return dataclasses.replace(trace, meta=dataclasses.replace(trace.meta, path=url))
+
+
+@contextmanager
+def _xplane_copy(url: str, storage_options: dict[str, Any] | None) -> Iterator[Path | None]:
+    """A local copy of the `xplane.pb` beside a JAX trace at `url` (as `jax.xplane_beside` finds one
+    beside a file), or None."""
+    from tracediag.ingest.jax import xplane_names
+
+    folder, _, name = url.rpartition("/")
+    found = []
+    for pattern in [
+        *xplane_names(name),
+        *(["*.xplane.pb", "*.xplane.pb.gz"] if name.startswith("perfetto_trace.") else []),
+    ]:
+        try:
+            found = [f.url for f in expand(f"{folder}/{pattern}", storage_options) if f.size is not None]
+        except TracediagError:
+            continue
+        if found:
+            break
+    with ExitStack() as stack:
+        copy = None
+        if len(found) == 1:
+            with suppress(TraceError):  # unreadable: the times stay relative, as with no xplane
+                copy = stack.enter_context(local_copy(found[0], storage_options))
+        yield copy
 
 
 def _is_jax(decoded: chrome.Decoded) -> bool:

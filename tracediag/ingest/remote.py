@@ -239,7 +239,10 @@ def expand(
     """
     fs, path = filesystem(source, storage_options)
     if not _GLOB.search(source.split("://", 1)[1]):
-        info = _info(fs, path, source)
+        try:
+            info = _info(fs, path, source)
+        except TraceError:  # denied: its reader reports it, as for a missing object
+            return [RemoteFile(source, None, None)]
         if info.type != pafs.FileType.Directory:
             return [_found(info, source, False) if info.type == pafs.FileType.File else RemoteFile(source, None, None)]
         found = _list(fs, path, source, recursive=True)
