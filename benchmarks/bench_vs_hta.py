@@ -1,11 +1,15 @@
 """One machine, side by side: `tracediag analyze` (in-memory and `--executor local`) against HTA (issue 12, item 5).
 
-    python benchmarks/bench_vs_hta.py [--hta-python PATH] [--copies 8] [--workers 0]
+    python benchmarks/bench_vs_hta.py [--hta-python PATH] [--copies 8] [--workers 0] [--baseline DIR]
 
 The set: --copies copies of HTA's trace_diff/control trace (34.8 MB, A100 + NCCL) with
 ``distributedInfo.rank`` rewritten, uncompressed, in benchmarks/data/a100x8/ (279 MB for 8). Each
 tool runs in a fresh process; measured as in bench_scale_out.py: the process tree's CPU seconds and
-peak summed RSS, and wall time. HTA (HolisticTraceAnalysis, in its own environment given by
+peak summed RSS, and wall time. CPU seconds are exact: the difference of this process's
+``RUSAGE_CHILDREN`` around each run (every process of the tree is waited for by its parent), not
+the /proc samples. `--baseline DIR` also runs the tracediag of another checkout (e.g. a
+`git worktree` of an older commit) in the same run, so a change is measured against what it
+replaces under the same load. HTA (HolisticTraceAnalysis, in its own environment given by
 --hta-python) does what its users run for this question: load + temporal breakdown +
 communication/computation overlap + idle time breakdown.
 """
@@ -14,7 +18,9 @@ from __future__ import annotations
 
 import argparse
 import gzip
+import os
 import re
+import resource
 import sys
 from pathlib import Path
 
@@ -55,6 +61,22 @@ if __name__ == "__main__":
 """
 
 
+def measure(code: str, argv: list[str], python: str, pythonpath: str | None = None) -> dict:
+    """`measure_code`, with the tree's CPU seconds taken exactly from RUSAGE_CHILDREN."""
+    saved = os.environ.get("PYTHONPATH")
+    if pythonpath:
+        os.environ["PYTHONPATH"] = pythonpath
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    try:
+        r = measure_code(code, argv, python=python)
+    finally:
+        if pythonpath:
+            os.environ.pop("PYTHONPATH") if saved is None else os.environ.__setitem__("PYTHONPATH", saved)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    exact = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return {**r, "tree_cpu": max(exact, r["tree_cpu"])}
+
+
 def build(copies: int) -> Path:
     DATA.mkdir(parents=True, exist_ok=True)
     text = gzip.decompress(SOURCE.read_bytes()).decode()
@@ -70,6 +92,7 @@ def main() -> None:
     ap.add_argument("--copies", type=int, default=8)
     ap.add_argument("--workers", type=int, nargs="+", default=[0, 1], help="tracediag workers (0: one per CPU)")
     ap.add_argument("--hta-python", help="python of an environment with HolisticTraceAnalysis installed")
+    ap.add_argument("--baseline", help="a checkout of an older tracediag, run in the same session for comparison")
     args = ap.parse_args()
     folder = build(args.copies)
     size = sum(p.stat().st_size for p in folder.glob("*.json"))
@@ -77,16 +100,17 @@ def main() -> None:
     print("| tool | wall s | tree CPU s | tree peak MB | CPU vs HTA | memory vs HTA | result |")
     print("|---|---:|---:|---:|---:|---:|---|")
     rows = []
+    sources = [("tracediag", None)] + ([("baseline", str(Path(args.baseline).resolve()))] if args.baseline else [])
     runs = [
-        (f"tracediag {label} -j {w}", TRACEDIAG, [str(folder), mode, str(w)], sys.executable)
+        (f"{tool} {label} -j {w}", TRACEDIAG, [str(folder), mode, str(w)], sys.executable, path)
+        for tool, path in sources
         for w in args.workers
         for label, mode in (("(in-memory load)", "memory"), ("--executor local", "local"))
     ]
-    for name, code, argv, python in [*runs, ("HTA 0.5.0", HTA, [str(folder)], args.hta_python)]:
+    for name, code, argv, python, path in [*runs, ("HTA 0.5.0", HTA, [str(folder)], args.hta_python, None)]:
         if python is None:
             continue
-        r = measure_code(code, argv, python=python)
-        rows.append((name, r))
+        rows.append((name, measure(code, argv, python, path)))
     hta = next((r for n, r in rows if n.startswith("HTA")), None)
     for name, r in rows:
         cpu = f"{hta['tree_cpu'] / r['tree_cpu']:.1f}x less" if hta and r is not hta else ""

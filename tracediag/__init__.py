@@ -8,13 +8,55 @@ Python API (see docs/api.md)::
     result = tracediag.check(analysis, prediction, run=run)
 """
 
-from tracediag.analysis import Analysis, Cause, Finding
-from tracediag.analyzing import analyze
-from tracediag.checking import Check, check
-from tracediag.errors import MixedRunError, NoStepsError, RankError, SpecError, TracediagError, TraceError
-from tracediag.model.plan import plan
-from tracediag.model.predict import load_prediction, predict
-from tracediag.run import Run, RunMeta, load
+from importlib import import_module
+from typing import TYPE_CHECKING
+
+import tracediag.forks  # noqa: F401 - the fork hook, from import on
+
+if TYPE_CHECKING:
+    from tracediag.analysis import Analysis, Cause, Finding
+    from tracediag.analyzing import analyze
+    from tracediag.checking import Check, check
+    from tracediag.errors import MixedRunError, NoStepsError, RankError, SpecError, TracediagError, TraceError
+    from tracediag.model.plan import plan
+    from tracediag.model.predict import load_prediction, predict
+    from tracediag.run import Run, RunMeta, load
+
+_HOME = {
+    "Analysis": "analysis",
+    "Cause": "analysis",
+    "Finding": "analysis",
+    "analyze": "analyzing",
+    "Check": "checking",
+    "check": "checking",
+    "MixedRunError": "errors",
+    "NoStepsError": "errors",
+    "RankError": "errors",
+    "SpecError": "errors",
+    "TracediagError": "errors",
+    "TraceError": "errors",
+    "plan": "model.plan",
+    "load_prediction": "model.predict",
+    "predict": "model.predict",
+    "Run": "run",
+    "RunMeta": "run",
+    "load": "run",
+}
+"""Where each public name lives. Imported on first use, so a process that needs only part of the
+package (a reading worker, an executor task) does not pay for the rest (the model, pyarrow, numpy)."""
+
+
+def __getattr__(name: str) -> object:
+    if name not in _HOME:
+        raise AttributeError(f"module 'tracediag' has no attribute {name!r}")
+    value = getattr(import_module(f"tracediag.{_HOME[name]}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_HOME])
+
 
 __all__ = [
     "Analysis",

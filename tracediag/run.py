@@ -16,10 +16,9 @@ from pathlib import Path
 import msgspec
 import orjson
 import polars as pl
-import pyarrow as pa
-import pyarrow.parquet as pq
 
 from tracediag.errors import NotATraceError, OutputError, RankError, TracediagError, TraceError, one_line, shown
+from tracediag.forks import forked_after_import
 from tracediag.ingest.read import read_file
 from tracediag.ingest.remote import expand, filesystem, is_remote, location_key
 from tracediag.ingest.sniff import is_stream, read_head, sniff
@@ -28,17 +27,6 @@ from tracediag.ingest.workers import map_in_workers
 from tracediag.output import write_atomic
 from tracediag.regex import user_regex
 from tracediag.schema import EVENT_SCHEMA, MAX_RANK, conform, empty_events
-
-_FORK = {"after_import": False}
-"""Process state, not configuration: whether this process is a fork of one that had imported tracediag."""
-
-
-def _forked() -> None:
-    _FORK["after_import"] = True
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_forked)
 
 FORK_WARNING = (
     "tracediag: this process was forked from one that had imported tracediag; if that process ran polars "
@@ -130,6 +118,9 @@ class Run:
         Written beside `path` and renamed over it when complete (`output.write_atomic`); raises
         `OutputError` in one line when it cannot be written.
         """
+        import pyarrow as pa  # only here and in `_load_parquet`: most processes never touch Parquet
+        import pyarrow.parquet as pq
+
         table = self.events.to_arrow()
         extra = {PARQUET_META_KEY: orjson.dumps(self.meta.to_dict())}
         table = table.replace_schema_metadata({**(table.schema.metadata or {}), **extra})
@@ -283,7 +274,7 @@ def load(
     is listed in `run.meta.errors` and the others are still read; if none can be read, or two
     files claim the same rank, a `TracediagError` is raised.
     """
-    if _FORK["after_import"]:
+    if forked_after_import():
         warnings.warn(FORK_WARNING, RuntimeWarning, stacklevel=2)
     if isinstance(sources, (str, Path)):
         sources = [sources]
@@ -377,6 +368,9 @@ def _is_parquet(path: str, storage_options: dict | None = None) -> bool:
 
 def _load_parquet(path: str, storage_options: dict | None = None) -> Run:
     """A run saved by `Run.save`; a damaged or altered file is a one-line `TraceError`."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     try:
         if is_remote(path):
             fs, inner = filesystem(path, storage_options)

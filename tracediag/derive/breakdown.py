@@ -33,9 +33,12 @@ next batch is the gap between steps). A host that prepares the batch starves the
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import polars as pl
 
 from tracediag.derive.intervals import sweep, union_intervals
+from tracediag.derive.names import name_matches
 from tracediag.vocab import HOST_COMM_OP as COMM_OP_REGEX
 
 INPUT_REGEX = r"(?i)dataloader"
@@ -65,22 +68,29 @@ BREAKDOWN_COLUMNS = (
 )
 
 
+@dataclass(frozen=True)
+class _Names:
+    """The name tests of the breakdown, evaluated once per distinct name (`derive.names`)."""
+
+    comm_op: pl.Expr
+    input: pl.Expr
+
+
 def _end() -> pl.Expr:
     return pl.col("ts") + pl.col("dur")
 
 
-def _host_compute(events: pl.LazyFrame) -> pl.LazyFrame:
+def _host_compute(events: pl.LazyFrame, names: _Names) -> pl.LazyFrame:
     """CPU-only ranks: intervals where some host thread computes (rank, ts, end)."""
-    name = pl.col("name").cast(pl.String)
     ops = events.filter(pl.col("device") == -1, pl.col("kind") == "cpu_op")
     cat = (
-        pl.when(pl.col("coll_op").is_not_null() | name.str.contains(COMM_OP_REGEX))
+        pl.when(pl.col("coll_op").is_not_null() | names.comm_op)
         .then(pl.lit("commop"))
-        .when(name.str.contains(INPUT_REGEX))
+        .when(names.input)
         .then(pl.lit("input"))
         .otherwise(pl.lit("op"))
     )
-    loaders = events.filter(pl.col("device") == -1, pl.col("kind") != "cpu_op", name.str.contains(INPUT_REGEX))
+    loaders = events.filter(pl.col("device") == -1, pl.col("kind") != "cpu_op", names.input)
     per_thread = pl.concat(
         [
             ops.select("rank", "tid", "ts", end=_end(), cat=cat),
@@ -92,7 +102,7 @@ def _host_compute(events: pl.LazyFrame) -> pl.LazyFrame:
     return union_intervals(busy.select("rank", "ts", "end"), ["rank"])
 
 
-def _in_flight(host: pl.LazyFrame) -> pl.LazyFrame:
+def _in_flight(host: pl.LazyFrame, names: _Names) -> pl.LazyFrame:
     """CPU-only ranks whose trace records no collective work (no ``gloo:*`` rows, only the enqueue
     operators): the host blocked with its own collective in flight, as (rank, ts, end).
 
@@ -101,14 +111,13 @@ def _in_flight(host: pl.LazyFrame) -> pl.LazyFrame:
     ``work.wait()`` block there without a profiler range. Ranks that record the work itself are
     left alone (the work rows are the communication).
     """
-    name = pl.col("name").cast(pl.String)
     with_work = host.filter(pl.col("kind") == "comm").select("rank").unique()
     ops = host.filter(pl.col("kind") == "cpu_op").join(with_work, on="rank", how="anti")
     enqueue = ops.filter(pl.col("coll_op").is_not_null(), ~pl.col("coll_op").is_in(P2P_OPS)).select(
         "rank", "tid", "ts", _e=_end()
     )
     nxt = (
-        ops.filter(pl.col("coll_op").is_null(), ~name.str.contains(COMM_OP_REGEX))
+        ops.filter(pl.col("coll_op").is_null(), ~names.comm_op)
         .select("rank", "tid", _next="ts")
         .sort("_next")
     )
@@ -120,7 +129,7 @@ def _in_flight(host: pl.LazyFrame) -> pl.LazyFrame:
     )
 
 
-def _device_timeline(events: pl.LazyFrame, spans: pl.LazyFrame) -> pl.LazyFrame:
+def _device_timeline(events: pl.LazyFrame, spans: pl.LazyFrame, names: _Names) -> pl.LazyFrame:
     """(rank, ts, end, cat) with cat in compute/comm/p2p/copy/step on each rank's device timeline."""
     gpu = spans.filter(pl.col("device") >= 0).select("rank", "device").unique()
     dev = events.filter(pl.col("device") >= 0).join(gpu, on=["rank", "device"], how="semi")
@@ -136,35 +145,42 @@ def _device_timeline(events: pl.LazyFrame, spans: pl.LazyFrame) -> pl.LazyFrame:
     )
     cpu_ranks = spans.filter(pl.col("device") < 0).select("rank").unique()
     host = events.filter(pl.col("device") == -1).join(cpu_ranks, on="rank", how="semi")
-    name = pl.col("name").cast(pl.String)
     host_comm = host.filter(
-        (pl.col("kind") == "comm")
-        | ((pl.col("kind") == "cpu_op") & (pl.col("coll_op").is_not_null() | name.str.contains(COMM_OP_REGEX)))
+        (pl.col("kind") == "comm") | ((pl.col("kind") == "cpu_op") & (pl.col("coll_op").is_not_null() | names.comm_op))
     )
     parts = [
         dev.select("rank", "ts", end=_end(), cat=dev_cat).filter(pl.col("cat").is_not_null()),
-        _host_compute(host).with_columns(cat=pl.lit("compute")),
+        _host_compute(host, names).with_columns(cat=pl.lit("compute")),
         host_comm.select(
             "rank",
             "ts",
             end=_end(),
             cat=pl.when(pl.col("coll_op").is_in(P2P_OPS)).then(pl.lit("p2p")).otherwise(pl.lit("comm")),
         ),
-        _in_flight(host).with_columns(cat=pl.lit("comm")),
+        _in_flight(host, names).with_columns(cat=pl.lit("comm")),
         spans.filter(pl.col("start").is_not_null()).select("rank", ts="start", end="end", cat=pl.lit("step")),
     ]
     return pl.concat([p.select("rank", "ts", "end", "cat") for p in parts])
 
 
-def _host_timeline(events: pl.LazyFrame, spans: pl.LazyFrame) -> pl.LazyFrame:
+def device_timeline(events: pl.DataFrame, spans: pl.LazyFrame) -> pl.LazyFrame:
+    """The breakdown's device timeline of `events` over `spans`: (rank, ts, end, cat) with cat in
+    compute/comm/p2p/copy/step (what the what-if replay cuts into segments)."""
+    return _device_timeline(events.lazy(), spans, _names(events))
+
+
+def _names(events: pl.DataFrame) -> _Names:
+    return _Names(comm_op=name_matches(events, COMM_OP_REGEX), input=name_matches(events, INPUT_REGEX))
+
+
+def _host_timeline(events: pl.LazyFrame, spans: pl.LazyFrame, names: _Names) -> pl.LazyFrame:
     """(rank, ts, end, cat) with cat in busy/input/step on each rank's host (training thread)."""
-    name = pl.col("name").cast(pl.String)
     train = events.filter(pl.col("device") == -1).join(
         spans.select("rank", "tid").unique(), on=["rank", "tid"], how="semi"
     )
     parts = [
         train.filter(pl.col("kind").is_in(["cpu_op", "runtime"])).select("rank", "ts", end=_end(), cat=pl.lit("busy")),
-        events.filter(pl.col("device") == -1, name.str.contains(INPUT_REGEX)).select(
+        events.filter(pl.col("device") == -1, names.input).select(
             "rank", "ts", end=_end(), cat=pl.lit("input")
         ),
         spans.select("rank", ts="host_start", end="host_end", cat=pl.lit("step")),
@@ -239,7 +255,8 @@ def breakdown(events: pl.DataFrame, spans: pl.DataFrame) -> pl.DataFrame:
     span, partial steps included (the caller drops them).
     """
     lf, sp = events.lazy(), spans.lazy()
-    dev = sweep(_device_timeline(lf, sp), ["rank"], ["compute", "comm", "p2p", "copy", "step"])
+    names = _names(events)
+    dev = sweep(_device_timeline(lf, sp, names), ["rank"], ["compute", "comm", "p2p", "copy", "step"])
     dev = _by_step(dev, sp, "start")
     on = pl.col("len")
     copying = pl.col("n_copy") > 0
@@ -268,7 +285,7 @@ def breakdown(events: pl.DataFrame, spans: pl.DataFrame) -> pl.DataFrame:
         .group_by("rank", "step")
         .agg(idle_host_ns=pl.col("_host").sum(), idle_kernel_ns=pl.col("_kernel").sum())
     )
-    host = _by_step(sweep(_host_timeline(lf, sp), ["rank"], ["busy", "input", "step"]), sp, "host_start")
+    host = _by_step(sweep(_host_timeline(lf, sp, names), ["rank"], ["busy", "input", "step"]), sp, "host_start")
     host_agg = host.group_by("rank", "step").agg(
         host_gap_ns=on.filter(pl.col("n_busy") == 0).sum(),
         input_ns=on.filter(pl.col("n_input") > 0).sum(),

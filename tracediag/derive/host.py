@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import polars as pl
 
+from tracediag.derive.names import name_matches
+
 SYNC_REGEX = r"(?i)synchronize|^(?:cuda|hip)Memcpy(?:WithStream)?$|^cuMemcpy(?:DtoH|HtoD)?(?:_v2)?$"
 """Runtime calls that block the host until the device is done."""
 COPY_REGEX = r"(?i)memcpy"
@@ -51,13 +53,14 @@ def host_feed(events: pl.DataFrame, spans: pl.DataFrame) -> pl.DataFrame:
     if not gpu.height:
         return pl.DataFrame(schema=HOST_SCHEMA)
     lf = events.lazy()
-    name = pl.col("name").cast(pl.String)
     host = lf.filter(pl.col("device") == -1, pl.col("step").is_not_null()).join(
         gpu.lazy().select("rank"), on="rank", how="semi"
     )
     runtime = host.filter(pl.col("kind").is_in(["runtime", "sync"]))
-    blocking = name.str.contains(SYNC_REGEX) | (name.str.contains(COPY_REGEX) & (pl.col("dur") >= BLOCKING_COPY_NS))
-    launch = name.str.contains(LAUNCH_REGEX)
+    blocking = name_matches(events, SYNC_REGEX) | (
+        name_matches(events, COPY_REGEX) & (pl.col("dur") >= BLOCKING_COPY_NS)
+    )
+    launch = name_matches(events, LAUNCH_REGEX)
     host_agg = runtime.group_by("rank", "step").agg(
         sync_n=blocking.sum(),
         sync_ns=pl.col("dur").filter(blocking).sum(),
@@ -65,7 +68,7 @@ def host_feed(events: pl.DataFrame, spans: pl.DataFrame) -> pl.DataFrame:
         launch_ns=pl.col("dur").filter(launch).sum(),
     )
     items = (
-        host.filter(pl.col("kind") == "cpu_op", name.str.contains(ITEM_REGEX))
+        host.filter(pl.col("kind") == "cpu_op", name_matches(events, ITEM_REGEX))
         .group_by("rank", "step")
         .agg(item_n=pl.len())
     )

@@ -14,6 +14,7 @@ import polars as pl
 
 from tracediag.analysis import KERNEL_CATEGORY_SCHEMA, KERNEL_SCHEMA
 from tracediag.derive.breakdown import COMM_OP_REGEX
+from tracediag.derive.names import name_matches
 
 TOP_STORED = 50
 """Rows kept per rank in the analysis (the JSON stays small on traces with thousands of kernels)."""
@@ -106,7 +107,7 @@ def kernel_steps(events: pl.DataFrame, devices: pl.DataFrame) -> pl.DataFrame:
         pl.col("device_main") < 0, pl.col("device") == -1, pl.col("kind").is_in(["cpu_op", "comm"])
     ).with_columns(
         category=pl.when(
-            (pl.col("kind") == "comm") | pl.col("coll_op").is_not_null() | name.str.contains(COMM_OP_REGEX)
+            (pl.col("kind") == "comm") | pl.col("coll_op").is_not_null() | name_matches(events, COMM_OP_REGEX)
         )
         .then(pl.lit("communication"))
         .otherwise(pl.lit("compute"))

@@ -196,40 +196,36 @@ def assign_steps(events: pl.DataFrame, spans: pl.DataFrame) -> pl.DataFrame:
     """Return `events` with ``step`` filled (null outside every step).
 
     Host rows: the step whose host span contains ``ts``. Device rows: the step of their launch
-    (through ``correlation``), else the device step span that contains ``ts``.
+    (through ``correlation``), else the device step span that contains ``ts``. Only the columns
+    that decide the step take part in the joins; the event table's other columns are not copied.
     """
     markers = spans.select("rank", "step", "host_start", "host_end")
-    cols = events.columns
-    lf = events.lazy().with_row_index("_row")
-    host = _host_step(lf.filter(pl.col("device") == -1), markers)
+    lf = events.lazy().select("rank", "device", "ts", "correlation").with_row_index("_row")
+    host = _host_step(lf.filter(pl.col("device") == -1).select("_row", "rank", "ts"), markers)
     launches = _launch_steps(events, markers).select("rank", "correlation", "_launch_step")
     dev_span = (
         spans.lazy()
-        .filter(pl.col("device") >= 0)
+        .filter(pl.col("device") >= 0, pl.col("start").is_not_null())
         .select("rank", pl.col("start").alias("_ds"), pl.col("end").alias("_de"), pl.col("step").alias("_dstep"))
     )
     device = (
         lf.filter(pl.col("device") >= 0)
         .join(launches, on=["rank", "correlation"], how="left")
         .sort("ts")
-        .join_asof(
-            dev_span.filter(pl.col("_ds").is_not_null()).sort("_ds"),
-            left_on="ts",
-            right_on="_ds",
-            by="rank",
-            check_sortedness=False,
-        )
+        .join_asof(dev_span.sort("_ds"), left_on="ts", right_on="_ds", by="rank", check_sortedness=False)
         .with_columns(
             _step=pl.coalesce(
                 pl.col("_launch_step"), pl.when(pl.col("ts") < pl.col("_de")).then(pl.col("_dstep"))
             ).cast(pl.Int32)
         )
     )
-    keep = ["_row", *[c for c in cols if c != "step"], "_step"]
-    return (
-        pl.concat([host.select(keep), device.select(keep)])
+    steps = (
+        pl.concat([host.select("_row", "_step"), device.select("_row", "_step")])
         .sort("_row")
-        .rename({"_step": "step"})
-        .select(cols)
         .collect()
     )
+    if steps.height != events.height:  # rows with a null device belong to neither timeline
+        steps = pl.DataFrame({"_row": pl.int_range(events.height, eager=True, dtype=pl.UInt32)}).join(
+            steps, on="_row", how="left", maintain_order="left"
+        )
+    return events.with_columns(steps["_step"].alias("step"))

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from tracediag.derive.breakdown import INPUT_REGEX, _device_timeline
+from tracediag.derive.breakdown import INPUT_REGEX, device_timeline
 from tracediag.derive.intervals import sweep, union_intervals
 
 BLOCK_TOLERANCE_NS = 1_000_000
@@ -212,7 +212,7 @@ def _timeline(events: pl.DataFrame, spans: pl.DataFrame, offsets: pl.DataFrame, 
     loading = lf.filter(pl.col("device") == -1, name.str.contains(INPUT_REGEX)).select(
         "rank", "ts", end=pl.col("ts") + pl.col("dur"), cat=pl.lit("input")
     )
-    parts = pl.concat([_device_timeline(lf, sp).select("rank", "ts", "end", "cat"), loading])
+    parts = pl.concat([device_timeline(events, sp).select("rank", "ts", "end", "cat"), loading])
     segs = sweep(parts, ["rank"], ["compute", "comm", "p2p", "copy", "input", "step"])
     return (
         segs.filter(pl.col("n_step") > 0)
