@@ -266,13 +266,15 @@ def test_s3_missing_object_and_denied_access_are_one_line(s3, runner):
     assert result.stderr.strip() == f"Error: {base}/run/nothere.json.gz: no such object"
     _set_auth(endpoint, "0")
     try:
-        result = runner.invoke(cli, ["analyze", f"{base}/run/rank0.pt.trace.json.gz", *flags])
+        one = runner.invoke(cli, ["analyze", f"{base}/run/rank0.pt.trace.json.gz", *flags])
+        listed = runner.invoke(cli, ["analyze", f"{base}/run/*.json.gz", "--executor", "local", *flags])
     finally:
         _set_auth(endpoint, "inf")
-    assert result.exit_code == 2
-    line = result.stderr.strip()
-    assert "\n" not in line and line.startswith(f"Error: {base}/run/rank0.pt.trace.json.gz: ")
-    assert ": access denied (" in line
+    assert one.exit_code == listed.exit_code == 2
+    line = one.stderr.strip()
+    assert "\n" not in line and line.startswith(f"Error: {base}/run/rank0.pt.trace.json.gz: access denied (")
+    line = listed.stderr.strip()
+    assert "\n" not in line and line.startswith(f"Error: {base}/run/*.json.gz: cannot list (access denied (")
 
 
 @needs_moto
@@ -288,3 +290,14 @@ def test_s3_sqlite_export_jax_xplane_and_cli_with_storage_options(s3, runner):
     disk = runner.invoke(cli, ["analyze", str(RUN / "*.json.gz"), "--format", "json"])
     assert url.exit_code == disk.exit_code == 0, url.stderr
     assert _renamed(orjson.loads(url.stdout), f"{base}/run/", f"{RUN}/") == orjson.loads(disk.stdout)
+
+
+@needs_moto
+def test_s3_credentials_and_endpoint_from_the_environment_reach_the_workers(s3, monkeypatch, tmp_path):
+    opts, base, _, _ = s3
+    monkeypatch.setenv("AWS_ENDPOINT_URL", opts["aws_endpoint_url"])
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_REGION", "us-east-1")
+    s = summarize(f"{base}/run/rank[01].pt.trace.json.gz", out=str(tmp_path), executor="local", workers=2)
+    assert s.manifest["ok"].to_list() == [True, True] and s.ranks == [0, 1]

@@ -11,6 +11,7 @@ same ``--storage-option KEY=VALUE`` the outputs take (polars' key names, mapped 
 from __future__ import annotations
 
 import fnmatch
+import functools
 import io
 import os
 import re
@@ -160,7 +161,7 @@ def filesystem(url: str, storage_options: dict[str, Any] | None = None) -> tuple
             return pafs.LocalFileSystem(), os.path.abspath(rest or "/")
         kw = fs_kwargs(store, storage_options)
         if store == "s3":
-            return pafs.S3FileSystem(**kw), rest
+            return pafs.S3FileSystem(**_s3_defaults(kw, rest.split("/", 1)[0])), rest
         if store == "gcs":
             return pafs.GcsFileSystem(**kw), rest
         if store == "azure":
@@ -185,6 +186,31 @@ def filesystem(url: str, storage_options: dict[str, Any] | None = None) -> tuple
         raise TracediagError(f"{shown(url)}: cannot open its storage ({one_line(str(e))})") from None
 
 
+def _s3_defaults(kw: dict[str, Any], bucket: str) -> dict[str, Any]:
+    """S3 arguments completed from the AWS SDK's environment that pyarrow does not read itself
+    (``AWS_ENDPOINT_URL_S3``, ``AWS_ENDPOINT_URL``), and the bucket's own region when none is set
+    (as `pyarrow.fs.FileSystem.from_uri` does: a request to another region's endpoint fails)."""
+    kw = dict(kw)
+    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    if "endpoint_override" not in kw and endpoint:
+        kw.update(fs_kwargs("s3", {"aws_endpoint_url": endpoint}))
+    regional = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+    if "region" not in kw and "endpoint_override" not in kw and not regional and bucket:
+        region = _bucket_region(bucket)
+        if region:
+            kw["region"] = region
+    return kw
+
+
+@functools.lru_cache(maxsize=64)
+def _bucket_region(bucket: str) -> str | None:
+    """The AWS region of `bucket` (one anonymous request per bucket and process), None when unknown."""
+    try:
+        return pafs.resolve_s3_region(bucket)
+    except (OSError, ValueError):
+        return None
+
+
 @dataclass(frozen=True, slots=True)
 class RemoteFile:
     """One object a URL names: its URL, size and modification time as listed, and whether a directory
@@ -203,8 +229,9 @@ def storage_error(url: str, e: BaseException) -> Exception:
     if isinstance(e, FileNotFoundError) or re.search(r"NoSuchKey|NoSuchBucket|\b404\b|NOT_FOUND", text):
         return TraceError(url, "no such object")
     if isinstance(e, PermissionError) or re.search(
-        r"ACCESS_DENIED|AccessDenied|\b403\b|Forbidden|PERMISSION_DENIED|InvalidAccessKeyId|SignatureDoesNotMatch|"
-        r"AuthorizationFailure|AuthenticationFailed|Unauthenticated",
+        r"ACCESS_DENIED|AccessDenied|\b40[13]\b|Forbidden|PERMISSION_DENIED|INVALID_ACCESS_KEY_ID|InvalidAccessKeyId|"
+        r"SIGNATURE_DOES_NOT_MATCH|SignatureDoesNotMatch|EXPIRED_TOKEN|ExpiredToken|INVALID_CLIENT_TOKEN_ID|"
+        r"UNRECOGNIZED_CLIENT|AuthorizationFailure|AuthenticationFailed|Unauthenticated|UNAUTHENTICATED",
         text,
     ):
         return TraceError(url, f"access denied ({text[:200]})")
@@ -275,7 +302,8 @@ def _list(fs: pafs.FileSystem, path: str, url: str, *, recursive: bool) -> list[
         infos = fs.get_file_info(pafs.FileSelector(path, allow_not_found=True, recursive=recursive))
     except OSError as e:
         err = storage_error(url, e)
-        raise TracediagError(f"{shown(url)}: cannot list ({str(err).split(': ', 1)[-1]})") from None
+        reason = err.problem if isinstance(err, TraceError) else one_line(str(e))[:300]
+        raise TracediagError(f"{shown(url)}: cannot list ({reason})") from None
     return [i for i in infos if i.type == pafs.FileType.File]
 
 
