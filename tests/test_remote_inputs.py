@@ -76,6 +76,29 @@ def test_file_url_run_equals_the_files_on_disk_with_local_executor(tmp_path):
         assert (row["bytes"], row["mtime_ns"]) == (st.st_size, st.st_mtime_ns)
 
 
+def test_with_an_executor_the_driver_lists_and_never_reads_a_trace(tmp_path, monkeypatch):
+    from tracediag.ingest import remote, sniff
+
+    def refuse(url, *args, **kw):
+        raise AssertionError(f"the driver opened {url}")
+
+    run = _copy_run(tmp_path / "run")
+    monkeypatch.setattr(remote, "open_stream", refuse)  # in this process only: the workers read
+    monkeypatch.setattr(sniff, "open_stream", refuse)
+    s = summarize(f"file://{run}/*.json.gz", out=str(tmp_path / "out"), executor="local", workers=2)
+    assert s.ranks == [0, 1, 2, 3]
+    with pytest.raises(AssertionError, match="the driver opened"):
+        tracediag.load(f"file://{run}/rank0.pt.trace.json.gz", jobs=1)  # in memory, this process reads
+
+
+def test_saved_run_at_a_url_loads_back_exactly(tmp_path):
+    run = tracediag.load(RUN, jobs=1)
+    run.save(tmp_path / "run.parquet")
+    again = tracediag.load(f"file://{tmp_path}/run.parquet")
+    assert_frame_equal(again.events, run.events)
+    assert again.meta == run.meta
+
+
 def test_url_glob_matches_components_and_double_star_spans_folders(tmp_path):
     for rel in ("a/r0.json.gz", "a/b/r1.json.gz", "a/b/c/r2.json.gz", "a/x.txt"):
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)

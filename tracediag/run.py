@@ -20,8 +20,8 @@ import polars as pl
 from tracediag.errors import NotATraceError, OutputError, RankError, TracediagError, TraceError, one_line, shown
 from tracediag.forks import forked_after_import
 from tracediag.ingest.read import read_file
-from tracediag.ingest.remote import expand, filesystem, is_remote, location_key
-from tracediag.ingest.sniff import is_stream, read_head, sniff
+from tracediag.ingest.remote import expand, filesystem, is_remote, location_key, read_prefix
+from tracediag.ingest.sniff import is_stream, sniff
 from tracediag.ingest.trace import FileMeta, FileTrace, ProcessGroup
 from tracediag.ingest.workers import map_in_workers
 from tracediag.output import write_atomic
@@ -350,7 +350,7 @@ def _check_unique_ranks(traces: list[FileTrace]) -> None:
 def _is_parquet(path: str, storage_options: dict | None = None) -> bool:
     if is_remote(path):
         try:
-            return sniff(path, read_head(path, storage_options=storage_options)) == "parquet"
+            return sniff(path, read_prefix(path, 64, storage_options)) == "parquet"
         except (TraceError, OSError):
             return False  # its reader reports it
     if not os.path.isfile(path):  # a pipe is read once, by the trace reader

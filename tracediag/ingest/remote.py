@@ -335,6 +335,16 @@ def open_stream(url: str, storage_options: dict[str, Any] | None = None) -> tupl
     return io.BufferedReader(stream, STREAM_BUFFER), info.size  # type: ignore[arg-type]
 
 
+def read_prefix(url: str, size: int, storage_options: dict[str, Any] | None = None) -> bytes:
+    """The first `size` raw bytes of the object at `url` (one small ranged GET), for a format check."""
+    stream, _ = open_stream(url, storage_options)
+    with stream:
+        try:
+            return stream.raw.read(size)  # type: ignore[attr-defined]  # unbuffered: fetch only these bytes
+        except OSError as e:
+            raise storage_error(url, e) from None
+
+
 SPARE_BYTES = 1 << 30
 """Room left free on the temporary folder's disk by a local copy."""
 
