@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import gzip
 import importlib.util
+import os
 import shutil
+import socket
 import urllib.request
 from pathlib import Path
 
@@ -324,3 +326,24 @@ def test_s3_credentials_and_endpoint_from_the_environment_reach_the_workers(s3, 
     monkeypatch.setenv("AWS_REGION", "us-east-1")
     s = summarize(f"{base}/run/rank[01].pt.trace.json.gz", out=str(tmp_path), executor="local", workers=2)
     assert s.manifest["ok"].to_list() == [True, True] and s.ranks == [0, 1]
+
+
+@needs_moto
+@pytest.mark.skipif(importlib.util.find_spec("distributed") is None, reason="dask is not installed")
+def test_s3_on_a_dask_cluster_each_worker_streams_its_objects(s3, tmp_path):
+    from distributed import LocalCluster
+
+    opts, base, _, _ = s3
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster:
+        got = summarize(
+            f"{base}/run/*.json.gz",
+            out=str(tmp_path / "dask"),
+            executor="dask",
+            address=cluster.scheduler_address,
+            workers=2,
+            storage_options=opts,
+        )
+    want = summarize(RUN, out=str(tmp_path / "disk"), executor="local", workers=2)
+    for name, frame in want.tables().items():
+        assert_frame_equal(got.tables()[name], frame)
+    assert f"{socket.gethostname()}:{os.getpid()}" not in got.manifest["worker"].to_list()
