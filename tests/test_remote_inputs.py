@@ -137,6 +137,20 @@ def test_stream_errors_are_one_line_naming_the_url(runner, tmp_path):
     assert len(lines) == 2 and all(line.startswith(f"Error: {base}/") for line in lines)
 
 
+def test_unreachable_store_is_retried_then_one_line_naming_the_url(runner):
+    # an S3 endpoint on a loopback port nobody listens on: a storage error, not a bad trace
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    opts = {"aws_endpoint_url": f"http://127.0.0.1:{port}", "aws_access_key_id": "x", "aws_secret_access_key": "x"}
+    flags = [arg for k, v in {**opts, "aws_region": "us-east-1"}.items() for arg in ("--storage-option", f"{k}={v}")]
+    url = "s3://bucket/run/rank0.json.gz"
+    result = runner.invoke(cli, ["analyze", url, "--executor", "local", "--retries", "1", *flags])
+    assert result.exit_code == 2
+    line = result.stderr.strip().splitlines()[-1]
+    assert line.startswith(f"Error: {url}: failed after 2 attempt(s): OSError: {url}: cannot read (")
+
+
 def test_gzip_cap_on_a_stream_uses_the_objects_size(tmp_path, monkeypatch):
     from tracediag.ingest import sniff
 

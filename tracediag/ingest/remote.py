@@ -268,7 +268,7 @@ def expand(
     if not _GLOB.search(source.split("://", 1)[1]):
         try:
             info = _info(fs, path, source)
-        except TraceError:  # denied: its reader reports it, as for a missing object
+        except (TraceError, OSError):  # denied or unreachable: its reader reports it (or retries)
             return [RemoteFile(source, None, None)]
         if info.type != pafs.FileType.Directory:
             return [_found(info, source, False) if info.type == pafs.FileType.File else RemoteFile(source, None, None)]
