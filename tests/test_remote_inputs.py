@@ -206,6 +206,7 @@ def test_storage_options_map_polars_names_and_refuse_unknown_ones_of_the_store()
         "aws_secret_access_key": "s",
         "aws_region": "eu-west-1",
         "google_service_account": "/x.json",  # another store's key: left for the outputs
+        "aws_server_side_encryption": "aws:kms",  # writing only: left for the outputs
     }
     assert fs_kwargs("s3", opts) == {
         "endpoint_override": "127.0.0.1:9000",

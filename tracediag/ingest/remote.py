@@ -94,6 +94,14 @@ _OPTION_NAMES: dict[str, dict[str, str]] = {
     },
 }
 _FAMILY_PREFIX = {"s3": "aws_", "gcs": "google_", "azure": "azure_"}
+_WRITE_ONLY = {
+    f"aws_{k}"
+    for k in (
+        "checksum_algorithm", "conditional_put", "copy_if_not_exists", "disable_tagging", "server_side_encryption",
+        "sse_kms_key_id", "sse_bucket_key_enabled", "unsigned_payload",
+    )
+}  # fmt: skip
+"""polars' S3 options that concern only writing (the outputs): reading ignores them."""
 _BOOLEAN = {"anonymous", "force_virtual_addressing"}
 
 
@@ -124,6 +132,8 @@ def fs_kwargs(store: str, storage_options: dict[str, Any] | None) -> dict[str, A
     for key, value in (storage_options or {}).items():
         low = key.lower()
         if low not in names:
+            if low in _WRITE_ONLY:
+                continue
             prefix = _FAMILY_PREFIX.get(store)
             if prefix and low.startswith(prefix):
                 known = ", ".join(sorted(k for k in names if k.startswith(prefix)))
