@@ -65,10 +65,15 @@ def test_file_url_run_equals_the_files_on_disk_in_memory(tmp_path):
     assert got["findings"] and _renamed(got, "file://", "") == want
 
 
-def test_file_url_run_equals_the_files_on_disk_with_local_executor(tmp_path):
-    run = _copy_run(tmp_path / "run")
-    disk, disk_s = analyze_ranks(run, out=str(tmp_path / "disk"), executor="local", workers=2)
-    url, url_s = analyze_ranks(f"file://{run}/*.json.gz", out=str(tmp_path / "url"), executor="local", workers=2)
+@pytest.fixture(scope="module")
+def on_disk(tmp_path_factory):
+    """The local executor's analysis and summaries of the run's files on disk: what a URL run must equal."""
+    return analyze_ranks(RUN, out=str(tmp_path_factory.mktemp("disk")), executor="local", workers=2)
+
+
+def test_file_url_run_equals_the_files_on_disk_with_local_executor(on_disk, tmp_path):
+    disk, disk_s = on_disk
+    url, url_s = analyze_ranks(f"file://{RUN}/*.json.gz", out=str(tmp_path / "url"), executor="local", workers=2)
     assert _renamed(url.to_dict(), "file://", "") == disk.to_dict()
     for name, frame in disk_s.tables().items():
         assert_frame_equal(url_s.tables()[name], frame)
@@ -262,7 +267,7 @@ def _set_auth(endpoint: str, count: str) -> None:
 
 
 @needs_moto
-def test_s3_run_equals_the_files_on_disk_in_memory_and_with_local_executor(s3, tmp_path):
+def test_s3_run_equals_the_files_on_disk_in_memory_and_with_local_executor(s3, on_disk):
     opts, base, _, _ = s3
     disk = tracediag.load(RUN, jobs=1)
     url = tracediag.load(f"{base}/run/*.json.gz", jobs=1, storage_options=opts)
@@ -270,9 +275,9 @@ def test_s3_run_equals_the_files_on_disk_in_memory_and_with_local_executor(s3, t
     want = tracediag.analyze(disk).to_dict()
     assert _renamed(tracediag.analyze(url).to_dict(), f"{base}/run/", f"{RUN}/") == want
     # summaries written back to the bucket by polars, with the same options
-    on_disk, disk_s = analyze_ranks(RUN, out=str(tmp_path / "disk"), executor="local", workers=2)
+    disk_run, disk_s = on_disk
     got, url_s = analyze_ranks(f"{base}/run/", out=f"{base}/out", executor="local", workers=2, storage_options=opts)
-    assert _renamed(got.to_dict(), f"{base}/run/", f"{RUN}/") == on_disk.to_dict()
+    assert _renamed(got.to_dict(), f"{base}/run/", f"{RUN}/") == disk_run.to_dict()
     for name, frame in disk_s.tables().items():
         assert_frame_equal(url_s.tables()[name], frame)
     assert [m.replace(f"{base}/run/", f"{RUN}/") for m in url_s.meta.ignored] == list(disk_s.meta.ignored)
@@ -345,7 +350,7 @@ def test_s3_credentials_and_endpoint_from_the_environment_reach_the_workers(s3, 
 
 @needs_moto
 @pytest.mark.skipif(importlib.util.find_spec("distributed") is None, reason="dask is not installed")
-def test_s3_on_a_dask_cluster_each_worker_streams_its_objects(s3, tmp_path):
+def test_s3_on_a_dask_cluster_each_worker_streams_its_objects(s3, on_disk, tmp_path):
     from distributed import LocalCluster
 
     opts, base, _, _ = s3
@@ -358,7 +363,6 @@ def test_s3_on_a_dask_cluster_each_worker_streams_its_objects(s3, tmp_path):
             workers=2,
             storage_options=opts,
         )
-    want = summarize(RUN, out=str(tmp_path / "disk"), executor="local", workers=2)
-    for name, frame in want.tables().items():
+    for name, frame in on_disk[1].tables().items():
         assert_frame_equal(got.tables()[name], frame)
     assert f"{socket.gethostname()}:{os.getpid()}" not in got.manifest["worker"].to_list()
