@@ -22,6 +22,7 @@ import os
 import re
 import resource
 import sys
+import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -62,14 +63,21 @@ if __name__ == "__main__":
 
 
 def measure(code: str, argv: list[str], python: str, pythonpath: str | None = None) -> dict:
-    """`measure_code`, with the tree's CPU seconds taken exactly from RUSAGE_CHILDREN."""
-    saved = os.environ.get("PYTHONPATH")
+    """`measure_code`, with the tree's CPU seconds taken exactly from RUSAGE_CHILDREN.
+
+    The child starts in an empty directory: `python -c` puts its working directory first on the
+    import path, where this repository's `tracediag` would shadow the one on `pythonpath`.
+    """
+    saved, cwd = os.environ.get("PYTHONPATH"), os.getcwd()
     if pythonpath:
         os.environ["PYTHONPATH"] = pythonpath
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     try:
-        r = measure_code(code, argv, python=python)
+        with tempfile.TemporaryDirectory() as empty:
+            os.chdir(empty)
+            r = measure_code(code, argv, python=python)
     finally:
+        os.chdir(cwd)
         if pythonpath:
             os.environ.pop("PYTHONPATH") if saved is None else os.environ.__setitem__("PYTHONPATH", saved)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)

@@ -1,7 +1,8 @@
 """Per-rank summaries on local worker processes, a real Ray cluster and a real Dask cluster (issue 12).
 
-Each engine's results must equal the in-memory analysis (`tracediag.analyze(load(...))`) exactly,
-but for the what-if pricing, which needs the events (`_unpriced`); engines must equal each other fully;
+Each engine's results must equal the in-memory analysis (`tracediag.analyze(load(...))`) exactly, the
+what-if pricing included (its per-rank half travels as the ``replay_*`` tables); engines must equal each
+other fully;
 a worker killed mid-run is retried; a file failing every retry is an error row. The engines start
 once per module (Ray ~3 s, Dask ~0.5 s) and stop at its end.
 """
@@ -18,12 +19,10 @@ import _faults
 import orjson
 import polars as pl
 import pytest
-from _unpriced import unpriced
 from conftest import FIXTURES
 from polars.testing import assert_frame_equal
 
 import tracediag
-from tracediag.analyzing import NO_REPLAY
 from tracediag.cli import cli
 from tracediag.derive.per_rank import TABLES
 from tracediag.execute.driver import analyze_ranks, summarize
@@ -31,6 +30,7 @@ from tracediag.execute.driver import analyze_ranks, summarize
 RUNS = FIXTURES / "runs"
 CASES = ["healthy_tp_dp", "pipeline_1f1b_m8", "straggler_persistent"]
 """Split process groups matched by occurrence, point-to-point pipelines, a straggler."""
+EVERY_RUN = sorted(p.name for p in RUNS.iterdir() if (p / "manifest.json").exists())
 KINETO_GLOO0 = FIXTURES / "kineto" / "gen_torch2.13cpu_gloo_2rank_rank0.pt.trace.json.gz"
 GPU_PAIR = [FIXTURES / "kineto" / f"hta_a100_nccl_rank{r}.json.gz" for r in (0, 1)]
 """Two real A100 ranks (NCCL kernels): the host-feed table, the GPU kernel view and a host_bound finding."""
@@ -92,7 +92,7 @@ def engines():
 @pytest.fixture(scope="module")
 def expected():
     """The in-memory analysis of each case, the reference every executor must reproduce."""
-    return {c: unpriced(tracediag.analyze(tracediag.load(RUNS / c, jobs=1)).to_dict()) for c in CASES}
+    return {c: tracediag.analyze(tracediag.load(RUNS / c, jobs=1)).to_dict() for c in CASES}
 
 
 ENGINES = [
@@ -109,13 +109,30 @@ def test_engine_reproduces_in_memory_analysis(engine, engines, expected, tmp_pat
             RUNS / case, out=str(tmp_path / case), executor=engine, workers=2, **engines[engine]
         )
         doc = analysis.to_dict()
-        assert unpriced(doc) == expected[case], f"{engine} on {case}"
-        assert NO_REPLAY in doc["warnings"] and "whatif" not in doc
+        assert doc == expected[case], f"{engine} on {case}"
+        assert doc["whatif"]["steps"] and not [w for w in doc["warnings"] if "what-if" in w]
+        if case == "straggler_persistent":  # a finding priced by the replay, from the summaries
+            assert doc["findings"][0]["step_time_without_ns"] < doc["whatif"]["step_time_ns"]
         ok = summaries.manifest.filter("ok")
         assert ok["rank"].sort().to_list() == [0, 1, 2, 3]
         assert ok["attempt"].to_list() == [1, 1, 1, 1]
         # the manifest.json beside the traces is listed as ignored, not as a failure
         assert summaries.meta.errors == () and len(summaries.meta.ignored) == 1
+
+
+def test_local_executor_prices_every_run_as_in_memory(tmp_path):
+    """The what-if (time lost, step time without each cause, the combined what-if per step) from
+    summaries equals the in-memory one on every fixture run: pipelines paired by their schedule
+    annotations, stragglers, input and host waits, communication."""
+    priced = 0
+    for case in [c for c in EVERY_RUN if c not in CASES]:
+        want = tracediag.analyze(tracediag.load(RUNS / case, jobs=1)).to_dict()
+        analysis, _ = analyze_ranks(RUNS / case, out=str(tmp_path / case), executor="local", workers=1)
+        doc = analysis.to_dict()
+        assert doc == want, case
+        assert doc["whatif"]["steps"], case
+        priced += sum(f["step_time_without_ns"] is not None for f in doc["findings"])
+    assert priced >= 4  # straggler, input, comm and pipeline findings priced by the replay
 
 
 @pytest.mark.parametrize("engine", [pytest.param("ray", marks=needs_ray), pytest.param("dask", marks=needs_dask)])
@@ -140,7 +157,7 @@ def test_gpu_ranks_from_summaries_equal_in_memory_with_kernel_view_and_host_feed
     want = tracediag.analyze(tracediag.load(GPU_PAIR, jobs=1)).to_dict()
     analysis, _ = analyze_ranks(GPU_PAIR, out=str(tmp_path / "s"), executor="local", workers=2)
     doc = analysis.to_dict()
-    assert unpriced(doc) == unpriced(want)
+    assert doc == want
     assert {k["category"] for k in doc["kernels"]} >= {"compute", "communication"}
     assert len(doc["kernel_categories"]) > 0
     assert "host_bound" in [f["cause"] for f in doc["findings"]]  # read from the per-rank host table
@@ -155,9 +172,7 @@ def test_files_of_different_runs_are_refused_from_summaries(tmp_path):
         tracediag.analyze(tracediag.load(files, jobs=1))
     assert str(e.value) == str(mem.value)
     analysis, _ = analyze_ranks(files, out=str(tmp_path / "b"), executor="local", workers=2, allow_mixed=True)
-    assert unpriced(analysis.to_dict()) == unpriced(
-        tracediag.analyze(tracediag.load(files, jobs=1), allow_mixed=True).to_dict()
-    )
+    assert analysis.to_dict() == tracediag.analyze(tracediag.load(files, jobs=1), allow_mixed=True).to_dict()
 
 
 def test_cli_allow_mixed_with_executor_analyses_each_file_as_in_memory(runner, tmp_path):
@@ -168,7 +183,7 @@ def test_cli_allow_mixed_with_executor_analyses_each_file_as_in_memory(runner, t
     assert mem.exit_code == ex.exit_code == 0, ex.output
     want, got = orjson.loads(mem.stdout)["per_file"], orjson.loads(ex.stdout)["per_file"]
     assert [d["file"] for d in got] == [d["file"] for d in want] and len(got) == 2
-    assert [unpriced(d) for d in got] == [unpriced(d) for d in want]
+    assert got == want
     refused = runner.invoke(cli, ["analyze", *files, "--executor", "local", "--out", str(tmp_path / "t")])
     assert refused.exit_code == 2 and "world sizes differ" in refused.output
 
@@ -186,7 +201,7 @@ def test_worker_killed_mid_run_is_retried(engine, engines, expected, tmp_path):
     )
     rows = {r["rank"]: r for r in summaries.manifest.filter("ok").iter_rows(named=True)}
     assert rows[_faults.CRASH_RANK]["attempt"] == 2  # the first attempt's worker died; the retry finished
-    assert unpriced(analysis.to_dict()) == expected[case]
+    assert analysis.to_dict() == expected[case]
     # nothing twice: one table file per rank and name, no temporary file left
     names = sorted(p.name for p in (tmp_path / "ranks" / f"rank={_faults.CRASH_RANK:05d}").iterdir())
     assert names == sorted(f"{t}.parquet" for t in TABLES)
@@ -306,6 +321,22 @@ def test_resume_redoes_ranks_whose_events_an_ingest_needs(tmp_path):
     again = summarize(run, out=str(tmp_path), executor="local", workers=2, resume=True, keep_events=True)
     assert again.manifest.filter("ok")["attempt"].to_list() == [2, 2, 2, 2]
     assert sorted(p.name for p in (tmp_path / "events").iterdir()) == [f"rank={r:05d}.parquet" for r in range(4)]
+
+
+def test_resume_redoes_summaries_without_the_replay_tables_and_prices_as_in_memory(tmp_path):
+    """Summaries of a version before the what-if's per-rank tables (no ``replay_*`` files, a manifest
+    naming the older tables) are redone by --resume, and the analysis is priced."""
+    run = RUNS / "straggler_persistent"
+    summarize(run, out=str(tmp_path), executor="local", workers=2)
+    older = ",".join(sorted(t for t in TABLES if not t.startswith("replay_")))
+    for done in (tmp_path / "done").glob("*.parquet"):
+        pl.read_parquet(done).with_columns(pl.lit(older).alias("tables")).write_parquet(done)
+    for stale in (tmp_path / "ranks").rglob("replay_*.parquet"):
+        stale.unlink()
+    analysis, summaries = analyze_ranks(run, out=str(tmp_path), executor="local", workers=2, resume=True)
+    assert summaries.manifest.filter("ok")["attempt"].to_list() == [2, 2, 2, 2]
+    assert analysis.to_dict() == tracediag.analyze(tracediag.load(run, jobs=1)).to_dict()
+    assert analysis.findings[0].step_time_without_ns is not None
 
 
 def test_resume_redoes_summaries_written_with_other_tables(tmp_path):

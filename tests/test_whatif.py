@@ -35,9 +35,9 @@ def _graph() -> Graph:
     Rank 0 waits in the all-reduce from 10 to 35 (its block), rank 1 from 30 to 35.
     """
     segments = pl.DataFrame(
-        {"rank": [0, 1], "step": [1, 1], "ts": [0, 0], "end": [10, 30], "cat": ["compute", "compute"]},
-        schema={"rank": pl.Int32, "step": pl.Int32, "ts": pl.Int64, "end": pl.Int64, "cat": pl.String},
-    )
+        {"rank": [0, 1], "step": [1, 1], "ts": [0, 0], "end": [10, 30], "compute_ns": [10, 30]},
+        schema={"rank": pl.Int32, "step": pl.Int32, "ts": pl.Int64, "end": pl.Int64, "compute_ns": pl.Int64},
+    ).with_columns(pl.lit(0, pl.Int64).alias(c) for c in ("input_ns", "idle_ns", "other_ns"))
     ops = pl.DataFrame(
         {
             "op": ["x", "x"],
@@ -188,3 +188,24 @@ def test_unpaired_pipeline_keeps_the_detectors_estimate(analyses):
     assert f.time_lost_ns > 0
     g = next(f for f in _analysis(analyses, "pipeline_gpipe_m8").findings if f.cause == "pipeline_bubble")
     assert g.step_time_without_ns is not None and g.whatif
+
+
+def test_each_category_of_a_segment_is_edited_on_its_own():
+    """Rank 1's 30 ns before the all-reduce are 20 ns of compute and 10 ns idle in one segment: each
+    category takes its own factor."""
+    g = _graph()
+    seg = g.segments.with_columns(
+        compute_ns=pl.when(pl.col("rank") == 1).then(20).otherwise(pl.col("compute_ns")),
+        idle_ns=pl.when(pl.col("rank") == 1).then(10).otherwise(0),
+    )
+    g = Graph(segments=seg, ops=g.ops, marks=g.marks, steps=g.steps)
+    assert replay(g)["replay_ns"].to_list() == [35, 35]
+    schema = {"rank": pl.Int32, "step": pl.Int32, "cat": pl.String, "factor": pl.Float64}
+    no_idle = pl.DataFrame({"rank": [1], "step": [1], "cat": ["idle"], "factor": [0.0]}, schema=schema)
+    # rank 1 arrives at 20, the all-reduce ends at 20 + 5
+    assert replay(g, factors=no_idle)["replay_ns"].to_list() == [25, 25]
+    both = pl.DataFrame(
+        {"rank": [1, 1], "step": [1, 1], "cat": ["idle", "compute"], "factor": [0.0, 0.5]}, schema=schema
+    )
+    # 10 ns of compute left on rank 1, rank 0 computes 10 as well: the all-reduce ends at 15
+    assert replay(g, factors=both)["replay_ns"].to_list() == [15, 15]

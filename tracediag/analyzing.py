@@ -25,9 +25,6 @@ from tracediag.whatif import graph_of
 from tracediag.whatif.price import price
 from tracediag.words import count, noun
 
-NO_REPLAY = "what-if replay not available on per-rank summaries (--executor): time lost is the detectors' estimate"
-"""The warning of an analysis from summaries: the replay needs every rank's timeline (a follow-up)."""
-
 
 def _needs_split(meta: RunMeta, instances: pl.DataFrame) -> bool:
     """Occurrence matching may mix groups: no group names in the events, several groups in the run."""
@@ -39,10 +36,8 @@ def _needs_split(meta: RunMeta, instances: pl.DataFrame) -> bool:
 def derive_facts(run: Run, *, step_regex: str | None = None, link_gbps: float | None = None) -> tuple[Facts, dict]:
     """The derived per-rank and cross-rank tables, plus what was left out (``excluded_steps``,
     ``warnings``)."""
-    tables = rank_tables(run.events, step_regex=step_regex, with_events=True)
-    facts, left_out = facts_from_tables(tables, run.meta, step_regex=step_regex, link_gbps=link_gbps)
-    left_out["replay"]["events"] = tables["events"]
-    return facts, left_out
+    tables = rank_tables(run.events, step_regex=step_regex)
+    return facts_from_tables(tables, run.meta, step_regex=step_regex, link_gbps=link_gbps)
 
 
 def facts_from_tables(
@@ -102,7 +97,12 @@ def facts_from_tables(
         link_gbps=link_gbps,
         world_size=meta.world_size,
     )
-    replay_inputs = {"spans": spans, "offsets": offsets, "matched": matched}
+    replay_inputs = {
+        "segments": tables["replay_segments"],
+        "sync": tables["replay_sync"],
+        "offsets": offsets,
+        "matched": matched,
+    }
     kernels = kernel_view(tables["kernels"], steps, top=None)
     return facts, {
         "excluded_steps": excluded,
@@ -149,7 +149,7 @@ def analyze(
         raise ValueError(f"link_gbps must be a finite number of GB/s above 0, got {link_gbps!r}")
     if not allow_mixed:
         check_same_run(run)
-    tables = rank_tables(run.events, step_regex=step_regex, with_events=True)
+    tables = rank_tables(run.events, step_regex=step_regex)
     ranks = tuple(run.meta.ranks) or tuple(sorted(run.events["rank"].unique().to_list()))
     return analyze_tables(
         tables,
@@ -176,8 +176,7 @@ def analyze_tables(
     order) and the files' metadata: the driver's half when ranks are summarised where they lie
     (`tracediag.execute`). `ranks` defaults to the ranks `meta` lists. The run checks
     (`sanity.run_problems`) read the metadata and the per-rank ``extents``, unless `allow_mixed`.
-    Findings are priced by the what-if replay only when `tables` holds the events (``with_events``);
-    from summaries they keep the detectors' estimates and the analysis says so."""
+    Findings are priced by the what-if replay from the per-rank replay tables, as in memory."""
     if not allow_mixed:
         check_problems(meta, run_problems(meta, tables["extents"]))
     facts, left_out = facts_from_tables(tables, meta, step_regex=step_regex, link_gbps=link_gbps)
@@ -190,13 +189,10 @@ def analyze_tables(
             f"{noun(len(warmup), 'step')} {', '.join(map(str, warmup))} {'is' if len(warmup) == 1 else 'are'} "
             f"warm-up (every rank at least {th.warmup_ratio}x its later steps): shown, left out of the diagnosis",
         )
-    if "events" not in tables:
-        warnings += (NO_REPLAY,)
-    else:
-        try:
-            findings, whatif = price(findings, facts, graph_of(facts, events=tables["events"], **left_out["replay"]))
-        except (pl.exceptions.PolarsError, ValueError, IndexError, KeyError) as e:  # the detectors' estimates stay
-            warnings += (f"what-if replay not available ({type(e).__name__}: {str(e).splitlines()[0][:200]})",)
+    try:
+        findings, whatif = price(findings, facts, graph_of(facts, **left_out["replay"]))
+    except (pl.exceptions.PolarsError, ValueError, IndexError, KeyError) as e:  # the detectors' estimates stay
+        warnings += (f"what-if replay not available ({type(e).__name__}: {str(e).splitlines()[0][:200]})",)
     kernels = left_out["kernels"]
     return Analysis(
         ranks=ranks if ranks is not None else tuple(meta.ranks),

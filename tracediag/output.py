@@ -16,24 +16,40 @@ from pathlib import Path
 from typing import BinaryIO
 
 from tracediag.errors import OutputError, one_line, shown
+from tracediag.ingest.remote import is_remote, location_key
 
 
 def refuse_inputs(output: str | Path, inputs: Iterable[str | Path], option: str) -> None:
-    """`OutputError` when `output` is one of `inputs`: the same resolved path, or the same file
-    (inode) under another name (a hard or symbolic link)."""
+    """`OutputError` when `output` is one of `inputs`: the same resolved path or URL (``file://``
+    and a plain path, ``gs://`` and ``gcs://`` name one place), or the same file (inode) under
+    another name (a hard or symbolic link)."""
     try:
-        out_st = os.stat(output)
+        out_st = None if is_remote(output) else os.stat(output)
     except OSError:
         out_st = None
-    out_real = os.path.realpath(output)
+    out_key = location_key(str(output))
     for src in inputs:
-        same = os.path.realpath(src) == out_real
-        if not same and out_st is not None:
+        same = location_key(str(src)) == out_key
+        if not same and out_st is not None and not is_remote(src):
             with suppress(OSError):
                 src_st = os.stat(src)
                 same = (src_st.st_dev, src_st.st_ino) == (out_st.st_dev, out_st.st_ino)
         if same:
             raise OutputError(f"{shown(output)}: {option} names an input file; refusing to overwrite it")
+
+
+OUT_PARTS = ("ranks", "events", "done", "attempts", "manifest.parquet")
+"""What a summary run writes under its ``--out`` (`execute.task`)."""
+
+
+def refuse_inputs_under(out: str, inputs: Iterable[str | Path], option: str) -> None:
+    """`OutputError` when an input lies where a summary run writes under the folder or prefix `out`."""
+    base = location_key(out).rstrip("/")
+    places = [f"{base}/{part}" for part in OUT_PARTS]
+    for src in inputs:
+        key = location_key(str(src))
+        if any(key == p or key.startswith(p + "/") for p in places):
+            raise OutputError(f"{shown(src)}: {option} {shown(out)} would write over this input; refusing")
 
 
 def write_atomic(path: str | Path, write: Callable[[BinaryIO], object] | bytes) -> None:

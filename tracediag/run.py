@@ -20,6 +20,7 @@ import polars as pl
 from tracediag.errors import NotATraceError, OutputError, RankError, TracediagError, TraceError, one_line, shown
 from tracediag.forks import forked_after_import
 from tracediag.ingest.read import read_file
+from tracediag.ingest.remote import expand, filesystem, is_remote, location_key, read_prefix
 from tracediag.ingest.sniff import is_stream, sniff
 from tracediag.ingest.trace import FileMeta, FileTrace, ProcessGroup
 from tracediag.ingest.workers import map_in_workers
@@ -164,36 +165,54 @@ def rank_resolver(*, rank_from_filename: str | None = None, rank_map: dict[str, 
     return resolve
 
 
-def resolve_paths(sources: Iterable[str | Path]) -> list[str]:
+@dataclass(frozen=True, slots=True)
+class InputFile:
+    """One input file: its path or URL, whether a directory (prefix) scan found it, and for a URL its
+    size and modification time as the listing gave them (None for a local path: stat it when needed)."""
+
+    path: str
+    in_directory: bool = False
+    size: int | None = None
+    mtime_ns: int | None = None
+
+
+def resolve_paths(sources: Iterable[str | Path], storage_options: dict | None = None) -> list[str]:
     """Files named, glob matches, and trace files found under directories, in a stable order."""
-    return [path for path, _ in _resolve(sources)]
+    return [f.path for f in resolve_inputs(sources, storage_options)]
 
 
-def _resolve(sources: Iterable[str | Path]) -> list[tuple[str, bool]]:
-    """(path, found in a directory) for every input file, each file once (by its resolved path).
+def resolve_inputs(sources: Iterable[str | Path], storage_options: dict | None = None) -> list[InputFile]:
+    """Every input file once (by its resolved path or URL), in a stable order.
 
-    Directory scans and `**` never descend into symlinked directories, so a symlink loop can
-    neither repeat a file nor run without end.
+    A URL (``s3://``, ``gs://``, ``az://``, ``file://``, ...) is listed here through
+    `ingest.remote.expand` with `storage_options`: its pattern matched, or its prefix searched as a
+    directory. Directory scans and `**` never descend into symlinked directories, so a symlink loop
+    can neither repeat a file nor run without end.
     """
-    out: list[tuple[str, bool]] = []
+    out: list[InputFile] = []
     for src in sources:
         src = str(src)
-        if os.path.isdir(src):
+        if is_remote(src):
+            out.extend(
+                InputFile(f.url, f.in_directory, f.size, f.mtime_ns)
+                for f in expand(src, storage_options, suffixes=TRACE_SUFFIXES)
+            )
+        elif os.path.isdir(src):
             found = [str(p) for p in sorted(Path(src).rglob("*")) if p.is_file() and p.name.endswith(TRACE_SUFFIXES)]
             if not found:
                 raise TracediagError(
                     f"{shown(src)}: no trace files in this directory (looked for {', '.join(TRACE_SUFFIXES)})"
                 )
-            out.extend((p, True) for p in found)
+            out.extend(InputFile(p, True) for p in found)
         elif any(ch in src for ch in "*?["):
             matches = _glob(src)
             if not matches:
                 raise TracediagError(f"{shown(src)}: the pattern matches no file")
-            out.extend((p, False) for p in matches)
+            out.extend(InputFile(p) for p in matches)
         else:
-            out.append((src, False))
+            out.append(InputFile(src))
     seen: set[str] = set()
-    return [(p, d) for p, d in out if not ((key := os.path.realpath(p)) in seen or seen.add(key))]
+    return [f for f in out if not ((key := location_key(f.path)) in seen or seen.add(key))]
 
 
 def _glob(pattern: str) -> list[str]:
@@ -209,15 +228,21 @@ def _glob(pattern: str) -> list[str]:
     return sorted(str(p) for p in found)
 
 
-def _read_one(args: tuple[str, int | None, int | None]) -> FileTrace | tuple[str, bool]:
+ReadTask = tuple[str, "int | None", "int | None", "dict | None"]
+"""(path or URL, rank assigned, default rank, storage options)."""
+
+
+def _read_one(args: ReadTask) -> FileTrace | tuple[str, bool]:
     """The file's trace, or (one-line error, whether the file is simply not a trace)."""
-    path, rank, default_rank = args
+    path, rank, default_rank, storage_options = args
     try:
-        return read_file(path, rank=rank, default_rank=default_rank)
+        return read_file(path, rank=rank, default_rank=default_rank, storage_options=storage_options)
     except NotATraceError as e:
         return str(e), True
     except TracediagError as e:
         return str(e), False
+    except OSError as e:  # a URL's storage failed (named by `remote.storage_error`)
+        return one_line(str(e)), False
     except MemoryError:
         return f"{shown(path)}: out of memory while reading", False
     except Exception as e:  # a reader bug on one file must not stop the others (nor lose the file's name)
@@ -234,8 +259,14 @@ def load(
     rank_from_filename: str | None = None,
     rank_map: dict[str, int] | None = None,
     on_file_done: Callable[[str], None] | None = None,
+    storage_options: dict | None = None,
 ) -> Run:
     """Read trace files (or a saved `.parquet`) into a `Run`.
+
+    `sources` may be URLs (``s3://bucket/run/*.json.gz``, ``gs://``, ``az://``, ``file://``): they
+    are listed here and each object is streamed by the process that reads it, with
+    `storage_options` (polars' names: ``aws_region``, ``aws_endpoint_url``, ...) over the store's
+    usual environment variables.
 
     `jobs`: worker processes (0 = one per CPU, at most one per file); they import only tracediag,
     so `load` works in a script without a main guard, from stdin, a notebook or a thread (where no
@@ -247,25 +278,27 @@ def load(
         warnings.warn(FORK_WARNING, RuntimeWarning, stacklevel=2)
     if isinstance(sources, (str, Path)):
         sources = [sources]
-    resolved = _resolve(sources)
+    resolved = resolve_inputs(sources, storage_options)
     if not resolved:
         raise TracediagError("no trace files given")
-    if len(resolved) == 1 and _is_parquet(resolved[0][0]):
-        return _load_parquet(resolved[0][0])
+    if len(resolved) == 1 and _is_parquet(resolved[0].path, storage_options):
+        return _load_parquet(resolved[0].path, storage_options)
     resolve = rank_resolver(rank_from_filename=rank_from_filename, rank_map=rank_map)
     default_rank = 0 if len(resolved) == 1 else None
-    tasks, results = [], {}
-    for path, in_directory in resolved:
+    tasks: list[ReadTask] = []
+    results: dict[str, FileTrace | tuple[str, bool]] = {}
+    for f in resolved:
         try:
-            tasks.append((path, resolve(path), default_rank))
+            tasks.append((f.path, resolve(f.path), default_rank, storage_options))
         except RankError as e:
-            if not in_directory:
-                results[path] = (str(e), False)
+            if not f.in_directory:
+                results[f.path] = (str(e), False)
             else:  # maybe not a trace at all (a manifest beside the traces): let reading decide
-                tasks.append((path, None, default_rank))
+                tasks.append((f.path, None, default_rank, storage_options))
     results.update(zip([t[0] for t in tasks], _map_files(tasks, jobs, on_file_done)))
     traces, errors, ignored = [], [], []
-    for path, in_directory in resolved:
+    for f in resolved:
+        path, in_directory = f.path, f.in_directory
         result = results[path]
         if isinstance(result, FileTrace):
             traces.append(result)
@@ -282,7 +315,7 @@ def load(
 
 
 def _map_files(
-    tasks: list[tuple[str, int | None, int | None]], jobs: int, on_file_done: Callable[[str], None] | None
+    tasks: list[ReadTask], jobs: int, on_file_done: Callable[[str], None] | None
 ) -> list[FileTrace | tuple[str, bool]]:
     cores = os.cpu_count() or 1
     jobs = min(jobs if jobs > 0 else cores, cores, len(tasks))
@@ -299,7 +332,7 @@ def _map_files(
     return map_in_workers(_read_one, tasks, jobs, crashed=_crashed, on_done=done)
 
 
-def _crashed(task: tuple[str, int | None, int | None], why: str) -> tuple[str, bool]:
+def _crashed(task: ReadTask, why: str) -> tuple[str, bool]:
     return f"{shown(task[0])}: {why} while reading it (out of memory?)", False
 
 
@@ -314,7 +347,12 @@ def _check_unique_ranks(traces: list[FileTrace]) -> None:
             )
 
 
-def _is_parquet(path: str) -> bool:
+def _is_parquet(path: str, storage_options: dict | None = None) -> bool:
+    if is_remote(path):
+        try:
+            return sniff(path, read_prefix(path, 64, storage_options)) == "parquet"
+        except (TraceError, OSError):
+            return False  # its reader reports it
     if not os.path.isfile(path):  # a pipe is read once, by the trace reader
         return False
     try:
@@ -328,15 +366,21 @@ def _is_parquet(path: str) -> bool:
         return False
 
 
-def _load_parquet(path: str) -> Run:
+def _load_parquet(path: str, storage_options: dict | None = None) -> Run:
     """A run saved by `Run.save`; a damaged or altered file is a one-line `TraceError`."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     try:
-        table = pq.read_table(path)
+        if is_remote(path):
+            fs, inner = filesystem(path, storage_options)
+            table = pq.read_table(inner, filesystem=fs)
+        else:
+            table = pq.read_table(path)
+    except TracediagError as e:
+        raise TraceError(path, str(e).split(": ", 1)[-1]) from None
     except Exception as e:  # pyarrow raises several types for corrupt files
-        raise TraceError(path, f"cannot read Parquet ({e})") from None
+        raise TraceError(path, f"cannot read Parquet ({one_line(str(e))})") from None
     raw = (table.schema.metadata or {}).get(PARQUET_META_KEY)
     if raw is None:
         raise TraceError(path, "a Parquet file not written by `tracediag ingest`")

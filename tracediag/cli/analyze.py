@@ -20,6 +20,7 @@ from tracediag.cli.execute_options import (
     refuse_overwrite,
     report_failed,
     run_summaries,
+    storage_options,
     summarize_kw,
 )
 from tracediag.cli.ingest import load_traces, trace_options
@@ -126,7 +127,7 @@ def analyze(
     if ex_kw["executor"]:
         from tracediag.execute.driver import analyze_ranks_per_file
 
-        refuse_overwrite(paths, {"-o": output, "--html": html}, (check_kw.get("plan_path"),))
+        refuse_overwrite(paths, {"-o": output, "--html": html}, (check_kw.get("plan_path"),), ex_kw)
         kw = summarize_kw(ex_kw, jobs=jobs, rank_from_filename=rank_from_filename, rank_map=rank_map)
         analyses, summaries = run_summaries(
             analyze_ranks_per_file,
@@ -141,7 +142,13 @@ def analyze(
         results = [(p, add_check(r, None, check_kw)) for p, r in analyses]
     else:
         run = load_traces(
-            paths, jobs, rank_from_filename, rank_map, {"-o": output, "--html": html}, (check_kw.get("plan_path"),)
+            paths,
+            jobs,
+            rank_from_filename,
+            rank_map,
+            {"-o": output, "--html": html},
+            (check_kw.get("plan_path"),),
+            storage_options=storage_options(ex_kw["storage_options"]),
         )
         if allow_mixed and mixed_run_problems(run):
             results = _per_file(run, step_regex, peak, check_kw)

@@ -7,7 +7,7 @@ from typing import Any
 import polars as pl
 
 from tracediag.cli.common import InputError
-from tracediag.cli.execute_options import report_failed, run_summaries, summarize_kw
+from tracediag.cli.execute_options import refuse_overwrite, report_failed, run_summaries, summarize_kw
 
 
 def ingest_ranks(
@@ -29,6 +29,7 @@ def ingest_ranks(
         raise InputError("--output writes one Parquet of all events; with --executor use --out DIR (one per rank)")
     if not ex_kw["out_dir"]:
         raise InputError("ingest --executor needs --out DIR|URL for the per-rank tables")
+    refuse_overwrite(paths, {}, (), ex_kw)
     kw = summarize_kw(ex_kw, jobs=jobs, rank_from_filename=rank_from_filename, rank_map=rank_map)
     s = run_summaries(summarize, paths, out=ex_kw["out_dir"], keep_events=True, step_regex=step_regex, **kw)
     ok = s.manifest.filter("ok")

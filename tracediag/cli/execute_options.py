@@ -51,7 +51,8 @@ def executor_options(f):
             "storage_options",
             multiple=True,
             metavar="KEY=VALUE",
-            help="Object-store option for polars (e.g. aws_region=eu-west-1); repeatable.",
+            help="Object-store option for input URLs and --out, in polars' names (e.g. aws_region=eu-west-1, "
+            "aws_endpoint_url=URL); repeatable. Default: the store's environment (AWS_*, GOOGLE_*, AZURE_*).",
         ),
         click.option("--resume", is_flag=True, help="Skip files a previous run into --out finished."),
         click.option("--retries", type=click.IntRange(0), default=2, show_default=True, help="Retries per file."),
@@ -64,7 +65,8 @@ def executor_options(f):
     return f
 
 
-def _storage_options(items: tuple[str, ...]) -> dict[str, str] | None:
+def storage_options(items: tuple[str, ...]) -> dict[str, str] | None:
+    """`--storage-option KEY=VALUE` items as a mapping (None when none is given)."""
     out = {}
     for item in items:
         key, sep, value = item.partition("=")
@@ -99,7 +101,7 @@ def summarize_kw(
         "resume": kw["resume"],
         "rank_from_filename": rank_from_filename,
         "rank_map": parse_rank_map(rank_map),
-        "storage_options": _storage_options(kw["storage_options"]),
+        "storage_options": storage_options(kw["storage_options"]),
         "progress": True,
     }
 
@@ -113,17 +115,25 @@ def run_summaries(fn, *args: Any, **kw: Any) -> Any:
 
 
 def refuse_overwrite(
-    paths: tuple[str, ...], outputs: dict[str, str | None], more_inputs: tuple[str | None, ...] = ()
+    paths: tuple[str, ...],
+    outputs: dict[str, str | None],
+    more_inputs: tuple[str | None, ...] = (),
+    kw: dict[str, Any] | None = None,
 ) -> None:
-    """Refuse (exit 2) an output that names an input, as `ingest.load_traces` does for the in-memory path."""
-    from tracediag.output import refuse_inputs
+    """Refuse (exit 2) an output that names an input, as `ingest.load_traces` does for the in-memory
+    path, and (from the executor options `kw`) an input where the summaries go under ``--out``."""
+    from tracediag.output import refuse_inputs, refuse_inputs_under
     from tracediag.run import resolve_paths
 
+    kw = kw or {}
     try:
-        inputs = [*resolve_paths(paths), *(p for p in more_inputs if p is not None)]
+        traces = resolve_paths(paths, storage_options(kw.get("storage_options", ())))
+        inputs = [*traces, *(p for p in more_inputs if p is not None)]
         for option, out in outputs.items():
             if out is not None:
                 refuse_inputs(out, inputs, option)
+        if kw.get("out_dir"):
+            refuse_inputs_under(kw["out_dir"], traces, "--out")
     except TracediagError as e:
         raise InputError(str(e)) from None
 

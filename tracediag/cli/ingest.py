@@ -10,7 +10,7 @@ import click
 import polars as pl
 
 from tracediag.cli.common import InputError
-from tracediag.cli.execute_options import executor_options
+from tracediag.cli.execute_options import executor_options, storage_options
 from tracediag.derive.steps import find_markers
 from tracediag.errors import TracediagError, one_line, shown
 from tracediag.output import refuse_inputs
@@ -63,13 +63,15 @@ def load_traces(
     rank_map: tuple[str, ...],
     outputs: dict[str, str | Path | None] | None = None,
     more_inputs: tuple[str | Path | None, ...] = (),
+    storage_options: dict[str, str] | None = None,
 ) -> Run:
     """Load traces for a command: progress on a terminal, bad files reported one line each.
 
     `outputs` (option -> path) are refused when they name an input: a trace, or one of `more_inputs`.
+    `storage_options` apply to input URLs (`run.load`).
     """
     try:
-        files = resolve_paths(paths)
+        files = resolve_paths(paths, storage_options)
         inputs = [*files, *(p for p in more_inputs if p is not None)]
         for option, out in (outputs or {}).items():
             if out is not None:
@@ -83,9 +85,16 @@ def load_traces(
                     rank_from_filename=rank_from_filename,
                     rank_map=mapping,
                     on_file_done=lambda _p: bar.update(1),
+                    storage_options=storage_options,
                 )
         else:
-            run = load(paths, jobs=jobs, rank_from_filename=rank_from_filename, rank_map=mapping)
+            run = load(
+                paths,
+                jobs=jobs,
+                rank_from_filename=rank_from_filename,
+                rank_map=mapping,
+                storage_options=storage_options,
+            )
     except TracediagError as e:
         raise InputError(str(e).replace("\n", "\nError: ")) from None
     for line in run.meta.errors:
@@ -149,7 +158,14 @@ def ingest(
             paths, output, step_regex, ex_kw, jobs=jobs, rank_from_filename=rank_from_filename, rank_map=rank_map
         )
         return
-    run = load_traces(paths, jobs, rank_from_filename, rank_map, {"-o": output})
+    run = load_traces(
+        paths,
+        jobs,
+        rank_from_filename,
+        rank_map,
+        {"-o": output},
+        storage_options=storage_options(ex_kw["storage_options"]),
+    )
     if output:
         try:
             run.save(output)

@@ -18,16 +18,26 @@ from tracediag.derive.kernels import kernel_steps
 from tracediag.derive.p2p import p2p_per_step
 from tracediag.derive.steps import assign_steps, find_markers, step_spans
 from tracediag.sanity import rank_extents
+from tracediag.whatif.rank import segments, sync_ends
 
-TABLES = ("spans", "breakdown", "instances", "p2p", "p2p_edges", "host", "kernels", "extents")
+TABLES = (
+    "spans",
+    "breakdown",
+    "instances",
+    "p2p",
+    "p2p_edges",
+    "host",
+    "kernels",
+    "extents",
+    "replay_segments",
+    "replay_sync",
+)
 """The per-rank tables, by name (`rank_tables` keys; file names of a rank's summary)."""
 
 _NO_OFFSETS = pl.DataFrame(schema={"rank": pl.Int32, "offset_ns": pl.Int64})
 
 
-def rank_tables(
-    events: pl.DataFrame, *, step_regex: str | None = None, with_events: bool = False
-) -> dict[str, pl.DataFrame]:
+def rank_tables(events: pl.DataFrame, *, step_regex: str | None = None) -> dict[str, pl.DataFrame]:
     """The per-rank tables of `events` (one rank or many), on each rank's own clock.
 
     - ``spans``: `derive.steps.STEP_SPAN_SCHEMA` (empty when the rank has no step markers);
@@ -39,8 +49,9 @@ def rank_tables(
     - ``kernels``: `derive.kernels.kernel_steps` per (rank, step, kernel or operator), summed over the
       analysed steps by `derive.kernels.kernel_view`;
     - ``extents``: `sanity.rank_extents` (recorded window, collective operations) for the run checks;
-    - with `with_events`, also ``events``: `events` with ``step`` filled (for the what-if replay, which
-      still reads the whole event table and so runs only where it is at hand).
+    - ``replay_segments`` and ``replay_sync``: the what-if replay's per-rank half
+      (`whatif.rank.segments`, `whatif.rank.sync_ends`): timeline pieces and sync ends, bounded by
+      the rank's steps and sync operations.
 
     Raises ValueError for an invalid `step_regex`.
     """
@@ -48,10 +59,12 @@ def rank_tables(
     spans = step_spans(events, markers)
     stepped = assign_steps(events, spans)
     op = pl.col("coll_op").cast(pl.String)
-    tables = {
+    instances = collective_instances(stepped)
+    sync = sync_ends(stepped, instances)
+    return {
         "spans": spans,
         "breakdown": breakdown(stepped, spans),
-        "instances": collective_instances(stepped),
+        "instances": instances,
         "p2p": p2p_per_step(stepped, _NO_OFFSETS),
         "p2p_edges": events.lazy()
         .filter(op.is_in(["send", "recv"]))
@@ -62,7 +75,6 @@ def rank_tables(
         "host": host_feed(stepped, spans),
         "kernels": kernel_steps(stepped, spans.group_by("rank").agg(pl.col("device").first())),
         "extents": rank_extents(events),
+        "replay_segments": segments(stepped, spans, sync),
+        "replay_sync": sync,
     }
-    if with_events:
-        tables["events"] = stepped
-    return tables

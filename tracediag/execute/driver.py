@@ -4,8 +4,8 @@
 skips the ones a previous run finished (``resume``), turns a file that fails every retry into an
 error row, shows progress and writes ``manifest.parquet``. `Summaries.tables` reads the per-rank
 tables back, in rank order, for `analyzing.analyze_tables`; `analyze_ranks` chains the two. Driver
-memory grows with the summaries (steps, collective instances and per-step kernel totals per rank), not
-with the traces.
+memory grows with the summaries (steps, collective instances, per-step kernel totals and the what-if
+replay's timeline pieces and sync ends per rank), not with the traces.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from tracediag.execute.task import (
     MANIFEST_SCHEMA,
     RankTask,
     done_path,
+    input_stat,
     is_url,
     join,
     manifest_row,
@@ -40,7 +41,7 @@ from tracediag.execute.task import (
     summarize_files,
     write_parquet,
 )
-from tracediag.run import RunMeta, _is_parquet, _resolve, rank_resolver
+from tracediag.run import RunMeta, _is_parquet, rank_resolver, resolve_inputs
 
 
 @dataclass(frozen=True)
@@ -111,23 +112,24 @@ def _tasks(
     storage_options: dict[str, Any] | None,
 ) -> tuple[list[tuple[RankTask, bool]], list[dict[str, Any]]]:
     """(task, found in a directory) per input file, and the error rows of files whose rank is wrong."""
-    resolved = _resolve(sources)
+    resolved = resolve_inputs(sources, storage_options)
     if not resolved:
         raise TracediagError("no trace files given")
-    if len(resolved) == 1 and _is_parquet(resolved[0][0]):
-        raise TracediagError(f"{resolved[0][0]}: a saved run is analysed without --executor")
+    if len(resolved) == 1 and _is_parquet(resolved[0].path, storage_options):
+        raise TracediagError(f"{resolved[0].path}: a saved run is analysed without --executor")
     resolve = rank_resolver(rank_from_filename=rank_from_filename, rank_map=rank_map)
     default_rank = 0 if len(resolved) == 1 else None
     tasks, errors = [], []
-    for path, in_directory in resolved:
+    for f in resolved:
         kw = dict(out=out, default_rank=default_rank, step_regex=step_regex, keep_events=keep_events)
+        kw.update(storage_options=storage_options, size=f.size, mtime_ns=f.mtime_ns)
         try:
-            tasks.append((RankTask(path, rank=resolve(path), storage_options=storage_options, **kw), in_directory))
+            tasks.append((RankTask(f.path, rank=resolve(f.path), **kw), f.in_directory))
         except RankError as e:
-            if in_directory:  # maybe not a trace at all: let reading decide
-                tasks.append((RankTask(path, storage_options=storage_options, **kw), in_directory))
+            if f.in_directory:  # maybe not a trace at all: let reading decide
+                tasks.append((RankTask(f.path, **kw), f.in_directory))
             else:
-                errors.append(manifest_row(RankTask(path, **kw), error=str(e)))
+                errors.append(manifest_row(RankTask(f.path, **kw), error=str(e)))
     return tasks, errors
 
 
@@ -144,7 +146,7 @@ def batches(tasks: list[RankTask], workers: int, files_per_task: int = 0) -> lis
     out: list[list[RankTask]] = []
     group: list[RankTask] = []
     for task in tasks:
-        big = (os.path.getsize(task.path) if os.path.exists(task.path) else 0) >= BATCH_BYTES
+        big = (input_stat(task)[0] or 0) >= BATCH_BYTES
         if big and not files_per_task:
             out.append([task])
             continue

@@ -29,6 +29,7 @@ import polars as pl
 
 from tracediag.derive.per_rank import TABLES, rank_tables
 from tracediag.errors import NotATraceError, TracediagError
+from tracediag.ingest.remote import is_remote
 
 MANIFEST_SCHEMA: dict[str, pl.DataType] = {
     "key": pl.String(),
@@ -69,6 +70,10 @@ class RankTask:
     keep_events: bool = False
     """Also write the event table (`tracediag ingest`)."""
     storage_options: dict[str, Any] | None = field(default=None, hash=False)
+    """polars' object-store options, for the outputs and for an input URL (`ingest.remote`)."""
+    size: int | None = None
+    """An input URL's size and modification time as the driver's listing gave them (a local file is stat'ed)."""
+    mtime_ns: int | None = None
 
     @property
     def key(self) -> str:
@@ -130,9 +135,12 @@ def _claim_attempt(out: str, key: str) -> int | None:
             n += 1
 
 
-def _file_stat(path: str) -> tuple[int | None, int | None]:
+def input_stat(task: RankTask) -> tuple[int | None, int | None]:
+    """The input's size and modification time (ns): a URL's from the listing, a local file's from disk."""
+    if is_remote(task.path):
+        return task.size, task.mtime_ns
     try:
-        st = os.stat(path)
+        st = os.stat(task.path)
     except OSError:
         return None, None
     return st.st_size, st.st_mtime_ns
@@ -140,7 +148,7 @@ def _file_stat(path: str) -> tuple[int | None, int | None]:
 
 def manifest_row(task: RankTask, **values: Any) -> dict[str, Any]:
     """A manifest row with every `MANIFEST_SCHEMA` column (unset ones null)."""
-    size, mtime = _file_stat(task.path)
+    size, mtime = input_stat(task)
     row: dict[str, Any] = dict.fromkeys(MANIFEST_SCHEMA)
     row.update(
         key=task.key,
@@ -164,8 +172,8 @@ def summarize_files(tasks: list[RankTask]) -> list[dict[str, Any]]:
     Several small files go in one task: their tables are derived in one pass over their events
     (every per-rank table is computed per rank, so this equals one pass per file) and written per
     rank. A file that is not a readable trace gives a row with ``ok`` false and the one-line reason
-    (it would fail again on retry). Anything else (storage errors, memory) is raised for the engine
-    to retry.
+    (it would fail again on retry; so does a missing object or a denied access). Anything else
+    (storage errors of an input URL or of the output, memory) is raised for the engine to retry.
     """
     from tracediag.ingest.read import read_file  # the readers load lazily on the worker
 
@@ -175,7 +183,9 @@ def summarize_files(tasks: list[RankTask]) -> list[dict[str, Any]]:
         started = time.perf_counter()
         attempt = _claim_attempt(task.out, task.key)
         try:
-            trace = read_file(task.path, rank=task.rank, default_rank=task.default_rank)
+            trace = read_file(
+                task.path, rank=task.rank, default_rank=task.default_rank, storage_options=task.storage_options
+            )
         except NotATraceError as e:
             rows.append(manifest_row(task, error=str(e), not_a_trace=True, attempt=attempt))
             continue

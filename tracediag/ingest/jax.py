@@ -40,11 +40,15 @@ _STOP_SLACK_NS = 1_000_000
 """How far the JSON may run past the xplane's profile stop before the two are taken as unrelated."""
 
 
-def to_events(dec: Decoded, path: str, *, rank: int | None, default_rank: int | None = None) -> FileTrace:
+def to_events(
+    dec: Decoded, path: str, *, rank: int | None, default_rank: int | None = None, xplane: Path | str | None = "beside"
+) -> FileTrace:
     """The event table of one JAX trace file.
 
     A JAX trace never names its rank: `rank` (from the user) wins, else `default_rank` (a
     single-file run) with a warning, else a `RankError` naming the file and the options to fix it.
+    `xplane`: the profile's `xplane.pb` (a local copy of a URL's), None for none, or ``"beside"`` to
+    look beside `path` (`xplane_beside`).
     """
     warnings = list(dec.warnings)
     missing = "a JAX trace holds one process and never names its rank"
@@ -55,7 +59,7 @@ def to_events(dec: Decoded, path: str, *, rank: int | None, default_rank: int | 
     slices = _with_planes(dec)
     has_device_planes = bool(slices["plane_device"].is_not_null().any()) if slices.height else False
     events = _fill_collectives(_classify(slices, has_device_planes))
-    events, time_base = _place_in_time(events, path, warnings)
+    events, time_base = _place_in_time(events, xplane_beside(path) if xplane == "beside" else xplane, warnings)
     events = conform(events.with_columns(rank=pl.lit(rank, dtype=pl.Int32)), skipped=dec.skipped, warnings=warnings)
     meta = FileMeta(
         path=path,
@@ -197,9 +201,8 @@ def _group_from_rendezvous(ev: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def _place_in_time(ev: pl.DataFrame, path: str, warnings: list[str]) -> tuple[pl.DataFrame, str]:
-    """Epoch ns when the `xplane.pb` beside the file gives the profile start, else relative."""
-    xplane = xplane_beside(path)
+def _place_in_time(ev: pl.DataFrame, xplane: Path | None, warnings: list[str]) -> tuple[pl.DataFrame, str]:
+    """Epoch ns when the profile's `xplane.pb` gives the profile start, else relative."""
     if xplane is not None:
         try:
             span = profile_span_ns(xplane)
@@ -229,19 +232,21 @@ def xplane_beside(path: str | Path) -> Path | None:
     folder per process.
     """
     p = Path(path)
-    m = re.match(r"^(.*?)\.?(?:perfetto_trace|trace)\.json(?:\.gz)?$", p.name)
-    if m is None:
-        return None
-    if m.group(1):
-        for suffix in (".xplane.pb", ".xplane.pb.gz"):
-            candidate = p.with_name(m.group(1) + suffix)
-            if candidate.is_file():
-                return candidate
+    for name in xplane_names(p.name):
+        candidate = p.with_name(name)
+        if candidate.is_file():
+            return candidate
     if p.name.startswith("perfetto_trace."):
         found = sorted(p.parent.glob("*.xplane.pb")) or sorted(p.parent.glob("*.xplane.pb.gz"))
         if len(found) == 1:
             return found[0]
     return None
+
+
+def xplane_names(trace_name: str) -> list[str]:
+    """The names the `xplane.pb` written with the JSON `trace_name` may have (`<stem>.xplane.pb[.gz]`)."""
+    m = re.match(r"^(.*?)\.?(?:perfetto_trace|trace)\.json(?:\.gz)?$", trace_name)
+    return [m.group(1) + suffix for suffix in (".xplane.pb", ".xplane.pb.gz")] if m and m.group(1) else []
 
 
 def profile_span_ns(xplane: Path) -> tuple[int, int] | None:

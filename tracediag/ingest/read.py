@@ -2,26 +2,42 @@
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager, suppress
 from pathlib import Path
+from typing import Any
 
-from tracediag.errors import NotATraceError, TraceError
+from tracediag.errors import NotATraceError, RankError, TracediagError, TraceError
 from tracediag.ingest import chrome, kineto
+from tracediag.ingest.remote import expand, is_remote, local_copy
 from tracediag.ingest.sniff import iter_blocks, peek_head, sniff
 from tracediag.ingest.trace import FileTrace
 
 
-def read_file(path: str | Path, *, rank: int | None = None, default_rank: int | None = None) -> FileTrace:
+def read_file(
+    path: str | Path,
+    *,
+    rank: int | None = None,
+    default_rank: int | None = None,
+    storage_options: dict[str, Any] | None = None,
+) -> FileTrace:
     """The event table of one trace file (Kineto/Chrome JSON, JAX JSON or Nsight Systems SQLite).
 
-    `rank` overrides the rank the file names; `default_rank` applies only when it names none.
+    `path` may be a URL (``s3://``, ``gs://``, ``az://``, ``file://``: `ingest.remote`), read as a
+    stream with `storage_options` (an SQLite export or ``.nsys-rep`` is first copied to a temporary
+    file). `rank` overrides the rank the file names; `default_rank` applies only when it names none.
     Raises `TraceError` (one line: file and problem) or `RankError`.
     """
     path = str(path)
+    if is_remote(path) and path.endswith(".nsys-rep"):
+        return _read_copy(path, rank, default_rank, storage_options)
     if path.endswith(".nsys-rep"):
         from tracediag.ingest.nsys import export_nsys_rep
 
         path = str(export_nsys_rep(path))
-    head, blocks = peek_head(iter_blocks(path))  # one open: a pipe can be read only once
+    # one open: a pipe can be read only once
+    head, blocks = peek_head(iter_blocks(path, storage_options=storage_options))
     try:
         fmt = sniff(path, head)
     except TraceError:
@@ -29,6 +45,8 @@ def read_file(path: str | Path, *, rank: int | None = None, default_rank: int | 
         raise
     if fmt != "json":
         blocks.close()
+    if fmt == "sqlite" and is_remote(path):
+        return _read_copy(path, rank, default_rank, storage_options)
     if fmt == "sqlite":
         from tracediag.ingest.nsys import read_nsys
 
@@ -39,8 +57,54 @@ def read_file(path: str | Path, *, rank: int | None = None, default_rank: int | 
     if _is_jax(decoded):
         from tracediag.ingest import jax
 
+        if is_remote(path):
+            with _xplane_copy(path, storage_options) as xplane:
+                return jax.to_events(decoded, path, rank=rank, default_rank=default_rank, xplane=xplane)
         return jax.to_events(decoded, path, rank=rank, default_rank=default_rank)
     return kineto.to_events(decoded, path, rank=rank, default_rank=default_rank)
+
+
+def _read_copy(
+    url: str, rank: int | None, default_rank: int | None, storage_options: dict[str, Any] | None
+) -> FileTrace:
+    """An Nsight Systems export at `url`, read from a temporary local copy (SQLite needs a file);
+    the trace and any error name the URL, not the copy."""
+    from tracediag.ingest.nsys import read_nsys
+
+    with local_copy(url, storage_options) as copy:
+        try:
+            trace = read_nsys(copy, rank=rank, default_rank=default_rank)
+        except TraceError as e:
+            raise type(e)(url, e.problem.replace(str(copy), url)) from None
+        except RankError as e:
+            raise RankError(str(e).replace(str(copy), url)) from None
+    return dataclasses.replace(trace, meta=dataclasses.replace(trace.meta, path=url))
+
+
+@contextmanager
+def _xplane_copy(url: str, storage_options: dict[str, Any] | None) -> Iterator[Path | None]:
+    """A local copy of the `xplane.pb` beside a JAX trace at `url` (as `jax.xplane_beside` finds one
+    beside a file), or None."""
+    from tracediag.ingest.jax import xplane_names
+
+    folder, _, name = url.rpartition("/")
+    found = []
+    for pattern in [
+        *xplane_names(name),
+        *(["*.xplane.pb", "*.xplane.pb.gz"] if name.startswith("perfetto_trace.") else []),
+    ]:
+        try:
+            found = [f.url for f in expand(f"{folder}/{pattern}", storage_options) if f.size is not None]
+        except TracediagError:
+            continue
+        if found:
+            break
+    with ExitStack() as stack:
+        copy = None
+        if len(found) == 1:
+            with suppress(TraceError):  # unreadable: the times stay relative, as with no xplane
+                copy = stack.enter_context(local_copy(found[0], storage_options))
+        yield copy
 
 
 def _is_jax(decoded: chrome.Decoded) -> bool:

@@ -8,9 +8,10 @@ import stat
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from tracediag.errors import TraceError
+from tracediag.ingest.remote import is_remote, open_stream, storage_error
 
 GZIP_MAGIC = b"\x1f\x8b"
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -59,16 +60,24 @@ def is_stream(path: str | Path) -> bool:
         return False
 
 
-def iter_blocks(path: str | Path, size: int = BLOCK_BYTES) -> Iterator[bytes]:
+def iter_blocks(
+    path: str | Path, size: int = BLOCK_BYTES, *, storage_options: dict[str, Any] | None = None
+) -> Iterator[bytes]:
     """The file's bytes as a stream of blocks, gunzipped on the fly when it starts with the gzip
-    magic, so a large trace is never held whole (and a pipe is read once, front to back). Read and
-    gzip errors become `TraceError`."""
-    raw = open_input(path)
+    magic, so a large trace is never held whole (and a pipe is read once, front to back). A URL
+    (`ingest.remote`) is read as a stream from its store with `storage_options`. Read and gzip
+    errors become `TraceError`; a URL's transient storage errors an `OSError` naming it (retryable)."""
+    remote = is_remote(path)
+    if remote:
+        raw, length = open_stream(str(path), storage_options)
+    else:
+        raw = open_input(path)
+        length = os.fstat(raw.fileno()).st_size
     with raw:
         try:
             gzipped = raw.peek(2)[:2] == GZIP_MAGIC
             stream = gzip.GzipFile(fileobj=raw) if gzipped else raw
-            limit = gunzip_limit(os.fstat(raw.fileno()).st_size) if gzipped else None
+            limit = gunzip_limit(length or 0) if gzipped else None
             total = 0
             while block := stream.read(size):
                 total += len(block)
@@ -77,7 +86,11 @@ def iter_blocks(path: str | Path, size: int = BLOCK_BYTES) -> Iterator[bytes]:
                         str(path), f"gzip data expands past {limit / 1e6:,.0f} MB ({GUNZIP_RATIO}x the file): a bomb?"
                     )
                 yield block
-        except (OSError, EOFError, zlib.error) as e:
+        except (gzip.BadGzipFile, EOFError, zlib.error) as e:
+            raise TraceError(str(path), f"corrupt gzip data ({e})") from None
+        except OSError as e:
+            if remote:
+                raise storage_error(str(path), e) from None
             raise TraceError(str(path), f"corrupt gzip data ({e})") from None
 
 
@@ -113,9 +126,9 @@ def _chain(first: bytes, rest: Iterator[bytes]) -> Iterator[bytes]:
             close()
 
 
-def read_head(path: str | Path, size: int = 64) -> bytes:
+def read_head(path: str | Path, size: int = 64, *, storage_options: dict[str, Any] | None = None) -> bytes:
     """The first `size` bytes of the file's content (after gunzip, BOM and leading whitespace)."""
-    blocks = iter_blocks(path)
+    blocks = iter_blocks(path, storage_options=storage_options)
     try:
         return peek_head(blocks, size)[0]
     finally:
