@@ -130,3 +130,26 @@ def test_cpu_wait_for_an_in_flight_collective_counts_as_communication_when_the_w
     spans = step_spans(ev, find_markers(ev))
     b = breakdown(assign_steps(ev, spans), spans).row(0, named=True)
     assert (b["compute_ns"], b["exposed_comm_ns"], b["idle_ns"]) == (65 * MS, 30 * MS, 5 * MS)
+
+
+def test_assign_steps_keeps_every_row_in_order_and_a_row_without_device_gets_no_step():
+    """Only the step-deciding columns are joined: rows keep their order and columns, and a row whose
+    device is unknown (neither host nor device timeline) stays, with no step, instead of vanishing."""
+    from pathlib import Path
+
+    import tracediag
+
+    ev = tracediag.load(Path(__file__).parent.parent / "fixtures/kineto/hta_a100_nccl_rank0.json.gz").events
+    spans = step_spans(ev, find_markers(ev))
+    ref = assign_steps(ev, spans)
+    dev_rows = ev.with_row_index("i").filter(pl.col("device") >= 0)["i"]
+    host_rows = ev.with_row_index("i").filter(pl.col("device") == -1)["i"]
+    assert ref["step"].gather(dev_rows).drop_nulls().len() > 0 and ref["step"].gather(host_rows).drop_nulls().len() > 0
+    lost = int(dev_rows[len(dev_rows) // 2])
+    blanked = ev.with_columns(device=pl.when(pl.int_range(pl.len()) == lost).then(None).otherwise(pl.col("device")))
+    got = assign_steps(blanked, spans)
+    assert got.height == ev.height
+    assert got.drop("step", "device").equals(ev.drop("step", "device"))
+    assert got["step"][lost] is None
+    keep = pl.int_range(ev.height, eager=True) != lost
+    assert got["step"].filter(keep).equals(ref["step"].filter(keep))
