@@ -1,9 +1,10 @@
 """Decode the Chrome Trace Event container (Kineto and JAX JSON) into columns.
 
-The JSON is decoded by msgspec into slotted, untracked structs that keep only the fields
-tracediag uses (unknown keys are skipped by the C decoder, bulky `args` values stay raw), then
-turned into polars columns. Measured against `orjson.loads` on the same bytes, this is the fast
-path (see benchmarks/bench_ingest.py). Format semantics (what a `cat` means) live in the dialect
+Each document (a file, or a piece of a large one) is read by the C scanner of `native.py` straight
+into columns where it can; otherwise (and where the extension was not built) msgspec decodes it into
+slotted, untracked structs that keep only the fields tracediag uses (unknown keys are skipped by the
+C decoder, bulky `args` values stay raw), which are then turned into polars columns. Both give the
+same columns (tests/test_native_scan.py). Format semantics (what a `cat` means) live in the dialect
 modules (`kineto.py`, `jax.py`); this module only knows the container: phases, truncated files,
 time units, B/E pairing and the rule that every input event is a row or a counted skip.
 """
@@ -23,6 +24,7 @@ import orjson
 import polars as pl
 
 from tracediag.errors import NotATraceError, TraceError
+from tracediag.ingest import native
 from tracediag.schema import MAX_NS
 from tracediag.vocab import COLLECTIVE_ROW, DEVICE_CATS
 
@@ -238,6 +240,15 @@ def decode(source: bytes | Iterable[bytes], path: str) -> Decoded:
     n_events = n_kept = 0  # input events seen; events that reached the frame (their `order`)
     for events, piece_top, piece, piece_is_array in _pieces(blocks, path, warnings, skipped):
         top.update({k: v for k, v in piece_top.items() if v is not None})
+        if isinstance(events, native.Scanned):
+            base, meta_frame = _scanned_frames(events, n_kept, piece, rare, skipped)
+            n_events += events.n_events
+            if meta_frame.height:
+                skipped["metadata"] = skipped.get("metadata", 0) + meta_frame.height
+                metas.append(meta_frame)
+            n_kept += base.height
+            bases.append(base)
+            continue
         n_events += len(events)
         kept, meta = _split_metadata(_drop_counted(events, skipped))
         if meta:
@@ -259,6 +270,29 @@ def decode(source: bytes | Iterable[bytes], path: str) -> Decoded:
         skipped[reason or "other_phase"] = skipped.get(reason or "other_phase", 0) + count
     decoded.slices = _slices_from(frame, skipped, warnings)
     return decoded
+
+
+_BASE_COLUMNS = ("ph", "cat", "name", "pid", "tid", "pid_str", "ts", "dur", "order", "a_external_id", "a_correlation")
+_META_COLUMNS = ("name", "pid", "pid_str", "tid", "label", "labels")
+
+
+def _scanned_frames(
+    scanned: native.Scanned, offset: int, doc: bytes, rare: _RareArgs, skipped: dict[str, int]
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """A scanned document's base frame (`order` numbered from `offset`) and metadata frame; its
+    rare args go to `rare`, its counted phases to `skipped`."""
+    for reason, n in scanned.skipped.items():
+        skipped[reason] = skipped.get(reason, 0) + n
+    is_meta = pl.col("ph") == "M"
+    rows = scanned.rows.filter(~is_meta)
+    rows = rows.with_columns(
+        order=pl.int_range(offset, offset + rows.height, dtype=pl.Int64),
+        a_external_id=pl.col("external_id"),
+        a_correlation=pl.col("correlation"),
+    )
+    rare.add_scanned(rows, doc)
+    meta = scanned.rows.filter(is_meta).select(_META_COLUMNS)
+    return rows.select(_BASE_COLUMNS), meta
 
 
 def _contiguous(parts: list[pl.DataFrame]) -> pl.DataFrame:
@@ -351,6 +385,12 @@ def _pieces(
             del body
             piece_warnings: list[str] = []
             piece_skipped: dict[str, int] = {}  # counted only once the piece is accepted
+            scanned = native.scan(piece, piece_is_array)
+            if scanned is not None:
+                events, top = scanned, scanned.top
+                if head and not _drop_scanned_end_marker(scanned):
+                    m = None
+                break
             try:
                 events, top = _decode_doc(piece, path, piece_is_array, piece_warnings, piece_skipped, repair=False)
             except msgspec.DecodeError as e:
@@ -382,6 +422,16 @@ _HEAD_END = {True: b"," + _END_EVENT + b"]", False: b"," + _END_EVENT + b"]}"}
 the events array."""
 
 
+def _drop_scanned_end_marker(scanned: native.Scanned) -> bool:
+    """`_drop_end_marker` for a scanned piece."""
+    rows = scanned.rows
+    if rows.height and rows["ph"][-1] == "M" and rows["name"][-1] == _END_NAME:
+        scanned.rows = rows.head(-1)
+        scanned.n_events -= 1
+        return True
+    return False
+
+
 def _drop_end_marker(events: list[Any]) -> bool:
     """Remove the head piece's end marker; False when it is not the last event."""
     if events and getattr(events[-1], "name", None) == _END_NAME and events[-1].phase == "M":
@@ -397,6 +447,9 @@ def _rest(
     buf.fill(None)
     piece = bytes(buf.data) if head else b"".join((b"[" if is_array else b'{"traceEvents":[', buf.data))
     buf.data.clear()
+    scanned = native.scan(piece, is_array)
+    if scanned is not None:
+        return scanned, scanned.top, piece, is_array
     events, top = _decode_doc(piece, path, is_array, warnings, skipped, repair=True, whole=head)
     return events, top, piece, is_array
 
@@ -560,9 +613,8 @@ def _exact_events(piece: bytes, is_array: bool, warnings: list[str]) -> list[Any
     except (msgspec.MsgspecError, RecursionError):
         warnings.append("timestamps kept at float64 precision (the exact re-read failed)")
         return None
-    events = [e for e in (reparsed if is_array else reparsed.traceEvents) if type(e) in _ROW_TYPES]
-    _drop_end_marker(events)
-    return events
+    # the same events as the piece's frame: rows only, metadata (and a head piece's end marker) left out
+    return [e for e in (reparsed if is_array else reparsed.traceEvents) if type(e) in _ROW_TYPES and e.phase != "M"]
 
 
 def _exact_ns(values: list[Any]) -> pl.Series:
@@ -658,33 +710,45 @@ Reading every field of every event would cost more than the JSON decode itself."
 
 
 class _RareArgs:
-    """Collects, piece by piece, each tier's fields on that tier's rows (as plain values, so no
-    piece's bytes or structs stay alive), and builds one frame per tier at the end."""
+    """Collects, piece by piece, each tier's fields on that tier's rows (as columns, so no piece's
+    bytes or structs stay alive), and joins them into one frame per tier at the end."""
 
     def __init__(self) -> None:
-        self.rows: list[list[int]] = [[] for _ in _ARG_TIERS]
-        self.values: list[dict[str, list[Any]]] = [{f: [] for f in fields} for _, fields in _ARG_TIERS]
+        self.parts: list[list[pl.DataFrame]] = [[] for _ in _ARG_TIERS]
 
     def add(self, base: pl.DataFrame, args: list[_Args], offset: int) -> None:
+        """A msgspec-decoded piece: `base` and the structs of its rows' args."""
         masks = base.select(pl.arg_where(mask).implode().alias(str(i)) for i, (mask, _) in enumerate(_ARG_TIERS))
         for i, (_, fields) in enumerate(_ARG_TIERS):
             local = [r for r in masks[str(i)][0].to_list() if args[r] is not _NO_ARGS]
             picked = [args[r] for r in local]
-            self.rows[i].extend(offset + r for r in local)
+            columns = [pl.Series("order", [offset + r for r in local], dtype=pl.Int64)]
             for fname in fields:
                 values = map(attrgetter(fname), picked)
                 if fname in _RAW_FIELDS:
                     values = (bytes(v) or None for v in values)
-                self.values[i][fname].extend(values)
+                columns.append(_arg_series(fname, list(values)).alias(f"a_{fname}"))
+            self.parts[i].append(pl.DataFrame(columns))
+
+    def add_scanned(self, rows: pl.DataFrame, doc: bytes) -> None:
+        """A scanned piece: `rows` with `order` and every args column (raw ones as spans in `doc`)."""
+        for i, (mask, fields) in enumerate(_ARG_TIERS):
+            picked = rows.filter(mask & pl.col("has_args"))
+            columns = [picked["order"]]
+            for fname in fields:
+                if fname in _RAW_FIELDS:
+                    column = native.raw_values(doc, picked[f"{fname}_at"], picked[f"{fname}_len"])
+                else:
+                    column = picked[fname]
+                columns.append(column.alias(f"a_{fname}"))
+            self.parts[i].append(pl.DataFrame(columns))
 
     def frames(self) -> tuple[pl.DataFrame, ...]:
-        return tuple(
-            pl.DataFrame(
-                [pl.Series("order", rows, dtype=pl.Int64)]
-                + [_arg_series(f, vals).alias(f"a_{f}") for f, vals in values.items()]
-            )
-            for rows, values in zip(self.rows, self.values)
-        )
+        empty = [
+            pl.DataFrame([pl.Series("order", [], dtype=pl.Int64)] + [_arg_series(f, []).alias(f"a_{f}") for f in fields])
+            for _, fields in _ARG_TIERS
+        ]
+        return tuple(pl.concat([e, *parts]) for e, parts in zip(empty, self.parts))
 
 
 def _int_series(values: list[Any]) -> pl.Series:

@@ -1,0 +1,850 @@
+/* Chrome-trace JSON to columns in one pass, without a Python object per event.
+ *
+ * An accelerator for tracediag/ingest/chrome.py, never the only way in: `scan` either returns the
+ * columns of a whole document (a file, or one of the pieces chrome.py cuts it into) or a short
+ * reason string, and then chrome.py decodes that document with msgspec as before. It accepts a
+ * strict subset of what the msgspec path accepts (valid JSON and UTF-8, every event an object whose
+ * `ph` is a known phase, the fields tracediag reads of the types it expects, times with at most 3
+ * decimals, no duplicate known keys, nesting under MAX_DEPTH), so where it answers, the answer is
+ * the msgspec path's; tests/test_native_scan.py checks that on every fixture and on mutated files.
+ *
+ * Every value is bounds-checked against the end of the buffer; nothing is written outside the
+ * growable column arrays and the string arena.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <math.h>
+#include <stddef.h>
+
+#define MAX_DEPTH 64
+#define NULL_INT INT64_MIN
+
+/* Column order; exported as COLUMNS. */
+enum {
+    C_PH, C_CAT, C_NAME, C_PID, C_PID_STR, C_TID, C_TS, C_DUR, C_HAS_ARGS,
+    C_EXTERNAL_ID, C_CORRELATION,
+    C_DEVICE, C_STREAM, C_NBYTES, C_IN_NELEMS, C_OUT_NELEMS, C_GROUP_SIZE, C_PG_ID, C_SEQ,
+    C_SRC_RANK, C_DST_RANK, C_DEVICE_ORDINAL,
+    C_COLL_NAME, C_DTYPE, C_PG_NAME, C_STEP_NUM, C_HLO_OP, C_HLO_MODULE, C_RUN_ID, C_LABEL, C_LABELS,
+    C_INPUT_DIMS_AT, C_INPUT_DIMS_LEN, C_INPUT_TYPE_AT, C_INPUT_TYPE_LEN, C_CONCRETE_AT, C_CONCRETE_LEN,
+    NCOLS
+};
+
+static const char *COLUMN_NAMES[NCOLS] = {
+    "ph", "cat", "name", "pid", "pid_str", "tid", "ts", "dur", "has_args",
+    "external_id", "correlation",
+    "device", "stream", "nbytes", "in_nelems", "out_nelems", "group_size", "pg_id", "seq",
+    "src_rank", "dst_rank", "device_ordinal",
+    "coll_name", "dtype", "pg_name", "step_num", "hlo_op", "hlo_module", "run_id", "label", "labels",
+    "input_dims_at", "input_dims_len", "input_type_at", "input_type_len", "concrete_inputs_at",
+    "concrete_inputs_len",
+};
+
+/* How an args value is read: an integer, a string (an integer literal is kept as its text, as
+ * str(int) would), or the raw JSON text of the value. */
+enum { A_INT, A_STR, A_RAW };
+
+typedef struct {
+    const char *key;
+    int col;
+    int how;
+} ArgKey;
+
+static const ArgKey ARG_KEYS[] = {
+    {"External id", C_EXTERNAL_ID, A_INT},
+    {"correlation", C_CORRELATION, A_INT},
+    {"device", C_DEVICE, A_INT},
+    {"stream", C_STREAM, A_INT},
+    {"Collective name", C_COLL_NAME, A_STR},
+    {"In msg nelems", C_IN_NELEMS, A_INT},
+    {"Out msg nelems", C_OUT_NELEMS, A_INT},
+    {"dtype", C_DTYPE, A_STR},
+    {"Group size", C_GROUP_SIZE, A_INT},
+    {"Process Group Name", C_PG_NAME, A_STR},
+    {"Process Group ID", C_PG_ID, A_INT},
+    {"Seq", C_SEQ, A_INT},
+    {"Src Rank", C_SRC_RANK, A_INT},
+    {"Dst Rank", C_DST_RANK, A_INT},
+    {"bytes", C_NBYTES, A_INT},
+    {"step_num", C_STEP_NUM, A_STR},
+    {"device_ordinal", C_DEVICE_ORDINAL, A_INT},
+    {"hlo_op", C_HLO_OP, A_STR},
+    {"hlo_module", C_HLO_MODULE, A_STR},
+    {"run_id", C_RUN_ID, A_STR},
+    {"name", C_LABEL, A_STR},
+    {"labels", C_LABELS, A_STR},
+    {"Input Dims", C_INPUT_DIMS_AT, A_RAW},
+    {"Input type", C_INPUT_TYPE_AT, A_RAW},
+    {"Concrete Inputs", C_CONCRETE_AT, A_RAW},
+};
+#define N_ARG_KEYS ((int)(sizeof(ARG_KEYS) / sizeof(ARG_KEYS[0])))
+static Py_ssize_t ARG_KEY_LEN[N_ARG_KEYS]; /* filled at import */
+
+/* Phases: 0..3 become rows (X, B, E, M); the others are only counted, by reason. */
+enum { R_INSTANT, R_COUNTER, R_FLOW, R_ASYNC, R_OBJECT, R_OTHER, N_REASONS };
+static const char *REASON_NAMES[N_REASONS] = {"instant", "counter", "flow", "async", "object", "other_phase"};
+
+static int phase_code(const unsigned char *s, Py_ssize_t len) {
+    /* >= 0: a row phase; -1 - reason: a counted phase; -100: unknown. */
+    if (len != 1) return -100;
+    switch (s[0]) {
+    case 'X': return 0;
+    case 'B': return 1;
+    case 'E': return 2;
+    case 'M': return 3;
+    case 'i': case 'I': case 'R': return -1 - R_INSTANT;
+    case 'C': return -1 - R_COUNTER;
+    case 's': case 't': case 'f': return -1 - R_FLOW;
+    case 'b': case 'n': case 'e': case 'S': case 'T': case 'p': case 'F': return -1 - R_ASYNC;
+    case 'N': case 'O': case 'D': case 'P': return -1 - R_OBJECT;
+    case 'c': case '(': case ')': case 'V': case 'v': return -1 - R_OTHER;
+    default: return -100;
+    }
+}
+
+/* A value seen in an event, kept as a span until the phase is known. */
+enum { V_ABSENT, V_NULL, V_INT, V_STR, V_RAW, V_BAD };
+
+typedef struct {
+    int kind;
+    int escaped;          /* V_STR: the span holds escapes */
+    int quoted;           /* V_STR: a JSON string (not an integer literal kept as text) */
+    int64_t i;            /* V_INT */
+    const unsigned char *s; /* V_STR: inside the quotes; V_RAW/V_INT text */
+    Py_ssize_t len;
+} Val;
+
+typedef struct {
+    Val ph, name, cat, ts, dur, pid, tid;
+    int has_args;
+    uint32_t args_set; /* which of `args` were read (the others are not initialised) */
+    int bad; /* a field of a type this scanner leaves to the msgspec path */
+    Val args[N_ARG_KEYS]; /* last: only the fields above are reset per event */
+} Event;
+
+typedef struct {
+    uint64_t hash;
+    Py_ssize_t at, len; /* in the arena */
+    Py_ssize_t index;   /* 0: empty slot; else index + 1 */
+} Slot;
+
+typedef struct {
+    const unsigned char *base, *p, *end;
+    const char *fail; /* why the document is left to the msgspec path */
+    int depth;
+    /* columns */
+    int64_t *cols[NCOLS];
+    Py_ssize_t n_rows, cap_rows;
+    /* interned strings */
+    Slot *slots;
+    Py_ssize_t n_slots;
+    unsigned char *arena;
+    Py_ssize_t arena_len, arena_cap;
+    PyObject *strings; /* list of str */
+    unsigned char *scratch;
+    Py_ssize_t scratch_cap;
+    /* counts */
+    Py_ssize_t n_events;
+    Py_ssize_t reasons[N_REASONS];
+    Py_ssize_t top_at[5], top_len[5];
+    int has_events;
+} State;
+
+static const char *TOP_KEYS[5] = {"baseTimeNanoseconds", "distributedInfo", "deviceProperties", "metadata",
+                                  "displayTimeUnit"};
+
+#define FAIL(st, why) do { (st)->fail = (why); return -1; } while (0)
+
+static inline void skip_ws(State *st) {
+    while (st->p < st->end) {
+        unsigned char c = *st->p;
+        if (c == ' ' || c == '\n' || c == '\r' || c == '\t') st->p++;
+        else break;
+    }
+}
+
+static inline int hexval(unsigned char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
+/* One UTF-8 sequence starting at p (lead byte >= 0x80); its length, or 0 if invalid. */
+static inline int utf8_len(const unsigned char *p, const unsigned char *end) {
+    unsigned char c = p[0];
+    int n;
+    unsigned char lo = 0x80, hi = 0xBF;
+    if (c >= 0xC2 && c <= 0xDF) n = 2;
+    else if (c == 0xE0) { n = 3; lo = 0xA0; }
+    else if (c >= 0xE1 && c <= 0xEC) n = 3;
+    else if (c == 0xED) { n = 3; hi = 0x9F; }
+    else if (c >= 0xEE && c <= 0xEF) n = 3;
+    else if (c == 0xF0) { n = 4; lo = 0x90; }
+    else if (c >= 0xF1 && c <= 0xF3) n = 4;
+    else if (c == 0xF4) { n = 4; hi = 0x8F; }
+    else return 0;
+    if (end - p < n) return 0;
+    if (p[1] < lo || p[1] > hi) return 0;
+    for (int k = 2; k < n; k++)
+        if (p[k] < 0x80 || p[k] > 0xBF) return 0;
+    return n;
+}
+
+static unsigned char STRING_STOP[256]; /* bytes a string scan must look at: quote, backslash, < 0x20, >= 0x80 */
+
+/* A string at st->p (on its opening quote); span inside the quotes. */
+static int scan_string(State *st, const unsigned char **s, Py_ssize_t *len, int *escaped) {
+    const unsigned char *p = st->p + 1, *end = st->end;
+    int esc = 0;
+    *s = p;
+    while (1) {
+        while (p < end && !STRING_STOP[*p]) p++;
+        if (p >= end) FAIL(st, "string runs past the end");
+        unsigned char c = *p;
+        if (c == '"') break;
+        if (c == '\\') {
+            esc = 1;
+            if (end - p < 2) FAIL(st, "escape runs past the end");
+            unsigned char e = p[1];
+            if (e == 'u') {
+                if (end - p < 6) FAIL(st, "escape runs past the end");
+                int v = 0;
+                for (int k = 2; k < 6; k++) {
+                    int h = hexval(p[k]);
+                    if (h < 0) FAIL(st, "bad \\u escape");
+                    v = (v << 4) | h;
+                }
+                if (v >= 0xD800 && v <= 0xDFFF) FAIL(st, "surrogate escape");
+                p += 6;
+            } else if (e == '"' || e == '\\' || e == '/' || e == 'b' || e == 'f' || e == 'n' || e == 'r' || e == 't') {
+                p += 2;
+            } else {
+                FAIL(st, "bad escape");
+            }
+        } else if (c < 0x20) {
+            FAIL(st, "control character in a string");
+        } else if (c >= 0x80) {
+            int n = utf8_len(p, end);
+            if (!n) FAIL(st, "invalid UTF-8");
+            p += n;
+        } else {
+            p++;
+        }
+    }
+    *len = p - *s;
+    *escaped = esc;
+    st->p = p + 1;
+    return 0;
+}
+
+typedef struct {
+    int is_int, neg, has_exp;
+    const unsigned char *int_s, *frac_s;
+    Py_ssize_t int_n, frac_n;
+} Number;
+
+static int scan_number(State *st, Number *n) {
+    const unsigned char *p = st->p, *end = st->end;
+    memset(n, 0, sizeof(*n));
+    if (p < end && *p == '-') { n->neg = 1; p++; }
+    if (p >= end) FAIL(st, "number runs past the end");
+    n->int_s = p;
+    if (*p == '0') p++;
+    else if (*p >= '1' && *p <= '9') { while (p < end && *p >= '0' && *p <= '9') p++; }
+    else FAIL(st, "bad number");
+    n->int_n = p - n->int_s;
+    n->is_int = 1;
+    if (p < end && *p == '.') {
+        p++;
+        n->frac_s = p;
+        while (p < end && *p >= '0' && *p <= '9') p++;
+        n->frac_n = p - n->frac_s;
+        if (!n->frac_n) FAIL(st, "bad number");
+        n->is_int = 0;
+    }
+    if (p < end && (*p == 'e' || *p == 'E')) {
+        p++;
+        if (p < end && (*p == '+' || *p == '-')) p++;
+        const unsigned char *d = p;
+        while (p < end && *p >= '0' && *p <= '9') p++;
+        if (p == d) FAIL(st, "bad number");
+        n->is_int = 0;
+        n->has_exp = 1;
+    }
+    if (p >= end) FAIL(st, "number at the end of the document"); /* a truncated piece */
+    st->p = p;
+    return 0;
+}
+
+/* The integer part as int64 (ok=0 when it does not fit). */
+static int64_t digits_value(const unsigned char *s, Py_ssize_t n, int neg, int *ok) {
+    uint64_t v = 0;
+    *ok = 0;
+    if (n > 19) return 0;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        uint64_t d = (uint64_t)(s[k] - '0');
+        if (v > (UINT64_MAX - d) / 10) return 0;
+        v = v * 10 + d;
+    }
+    if (neg) {
+        if (v > (uint64_t)INT64_MAX) return 0; /* INT64_MIN is the null marker */
+        *ok = 1;
+        return -(int64_t)v;
+    }
+    if (v > (uint64_t)INT64_MAX) return 0;
+    *ok = 1;
+    return (int64_t)v;
+}
+
+static int skip_value(State *st);
+
+static int skip_container(State *st, unsigned char close) {
+    if (++st->depth > MAX_DEPTH) FAIL(st, "nested too deeply");
+    st->p++;
+    skip_ws(st);
+    if (st->p < st->end && *st->p == close) { st->p++; st->depth--; return 0; }
+    while (1) {
+        if (close == '}') {
+            const unsigned char *s; Py_ssize_t len; int esc;
+            if (st->p >= st->end || *st->p != '"') FAIL(st, "expected a key");
+            if (scan_string(st, &s, &len, &esc)) return -1;
+            skip_ws(st);
+            if (st->p >= st->end || *st->p != ':') FAIL(st, "expected ':'");
+            st->p++;
+            skip_ws(st);
+        }
+        if (skip_value(st)) return -1;
+        skip_ws(st);
+        if (st->p >= st->end) FAIL(st, "container runs past the end");
+        if (*st->p == ',') { st->p++; skip_ws(st); continue; }
+        if (*st->p == close) { st->p++; st->depth--; return 0; }
+        FAIL(st, "expected ',' or a closing bracket");
+    }
+}
+
+static int match_literal(State *st, const char *lit, Py_ssize_t n) {
+    if (st->end - st->p < n || memcmp(st->p, lit, n)) FAIL(st, "bad literal");
+    st->p += n;
+    if (st->p >= st->end) FAIL(st, "literal at the end of the document");
+    return 0;
+}
+
+static int skip_value(State *st) {
+    if (st->p >= st->end) FAIL(st, "value runs past the end");
+    unsigned char c = *st->p;
+    const unsigned char *s; Py_ssize_t len; int esc;
+    Number n;
+    switch (c) {
+    case '{': return skip_container(st, '}');
+    case '[': return skip_container(st, ']');
+    case '"': return scan_string(st, &s, &len, &esc);
+    case 't': return match_literal(st, "true", 4);
+    case 'f': return match_literal(st, "false", 5);
+    case 'n': return match_literal(st, "null", 4);
+    default:
+        if (c == '-' || (c >= '0' && c <= '9')) return scan_number(st, &n);
+        FAIL(st, "bad value");
+    }
+}
+
+/* A value read into a Val: strings and integers (wanted by `how`), null, or raw text. */
+static int read_val(State *st, Val *v, int how) {
+    if (v->kind != V_ABSENT) FAIL(st, "duplicate key");
+    const unsigned char *start = st->p;
+    if (st->p >= st->end) FAIL(st, "value runs past the end");
+    unsigned char c = *st->p;
+    if (how == A_RAW) {
+        if (skip_value(st)) return -1;
+        v->kind = V_RAW;
+        v->s = start;
+        v->len = st->p - start;
+        return 0;
+    }
+    if (c == '"') {
+        if (scan_string(st, &v->s, &v->len, &v->escaped)) return -1;
+        v->kind = V_STR; /* an A_INT field decides what a string means */
+        v->quoted = 1;
+        return 0;
+    }
+    if (c == 'n') {
+        if (match_literal(st, "null", 4)) return -1;
+        v->kind = V_NULL;
+        return 0;
+    }
+    if (c == '-' || (c >= '0' && c <= '9')) {
+        Number n;
+        int ok;
+        if (scan_number(st, &n)) return -1;
+        if (!n.is_int) { v->kind = V_BAD; return 0; }
+        if (how == A_STR) {
+            /* str(int): the literal, except that "-0" is "0" */
+            if (n.neg && n.int_n == 1 && n.int_s[0] == '0') { v->kind = V_BAD; return 0; }
+            v->kind = V_STR;
+            v->s = start;
+            v->len = st->p - start;
+            v->escaped = 0;
+            return 0;
+        }
+        v->i = digits_value(n.int_s, n.int_n, n.neg, &ok);
+        v->kind = ok ? V_INT : V_BAD;
+        return 0;
+    }
+    if (skip_value(st)) return -1;
+    v->kind = V_BAD;
+    return 0;
+}
+
+/* ts/dur: µs to integer ns, exactly, with the range rule of chrome._us_to_ns. */
+static int read_time(State *st, Val *v) {
+    if (v->kind != V_ABSENT) FAIL(st, "duplicate key");
+    if (st->p >= st->end) FAIL(st, "value runs past the end");
+    unsigned char c = *st->p;
+    if (c == 'n') {
+        if (match_literal(st, "null", 4)) return -1;
+        v->kind = V_NULL;
+        return 0;
+    }
+    if (!(c == '-' || (c >= '0' && c <= '9'))) {
+        if (skip_value(st)) return -1;
+        v->kind = V_BAD;
+        return 0;
+    }
+    const unsigned char *start = st->p;
+    Number n;
+    int ok;
+    if (scan_number(st, &n)) return -1;
+    if (n.has_exp || n.frac_n > 3 || n.int_n > 16) { v->kind = V_BAD; return 0; }
+    int64_t whole = digits_value(n.int_s, n.int_n, 0, &ok);
+    if (!ok || whole >= (INT64_C(1) << 53)) { v->kind = V_BAD; return 0; }
+    int64_t frac = 0;
+    for (Py_ssize_t k = 0; k < 3; k++) frac = frac * 10 + (k < n.frac_n ? n.frac_s[k] - '0' : 0);
+    if (whole >= INT64_C(4611686018427387)) {
+        /* near 2**62 ns: decide as the float64 path does */
+        char buf[40];
+        Py_ssize_t len = st->p - start;
+        if (len >= (Py_ssize_t)sizeof(buf)) { v->kind = V_BAD; return 0; }
+        memcpy(buf, start, len);
+        buf[len] = 0;
+        if (fabs(strtod(buf, NULL)) > 4611686018427387904.0 / 1000.0) { v->kind = V_NULL; return 0; }
+    }
+    int64_t ns = whole * 1000 + frac;
+    v->kind = V_INT;
+    v->i = n.neg ? -ns : ns;
+    return 0;
+}
+
+static int key_is(const unsigned char *s, Py_ssize_t len, const char *key) {
+    size_t n = strlen(key);
+    return (size_t)len == n && !memcmp(s, key, n);
+}
+
+static int parse_args(State *st, Event *ev) {
+    if (++st->depth > MAX_DEPTH) FAIL(st, "nested too deeply");
+    st->p++;
+    skip_ws(st);
+    if (st->p < st->end && *st->p == '}') { st->p++; st->depth--; return 0; }
+    while (1) {
+        const unsigned char *k; Py_ssize_t klen; int esc;
+        if (st->p >= st->end || *st->p != '"') FAIL(st, "expected a key");
+        if (scan_string(st, &k, &klen, &esc)) return -1;
+        if (esc) FAIL(st, "escaped key");
+        skip_ws(st);
+        if (st->p >= st->end || *st->p != ':') FAIL(st, "expected ':'");
+        st->p++;
+        skip_ws(st);
+        int found = -1;
+        for (int a = 0; a < N_ARG_KEYS; a++)
+            if (ARG_KEY_LEN[a] == klen && k[0] == (unsigned char)ARG_KEYS[a].key[0] && !memcmp(k, ARG_KEYS[a].key, (size_t)klen)) {
+                found = a;
+                break;
+            }
+        if (found >= 0) {
+            if (ev->args_set & (UINT32_C(1) << found)) FAIL(st, "duplicate key");
+            ev->args_set |= UINT32_C(1) << found;
+            ev->args[found].kind = V_ABSENT;
+            if (read_val(st, &ev->args[found], ARG_KEYS[found].how)) return -1;
+        } else if (skip_value(st)) {
+            return -1;
+        }
+        skip_ws(st);
+        if (st->p >= st->end) FAIL(st, "object runs past the end");
+        if (*st->p == ',') { st->p++; skip_ws(st); continue; }
+        if (*st->p == '}') { st->p++; st->depth--; return 0; }
+        FAIL(st, "expected ',' or '}'");
+    }
+}
+
+static int parse_event(State *st, Event *ev) {
+    memset(ev, 0, offsetof(Event, args));
+    if (++st->depth > MAX_DEPTH) FAIL(st, "nested too deeply");
+    st->p++;
+    skip_ws(st);
+    if (st->p < st->end && *st->p == '}') { st->p++; st->depth--; return 0; }
+    while (1) {
+        const unsigned char *k; Py_ssize_t klen; int esc;
+        if (st->p >= st->end || *st->p != '"') FAIL(st, "expected a key");
+        if (scan_string(st, &k, &klen, &esc)) return -1;
+        if (esc) FAIL(st, "escaped key");
+        skip_ws(st);
+        if (st->p >= st->end || *st->p != ':') FAIL(st, "expected ':'");
+        st->p++;
+        skip_ws(st);
+        int rc;
+        if (key_is(k, klen, "ph")) {
+            rc = read_val(st, &ev->ph, A_STR);
+            if (!rc && (ev->ph.kind != V_STR || !ev->ph.quoted || ev->ph.escaped)) FAIL(st, "ph is not a plain string");
+        } else if (key_is(k, klen, "name")) rc = read_val(st, &ev->name, A_STR);
+        else if (key_is(k, klen, "cat")) rc = read_val(st, &ev->cat, A_STR);
+        else if (key_is(k, klen, "ts")) rc = read_time(st, &ev->ts);
+        else if (key_is(k, klen, "dur")) rc = read_time(st, &ev->dur);
+        else if (key_is(k, klen, "pid")) rc = read_val(st, &ev->pid, A_INT);
+        else if (key_is(k, klen, "tid")) rc = read_val(st, &ev->tid, A_INT);
+        else if (key_is(k, klen, "args")) {
+            if (ev->has_args) FAIL(st, "duplicate key");
+            if (st->p < st->end && *st->p == '{') {
+                ev->has_args = 1;
+                rc = parse_args(st, ev);
+            } else {
+                ev->has_args = 1;
+                ev->bad = 1;
+                rc = skip_value(st);
+            }
+        } else rc = skip_value(st);
+        if (rc) return -1;
+        skip_ws(st);
+        if (st->p >= st->end) FAIL(st, "event runs past the end");
+        if (*st->p == ',') { st->p++; skip_ws(st); continue; }
+        if (*st->p == '}') { st->p++; st->depth--; return 0; }
+        FAIL(st, "expected ',' or '}'");
+    }
+}
+
+static int grow_rows(State *st) {
+    Py_ssize_t cap = st->cap_rows ? st->cap_rows * 2 : 4096;
+    for (int c = 0; c < NCOLS; c++) {
+        int64_t *m = PyMem_Realloc(st->cols[c], (size_t)cap * sizeof(int64_t));
+        if (!m) { PyErr_NoMemory(); return -1; }
+        st->cols[c] = m;
+    }
+    st->cap_rows = cap;
+    return 0;
+}
+
+static uint64_t fnv1a(const unsigned char *s, Py_ssize_t n) {
+    uint64_t h = 1469598103934665603ULL;
+    for (Py_ssize_t k = 0; k < n; k++) { h ^= s[k]; h *= 1099511628211ULL; }
+    return h;
+}
+
+static int unescape(State *st, const unsigned char *s, Py_ssize_t len, Py_ssize_t *out_len) {
+    /* escapes were validated by scan_string; the output is never longer than the input */
+    if (st->scratch_cap < len + 1) {
+        unsigned char *m = PyMem_Realloc(st->scratch, (size_t)len + 1);
+        if (!m) { PyErr_NoMemory(); return -1; }
+        st->scratch = m;
+        st->scratch_cap = len + 1;
+    }
+    unsigned char *o = st->scratch;
+    Py_ssize_t k = 0;
+    while (k < len) {
+        unsigned char c = s[k];
+        if (c != '\\') { *o++ = c; k++; continue; }
+        unsigned char e = s[k + 1];
+        k += 2;
+        switch (e) {
+        case 'b': *o++ = '\b'; break;
+        case 'f': *o++ = '\f'; break;
+        case 'n': *o++ = '\n'; break;
+        case 'r': *o++ = '\r'; break;
+        case 't': *o++ = '\t'; break;
+        case 'u': {
+            int v = (hexval(s[k]) << 12) | (hexval(s[k + 1]) << 8) | (hexval(s[k + 2]) << 4) | hexval(s[k + 3]);
+            k += 4;
+            if (v < 0x80) *o++ = (unsigned char)v;
+            else if (v < 0x800) { *o++ = (unsigned char)(0xC0 | (v >> 6)); *o++ = (unsigned char)(0x80 | (v & 0x3F)); }
+            else {
+                *o++ = (unsigned char)(0xE0 | (v >> 12));
+                *o++ = (unsigned char)(0x80 | ((v >> 6) & 0x3F));
+                *o++ = (unsigned char)(0x80 | (v & 0x3F));
+            }
+            break;
+        }
+        default: *o++ = e; break; /* " \ / */
+        }
+    }
+    *out_len = o - st->scratch;
+    return 0;
+}
+
+/* The index of a string in st->strings, adding it when new. */
+static int64_t intern(State *st, const unsigned char *s, Py_ssize_t len, int escaped) {
+    if (escaped) {
+        Py_ssize_t n;
+        if (unescape(st, s, len, &n)) return -1;
+        s = st->scratch;
+        len = n;
+    }
+    uint64_t h = fnv1a(s, len);
+    if (st->n_slots == 0 || (PyList_GET_SIZE(st->strings) + 1) * 2 > st->n_slots) {
+        Py_ssize_t n_new = st->n_slots ? st->n_slots * 2 : 1024;
+        Slot *m = PyMem_Calloc((size_t)n_new, sizeof(Slot));
+        if (!m) { PyErr_NoMemory(); return -1; }
+        for (Py_ssize_t k = 0; k < st->n_slots; k++) {
+            if (!st->slots[k].index) continue;
+            Py_ssize_t j = (Py_ssize_t)(st->slots[k].hash & (uint64_t)(n_new - 1));
+            while (m[j].index) j = (j + 1) & (n_new - 1);
+            m[j] = st->slots[k];
+        }
+        PyMem_Free(st->slots);
+        st->slots = m;
+        st->n_slots = n_new;
+    }
+    Py_ssize_t j = (Py_ssize_t)(h & (uint64_t)(st->n_slots - 1));
+    while (st->slots[j].index) {
+        Slot *sl = &st->slots[j];
+        if (sl->hash == h && sl->len == len && !memcmp(st->arena + sl->at, s, (size_t)len)) return sl->index - 1;
+        j = (j + 1) & (st->n_slots - 1);
+    }
+    if (st->arena_len + len > st->arena_cap) {
+        Py_ssize_t cap = st->arena_cap ? st->arena_cap : 65536;
+        while (cap < st->arena_len + len) cap *= 2;
+        unsigned char *m = PyMem_Realloc(st->arena, (size_t)cap);
+        if (!m) { PyErr_NoMemory(); return -1; }
+        st->arena = m;
+        st->arena_cap = cap;
+    }
+    PyObject *u = PyUnicode_DecodeUTF8((const char *)s, len, "strict");
+    if (!u) return -1;
+    int rc = PyList_Append(st->strings, u);
+    Py_DECREF(u);
+    if (rc) return -1;
+    memcpy(st->arena + st->arena_len, s, (size_t)len);
+    Slot *sl = &st->slots[j];
+    sl->hash = h;
+    sl->at = st->arena_len;
+    sl->len = len;
+    sl->index = PyList_GET_SIZE(st->strings);
+    st->arena_len += len;
+    return sl->index - 1;
+}
+
+#define PY_FAILED (-2)
+
+/* String column value: an index, or -1 for null. */
+static int64_t str_code(State *st, const Val *v, int *err) {
+    if (v->kind != V_STR) return -1;
+    int64_t c = intern(st, v->s, v->len, v->escaped);
+    if (c < 0) *err = 1;
+    return c;
+}
+
+static int emit(State *st, Event *ev, int phase) {
+    /* checks: every field a row reads has a type the columns can hold */
+    if (ev->bad) FAIL(st, "an event field of another type");
+    if (ev->name.kind == V_BAD || ev->cat.kind == V_BAD || ev->ts.kind == V_BAD || ev->dur.kind == V_BAD
+        || (ev->name.kind == V_STR && !ev->name.quoted) || (ev->cat.kind == V_STR && !ev->cat.quoted))
+        FAIL(st, "an event field of another type");
+    if (ev->pid.kind == V_BAD || ev->tid.kind == V_BAD) FAIL(st, "an id of another type");
+    for (int a = 0; a < N_ARG_KEYS; a++)
+        if ((ev->args_set >> a & 1)
+            && (ev->args[a].kind == V_BAD || (ARG_KEYS[a].how == A_INT && ev->args[a].kind == V_STR)))
+            FAIL(st, "an args field of another type");
+    if (st->n_rows == st->cap_rows && grow_rows(st)) return PY_FAILED;
+    Py_ssize_t r = st->n_rows;
+    int err = 0;
+    int64_t **c = st->cols;
+    c[C_PH][r] = phase;
+    c[C_CAT][r] = str_code(st, &ev->cat, &err);
+    c[C_NAME][r] = str_code(st, &ev->name, &err);
+    c[C_PID][r] = ev->pid.kind == V_INT ? ev->pid.i : NULL_INT;
+    c[C_TID][r] = ev->tid.kind == V_INT ? ev->tid.i : NULL_INT;
+    c[C_TS][r] = ev->ts.kind == V_INT ? ev->ts.i : NULL_INT;
+    c[C_DUR][r] = ev->dur.kind == V_INT ? ev->dur.i : NULL_INT;
+    c[C_HAS_ARGS][r] = ev->has_args;
+    c[C_PID_STR][r] = ev->pid.kind == V_STR ? str_code(st, &ev->pid, &err) : -1; /* tid strings: null */
+    if (err) return PY_FAILED;
+    static const Val ABSENT = {0};
+    for (int a = 0; a < N_ARG_KEYS; a++) {
+        const Val *v = (ev->args_set >> a & 1) ? &ev->args[a] : &ABSENT;
+        int col = ARG_KEYS[a].col;
+        switch (ARG_KEYS[a].how) {
+        case A_INT: c[col][r] = v->kind == V_INT ? v->i : NULL_INT; break;
+        case A_STR: c[col][r] = str_code(st, v, &err); break;
+        default:
+            c[col][r] = v->kind == V_RAW ? (int64_t)(v->s - st->base) : 0;
+            c[col + 1][r] = v->kind == V_RAW ? (int64_t)v->len : 0;
+        }
+        if (err) return PY_FAILED;
+    }
+    st->n_rows++;
+    return 0;
+}
+
+static int parse_events(State *st) {
+    if (++st->depth > MAX_DEPTH) FAIL(st, "nested too deeply");
+    st->p++;
+    skip_ws(st);
+    if (st->p < st->end && *st->p == ']') { st->p++; st->depth--; return 0; }
+    Event ev;
+    while (1) {
+        if (st->p >= st->end || *st->p != '{') FAIL(st, "an event that is not an object");
+        if (parse_event(st, &ev)) return -1;
+        st->n_events++;
+        if (ev.ph.kind != V_STR) FAIL(st, "an event without ph");
+        int phase = phase_code(ev.ph.s, ev.ph.len);
+        if (phase == -100) FAIL(st, "an unknown phase");
+        if (phase < 0) {
+            st->reasons[-1 - phase]++;
+        } else {
+            int rc = emit(st, &ev, phase);
+            if (rc) return rc;
+        }
+        skip_ws(st);
+        if (st->p >= st->end) FAIL(st, "events run past the end");
+        if (*st->p == ',') { st->p++; skip_ws(st); continue; }
+        if (*st->p == ']') { st->p++; st->depth--; return 0; }
+        FAIL(st, "expected ',' or ']'");
+    }
+}
+
+static int parse_doc(State *st, int is_array) {
+    if (st->end - st->p >= 3 && st->p[0] == 0xEF && st->p[1] == 0xBB && st->p[2] == 0xBF) FAIL(st, "byte-order mark");
+    skip_ws(st);
+    if (st->p >= st->end) FAIL(st, "empty document");
+    int rc;
+    if (is_array) {
+        if (*st->p != '[') FAIL(st, "not an array");
+        rc = parse_events(st);
+        if (rc) return rc;
+        st->has_events = 1;
+    } else {
+        if (*st->p != '{') FAIL(st, "not an object");
+        st->depth++;
+        st->p++;
+        skip_ws(st);
+        if (st->p < st->end && *st->p == '}') st->p++;
+        else while (1) {
+            const unsigned char *k; Py_ssize_t klen; int esc;
+            if (st->p >= st->end || *st->p != '"') FAIL(st, "expected a key");
+            if (scan_string(st, &k, &klen, &esc)) return -1;
+            if (esc) FAIL(st, "escaped key");
+            skip_ws(st);
+            if (st->p >= st->end || *st->p != ':') FAIL(st, "expected ':'");
+            st->p++;
+            skip_ws(st);
+            if (key_is(k, klen, "traceEvents")) {
+                if (st->has_events) FAIL(st, "duplicate key");
+                if (st->p >= st->end || *st->p != '[') FAIL(st, "traceEvents is not a list");
+                rc = parse_events(st);
+                if (rc) return rc;
+                st->has_events = 1;
+            } else {
+                int top = -1;
+                for (int t = 0; t < 5; t++)
+                    if (key_is(k, klen, TOP_KEYS[t])) top = t;
+                const unsigned char *v = st->p;
+                if (skip_value(st)) return -1;
+                if (top >= 0) {
+                    if (st->top_len[top]) FAIL(st, "duplicate key");
+                    st->top_at[top] = v - st->base;
+                    st->top_len[top] = st->p - v;
+                }
+            }
+            skip_ws(st);
+            if (st->p >= st->end) FAIL(st, "object runs past the end");
+            if (*st->p == ',') { st->p++; skip_ws(st); continue; }
+            if (*st->p == '}') { st->p++; break; }
+            FAIL(st, "expected ',' or '}'");
+        }
+        if (!st->has_events) FAIL(st, "no traceEvents");
+    }
+    skip_ws(st);
+    if (st->p != st->end) FAIL(st, "data after the document");
+    return 0;
+}
+
+static void free_state(State *st) {
+    for (int c = 0; c < NCOLS; c++) PyMem_Free(st->cols[c]);
+    PyMem_Free(st->slots);
+    PyMem_Free(st->arena);
+    PyMem_Free(st->scratch);
+    Py_XDECREF(st->strings);
+}
+
+static PyObject *build_result(State *st) {
+    Py_ssize_t n = st->n_rows;
+    PyObject *cols = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)NCOLS * n * (Py_ssize_t)sizeof(int64_t));
+    if (!cols) return NULL;
+    char *out = PyBytes_AS_STRING(cols);
+    for (int c = 0; c < NCOLS; c++)
+        if (n) memcpy(out + (size_t)c * n * sizeof(int64_t), st->cols[c], (size_t)n * sizeof(int64_t));
+    PyObject *reasons = PyDict_New();
+    PyObject *top = PyDict_New();
+    if (!reasons || !top) goto fail;
+    for (int k = 0; k < N_REASONS; k++) {
+        if (!st->reasons[k]) continue;
+        PyObject *v = PyLong_FromSsize_t(st->reasons[k]);
+        if (!v || PyDict_SetItemString(reasons, REASON_NAMES[k], v)) { Py_XDECREF(v); goto fail; }
+        Py_DECREF(v);
+    }
+    for (int t = 0; t < 5; t++) {
+        if (!st->top_len[t]) continue;
+        PyObject *v = Py_BuildValue("(nn)", st->top_at[t], st->top_len[t]);
+        if (!v || PyDict_SetItemString(top, TOP_KEYS[t], v)) { Py_XDECREF(v); goto fail; }
+        Py_DECREF(v);
+    }
+    PyObject *res = Py_BuildValue("(nnNONN)", st->n_events, n, cols, st->strings, reasons, top);
+    return res;
+fail:
+    Py_DECREF(cols);
+    Py_XDECREF(reasons);
+    Py_XDECREF(top);
+    return NULL;
+}
+
+static PyObject *scan(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    int is_array;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "y*p", &view, &is_array)) return NULL;
+    State st;
+    memset(&st, 0, sizeof(st));
+    st.base = st.p = (const unsigned char *)view.buf;
+    st.end = st.base + view.len;
+    st.strings = PyList_New(0);
+    PyObject *res = NULL;
+    if (st.strings) {
+        int rc = parse_doc(&st, is_array);
+        if (rc == 0) res = build_result(&st);
+        else if (!PyErr_Occurred()) res = PyUnicode_FromString(st.fail ? st.fail : "unsupported");
+    }
+    free_state(&st);
+    PyBuffer_Release(&view);
+    return res;
+}
+
+static PyMethodDef METHODS[] = {
+    {"scan", scan, METH_VARARGS,
+     "scan(data, is_array) -> (n_events, n_rows, columns, strings, skipped, top) or a reason str.\n\n"
+     "columns: int64, column-major, in COLUMNS order; string columns hold indexes into `strings`\n"
+     "(-1: null); integer columns hold INT64_MIN for null; raw columns hold (offset, length)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef MODULE = {PyModuleDef_HEAD_INIT, "_chromescan", NULL, -1, METHODS, NULL, NULL, NULL, NULL};
+
+PyMODINIT_FUNC PyInit__chromescan(void) {
+    for (int a = 0; a < N_ARG_KEYS; a++) ARG_KEY_LEN[a] = (Py_ssize_t)strlen(ARG_KEYS[a].key);
+    for (int c = 0; c < 256; c++) STRING_STOP[c] = c == '"' || c == '\\' || c < 0x20 || c >= 0x80;
+    PyObject *m = PyModule_Create(&MODULE);
+    if (!m) return NULL;
+    PyObject *names = PyTuple_New(NCOLS);
+    if (!names) { Py_DECREF(m); return NULL; }
+    for (int c = 0; c < NCOLS; c++) PyTuple_SET_ITEM(names, c, PyUnicode_FromString(COLUMN_NAMES[c]));
+    if (PyModule_AddObject(m, "COLUMNS", names)) { Py_DECREF(names); Py_DECREF(m); return NULL; }
+    return m;
+}
