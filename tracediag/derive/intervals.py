@@ -81,14 +81,18 @@ def sweep(lf: pl.LazyFrame, by: Sequence[str], categories: Sequence[str]) -> pl.
         ]
     )
     counts = [f"n_{c}" for c in categories]
-    over = (lambda e: e.over(by)) if by else (lambda e: e)
+    # One sort instead of a group_by per point: every interval adds +1 and -1 within its own
+    # timeline, so a running sum over all timelines in order is back at 0 where each timeline starts
+    # (no cum_sum per group), and the last row of each run of equal (`by`, t) holds the counts after t.
+    last = pl.any_horizontal(pl.col(k).ne_missing(pl.col(k).shift(-1)) for k in [*by, "t"])
+    same = pl.all_horizontal(pl.col(k).eq_missing(pl.col(k).shift(-1)) for k in by) if by else pl.lit(True)
     return (
-        points.with_columns(deltas)
-        .group_by(*by, "t")
-        .agg(pl.col(c).sum() for c in counts)
+        points.select(*by, "t", *deltas)
         .sort(*by, "t")
-        .with_columns([over(pl.col(c).cum_sum()).cast(pl.UInt32) for c in counts])
-        .with_columns(end=over(pl.col("t").shift(-1)))
+        .with_columns(pl.col(c).cum_sum() for c in counts)
+        .filter(last)
+        .with_columns(pl.col(c).cast(pl.UInt32) for c in counts)
+        .with_columns(end=pl.when(same).then(pl.col("t").shift(-1)))
         .filter(pl.col("end").is_not_null(), pl.col("end") > pl.col("t"))
         .rename({"t": "ts"})
         .select(*by, "ts", "end", *counts)
