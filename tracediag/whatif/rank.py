@@ -134,11 +134,13 @@ def sync_ends(events: pl.DataFrame, instances: pl.DataFrame) -> pl.DataFrame:
 
 
 def _prev(col: str) -> pl.Expr:
-    return pl.col(col).shift(1).over("rank")
+    """`col` of the previous row of the same rank (null on a rank's first row), on a frame sorted by
+    rank: a shift and a comparison, cheaper than a window over ``rank``."""
+    return pl.when(pl.col("rank") == pl.col("rank").shift(1)).then(pl.col(col).shift(1))
 
 
 def _without_lone_exposed(segs: pl.LazyFrame, sync: pl.DataFrame) -> pl.LazyFrame:
-    """`segs` (elementary, sorted by rank and ts) with ``exposed`` cleared on the exposed stretches no
+    """`segs` (elementary, sorted by rank and ts; so is the result) with ``exposed`` cleared on the exposed stretches no
     sync operation of the rank can be waited for in: within one step, and no end of the rank's sync
     ends within the block tolerance of the stretch's end. The driver could never make them blocks
     (`graph._assign_blocks` asks for more), so they stay local and the pieces stay few: exposed
@@ -146,7 +148,8 @@ def _without_lone_exposed(segs: pl.LazyFrame, sync: pl.DataFrame) -> pl.LazyFram
     A stretch over a step boundary is kept: the driver cuts it where a step is not kept everywhere."""
     joined = (pl.col("ts") == _prev("end")) & _prev("exposed")
     segs = segs.with_columns(
-        _stretch=pl.when("exposed").then((~joined).fill_null(True).cast(pl.UInt32).cum_sum().over("rank"))
+        # ids unique over the whole frame (a running count over all ranks): only grouped on with rank
+        _stretch=pl.when("exposed").then((~joined).fill_null(True).cast(pl.UInt32).cum_sum())
     )
     stretches = (
         segs.filter("exposed")
@@ -164,10 +167,9 @@ def _without_lone_exposed(segs: pl.LazyFrame, sync: pl.DataFrame) -> pl.LazyFram
         .select("rank", "_stretch", _waited=pl.lit(True))
     )
     return (
-        segs.join(waited, on=["rank", "_stretch"], how="left")
+        segs.join(waited, on=["rank", "_stretch"], how="left", maintain_order="left")
         .with_columns(exposed=pl.col("exposed") & pl.col("_waited").fill_null(False))
         .drop("_stretch", "_waited")
-        .sort("rank", "ts")
     )
 
 
@@ -189,11 +191,11 @@ def segments(events: pl.DataFrame, spans: pl.DataFrame, sync: pl.DataFrame) -> p
         sweep(parts, ["rank"], ["compute", "comm", "p2p", "copy", "input", "step"])
         .filter(pl.col("n_step") > 0)
         .with_columns(cat=_CATEGORY, exposed=exposed, len=pl.col("end") - pl.col("ts"))
-        .sort("ts")
+        # the sweep's order (rank, ts) is kept throughout: sorted by ts within each rank is what
+        # join_asof asks for
         .join_asof(starts, left_on="ts", right_on="_s", by="rank", check_sortedness=False)
         .filter(pl.col("step").is_not_null())
-        .join(at_cut, on=["rank", "ts"], how="left")
-        .sort("rank", "ts")
+        .join(at_cut, on=["rank", "ts"], how="left", maintain_order="left")
     )
     segs = _without_lone_exposed(elementary, sync)
     new = (
@@ -201,7 +203,7 @@ def segments(events: pl.DataFrame, spans: pl.DataFrame, sync: pl.DataFrame) -> p
     ).fill_null(True) | pl.col("_cut").fill_null(False)
     on = pl.col("len")
     pieces = (
-        segs.with_columns(_piece=new.cast(pl.UInt32).cum_sum().over("rank"))
+        segs.with_columns(_piece=new.cast(pl.UInt32).cum_sum())
         .group_by("rank", "_piece")
         .agg(
             pl.col("step").first(),
