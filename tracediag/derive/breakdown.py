@@ -38,7 +38,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from tracediag.derive.intervals import sweep, union_intervals
-from tracediag.derive.names import name_matches
+from tracediag.derive.names import distinct_names, name_matches
 from tracediag.vocab import HOST_COMM_OP as COMM_OP_REGEX
 
 INPUT_REGEX = r"(?i)dataloader"
@@ -163,14 +163,17 @@ def _device_timeline(events: pl.LazyFrame, spans: pl.LazyFrame, names: _Names) -
     return pl.concat([p.select("rank", "ts", "end", "cat") for p in parts])
 
 
-def device_timeline(events: pl.DataFrame, spans: pl.LazyFrame) -> pl.LazyFrame:
+def device_timeline(events: pl.DataFrame, spans: pl.LazyFrame, *, names: pl.Series | None = None) -> pl.LazyFrame:
     """The breakdown's device timeline of `events` over `spans`: (rank, ts, end, cat) with cat in
-    compute/comm/p2p/copy/step (what the what-if replay cuts into segments)."""
-    return _device_timeline(events.lazy(), spans, _names(events))
+    compute/comm/p2p/copy/step (what the what-if replay cuts into segments). `names`:
+    `derive.names.distinct_names` of `events`, when the caller has them."""
+    return _device_timeline(events.lazy(), spans, _names(events if names is None else names))
 
 
-def _names(events: pl.DataFrame) -> _Names:
-    return _Names(comm_op=name_matches(events, COMM_OP_REGEX), input=name_matches(events, INPUT_REGEX))
+def _names(names: pl.DataFrame | pl.Series) -> _Names:
+    if isinstance(names, pl.DataFrame):
+        names = distinct_names(names)
+    return _Names(comm_op=name_matches(names, COMM_OP_REGEX), input=name_matches(names, INPUT_REGEX))
 
 
 def _host_timeline(events: pl.LazyFrame, spans: pl.LazyFrame, names: _Names) -> pl.LazyFrame:
@@ -209,7 +212,8 @@ def _next_work(events: pl.LazyFrame, spans: pl.LazyFrame) -> pl.LazyFrame:
 
 
 def _split_idle(idle: pl.LazyFrame, nxt: pl.LazyFrame) -> pl.LazyFrame:
-    """Split idle device segments (rank, ts, end, len) into waiting on the host / on kernels / other.
+    """Split idle device segments (rank, ts, end, len; sorted by ts within each rank, so by end too:
+    they are disjoint) into waiting on the host / on kernels / other.
 
     The device waits on the host from the start of a gap until the host's call that launches the work
     ending the gap returns (nothing is queued); after that launch, up to `KERNEL_WAIT_NS` is launch latency between
@@ -217,9 +221,7 @@ def _split_idle(idle: pl.LazyFrame, nxt: pl.LazyFrame) -> pl.LazyFrame:
     the trace does not link to a launch) is other. A gap with no device work after it (the end of
     the window) waits on the host.
     """
-    j = idle.sort("end").join_asof(
-        nxt, left_on="end", right_on="next_ts", by="rank", strategy="forward", check_sortedness=False
-    )
+    j = idle.join_asof(nxt, left_on="end", right_on="next_ts", by="rank", strategy="forward", check_sortedness=False)
     host = (
         pl.when(pl.col("next_ts").is_null())
         .then(pl.col("len"))
@@ -238,24 +240,25 @@ def _split_idle(idle: pl.LazyFrame, nxt: pl.LazyFrame) -> pl.LazyFrame:
 
 
 def _by_step(segments: pl.LazyFrame, spans: pl.LazyFrame, start: str) -> pl.LazyFrame:
-    """Attach the step whose span (starting at column `start`) holds each in-step segment."""
+    """Attach the step whose span (starting at column `start`) holds each in-step segment (`segments`:
+    a `intervals.sweep`, whose order, by ts within each rank, is what join_asof asks for and is kept)."""
     keys = spans.filter(pl.col(start).is_not_null()).select("rank", pl.col(start).alias("_s"), "step").sort("_s")
     return (
         segments.filter(pl.col("n_step") > 0)
-        .sort("ts")
         .join_asof(keys, left_on="ts", right_on="_s", by="rank", check_sortedness=False)
         .with_columns(len=pl.col("end") - pl.col("ts"))
     )
 
 
-def breakdown(events: pl.DataFrame, spans: pl.DataFrame) -> pl.DataFrame:
+def breakdown(events: pl.DataFrame, spans: pl.DataFrame, *, names: pl.Series | None = None) -> pl.DataFrame:
     """Per (rank, step) of `spans` (see `derive.steps.step_spans`): the breakdown columns, in ns.
 
     Returns ``rank, step, device, start_ns, dur_ns`` and `BREAKDOWN_COLUMNS` (Int64), one row per
-    span, partial steps included (the caller drops them).
+    span, partial steps included (the caller drops them). `names`:
+    `derive.names.distinct_names` of `events`, when the caller has them.
     """
     lf, sp = events.lazy(), spans.lazy()
-    names = _names(events)
+    names = _names(events if names is None else names)
     dev = sweep(_device_timeline(lf, sp, names), ["rank"], ["compute", "comm", "p2p", "copy", "step"])
     dev = _by_step(dev, sp, "start")
     on = pl.col("len")

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from tracediag.derive.names import name_matches
+from tracediag.derive.names import distinct_names, name_matches
 
 SYNC_REGEX = r"(?i)synchronize|^(?:cuda|hip)Memcpy(?:WithStream)?$|^cuMemcpy(?:DtoH|HtoD)?(?:_v2)?$"
 """Runtime calls that block the host until the device is done."""
@@ -47,20 +47,22 @@ HOST_SCHEMA: dict[str, pl.DataType] = {
 }
 
 
-def host_feed(events: pl.DataFrame, spans: pl.DataFrame) -> pl.DataFrame:
-    """Per (rank, step) of GPU ranks: `HOST_SCHEMA` (see the module docstring)."""
+def host_feed(events: pl.DataFrame, spans: pl.DataFrame, *, names: pl.Series | None = None) -> pl.DataFrame:
+    """Per (rank, step) of GPU ranks: `HOST_SCHEMA` (see the module docstring). `names`:
+    `derive.names.distinct_names` of `events`, when the caller has them."""
     gpu = spans.filter(pl.col("device") >= 0).select("rank", "device").unique()
     if not gpu.height:
         return pl.DataFrame(schema=HOST_SCHEMA)
     lf = events.lazy()
+    names = distinct_names(events) if names is None else names
     host = lf.filter(pl.col("device") == -1, pl.col("step").is_not_null()).join(
         gpu.lazy().select("rank"), on="rank", how="semi"
     )
     runtime = host.filter(pl.col("kind").is_in(["runtime", "sync"]))
-    blocking = name_matches(events, SYNC_REGEX) | (
-        name_matches(events, COPY_REGEX) & (pl.col("dur") >= BLOCKING_COPY_NS)
+    blocking = name_matches(names, SYNC_REGEX) | (
+        name_matches(names, COPY_REGEX) & (pl.col("dur") >= BLOCKING_COPY_NS)
     )
-    launch = name_matches(events, LAUNCH_REGEX)
+    launch = name_matches(names, LAUNCH_REGEX)
     host_agg = runtime.group_by("rank", "step").agg(
         sync_n=blocking.sum(),
         sync_ns=pl.col("dur").filter(blocking).sum(),
@@ -68,7 +70,7 @@ def host_feed(events: pl.DataFrame, spans: pl.DataFrame) -> pl.DataFrame:
         launch_ns=pl.col("dur").filter(launch).sum(),
     )
     items = (
-        host.filter(pl.col("kind") == "cpu_op", name_matches(events, ITEM_REGEX))
+        host.filter(pl.col("kind") == "cpu_op", name_matches(names, ITEM_REGEX))
         .group_by("rank", "step")
         .agg(item_n=pl.len())
     )

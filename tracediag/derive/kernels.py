@@ -14,7 +14,7 @@ import polars as pl
 
 from tracediag.analysis import KERNEL_CATEGORY_SCHEMA, KERNEL_SCHEMA
 from tracediag.derive.breakdown import COMM_OP_REGEX
-from tracediag.derive.names import name_matches
+from tracediag.derive.names import distinct_names, name_matches
 
 TOP_STORED = 50
 """Rows kept per rank in the analysis (the JSON stays small on traces with thousands of kernels)."""
@@ -78,15 +78,17 @@ KERNEL_STEP_SCHEMA: dict[str, pl.DataType] = {
 """`kernel_steps`: per (rank, step, name, category), how many rows and their total (self) time."""
 
 
-def kernel_steps(events: pl.DataFrame, devices: pl.DataFrame) -> pl.DataFrame:
+def kernel_steps(events: pl.DataFrame, devices: pl.DataFrame, *, names: pl.Series | None = None) -> pl.DataFrame:
     """Per (rank, step, name, category): ``count`` and ``total_ns`` of the kernels (GPU ranks) or
     operators (CPU-only ranks) of the rows with a step, `KERNEL_STEP_SCHEMA`.
 
     The per-rank half of the kernel view (`kernel_view` sums it over the analysed steps). `events`
     has ``step`` filled (`derive.steps.assign_steps`); `devices` holds ``rank`` and its main
-    ``device`` (-1: CPU-only).
+    ``device`` (-1: CPU-only). `names`:
+    `derive.names.distinct_names` of `events`, when the caller has them.
     """
     name = pl.col("name").cast(pl.String)
+    names = distinct_names(events) if names is None else names
     lf = (
         events.lazy()
         .filter(pl.col("step").is_not_null())
@@ -107,7 +109,7 @@ def kernel_steps(events: pl.DataFrame, devices: pl.DataFrame) -> pl.DataFrame:
         pl.col("device_main") < 0, pl.col("device") == -1, pl.col("kind").is_in(["cpu_op", "comm"])
     ).with_columns(
         category=pl.when(
-            (pl.col("kind") == "comm") | pl.col("coll_op").is_not_null() | name_matches(events, COMM_OP_REGEX)
+            (pl.col("kind") == "comm") | pl.col("coll_op").is_not_null() | name_matches(names, COMM_OP_REGEX)
         )
         .then(pl.lit("communication"))
         .otherwise(pl.lit("compute"))

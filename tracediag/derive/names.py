@@ -10,9 +10,15 @@ from __future__ import annotations
 import polars as pl
 
 
-def name_matches(events: pl.DataFrame, pattern: str) -> pl.Expr:
+def distinct_names(events: pl.DataFrame) -> pl.Series:
+    """The distinct names of `events` (nulls dropped, the column's dtype), for a caller that runs
+    several `name_matches` on the same events: finding them costs more than a pattern over them."""
+    return events.get_column("name").unique().drop_nulls()
+
+
+def name_matches(events: pl.DataFrame | pl.Series, pattern: str) -> pl.Expr:
     """An expression equal to ``pl.col("name").cast(pl.String).str.contains(pattern)`` on `events`
-    (and on any frame whose names are among them): null where the name is null."""
-    names = events.get_column("name").unique().drop_nulls().cast(pl.String)
-    hits = names.filter(names.str.contains(pattern)).cast(events.schema["name"])
-    return pl.col("name").is_in(hits.implode())
+    (and on any frame whose names are among them): null where the name is null. `events` may be
+    given as its `distinct_names`."""
+    names = events if isinstance(events, pl.Series) else distinct_names(events)
+    return pl.col("name").is_in(names.filter(names.cast(pl.String).str.contains(pattern)).implode())

@@ -15,6 +15,7 @@ from tracediag.derive.breakdown import breakdown
 from tracediag.derive.collectives import collective_instances
 from tracediag.derive.host import host_feed
 from tracediag.derive.kernels import kernel_steps
+from tracediag.derive.names import distinct_names
 from tracediag.derive.p2p import p2p_per_step
 from tracediag.derive.steps import assign_steps, find_markers, step_spans
 from tracediag.sanity import rank_extents
@@ -55,15 +56,16 @@ def rank_tables(events: pl.DataFrame, *, step_regex: str | None = None) -> dict[
 
     Raises ValueError for an invalid `step_regex`.
     """
+    names = distinct_names(events)  # the name tests below each match their pattern over these
     markers = find_markers(events, step_regex=step_regex)
-    spans = step_spans(events, markers)
+    spans = step_spans(events, markers, names=names)
     stepped = assign_steps(events, spans)
     op = pl.col("coll_op").cast(pl.String)
     instances = collective_instances(stepped)
-    sync = sync_ends(stepped, instances)
+    sync = sync_ends(stepped, instances, names=names)
     return {
         "spans": spans,
-        "breakdown": breakdown(stepped, spans),
+        "breakdown": breakdown(stepped, spans, names=names),
         "instances": instances,
         "p2p": p2p_per_step(stepped, _NO_OFFSETS),
         "p2p_edges": events.lazy()
@@ -72,9 +74,9 @@ def rank_tables(events: pl.DataFrame, *, step_regex: str | None = None) -> dict[
         .unique()
         .sort("rank", "coll_op", "coll_peer", nulls_last=True)
         .collect(),
-        "host": host_feed(stepped, spans),
-        "kernels": kernel_steps(stepped, spans.group_by("rank").agg(pl.col("device").first())),
+        "host": host_feed(stepped, spans, names=names),
+        "kernels": kernel_steps(stepped, spans.group_by("rank").agg(pl.col("device").first()), names=names),
         "extents": rank_extents(events),
-        "replay_segments": segments(stepped, spans, sync),
+        "replay_segments": segments(stepped, spans, sync, names=names),
         "replay_sync": sync,
     }

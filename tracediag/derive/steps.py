@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from tracediag.derive.names import distinct_names, name_matches
 from tracediag.regex import user_regex
 from tracediag.vocab import STEP_NUMBER as DEFAULT_STEP_REGEX
 
@@ -94,23 +95,28 @@ def _host_step(lf: pl.LazyFrame, markers: pl.DataFrame, ts: str = "ts") -> pl.La
     )
 
 
-def _launch_steps(events: pl.DataFrame, markers: pl.DataFrame) -> pl.LazyFrame:
-    """Per (rank, correlation) of host runtime calls: the step during which the call ran, and its name."""
+def _launch_steps(events: pl.DataFrame, markers: pl.DataFrame, names: pl.Series) -> pl.LazyFrame:
+    """Per (rank, correlation) of host runtime calls: the step during which the call ran, its name
+    (``_call``) and whether it launches a kernel (``_launch``, `LAUNCH_REGEX`; `names`:
+    `derive.names.distinct_names` of `events`)."""
     runtime = (
         events.lazy()
         .filter(pl.col("kind") == "runtime", pl.col("device") == -1, pl.col("correlation").is_not_null())
-        .select("rank", "correlation", "ts", pl.col("name").cast(pl.String).alias("_call"))
+        .select("rank", "correlation", "ts", _call="name", _launch=name_matches(names, LAUNCH_REGEX))
     )
-    return _host_step(runtime, markers).select("rank", "correlation", "_call", pl.col("_step").alias("_launch_step"))
+    return _host_step(runtime, markers).select(
+        "rank", "correlation", "_call", "_launch", pl.col("_step").alias("_launch_step")
+    )
 
 
-def step_spans(events: pl.DataFrame, markers: pl.DataFrame) -> pl.DataFrame:
+def step_spans(events: pl.DataFrame, markers: pl.DataFrame, *, names: pl.Series | None = None) -> pl.DataFrame:
     """Per (rank, step): host span, the span the breakdown uses and whether the step is partial.
 
     Returns a frame with `STEP_SPAN_SCHEMA`. A rank with device activity gets the device span of the
-    device that has most of it; other ranks use the host span and ``device = -1``.
+    device that has most of it; other ranks use the host span and ``device = -1``. `names`:
+    `derive.names.distinct_names` of `events`, when the caller has them.
     """
-    launches = _launch_steps(events, markers)
+    launches = _launch_steps(events, markers, distinct_names(events) if names is None else names)
     dev = (
         events.lazy()
         .filter(pl.col("device") >= 0, pl.col("kind") != "step")
@@ -142,7 +148,7 @@ def step_spans(events: pl.DataFrame, markers: pl.DataFrame) -> pl.DataFrame:
     )
     seen = dev.select("rank", "correlation").unique()
     lost = (
-        launches.filter(pl.col("_call").str.contains(LAUNCH_REGEX), pl.col("_launch_step").is_not_null())
+        launches.filter(pl.col("_launch"), pl.col("_launch_step").is_not_null())
         .join(main_dev, on="rank")
         .join(seen, on=["rank", "correlation"], how="anti")
         .group_by("rank", pl.col("_launch_step").alias("step"))
@@ -200,9 +206,12 @@ def assign_steps(events: pl.DataFrame, spans: pl.DataFrame) -> pl.DataFrame:
     that decide the step take part in the joins; the event table's other columns are not copied.
     """
     markers = spans.select("rank", "step", "host_start", "host_end")
-    lf = events.lazy().select("rank", "device", "ts", "correlation").with_row_index("_row")
-    host = _host_step(lf.filter(pl.col("device") == -1).select("_row", "rank", "ts"), markers)
-    launches = _launch_steps(events, markers).select("rank", "correlation", "_launch_step")
+    lf = events.lazy().select("rank", "device", "kind", "ts", "correlation").with_row_index("_row")
+    host = _host_step(lf.filter(pl.col("device") == -1).select("_row", "rank", "kind", "ts", "correlation"), markers)
+    # the launch calls are host rows: their steps are the ones just found (`_launch_steps`' rows)
+    launches = host.filter(pl.col("kind") == "runtime", pl.col("correlation").is_not_null()).select(
+        "rank", "correlation", _launch_step="_step"
+    )
     dev_span = (
         spans.lazy()
         .filter(pl.col("device") >= 0, pl.col("start").is_not_null())

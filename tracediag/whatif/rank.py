@@ -21,7 +21,7 @@ import polars as pl
 
 from tracediag.derive.breakdown import INPUT_REGEX, device_timeline
 from tracediag.derive.intervals import sweep
-from tracediag.derive.names import name_matches
+from tracediag.derive.names import distinct_names, name_matches
 
 SYNC_SCHEMA: dict[str, pl.DataType] = {
     "rank": pl.Int32(),
@@ -81,10 +81,12 @@ _CATEGORY = (
 copying without compute (``other``), else idle."""
 
 
-def sync_ends(events: pl.DataFrame, instances: pl.DataFrame) -> pl.DataFrame:
+def sync_ends(events: pl.DataFrame, instances: pl.DataFrame, *, names: pl.Series | None = None) -> pl.DataFrame:
     """The rank's sync ends (`SYNC_SCHEMA`) from its events and its collective instances
-    (`derive.collectives.collective_instances`)."""
+    (`derive.collectives.collective_instances`). `names`:
+    `derive.names.distinct_names` of `events`, when the caller has them."""
     lf = events.lazy()
+    names = distinct_names(events) if names is None else names
     streams = (
         lf.filter(pl.col("kind") == "comm")
         .select("rank", "ts", stream=pl.coalesce("stream", "tid"))
@@ -107,9 +109,9 @@ def sync_ends(events: pl.DataFrame, instances: pl.DataFrame) -> pl.DataFrame:
         .select("rank", "tid", "ts", "dur", "stream", dir=op, peer=pl.col("coll_peer"), bytes=pl.col("coll_bytes"))
     )
     phases = (
-        lf.filter(pl.col("device") == -1, pl.col("kind") == "annotation", name_matches(events, PHASE_REGEX))
+        lf.filter(pl.col("device") == -1, pl.col("kind") == "annotation", name_matches(names, PHASE_REGEX))
         .select(
-            "rank", "tid", _pts="ts", _pend=pl.col("ts") + pl.col("dur"), _fwd=name_matches(events, "(?i)^forward")
+            "rank", "tid", _pts="ts", _pend=pl.col("ts") + pl.col("dur"), _fwd=name_matches(names, "(?i)^forward")
         )
         .sort("_pts")
     )
@@ -173,17 +175,21 @@ def _without_lone_exposed(segs: pl.LazyFrame, sync: pl.DataFrame) -> pl.LazyFram
     )
 
 
-def segments(events: pl.DataFrame, spans: pl.DataFrame, sync: pl.DataFrame) -> pl.DataFrame:
+def segments(
+    events: pl.DataFrame, spans: pl.DataFrame, sync: pl.DataFrame, *, names: pl.Series | None = None
+) -> pl.DataFrame:
     """The rank's timeline pieces (`SEGMENT_SCHEMA`) over its complete steps (`spans`:
-    `derive.steps.step_spans`), cut at the starts of its sync ends (`sync_ends`)."""
+    `derive.steps.step_spans`), cut at the starts of its sync ends (`sync_ends`). `names`:
+    `derive.names.distinct_names` of `events`, when the caller has them."""
+    names = distinct_names(events) if names is None else names
     sp = spans.lazy().filter(~pl.col("partial"), pl.col("start").is_not_null())
     lf = events.lazy()
-    loading = lf.filter(pl.col("device") == -1, name_matches(events, INPUT_REGEX)).select(
+    loading = lf.filter(pl.col("device") == -1, name_matches(names, INPUT_REGEX)).select(
         "rank", "ts", end=pl.col("ts") + pl.col("dur"), cat=pl.lit("input")
     )
     # a zero-length interval of no counted category only adds a cut point to the sweep
     cuts = sync.lazy().select("rank", "ts", end="ts", cat=pl.lit("cut"))
-    parts = pl.concat([device_timeline(events, sp).select("rank", "ts", "end", "cat"), loading, cuts])
+    parts = pl.concat([device_timeline(events, sp, names=names).select("rank", "ts", "end", "cat"), loading, cuts])
     exposed = ((pl.col("n_comm") > 0) | (pl.col("n_p2p") > 0)) & (pl.col("n_compute") == 0)
     starts = sp.select("rank", "step", _s="start").sort("_s")
     at_cut = sync.lazy().select("rank", "ts").unique().with_columns(_cut=pl.lit(True))
