@@ -195,11 +195,10 @@ def _next_work(events: pl.LazyFrame, spans: pl.LazyFrame) -> pl.LazyFrame:
     """GPU ranks: per start time of device work on the main device, the earliest return of a host
     launch call of the work starting then (``next_ts``, ``next_launch``; launch null when the trace links none)."""
     gpu = spans.filter(pl.col("device") >= 0).select("rank", "device").unique()
-    launches = (
-        events.filter(pl.col("device") == -1, pl.col("kind") == "runtime", pl.col("correlation").is_not_null())
-        .group_by("rank", "correlation")
-        .agg(launch=(pl.col("ts") + pl.col("dur")).min())
-    )
+    # every launch call of the work (the minimum is taken once, over the work starting at each time)
+    launches = events.filter(
+        pl.col("device") == -1, pl.col("kind") == "runtime", pl.col("correlation").is_not_null()
+    ).select("rank", "correlation", launch=pl.col("ts") + pl.col("dur"))
     return (
         events.filter(pl.col("device") >= 0, pl.col("kind").is_in(["kernel", "comm", "memcpy", "memset"]))
         .join(gpu, on=["rank", "device"], how="semi")
