@@ -228,12 +228,17 @@ def assign_steps(events: pl.DataFrame, spans: pl.DataFrame) -> pl.DataFrame:
             ).cast(pl.Int32)
         )
     )
-    steps = (
-        pl.concat([host.select("_row", "_step"), device.select("_row", "_step")])
-        .sort("_row")
-        .collect()
-    )
-    if steps.height != events.height:  # rows with a null device belong to neither timeline
+    parts = pl.collect_all([host.select("_row", "_step"), device.select("_row", "_step")])
+    timed = events.select(((pl.col("device") == -1) | (pl.col("device") >= 0)).sum()).item()
+    if sum(p.height for p in parts) == timed:
+        # each row in at most one part, once: put the steps back by position (no sort of the rows);
+        # rows with a null device belong to neither timeline and keep no step
+        step = pl.repeat(None, events.height, dtype=pl.Int32, eager=True)
+        for p in parts:
+            step.scatter(p["_row"], p["_step"])
+        return events.with_columns(step.alias("step"))
+    steps = pl.concat(parts).sort("_row")
+    if steps.height != events.height:
         steps = pl.DataFrame({"_row": pl.int_range(events.height, eager=True, dtype=pl.UInt32)}).join(
             steps, on="_row", how="left", maintain_order="left"
         )
