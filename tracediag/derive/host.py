@@ -98,7 +98,9 @@ def host_feed(events: pl.DataFrame, spans: pl.DataFrame, *, names: pl.Series | N
     )
     queue = (
         points.sort("rank", "t", "d")
-        .with_columns(depth=pl.col("d").cum_sum().over("rank"))
+        # one running sum over all ranks: each launch's +1 and -1 lie in its rank, so it is back at 0
+        # where each rank starts
+        .with_columns(depth=pl.col("d").cum_sum())
         .filter("at", pl.col("step").is_not_null())
         .group_by("rank", "step")
         .agg(queue_depth=pl.col("depth").median().cast(pl.Float64))
