@@ -115,11 +115,15 @@ def kernel_steps(events: pl.DataFrame, devices: pl.DataFrame, *, names: pl.Serie
         .otherwise(pl.lit("compute"))
     )
     cpu = _self_time(cpu.select("rank", "step", "tid", "ts", "dur", "name", "category"))
-    cols = ("rank", "step", name.alias("name"), "category", "dur")
+    # grouped on the Categorical names, made strings once per group (the two parts hold different ranks)
+    keys = ("rank", "step", "name", "category")
+    per_name = [
+        part.group_by(*keys).agg(count=pl.len().cast(pl.Int64), total_ns=pl.col("dur").sum().cast(pl.Int64))
+        for part in (gpu, cpu)
+    ]
     return (
-        pl.concat([gpu.select(*cols), cpu.select(*cols)])
-        .group_by("rank", "step", "name", "category")
-        .agg(count=pl.len().cast(pl.Int64), total_ns=pl.col("dur").sum().cast(pl.Int64))
+        pl.concat(per_name)
+        .with_columns(name.alias("name"))
         .sort("rank", "step", "name", "category")
         .select(list(KERNEL_STEP_SCHEMA))
         .collect()
