@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from tracediag.derive.intervals import time_order
 from tracediag.derive.names import distinct_names, name_matches
 
 SYNC_REGEX = r"(?i)synchronize|^(?:cuda|hip)Memcpy(?:WithStream)?$|^cuMemcpy(?:DtoH|HtoD)?(?:_v2)?$"
@@ -97,7 +98,7 @@ def host_feed(events: pl.DataFrame, spans: pl.DataFrame, *, names: pl.Series | N
         ]
     )
     queue = (
-        points.sort("rank", "t", "d")
+        points.sort(time_order("rank", "t", pl.col("d") > 0))  # by rank, t, then d
         # one running sum over all ranks: each launch's +1 and -1 lie in its rank, so it is back at 0
         # where each rank starts
         .with_columns(depth=pl.col("d").cum_sum())
