@@ -47,15 +47,15 @@ def rank_extents(events: pl.DataFrame) -> pl.DataFrame:
     """Per rank: the recorded window (``lo``, ``hi``: first start, last end) and the collective
     operations it runs (``coll_ops``, sorted): what the run checks read from the events. Per rank,
     so workers compute it where the files lie (`derive.per_rank.rank_tables`)."""
-    coll = pl.col("coll_op").cast(pl.String)
-    is_coll = pl.col("coll_op").is_not_null() & ~coll.is_in(["other", "send", "recv"])
+    coll = pl.col("coll_op")  # tested on the Enum, made strings once per distinct value
+    is_coll = coll.is_not_null() & ~coll.is_in(["other", "send", "recv"])
     return (
         events.lazy()
         .group_by("rank")
         .agg(
             lo=pl.col("ts").min(),
             hi=(pl.col("ts") + pl.col("dur")).max(),
-            coll_ops=coll.filter(is_coll).unique().sort(),
+            coll_ops=coll.filter(is_coll).unique().cast(pl.String).sort(),
         )
         .sort("rank")
         .collect()

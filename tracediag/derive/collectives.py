@@ -71,7 +71,7 @@ def collective_instances(events: pl.DataFrame) -> pl.DataFrame:
     ``events`` must have ``step`` filled (`derive.steps.assign_steps`). ``seq`` is the trace's
     ``Seq`` or the k-th occurrence (0-based) of ``op`` in ``group`` on the rank.
     """
-    lf = events.lazy().filter(pl.col("coll_op").cast(pl.String).is_in(MATCHED_OPS))
+    lf = events.lazy().filter(pl.col("coll_op").is_in(list(MATCHED_OPS)))  # on the Enum: no string per row
     source = (
         pl.when(pl.col("device") >= 0)
         .then(0)

@@ -23,7 +23,7 @@ def p2p_per_step(events: pl.DataFrame, offsets: pl.DataFrame) -> pl.DataFrame:
     source = pl.when(pl.col("device") >= 0).then(0).when(pl.col("kind") == "comm").then(1).otherwise(2)
     rows = (
         events.lazy()
-        .filter(op.is_in(["send", "recv"]), pl.col("step").is_not_null())
+        .filter(pl.col("coll_op").is_in(["send", "recv"]), pl.col("step").is_not_null())  # on the Enum
         .filter(pl.col("kind").is_in(["comm", "cpu_op"]))
         .with_columns(_src=source)
         .filter(pl.col("_src") == pl.col("_src").min().over("rank"))
@@ -48,8 +48,7 @@ def pipeline_groups(events: pl.DataFrame) -> list[list[int]]:
     From ``coll_peer`` when the trace has it (connected components), else one group of every rank
     with send/recv rows.
     """
-    op = pl.col("coll_op").cast(pl.String)
-    p2p = events.lazy().filter(op.is_in(["send", "recv"]))
+    p2p = events.lazy().filter(pl.col("coll_op").is_in(["send", "recv"]))
     ranks = sorted(p2p.select("rank").unique().collect()["rank"].to_list())
     edges = p2p.filter(pl.col("coll_peer").is_not_null()).select("rank", "coll_peer").unique().collect().rows()
     if not edges:

@@ -69,7 +69,7 @@ def rank_tables(events: pl.DataFrame, *, step_regex: str | None = None) -> dict[
         "instances": instances,
         "p2p": p2p_per_step(stepped, _NO_OFFSETS),
         "p2p_edges": events.lazy()
-        .filter(op.is_in(["send", "recv"]))
+        .filter(pl.col("coll_op").is_in(["send", "recv"]))  # on the Enum: no string per row
         .select("rank", op.alias("coll_op"), "coll_peer")
         .unique()
         .sort("rank", "coll_op", "coll_peer", nulls_last=True)

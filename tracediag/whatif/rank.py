@@ -103,7 +103,7 @@ def sync_ends(events: pl.DataFrame, instances: pl.DataFrame, *, names: pl.Series
     op = pl.col("coll_op").cast(pl.String)
     source = pl.when(pl.col("device") >= 0).then(0).when(pl.col("kind") == "comm").then(1).otherwise(2)
     rows = (
-        lf.filter(op.is_in(["send", "recv"]), pl.col("kind").is_in(["comm", "cpu_op"]))
+        lf.filter(pl.col("coll_op").is_in(["send", "recv"]), pl.col("kind").is_in(["comm", "cpu_op"]))
         .with_columns(_src=source)
         .filter(pl.col("_src") == pl.col("_src").min().over("rank"))
         .select("rank", "tid", "ts", "dur", "stream", dir=op, peer=pl.col("coll_peer"), bytes=pl.col("coll_bytes"))
