@@ -647,10 +647,12 @@ def _piece_frame(
     events: list[_Event], offset: int, piece: bytes, is_array: bool, warnings: list[str]
 ) -> tuple[pl.DataFrame, list[_Args]]:
     """The base columns of a piece's events (`order` numbered from `offset`), and their args."""
-    ts_us = pl.Series([e.ts for e in events], dtype=pl.Float64, strict=False)
+    ts = [e.ts for e in events]
+    ts_us = pl.Series(ts, dtype=pl.Float64, strict=False)
     dur_us = pl.Series([e.dur for e in events], dtype=pl.Float64, strict=False)
     exact = None
-    if ((ts_us >= _EXACT_LIMIT_US) & (ts_us != ts_us.floor())).any():
+    # a decimal point in a large time (even one whose float64 is a whole number): re-read the digits
+    if any(type(v) is float and abs(v) >= _EXACT_LIMIT_US for v in ts):
         exact = _exact_events(piece, is_array, warnings)
         if exact is not None and len(exact) != len(events):
             exact = None  # a repaired (truncated) piece: keep float precision rather than misalign
@@ -745,8 +747,8 @@ class _RareArgs:
 
     def frames(self) -> tuple[pl.DataFrame, ...]:
         empty = [
-            pl.DataFrame([pl.Series("order", [], dtype=pl.Int64)] + [_arg_series(f, []).alias(f"a_{f}") for f in fields])
-            for _, fields in _ARG_TIERS
+            pl.DataFrame([pl.Series("order", [], dtype=pl.Int64), *(_arg_series(f, []).alias(f"a_{f}") for f in fs)])
+            for _, fs in _ARG_TIERS
         ]
         return tuple(pl.concat([e, *parts]) for e, parts in zip(empty, self.parts))
 

@@ -71,7 +71,7 @@ def scan(doc: bytes | bytearray | memoryview, is_array: bool) -> Scanned | None:
         return None
     raw = np.frombuffer(columns, dtype=np.int64).reshape(len(_chromescan.COLUMNS), n_rows)
     table = pl.DataFrame({name: raw[i] for i, name in enumerate(_chromescan.COLUMNS)})
-    lookup = pl.Series(strings + [None], dtype=pl.String)
+    lookup = pl.Series([*strings, None], dtype=pl.String)
     codes = table.select(
         pl.when(pl.col(c) >= 0).then(pl.col(c)).otherwise(len(strings)).cast(pl.UInt32) for c in STRING_FIELDS
     )

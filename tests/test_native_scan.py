@@ -1,0 +1,199 @@
+"""The C scanner (`tracediag/ingest/native.py`) against the msgspec path it speeds up.
+
+Wherever the scanner answers, the file's table, metadata, counts and warnings must be exactly those of
+the msgspec path; wherever it declines, the msgspec path reads the document. Checked on every fixture
+(whole and cut into small pieces) and on real traces mutated where the scanner's rules are decided
+(time text, id and args types, escapes, phases, duplicate keys, UTF-8, nesting, truncation).
+"""
+
+from __future__ import annotations
+
+import gzip
+import random
+import re
+from pathlib import Path
+
+import pytest
+from conftest import FIXTURES
+from polars.testing import assert_frame_equal
+
+from tracediag.errors import TracediagError
+from tracediag.ingest import chrome, native
+from tracediag.ingest.read import read_file
+
+SOURCES = sorted(p for p in FIXTURES.rglob("*") if p.name.endswith((".json", ".json.gz")) and "manifest" not in p.name)
+KINETO = [
+    FIXTURES / "kineto/gen_torch2.13cpu_gloo_2rank_rank0.pt.trace.json.gz",
+    FIXTURES / "kineto/hta_a100_nccl_rank0.json.gz",
+    FIXTURES / "kineto/hta_ns_resolution_head.json.gz",
+]
+
+
+def _text(path: Path) -> bytes:
+    raw = path.read_bytes()
+    return gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw
+
+
+def _read(path: Path) -> tuple:
+    try:
+        ft = read_file(path, default_rank=0)
+    except TracediagError as e:
+        return ("error", str(e))
+    return ("ok", ft)
+
+
+def _both(path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[tuple, tuple]:
+    scanned = _read(path)
+    with monkeypatch.context() as m:
+        m.setattr(native, "_chromescan", None)
+        decoded = _read(path)
+    return scanned, decoded
+
+
+def _assert_same(scanned: tuple, decoded: tuple, what: str) -> None:
+    assert scanned[0] == decoded[0], (what, scanned, decoded)
+    if scanned[0] == "error":
+        assert scanned[1] == decoded[1], what
+        return
+    assert_frame_equal(scanned[1].events, decoded[1].events)
+    assert scanned[1].meta == decoded[1].meta, what
+
+
+def test_the_scanner_is_built() -> None:
+    """The install compiles it (setup.py); without it every file takes the slower msgspec path."""
+    assert native.AVAILABLE, "tracediag/ingest/_chromescan.c was not built: `pip install -e .` needs a C compiler"
+
+
+@pytest.mark.parametrize("path", SOURCES, ids=lambda p: p.name)
+def test_same_table_as_msgspec_on_every_fixture(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _assert_same(*_both(path, monkeypatch), path.name)
+
+
+@pytest.mark.parametrize("path", KINETO, ids=lambda p: p.name)
+def test_the_scanner_reads_real_kineto_traces(path: Path) -> None:
+    """The equality above is not the fallback agreeing with itself: these files are scanned."""
+    text = _text(path)
+    scanned = native.scan(text, False)
+    assert scanned is not None
+    assert scanned.n_events == text.count(b'"ph"')  # every event has one ph key in these files
+    assert scanned.rows.height == scanned.n_events - sum(scanned.skipped.values())
+
+
+@pytest.mark.parametrize("path", KINETO[:2], ids=lambda p: p.name)
+def test_same_table_when_read_in_pieces(path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    whole = _read(path)
+    monkeypatch.setattr(chrome, "CHUNK_BYTES", 3000)
+    scanned, decoded = _both(path, monkeypatch)
+    _assert_same(scanned, decoded, path.name)
+    _assert_same(scanned, whole, path.name)
+
+
+def test_three_decimal_times_are_exact_ns(tmp_path: Path) -> None:
+    """Epoch µs with ns digits (HTA's ns-resolution trace) keep every ns on both paths, including a
+    time whose float64 is a whole number (…738.001 is …738.0 as a float)."""
+    text = _text(FIXTURES / "kineto/hta_ns_resolution_head.json.gz")
+    first = re.search(rb'"ts": (\d+)\.(\d{3})', text)
+    assert first is not None and int(first.group(1)) >= 2**43
+    text = text[: first.start()] + b'"ts": ' + first.group(1) + b".001" + text[first.end() :]
+    path = tmp_path / "t.json"
+    path.write_bytes(text)
+    ft = read_file(path)
+    assert int(first.group(1)) * 1000 + 1 in ft.events["ts"].to_list()
+
+
+_MUTATIONS: list[tuple[bytes, list[bytes]]] = [
+    # (pattern of a value in the file, replacements tried there)
+    (rb'"ts": [0-9.]+', [b'"ts": 12.5', b'"ts": 7.1234', b'"ts": 1e3', b'"ts": "5"', b'"ts": null', b'"ts": -3.25',
+                         b'"ts": 4611686018427388', b'"ts": 9007199254740993', b'"ts": true', b'"ts": 0.001']),
+    (rb'"dur": [0-9.]+', [b'"dur": -5', b'"dur": 2.5', b'"dur": 1E2', b'"dur": [1]', b'"dur": 01']),
+    (rb'"pid": [0-9]+', [b'"pid": "Spans"', b'"pid": 1.5', b'"pid": 99999999999999999999', b'"pid": null',
+                         b'"pid": -9223372036854775808', b'"pid": {"a": 1}']),
+    (rb'"tid": [0-9]+', [b'"tid": "thread"', b'"tid": 2.0', b'"tid": -1']),
+    (rb'"name": "[^"]*"', [b'"name": "a\\nb\\u00e9\\t\\"q\\""', b'"name": 7', b'"name": ["x"]', b'"name": null',
+                           b'"name": "\\ud83d\\ude00"', b'"name": "\xff\xfe"', b'"name": "\x01"', b'"name": "\\x"',
+                           "\"name\": \"caf\u00e9 \u4e2d\"".encode(), b'"name": "\\u0000"',
+                           b'"name": "a", "name": "b"']),
+    (rb'"ph": "X"', [b'"ph": "Z"', b'"ph": 1', b'"ph": "\\u0058"', b'"ph": "i"', b'"ph": "M"', b'"ph": "B"',
+                     b'"ph": "E"', b'"ph": "XX"', b'"ph": "X", "ph": "X"', b'"xph": "X"']),
+    (rb'"External id": [0-9]+', [b'"External id": "7"', b'"External id": 7.5', b'"External id": null',
+                                 b'"External id": true', b'"External id": 18446744073709551616']),
+    (rb'"args": \{', [b'"args": {"device": "0", ', b'"args": {"Process Group Name": 7, ',
+                      b'"args": {"step_num": 12, ', b'"args": {"step_num": -0, ', b'"args": {"Seq": 1.0, ',
+                      b'"args": {"x": ' + b"[" * 70 + b"]" * 70 + b", ", b'"args": {"Input Dims": [[1, 2]], ',
+                      b'"args": {"a\\u0062": 1, ', b'"args": {"stream": 7, "stream": 8, ']),
+    (rb'"args": \{[^{}]*\}', [b'"args": null', b'"args": []', b'"args": {}']),
+    (rb'\}, *\n *\{', [b"},\n{", b"}, ,{", b"}{", b"},\n 5, {", b"},\n[], {"]),
+]
+
+
+def _mutate(text: bytes, rng: random.Random) -> bytes:
+    pattern, replacements = rng.choice(_MUTATIONS)
+    found = list(re.finditer(pattern, text))
+    if not found:
+        return text
+    for _ in range(rng.choice([1, 1, 3])):
+        m = rng.choice(found)
+        text = text[: m.start()] + rng.choice(replacements) + text[m.end() :]
+        found = [f for f in re.finditer(pattern, text)] or found
+        if not found:
+            break
+    if rng.random() < 0.15:
+        text = text[: rng.randrange(len(text) // 2, len(text))]
+    return text
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_mutated_real_traces_read_the_same_on_both_paths(
+    seed: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rng = random.Random(seed)
+    texts = {p: _text(p) for p in KINETO}
+    scanned_any = declined_any = 0
+    for i in range(40):
+        src = rng.choice(KINETO)
+        text = _mutate(texts[src], rng)
+        path = tmp_path / f"m{i}.json"
+        path.write_bytes(text)
+        is_array = text.lstrip()[:1] == b"["
+        if native.scan(text, is_array) is None:
+            declined_any += 1
+        else:
+            scanned_any += 1
+        _assert_same(*_both(path, monkeypatch), f"seed {seed} case {i} from {src.name}")
+    assert scanned_any and declined_any  # both sides of the rule were exercised
+
+
+def test_declines_what_it_does_not_read_exactly() -> None:
+    """One rule each: the scanner answers None and leaves the document to msgspec."""
+    ok = b'[{"ph": "X", "name": "a", "ts": 1, "dur": 2, "pid": 1, "tid": 1}]'
+    assert native.scan(ok, True) is not None
+    for bad in (
+        ok.replace(b'"ts": 1', b'"ts": 1.0001'),  # ns digits beyond the third decimal
+        ok.replace(b'"ts": 1', b'"ts": 1e3'),
+        ok.replace(b'"ph": "X"', b'"ph": "Q"'),
+        ok.replace(b'"pid": 1', b'"pid": 1.5'),
+        ok.replace(b'"name": "a"', b'"name": "\\ud800"'),
+        ok.replace(b'"name": "a"', b'"name": "a", "name": "b"'),
+        ok.replace(b"}]", b"}"),  # truncated
+        ok + b"x",
+    ):
+        assert native.scan(bad, True) is None, bad
+
+
+def test_reads_the_columns_it_promises() -> None:
+    doc = (
+        b'{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "n\\u00e9\\n", "ts": 1.5, "dur": 0.25, "pid": "Spans",'
+        b' "tid": "t", "args": {"device": 3, "stream": 7, "Input Dims": [[1, 2], []], "step_num": 12,'
+        b' "External id": -4}}, {"ph": "M", "name": "process_name", "pid": 5, "args": {"name": "gpu"}},'
+        b' {"ph": "f", "id": 1}], "distributedInfo": {"rank": 3}}'
+    )
+    scanned = native.scan(doc, False)
+    assert scanned is not None
+    assert scanned.n_events == 3 and scanned.skipped == {"flow": 1} and scanned.top == {"distributedInfo": {"rank": 3}}
+    row = scanned.rows.row(0, named=True)
+    assert (row["ph"], row["name"], row["ts"], row["dur"]) == ("X", "n\u00e9\n", 1500, 250)
+    assert (row["pid"], row["pid_str"], row["tid"]) == (None, "Spans", None)
+    assert (row["device"], row["stream"], row["step_num"], row["external_id"]) == (3, 7, "12", -4)
+    raw = native.raw_values(doc, scanned.rows["input_dims_at"], scanned.rows["input_dims_len"])
+    assert raw.to_list() == [b"[[1, 2], []]", None]
+    assert scanned.rows.row(1, named=True)["label"] == "gpu"
