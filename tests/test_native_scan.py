@@ -13,6 +13,7 @@ import random
 import re
 from pathlib import Path
 
+import polars as pl
 import pytest
 from conftest import FIXTURES
 from polars.testing import assert_frame_equal
@@ -50,6 +51,11 @@ def _both(path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[tuple, tuple]:
     return scanned, decoded
 
 
+def _scan(doc: bytes, is_array: bool) -> tuple[native.Fed | None, native.Scanner]:
+    scanner = native.Scanner()
+    return scanner.feed(doc, is_array), scanner
+
+
 def _assert_same(scanned: tuple, decoded: tuple, what: str) -> None:
     assert scanned[0] == decoded[0], (what, scanned, decoded)
     if scanned[0] == "error":
@@ -73,10 +79,12 @@ def test_same_table_as_msgspec_on_every_fixture(path: Path, monkeypatch: pytest.
 def test_the_scanner_reads_real_kineto_traces(path: Path) -> None:
     """The equality above is not the fallback agreeing with itself: these files are scanned."""
     text = _text(path)
-    scanned = native.scan(text, False)
-    assert scanned is not None
-    assert scanned.n_events == text.count(b'"ph"')  # every event has one ph key in these files
-    assert scanned.rows.height == scanned.n_events - sum(scanned.skipped.values())
+    fed, scanner = _scan(text, False)
+    assert fed is not None
+    assert fed.n_events == text.count(b'"ph"')  # every event has one ph key in these files
+    rows, _ = scanner.take()
+    assert rows.height == fed.n_events - sum(fed.skipped.values())
+    assert rows.filter(pl.col("ph") != "M").height == fed.kept
 
 
 @pytest.mark.parametrize("path", KINETO[:2], ids=lambda p: p.name)
@@ -155,7 +163,7 @@ def test_mutated_real_traces_read_the_same_on_both_paths(
         path = tmp_path / f"m{i}.json"
         path.write_bytes(text)
         is_array = text.lstrip()[:1] == b"["
-        if native.scan(text, is_array) is None:
+        if _scan(text, is_array)[0] is None:
             declined_any += 1
         else:
             scanned_any += 1
@@ -166,7 +174,7 @@ def test_mutated_real_traces_read_the_same_on_both_paths(
 def test_declines_what_it_does_not_read_exactly() -> None:
     """One rule each: the scanner answers None and leaves the document to msgspec."""
     ok = b'[{"ph": "X", "name": "a", "ts": 1, "dur": 2, "pid": 1, "tid": 1}]'
-    assert native.scan(ok, True) is not None
+    assert _scan(ok, True)[0] is not None
     for bad in (
         ok.replace(b'"ts": 1', b'"ts": 1.0001'),  # ns digits beyond the third decimal
         ok.replace(b'"ts": 1', b'"ts": 1e3'),
@@ -177,7 +185,9 @@ def test_declines_what_it_does_not_read_exactly() -> None:
         ok.replace(b"}]", b"}"),  # truncated
         ok + b"x",
     ):
-        assert native.scan(bad, True) is None, bad
+        fed, scanner = _scan(bad, True)
+        assert fed is None, bad
+        assert scanner.take()[0].height == 0  # a declined document leaves no rows
 
 
 def test_reads_the_columns_it_promises() -> None:
@@ -187,13 +197,51 @@ def test_reads_the_columns_it_promises() -> None:
         b' "External id": -4}}, {"ph": "M", "name": "process_name", "pid": 5, "args": {"name": "gpu"}},'
         b' {"ph": "f", "id": 1}], "distributedInfo": {"rank": 3}}'
     )
-    scanned = native.scan(doc, False)
-    assert scanned is not None
-    assert scanned.n_events == 3 and scanned.skipped == {"flow": 1} and scanned.top == {"distributedInfo": {"rank": 3}}
-    row = scanned.rows.row(0, named=True)
+    fed, scanner = _scan(doc, False)
+    assert fed is not None
+    assert (fed.n_events, fed.kept, fed.skipped) == (3, 1, {"flow": 1})
+    assert fed.top == {"distributedInfo": {"rank": 3}}
+    rows, raw = scanner.take()
+    row = rows.row(0, named=True)
     assert (row["ph"], row["name"], row["ts"], row["dur"]) == ("X", "n\u00e9\n", 1500, 250)
     assert (row["pid"], row["pid_str"], row["tid"]) == (None, "Spans", None)
     assert (row["device"], row["stream"], row["step_num"], row["external_id"]) == (3, 7, "12", -4)
-    raw = native.raw_values(doc, scanned.rows["input_dims_at"], scanned.rows["input_dims_len"])
-    assert raw.to_list() == [b"[[1, 2], []]", None]
-    assert scanned.rows.row(1, named=True)["label"] == "gpu"
+    assert native.raw_values(raw, rows["input_dims_at"], rows["input_dims_len"]).to_list() == [b"[[1, 2], []]", None]
+    assert rows.row(1, named=True)["label"] == "gpu"
+
+
+def test_a_top_level_value_msgspec_refuses_declines_the_document() -> None:
+    """Valid JSON that msgspec will not decode (a number out of float range) goes to the msgspec path,
+    which reports it; the scanner keeps none of that document's rows."""
+    scanner = native.Scanner()
+    assert scanner.feed(b'[{"ph": "X", "name": "a", "ts": 1, "dur": 1}]', True) is not None
+    assert scanner.feed(b'{"traceEvents": [{"ph": "X", "name": "b"}], "metadata": 1e400}', False) is None
+    assert scanner.pieces == 1
+    rows, _ = scanner.take()
+    assert rows["name"].to_list() == ["a"]
+
+
+def test_a_declined_piece_between_scanned_ones(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One event the scanner leaves to msgspec, mid-file: the pieces before and after are scanned and
+    the table is still the msgspec path's, in file order."""
+    text = _text(FIXTURES / "kineto/hta_a100_nccl_rank0.json.gz")
+    pids = list(re.finditer(rb'"pid": [0-9]+', text))
+    middle = pids[len(pids) // 2]
+    path = tmp_path / "mixed.json"
+    path.write_bytes(text[: middle.start()] + b'"pid": 1.5' + text[middle.end() :])
+    monkeypatch.setattr(chrome, "CHUNK_BYTES", 20_000)
+    outcomes = []
+    feed = native.Scanner.feed
+
+    def spy(self: native.Scanner, *args: object) -> native.Fed | None:
+        fed = feed(self, *args)
+        outcomes.append(fed is not None)
+        return fed
+
+    monkeypatch.setattr(native.Scanner, "feed", spy)
+    scanned = _read(path)
+    assert outcomes.count(False) == 1 and outcomes.count(True) > 10
+    with monkeypatch.context() as m:
+        m.setattr(native, "_chromescan", None)
+        decoded = _read(path)
+    _assert_same(scanned, decoded, "mixed")

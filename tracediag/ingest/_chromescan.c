@@ -29,6 +29,7 @@ enum {
     C_SRC_RANK, C_DST_RANK, C_DEVICE_ORDINAL,
     C_COLL_NAME, C_DTYPE, C_PG_NAME, C_STEP_NUM, C_HLO_OP, C_HLO_MODULE, C_RUN_ID, C_LABEL, C_LABELS,
     C_INPUT_DIMS_AT, C_INPUT_DIMS_LEN, C_INPUT_TYPE_AT, C_INPUT_TYPE_LEN, C_CONCRETE_AT, C_CONCRETE_LEN,
+    C_PIECE, C_ORDER,
     NCOLS
 };
 
@@ -39,7 +40,7 @@ static const char *COLUMN_NAMES[NCOLS] = {
     "src_rank", "dst_rank", "device_ordinal",
     "coll_name", "dtype", "pg_name", "step_num", "hlo_op", "hlo_module", "run_id", "label", "labels",
     "input_dims_at", "input_dims_len", "input_type_at", "input_type_len", "concrete_inputs_at",
-    "concrete_inputs_len",
+    "concrete_inputs_len", "piece", "order",
 };
 
 /* How an args value is read: an integer, a string (an integer literal is kept as its text, as
@@ -131,12 +132,19 @@ typedef struct {
 } Slot;
 
 typedef struct {
+    /* the document being read */
     const unsigned char *base, *p, *end;
     const char *fail; /* why the document is left to the msgspec path */
     int depth;
-    /* columns */
+    Py_ssize_t n_pieces, n_kept; /* documents accepted so far; X/B/E rows of this one */
+    Py_ssize_t last_rows, last_raw; /* n_rows and raw_len before the last accepted document */
+    int can_drop;                   /* drop_last() has that document to drop */
+    Py_ssize_t last_event_row;      /* the row of the document's last event, -1 when it made none */
+    /* columns of every accepted document */
     int64_t *cols[NCOLS];
     Py_ssize_t n_rows, cap_rows;
+    unsigned char *raw; /* the raw args values, copied (their documents are gone by the end) */
+    Py_ssize_t raw_len, raw_cap;
     /* interned strings */
     Slot *slots;
     Py_ssize_t n_slots;
@@ -666,11 +674,27 @@ static int emit(State *st, Event *ev, int phase) {
         case A_INT: c[col][r] = v->kind == V_INT ? v->i : NULL_INT; break;
         case A_STR: c[col][r] = str_code(st, v, &err); break;
         default:
-            c[col][r] = v->kind == V_RAW ? (int64_t)(v->s - st->base) : 0;
-            c[col + 1][r] = v->kind == V_RAW ? (int64_t)v->len : 0;
+            c[col][r] = 0;
+            c[col + 1][r] = 0;
+            if (v->kind == V_RAW) {
+                if (st->raw_len + v->len > st->raw_cap) {
+                    Py_ssize_t cap = st->raw_cap ? st->raw_cap : 65536;
+                    while (cap < st->raw_len + v->len) cap *= 2;
+                    unsigned char *m = PyMem_Realloc(st->raw, (size_t)cap);
+                    if (!m) { PyErr_NoMemory(); return PY_FAILED; }
+                    st->raw = m;
+                    st->raw_cap = cap;
+                }
+                memcpy(st->raw + st->raw_len, v->s, (size_t)v->len);
+                c[col][r] = st->raw_len;
+                c[col + 1][r] = v->len;
+                st->raw_len += v->len;
+            }
         }
         if (err) return PY_FAILED;
     }
+    c[C_PIECE][r] = st->n_pieces;
+    c[C_ORDER][r] = phase == 3 ? -1 : st->n_kept++;
     st->n_rows++;
     return 0;
 }
@@ -690,9 +714,11 @@ static int parse_events(State *st) {
         if (phase == -100) FAIL(st, "an unknown phase");
         if (phase < 0) {
             st->reasons[-1 - phase]++;
+            st->last_event_row = -1;
         } else {
             int rc = emit(st, &ev, phase);
             if (rc) return rc;
+            st->last_event_row = st->n_rows - 1;
         }
         skip_ws(st);
         if (st->p >= st->end) FAIL(st, "events run past the end");
@@ -763,18 +789,31 @@ static void free_state(State *st) {
     PyMem_Free(st->slots);
     PyMem_Free(st->arena);
     PyMem_Free(st->scratch);
-    Py_XDECREF(st->strings);
+    PyMem_Free(st->raw);
+    Py_CLEAR(st->strings);
+    memset(st, 0, sizeof(*st));
 }
 
-static PyObject *build_result(State *st) {
-    Py_ssize_t n = st->n_rows;
-    PyObject *cols = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)NCOLS * n * (Py_ssize_t)sizeof(int64_t));
-    if (!cols) return NULL;
-    char *out = PyBytes_AS_STRING(cols);
-    for (int c = 0; c < NCOLS; c++)
-        if (n) memcpy(out + (size_t)c * n * sizeof(int64_t), st->cols[c], (size_t)n * sizeof(int64_t));
-    PyObject *reasons = PyDict_New();
-    PyObject *top = PyDict_New();
+typedef struct {
+    PyObject_HEAD
+    State st;
+} Scanner;
+
+static int Scanner_init(Scanner *self, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "", kwlist)) return -1;
+    free_state(&self->st);
+    self->st.strings = PyList_New(0);
+    return self->st.strings ? 0 : -1;
+}
+
+static void Scanner_dealloc(Scanner *self) {
+    free_state(&self->st);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *piece_result(State *st, int ended) {
+    PyObject *reasons = PyDict_New(), *top = PyDict_New();
     if (!reasons || !top) goto fail;
     for (int k = 0; k < N_REASONS; k++) {
         if (!st->reasons[k]) continue;
@@ -788,54 +827,143 @@ static PyObject *build_result(State *st) {
         if (!v || PyDict_SetItemString(top, TOP_KEYS[t], v)) { Py_XDECREF(v); goto fail; }
         Py_DECREF(v);
     }
-    PyObject *res = Py_BuildValue("(nnNONN)", st->n_events, n, cols, st->strings, reasons, top);
-    return res;
+    return Py_BuildValue("(nnNNO)", st->n_events, st->n_kept, reasons, top, ended ? Py_True : Py_False);
 fail:
-    Py_DECREF(cols);
     Py_XDECREF(reasons);
     Py_XDECREF(top);
     return NULL;
 }
 
-static PyObject *scan(PyObject *self, PyObject *args) {
+/* Whether the document's last event is an M row named `marker`; if so it is removed. */
+static int drop_marker(State *st, PyObject *marker, Py_ssize_t rows_before) {
+    Py_ssize_t r = st->last_event_row;
+    if (r < rows_before || r != st->n_rows - 1 || st->cols[C_PH][r] != 3 || st->cols[C_NAME][r] < 0) return 0;
+    PyObject *name = PyList_GET_ITEM(st->strings, st->cols[C_NAME][r]);
+    int same = PyObject_RichCompareBool(name, marker, Py_EQ);
+    if (same == 1) {
+        st->n_rows--;
+        st->n_events--;
+    }
+    return same;
+}
+
+static PyObject *Scanner_feed(Scanner *self, PyObject *args) {
     Py_buffer view;
     int is_array;
-    (void)self;
-    if (!PyArg_ParseTuple(args, "y*p", &view, &is_array)) return NULL;
-    State st;
-    memset(&st, 0, sizeof(st));
-    st.base = st.p = (const unsigned char *)view.buf;
-    st.end = st.base + view.len;
-    st.strings = PyList_New(0);
+    PyObject *marker = Py_None;
+    State *st = &self->st;
+    if (!st->strings) { PyErr_SetString(PyExc_RuntimeError, "Scanner not initialised"); return NULL; }
+    if (!PyArg_ParseTuple(args, "y*p|O", &view, &is_array, &marker)) return NULL;
+    Py_ssize_t rows_before = st->n_rows, raw_before = st->raw_len;
+    st->base = st->p = (const unsigned char *)view.buf;
+    st->end = st->base + view.len;
+    st->fail = NULL;
+    st->depth = 0;
+    st->n_events = st->n_kept = 0;
+    st->has_events = 0;
+    st->last_event_row = -1;
+    memset(st->reasons, 0, sizeof(st->reasons));
+    memset(st->top_at, 0, sizeof(st->top_at));
+    memset(st->top_len, 0, sizeof(st->top_len));
+    int rc = parse_doc(st, is_array);
     PyObject *res = NULL;
-    if (st.strings) {
-        int rc = parse_doc(&st, is_array);
-        if (rc == 0) res = build_result(&st);
-        else if (!PyErr_Occurred()) res = PyUnicode_FromString(st.fail ? st.fail : "unsupported");
+    int ended = 0;
+    if (rc == 0 && marker != Py_None) {
+        ended = drop_marker(st, marker, rows_before);
+        if (ended < 0) rc = PY_FAILED;
     }
-    free_state(&st);
+    if (rc == 0) {
+        res = piece_result(st, ended);
+        if (res) {
+            st->n_pieces++;
+            st->last_rows = rows_before;
+            st->last_raw = raw_before;
+            st->can_drop = 1;
+        }
+    } else if (!PyErr_Occurred()) {
+        res = PyUnicode_FromString(st->fail ? st->fail : "unsupported");
+    }
+    if (rc || !res) { /* nothing of a declined document stays (its new strings are unused, and harmless) */
+        st->n_rows = rows_before;
+        st->raw_len = raw_before;
+    }
+    st->base = st->p = st->end = NULL;
     PyBuffer_Release(&view);
     return res;
 }
 
-static PyMethodDef METHODS[] = {
-    {"scan", scan, METH_VARARGS,
-     "scan(data, is_array) -> (n_events, n_rows, columns, strings, skipped, top) or a reason str.\n\n"
-     "columns: int64, column-major, in COLUMNS order; string columns hold indexes into `strings`\n"
-     "(-1: null); integer columns hold INT64_MIN for null; raw columns hold (offset, length)."},
+static PyObject *Scanner_drop_last(Scanner *self, PyObject *noargs) {
+    State *st = &self->st;
+    if (st->can_drop) {
+        st->n_rows = st->last_rows;
+        st->raw_len = st->last_raw;
+        st->n_pieces--;
+        st->can_drop = 0;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *Scanner_columns(Scanner *self, PyObject *noargs) {
+    State *st = &self->st;
+    if (!st->strings) { PyErr_SetString(PyExc_RuntimeError, "Scanner not initialised"); return NULL; }
+    Py_ssize_t n = st->n_rows;
+    PyObject *cols = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)NCOLS * n * (Py_ssize_t)sizeof(int64_t));
+    if (!cols) return NULL;
+    char *out = PyBytes_AS_STRING(cols);
+    for (int c = 0; c < NCOLS; c++)
+        if (n) memcpy(out + (size_t)c * n * sizeof(int64_t), st->cols[c], (size_t)n * sizeof(int64_t));
+    PyObject *raw = PyBytes_FromStringAndSize((const char *)st->raw, st->raw_len);
+    if (!raw) { Py_DECREF(cols); return NULL; }
+    return Py_BuildValue("(nNON)", n, cols, st->strings, raw);
+}
+
+static PyMethodDef SCANNER_METHODS[] = {
+    {"feed", (PyCFunction)Scanner_feed, METH_VARARGS,
+     "feed(document, is_array, marker=None) -> (n_events, n_kept, skipped, top, ended) or the reason\n"
+     "it is declined (str).\n\n"
+     "Adds an accepted document's X/B/E/M rows to the columns; a declined one adds nothing.\n"
+     "top: {key: (offset, length)} of the top-level keys read, in the document. ended: the last\n"
+     "event was an M event named `marker` (a str), and it was left out."},
+    {"drop_last", (PyCFunction)Scanner_drop_last, METH_NOARGS,
+     "drop_last() -> None: forget the last accepted document (once)."},
+    {"columns", (PyCFunction)Scanner_columns, METH_NOARGS,
+     "columns() -> (n_rows, columns, strings, raw).\n\n"
+     "columns: int64, column-major, in COLUMNS order. String columns hold indexes into `strings`\n"
+     "(-1: null); integer columns INT64_MIN for null; `*_at`/`*_len` a value's place in `raw`;\n"
+     "piece: the accepted document's number; order: the row's number among the X/B/E rows of its\n"
+     "document (-1 on M rows)."},
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef MODULE = {PyModuleDef_HEAD_INIT, "_chromescan", NULL, -1, METHODS, NULL, NULL, NULL, NULL};
+static PyTypeObject ScannerType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "tracediag.ingest._chromescan.Scanner",
+    .tp_basicsize = sizeof(Scanner),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Reads Chrome-trace JSON documents (a file, or its pieces in order) into one set of columns.",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Scanner_init,
+    .tp_dealloc = (destructor)Scanner_dealloc,
+    .tp_methods = SCANNER_METHODS,
+};
+
+static struct PyModuleDef MODULE = {PyModuleDef_HEAD_INIT, "_chromescan", NULL, -1, NULL, NULL, NULL, NULL, NULL};
 
 PyMODINIT_FUNC PyInit__chromescan(void) {
     for (int a = 0; a < N_ARG_KEYS; a++) ARG_KEY_LEN[a] = (Py_ssize_t)strlen(ARG_KEYS[a].key);
     for (int c = 0; c < 256; c++) STRING_STOP[c] = c == '"' || c == '\\' || c < 0x20 || c >= 0x80;
+    if (PyType_Ready(&ScannerType) < 0) return NULL;
     PyObject *m = PyModule_Create(&MODULE);
     if (!m) return NULL;
     PyObject *names = PyTuple_New(NCOLS);
     if (!names) { Py_DECREF(m); return NULL; }
     for (int c = 0; c < NCOLS; c++) PyTuple_SET_ITEM(names, c, PyUnicode_FromString(COLUMN_NAMES[c]));
     if (PyModule_AddObject(m, "COLUMNS", names)) { Py_DECREF(names); Py_DECREF(m); return NULL; }
+    Py_INCREF(&ScannerType);
+    if (PyModule_AddObject(m, "Scanner", (PyObject *)&ScannerType)) {
+        Py_DECREF(&ScannerType);
+        Py_DECREF(m);
+        return NULL;
+    }
     return m;
 }
