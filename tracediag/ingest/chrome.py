@@ -185,6 +185,9 @@ _EXACT_LIMIT_US = float(2**43)
 CHUNK_BYTES = 4 << 20
 """Files are decoded in pieces of about this size, so a worker holds the file's bytes plus the
 columns, never the Python objects of the whole file at once."""
+SCANNED_BYTES = 8 << 20
+"""The scanner's raw columns are typed (and released) after about this much JSON: fewer, larger
+conversions cost less CPU, smaller ones less memory (8 MB: a file read at 2.1x its size, 16 MB: 2.7x)."""
 _EVENTS_KEY = re.compile(rb'(?<!\\)"traceEvents"\s*:\s*\[')
 _BOUNDARY = re.compile(rb"\}\s*,\s*\{")
 
@@ -239,6 +242,7 @@ def decode(source: bytes | Iterable[bytes], path: str) -> Decoded:
     rare = _RareArgs()
     n_events = n_kept = 0  # input events seen; events that reached the frame (their `order`)
     scanner, offsets = native.Scanner(), []  # offsets: `order` of the first row of each scanned piece
+    held = 0  # bytes of the documents whose rows the scanner holds
     for events, piece_top, piece, piece_is_array in _pieces(blocks, path, warnings, skipped, scanner):
         top.update({k: v for k, v in piece_top.items() if v is not None})
         if isinstance(events, native.Fed):
@@ -247,10 +251,14 @@ def decode(source: bytes | Iterable[bytes], path: str) -> Decoded:
                 skipped[reason] = skipped.get(reason, 0) + n
             offsets.append(n_kept)
             n_kept += events.kept
+            held += len(piece)
+            if held >= SCANNED_BYTES:
+                _add_scanned(scanner, offsets, bases, metas, rare, skipped)
+                offsets, held = [], 0
             continue
         if offsets:  # a piece the scanner declined: the rows scanned before it come first
             _add_scanned(scanner, offsets, bases, metas, rare, skipped)
-            offsets = []
+            offsets, held = [], 0
         n_events += len(events)
         kept, meta = _split_metadata(_drop_counted(events, skipped))
         if meta:
