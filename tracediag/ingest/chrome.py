@@ -298,20 +298,21 @@ def _add_scanned(
 ) -> None:
     """The scanner's rows as a base frame (`order` from each piece's offset) and a metadata frame,
     appended to `bases` and `metas`; their rare args go to `rare`."""
-    rows, raw = scanner.take()
-    is_meta = pl.col("ph") == "M"
-    first = pl.Series(offsets, dtype=pl.Int64)
-    kept = rows.filter(~is_meta).with_columns(
-        order=pl.lit(first).gather(pl.col("piece")) + pl.col("order"),
-        a_external_id=pl.col("external_id"),
-        a_correlation=pl.col("correlation"),
+    columns = scanner.take()
+    is_meta = pl.col("ph") == 3
+    kept = columns.typed(
+        columns.table.filter(~is_meta), ("ph", "cat", "name", "pid", "tid", "pid_str", "ts", "dur", "has_args")
+    ).with_columns(
+        order=pl.lit(pl.Series(offsets, dtype=pl.Int64)).gather(pl.col("piece")) + pl.col("order"),
+        a_external_id=pl.when(pl.col("external_id") != native.NULL_INT).then(pl.col("external_id")),
+        a_correlation=pl.when(pl.col("correlation") != native.NULL_INT).then(pl.col("correlation")),
     )
-    rare.add_scanned(kept, raw)
+    rare.add_scanned(kept, columns)
     bases.append(kept.select(_BASE_COLUMNS))
-    meta = rows.filter(is_meta).select(_META_COLUMNS)
+    meta = columns.table.filter(is_meta)
     if meta.height:
         skipped["metadata"] = skipped.get("metadata", 0) + meta.height
-        metas.append(meta)
+        metas.append(columns.typed(meta, _META_COLUMNS).select(_META_COLUMNS))
 
 
 def _contiguous(parts: list[pl.DataFrame]) -> pl.DataFrame:
@@ -749,18 +750,11 @@ class _RareArgs:
                 columns.append(_arg_series(fname, list(values)).alias(f"a_{fname}"))
             self.parts[i].append(pl.DataFrame(columns))
 
-    def add_scanned(self, rows: pl.DataFrame, raw: bytes) -> None:
-        """Scanned rows: `rows` with `order` and every args column (raw ones as places in `raw`)."""
+    def add_scanned(self, rows: pl.DataFrame, columns: native.Columns) -> None:
+        """Scanned rows: `rows` of `columns.table` with ph/cat/name typed, `has_args` and `order`."""
         for i, (mask, fields) in enumerate(_ARG_TIERS):
-            picked = rows.filter(mask & pl.col("has_args"))
-            columns = [picked["order"]]
-            for fname in fields:
-                if fname in _RAW_FIELDS:
-                    column = native.raw_values(raw, picked[f"{fname}_at"], picked[f"{fname}_len"])
-                else:
-                    column = picked[fname]
-                columns.append(column.alias(f"a_{fname}"))
-            self.parts[i].append(pl.DataFrame(columns))
+            picked = columns.typed(rows.filter(mask & pl.col("has_args")), fields)
+            self.parts[i].append(picked.select("order", *(pl.col(f).alias(f"a_{f}") for f in fields)))
 
     def frames(self) -> tuple[pl.DataFrame, ...]:
         empty = [

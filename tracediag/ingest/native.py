@@ -9,6 +9,7 @@ compiler at install time the extension is absent and every document takes the ms
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,7 +25,8 @@ except ImportError:  # built without a C compiler
 AVAILABLE = _chromescan is not None
 """Whether the C scanner was built with this install."""
 
-_NULL_INT = -(2**63)
+NULL_INT = -(2**63)
+"""What the scanner writes for a null integer."""
 _PHASES = pl.Series(["X", "B", "E", "M"], dtype=pl.String)
 STRING_FIELDS = (
     "cat",
@@ -93,33 +95,58 @@ class Scanner:
             self._scanner.drop_last()
             self.pieces -= 1
 
-    def take(self) -> tuple[pl.DataFrame, bytes]:
-        """Every row so far (ph, the base fields with ts/dur in ns, `has_args`, every args field,
-        `piece`, `order` within its piece), and the bytes the raw args columns point into; the
-        scanner starts afresh (the next document is piece 0)."""
+    def take(self) -> Columns:
+        """The rows so far, as the scanner wrote them; the scanner starts afresh (the next document
+        is piece 0)."""
         if self._scanner is None:
             raise RuntimeError("the C scanner is not built")
         n_rows, columns, strings, raw = self._scanner.columns()
         self._scanner, self.pieces = _chromescan.Scanner(), 0
         data = np.frombuffer(columns, dtype=np.int64).reshape(len(_chromescan.COLUMNS), n_rows)
         table = pl.DataFrame({name: data[i] for i, name in enumerate(_chromescan.COLUMNS)})
-        lookup = pl.Series([*strings, None], dtype=pl.String)
-        codes = table.select(
-            pl.when(pl.col(c) >= 0).then(pl.col(c)).otherwise(len(strings)).cast(pl.UInt32) for c in STRING_FIELDS
+        return Columns(table, pl.Series([*strings, None], dtype=pl.String), raw)
+
+
+@dataclass
+class Columns:
+    """Scanned rows before typing: every column int64 (`ph` 0-3 for X/B/E/M, `has_args` 0/1, strings
+    as indexes into `strings`, nulls as -1 or INT64_MIN, raw args as places in `raw`), plus `piece`
+    and `order` (the row's number among its document's X/B/E rows). Type only the rows and fields
+    that are needed (`typed`): most args fields matter on few rows."""
+
+    table: pl.DataFrame
+    strings: pl.Series
+    """The distinct strings, then a null (where the -1 indexes point)."""
+    raw: bytes
+
+    def typed(self, rows: pl.DataFrame, fields: Iterable[str]) -> pl.DataFrame:
+        """`rows` (some rows of `table`) with `fields` typed: ph and strings String, has_args
+        Boolean, ids/times/counts Int64 with nulls, raw args (`input_dims`, ...) Binary."""
+        fields = list(fields)
+        null_at = self.strings.len() - 1
+        strings = [f for f in fields if f in STRING_FIELDS]
+        codes = rows.select(
+            pl.when(pl.col(f) >= 0).then(pl.col(f)).otherwise(null_at).cast(pl.UInt32) for f in strings
         )
-        nullable = [c for c in table.columns if c not in _NOT_NULLABLE and c not in STRING_FIELDS]
-        rows = table.with_columns(
-            *(pl.when(pl.col(c) != _NULL_INT).then(pl.col(c)).alias(c) for c in nullable),
-            *(lookup.gather(codes[c]).alias(c) for c in STRING_FIELDS),
-            ph=_PHASES.gather(table["ph"]),
-            has_args=pl.col("has_args").cast(pl.Boolean),
-        )
-        return rows, raw
+        columns = [self.strings.gather(codes[f]).alias(f) for f in strings]
+        for f in fields:
+            if f == "ph":
+                columns.append(_PHASES.gather(rows["ph"]).alias("ph"))
+            elif f == "has_args":
+                columns.append(rows["has_args"].cast(pl.Boolean))
+            elif f in RAW_FIELDS:
+                columns.append(self._raw_values(rows[f"{f}_at"], rows[f"{f}_len"]).alias(f))
+        ints = [pl.when(pl.col(f) != NULL_INT).then(pl.col(f)).alias(f) for f in fields if f in _INT_FIELDS]
+        return rows.with_columns(*ints, *columns)
+
+    def _raw_values(self, at: pl.Series, size: pl.Series) -> pl.Series:
+        """The raw JSON text of an args value per row (null where absent), as msgspec.Raw keeps it."""
+        raw = self.raw
+        return pl.Series([raw[a : a + n] if n else None for a, n in zip(at.to_list(), size.to_list())], dtype=pl.Binary)
 
 
-_NOT_NULLABLE = {"ph", "has_args", "piece", "order"} | {f"{f}_{x}" for f in RAW_FIELDS for x in ("at", "len")}
-
-
-def raw_values(raw: bytes, at: pl.Series, size: pl.Series) -> pl.Series:
-    """The raw JSON text of an args value per row (null where absent), as msgspec.Raw keeps it."""
-    return pl.Series([raw[a : a + n] if n else None for a, n in zip(at.to_list(), size.to_list())], dtype=pl.Binary)
+_INT_FIELDS = frozenset(
+    c
+    for c in (_chromescan.COLUMNS if _chromescan is not None else ())
+    if c not in STRING_FIELDS and c not in ("ph", "has_args", "piece", "order") and not c.endswith(("_at", "_len"))
+)
