@@ -81,7 +81,8 @@ static const ArgKey ARG_KEYS[] = {
     {"Concrete Inputs", C_CONCRETE_AT, A_RAW},
 };
 #define N_ARG_KEYS ((int)(sizeof(ARG_KEYS) / sizeof(ARG_KEYS[0])))
-static Py_ssize_t ARG_KEY_LEN[N_ARG_KEYS]; /* filled at import */
+#define MAX_KEY_LEN 32
+static signed char KEYS_BY_LEN[MAX_KEY_LEN][8]; /* per key length: ARG_KEYS indexes, -1 ended; filled at import */
 
 /* Phases: 0..3 become rows (X, B, E, M); the others are only counted, by reason. */
 enum { R_INSTANT, R_COUNTER, R_FLOW, R_ASYNC, R_OBJECT, R_OTHER, N_REASONS };
@@ -122,7 +123,7 @@ typedef struct {
     int has_args;
     uint32_t args_set; /* which of `args` were read (the others are not initialised) */
     int bad; /* a field of a type this scanner leaves to the msgspec path */
-    Val args[N_ARG_KEYS]; /* last: only the fields above are reset per event */
+    Val args[N_ARG_KEYS]; /* only those in args_set are read */
 } Event;
 
 typedef struct {
@@ -140,7 +141,8 @@ typedef struct {
     Py_ssize_t last_rows, last_raw; /* n_rows and raw_len before the last accepted document */
     int can_drop;                   /* drop_last() has that document to drop */
     Py_ssize_t last_event_row;      /* the row of the document's last event, -1 when it made none */
-    /* columns of every accepted document */
+    /* columns of every accepted document, each in a bytearray that `columns` hands over */
+    PyObject *col_objs[NCOLS];
     int64_t *cols[NCOLS];
     Py_ssize_t n_rows, cap_rows;
     unsigned char *raw; /* the raw args values, copied (their documents are gone by the end) */
@@ -165,12 +167,12 @@ static const char *TOP_KEYS[5] = {"baseTimeNanoseconds", "distributedInfo", "dev
 
 #define FAIL(st, why) do { (st)->fail = (why); return -1; } while (0)
 
+static unsigned char IS_WS[256]; /* filled at import */
+
 static inline void skip_ws(State *st) {
-    while (st->p < st->end) {
-        unsigned char c = *st->p;
-        if (c == ' ' || c == '\n' || c == '\r' || c == '\t') st->p++;
-        else break;
-    }
+    const unsigned char *p = st->p, *end = st->end;
+    while (p < end && IS_WS[*p]) p++;
+    st->p = p;
 }
 
 static inline int hexval(unsigned char c) {
@@ -209,6 +211,15 @@ static int scan_string(State *st, const unsigned char **s, Py_ssize_t *len, int 
     int esc = 0;
     *s = p;
     while (1) {
+        while (end - p >= 8) { /* 8 bytes at a time while none is a quote, a backslash, < 0x20 or >= 0x80 */
+            uint64_t x;
+            memcpy(&x, p, 8);
+            uint64_t q = x ^ UINT64_C(0x2222222222222222), b = x ^ UINT64_C(0x5C5C5C5C5C5C5C5C);
+            uint64_t hit = ((q - UINT64_C(0x0101010101010101)) & ~q) | ((b - UINT64_C(0x0101010101010101)) & ~b)
+                           | (x - UINT64_C(0x2020202020202020)) | x;
+            if (hit & UINT64_C(0x8080808080808080)) break;
+            p += 8;
+        }
         while (p < end && !STRING_STOP[*p]) p++;
         if (p >= end) FAIL(st, "string runs past the end");
         unsigned char c = *p;
@@ -394,6 +405,7 @@ static int read_val(State *st, Val *v, int how) {
             v->s = start;
             v->len = st->p - start;
             v->escaped = 0;
+            v->quoted = 0;
             return 0;
         }
         v->i = digits_value(n.int_s, n.int_n, n.neg, &ok);
@@ -456,11 +468,12 @@ static int parse_args(State *st, Event *ev) {
         st->p++;
         skip_ws(st);
         int found = -1;
-        for (int a = 0; a < N_ARG_KEYS; a++)
-            if (ARG_KEY_LEN[a] == klen && k[0] == (unsigned char)ARG_KEYS[a].key[0] && !memcmp(k, ARG_KEYS[a].key, (size_t)klen)) {
-                found = a;
-                break;
-            }
+        if (klen > 0 && klen < MAX_KEY_LEN)
+            for (const signed char *a = KEYS_BY_LEN[klen]; *a >= 0; a++)
+                if (k[0] == (unsigned char)ARG_KEYS[*a].key[0] && !memcmp(k, ARG_KEYS[*a].key, (size_t)klen)) {
+                    found = *a;
+                    break;
+                }
         if (found >= 0) {
             if (ev->args_set & (UINT32_C(1) << found)) FAIL(st, "duplicate key");
             ev->args_set |= UINT32_C(1) << found;
@@ -478,7 +491,9 @@ static int parse_args(State *st, Event *ev) {
 }
 
 static int parse_event(State *st, Event *ev) {
-    memset(ev, 0, offsetof(Event, args));
+    ev->ph.kind = ev->name.kind = ev->cat.kind = ev->ts.kind = ev->dur.kind = ev->pid.kind = ev->tid.kind = V_ABSENT;
+    ev->has_args = ev->bad = 0;
+    ev->args_set = 0;
     if (++st->depth > MAX_DEPTH) FAIL(st, "nested too deeply");
     st->p++;
     skip_ws(st);
@@ -525,9 +540,12 @@ static int parse_event(State *st, Event *ev) {
 static int grow_rows(State *st) {
     Py_ssize_t cap = st->cap_rows ? st->cap_rows * 2 : 4096;
     for (int c = 0; c < NCOLS; c++) {
-        int64_t *m = PyMem_Realloc(st->cols[c], (size_t)cap * sizeof(int64_t));
-        if (!m) { PyErr_NoMemory(); return -1; }
-        st->cols[c] = m;
+        if (!st->col_objs[c]) {
+            st->col_objs[c] = PyByteArray_FromStringAndSize(NULL, 0);
+            if (!st->col_objs[c]) return -1;
+        }
+        if (PyByteArray_Resize(st->col_objs[c], cap * (Py_ssize_t)sizeof(int64_t))) return -1;
+        st->cols[c] = (int64_t *)PyByteArray_AS_STRING(st->col_objs[c]);
     }
     st->cap_rows = cap;
     return 0;
@@ -785,7 +803,7 @@ static int parse_doc(State *st, int is_array) {
 }
 
 static void free_state(State *st) {
-    for (int c = 0; c < NCOLS; c++) PyMem_Free(st->cols[c]);
+    for (int c = 0; c < NCOLS; c++) Py_CLEAR(st->col_objs[c]);
     PyMem_Free(st->slots);
     PyMem_Free(st->arena);
     PyMem_Free(st->scratch);
@@ -907,14 +925,23 @@ static PyObject *Scanner_columns(Scanner *self, PyObject *noargs) {
     State *st = &self->st;
     if (!st->strings) { PyErr_SetString(PyExc_RuntimeError, "Scanner not initialised"); return NULL; }
     Py_ssize_t n = st->n_rows;
-    PyObject *cols = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)NCOLS * n * (Py_ssize_t)sizeof(int64_t));
+    if (!st->cap_rows && grow_rows(st)) return NULL; /* no row yet: empty columns all the same */
+    PyObject *cols = PyList_New(NCOLS);
     if (!cols) return NULL;
-    char *out = PyBytes_AS_STRING(cols);
-    for (int c = 0; c < NCOLS; c++)
-        if (n) memcpy(out + (size_t)c * n * sizeof(int64_t), st->cols[c], (size_t)n * sizeof(int64_t));
+    for (int c = 0; c < NCOLS; c++) {
+        if (PyByteArray_Resize(st->col_objs[c], n * (Py_ssize_t)sizeof(int64_t))) { Py_DECREF(cols); return NULL; }
+        Py_INCREF(st->col_objs[c]);
+        PyList_SET_ITEM(cols, c, st->col_objs[c]);
+    }
     PyObject *raw = PyBytes_FromStringAndSize((const char *)st->raw, st->raw_len);
-    if (!raw) { Py_DECREF(cols); return NULL; }
-    return Py_BuildValue("(nNON)", n, cols, st->strings, raw);
+    PyObject *res = raw ? Py_BuildValue("(NON)", cols, st->strings, raw) : NULL;
+    if (!res) { Py_XDECREF(cols); return NULL; }
+    /* the columns now belong to the caller: the scanner starts again with none */
+    for (int c = 0; c < NCOLS; c++) { Py_CLEAR(st->col_objs[c]); st->cols[c] = NULL; }
+    st->n_rows = st->cap_rows = 0;
+    st->raw_len = 0;
+    st->can_drop = 0;
+    return res;
 }
 
 static PyMethodDef SCANNER_METHODS[] = {
@@ -927,8 +954,8 @@ static PyMethodDef SCANNER_METHODS[] = {
     {"drop_last", (PyCFunction)Scanner_drop_last, METH_NOARGS,
      "drop_last() -> None: forget the last accepted document (once)."},
     {"columns", (PyCFunction)Scanner_columns, METH_NOARGS,
-     "columns() -> (n_rows, columns, strings, raw).\n\n"
-     "columns: int64, column-major, in COLUMNS order. String columns hold indexes into `strings`\n"
+     "columns() -> (columns, strings, raw), and the scanner keeps no rows.\n\n"
+     "columns: a bytearray of int64 per column, in COLUMNS order. String columns hold indexes into `strings`\n"
      "(-1: null); integer columns INT64_MIN for null; `*_at`/`*_len` a value's place in `raw`;\n"
      "piece: the accepted document's number; order: the row's number among the X/B/E rows of its\n"
      "document (-1 on M rows)."},
@@ -950,8 +977,20 @@ static PyTypeObject ScannerType = {
 static struct PyModuleDef MODULE = {PyModuleDef_HEAD_INIT, "_chromescan", NULL, -1, NULL, NULL, NULL, NULL, NULL};
 
 PyMODINIT_FUNC PyInit__chromescan(void) {
-    for (int a = 0; a < N_ARG_KEYS; a++) ARG_KEY_LEN[a] = (Py_ssize_t)strlen(ARG_KEYS[a].key);
-    for (int c = 0; c < 256; c++) STRING_STOP[c] = c == '"' || c == '\\' || c < 0x20 || c >= 0x80;
+    memset(KEYS_BY_LEN, -1, sizeof(KEYS_BY_LEN));
+    for (int a = 0; a < N_ARG_KEYS; a++) {
+        size_t n = strlen(ARG_KEYS[a].key), k = 0;
+        while (KEYS_BY_LEN[n][k] >= 0) k++;
+        if (n >= MAX_KEY_LEN || k >= 7) {
+            PyErr_SetString(PyExc_SystemError, "_chromescan: args key table");
+            return NULL;
+        }
+        KEYS_BY_LEN[n][k] = (signed char)a;
+    }
+    for (int c = 0; c < 256; c++) {
+        STRING_STOP[c] = c == '"' || c == '\\' || c < 0x20 || c >= 0x80;
+        IS_WS[c] = c == ' ' || c == '\n' || c == '\r' || c == '\t';
+    }
     if (PyType_Ready(&ScannerType) < 0) return NULL;
     PyObject *m = PyModule_Create(&MODULE);
     if (!m) return NULL;

@@ -100,10 +100,11 @@ class Scanner:
         is piece 0)."""
         if self._scanner is None:
             raise RuntimeError("the C scanner is not built")
-        n_rows, columns, strings, raw = self._scanner.columns()
+        columns, strings, raw = self._scanner.columns()
         self._scanner, self.pieces = _chromescan.Scanner(), 0
-        data = np.frombuffer(columns, dtype=np.int64).reshape(len(_chromescan.COLUMNS), n_rows)
-        table = pl.DataFrame({name: data[i] for i, name in enumerate(_chromescan.COLUMNS)})
+        table = pl.DataFrame(
+            {name: np.frombuffer(column, dtype=np.int64) for name, column in zip(_chromescan.COLUMNS, columns)}
+        )
         return Columns(table, pl.Series([*strings, None], dtype=pl.String), raw)
 
 
