@@ -300,9 +300,9 @@ def _add_scanned(
     appended to `bases` and `metas`; their rare args go to `rare`."""
     columns = scanner.take()
     is_meta = pl.col("ph") == 3
-    kept = columns.typed(
-        columns.table.filter(~is_meta), ("ph", "cat", "name", "pid", "tid", "pid_str", "ts", "dur", "has_args")
-    ).with_columns(
+    base = ("ph", "cat", "name", "pid", "tid", "pid_str", "ts", "dur", "has_args")
+    kept = columns.table.with_row_index("_row").select("_row", *base, "external_id", "correlation", "piece", "order")
+    kept = columns.typed(kept.filter(~is_meta), base).with_columns(
         order=pl.lit(pl.Series(offsets, dtype=pl.Int64)).gather(pl.col("piece")) + pl.col("order"),
         a_external_id=pl.when(pl.col("external_id") != native.NULL_INT).then(pl.col("external_id")),
         a_correlation=pl.when(pl.col("correlation") != native.NULL_INT).then(pl.col("correlation")),
@@ -751,10 +751,16 @@ class _RareArgs:
             self.parts[i].append(pl.DataFrame(columns))
 
     def add_scanned(self, rows: pl.DataFrame, columns: native.Columns) -> None:
-        """Scanned rows: `rows` of `columns.table` with ph/cat/name typed, `has_args` and `order`."""
-        for i, (mask, fields) in enumerate(_ARG_TIERS):
-            picked = columns.typed(rows.filter(mask & pl.col("has_args")), fields)
-            self.parts[i].append(picked.select("order", *(pl.col(f).alias(f"a_{f}") for f in fields)))
+        """Scanned rows: `rows` with ph/cat/name typed, `has_args`, `order` and `_row` (the row of
+        `columns.table` that holds their args)."""
+        tiers = rows.select(
+            "_row", "order", *((mask & pl.col("has_args")).alias(f"_t{i}") for i, (mask, _) in enumerate(_ARG_TIERS))
+        )
+        for i, (_, fields) in enumerate(_ARG_TIERS):
+            picked = tiers.filter(f"_t{i}")
+            stored = [c for f in fields for c in ((f"{f}_at", f"{f}_len") if f in native.RAW_FIELDS else (f,))]
+            args = columns.typed(columns.table.select(stored)[picked["_row"]], fields)
+            self.parts[i].append(args.select(picked["order"], *(pl.col(f).alias(f"a_{f}") for f in fields)))
 
     def frames(self) -> tuple[pl.DataFrame, ...]:
         empty = [
