@@ -9,10 +9,12 @@ the msgspec path; wherever it declines, the msgspec path reads the document. Che
 from __future__ import annotations
 
 import gzip
+import json
 import random
 import re
 from pathlib import Path
 
+import orjson
 import polars as pl
 import pytest
 from conftest import FIXTURES
@@ -248,3 +250,33 @@ def test_a_declined_piece_between_scanned_ones(tmp_path: Path, monkeypatch: pyte
         m.setattr(native, "_chromescan", None)
         decoded = _read(path)
     _assert_same(scanned, decoded, "mixed")
+
+
+_VALUES = [None, True, 0, -1, 2**63 - 1, -(2**63) + 1, 12.125, 0.5, "", "x", "\u00e9\u4e2d\U0001f600",
+           'a"b\\c\n\t\u0000', [], {}, [[1, 2]], {"a": [1, {"b": None}]}, "12", "-0"]
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_events_with_values_of_every_json_type_read_the_same(
+    seed: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Valid JSON, real events, a few fields (and args) set to values of other types, escaped or not:
+    where the scanner reads a document it must read it as msgspec does, and it must read some."""
+    rng = random.Random(seed)
+    events = orjson.loads(_text(FIXTURES / "kineto/hta_a100_nccl_rank0.json.gz"))["traceEvents"]
+    keys = ["ph", "name", "cat", "ts", "dur", "pid", "tid", "args"]
+    arg_keys = ["External id", "device", "stream", "Input Dims", "name", "step_num", "Seq", "bytes", "dtype"]
+    scanned = 0
+    for i in range(25):
+        sample = [dict(e) for e in rng.sample(events, 150)]
+        for e in rng.sample(sample, rng.randint(0, 2)):
+            e[rng.choice(keys)] = rng.choice([*_VALUES, rng.choice("XBEMifsC")])
+            if isinstance(e.get("args"), dict):
+                e["args"] = {**e["args"], rng.choice(arg_keys): rng.choice(_VALUES)}
+        doc = {"traceEvents": sample, "distributedInfo": {"rank": 0}}
+        text = json.dumps(doc, ensure_ascii=rng.random() < 0.5, indent=rng.choice([None, 2])).encode()
+        scanned += _scan(text, False)[0] is not None
+        path = tmp_path / f"v{i}.json"
+        path.write_bytes(text)
+        _assert_same(*_both(path, monkeypatch), f"seed {seed} doc {i}")
+    assert scanned >= 5

@@ -623,7 +623,8 @@ static int64_t intern(State *st, const unsigned char *s, Py_ssize_t len, int esc
     Py_ssize_t j = (Py_ssize_t)(h & (uint64_t)(st->n_slots - 1));
     while (st->slots[j].index) {
         Slot *sl = &st->slots[j];
-        if (sl->hash == h && sl->len == len && !memcmp(st->arena + sl->at, s, (size_t)len)) return sl->index - 1;
+        if (sl->hash == h && sl->len == len && (len == 0 || !memcmp(st->arena + sl->at, s, (size_t)len)))
+            return sl->index - 1;
         j = (j + 1) & (st->n_slots - 1);
     }
     if (st->arena_len + len > st->arena_cap) {
@@ -639,7 +640,7 @@ static int64_t intern(State *st, const unsigned char *s, Py_ssize_t len, int esc
     int rc = PyList_Append(st->strings, u);
     Py_DECREF(u);
     if (rc) return -1;
-    memcpy(st->arena + st->arena_len, s, (size_t)len);
+    if (len) memcpy(st->arena + st->arena_len, s, (size_t)len);
     Slot *sl = &st->slots[j];
     sl->hash = h;
     sl->at = st->arena_len;
