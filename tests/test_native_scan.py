@@ -29,6 +29,7 @@ KINETO = [
     FIXTURES / "kineto/gen_torch2.13cpu_gloo_2rank_rank0.pt.trace.json.gz",
     FIXTURES / "kineto/hta_a100_nccl_rank0.json.gz",
     FIXTURES / "kineto/hta_ns_resolution_head.json.gz",
+    FIXTURES / "kineto/hta_rocm_mi250.json.gz",  # "stream": "0x0" strings
 ]
 
 
@@ -130,7 +131,12 @@ _MUTATIONS: list[tuple[bytes, list[bytes]]] = [
     (rb'"args": \{', [b'"args": {"device": "0", ', b'"args": {"Process Group Name": 7, ',
                       b'"args": {"step_num": 12, ', b'"args": {"step_num": -0, ', b'"args": {"Seq": 1.0, ',
                       b'"args": {"x": ' + b"[" * 70 + b"]" * 70 + b", ", b'"args": {"Input Dims": [[1, 2]], ',
-                      b'"args": {"a\\u0062": 1, ', b'"args": {"stream": 7, "stream": 8, ']),
+                      b'"args": {"a\\u0062": 1, ', b'"args": {"stream": 7, "stream": 8, ',
+                      # strings in integer args: polars' cast reads "5", "+5", "007" and nulls "0x0" (ROCm's stream)
+                      b'"args": {"stream": "0x0", ', b'"args": {"device": "5", ', b'"args": {"device": "+5", ',
+                      b'"args": {"device": "007", ', b'"args": {"device": "1e2", ', b'"args": {"device": " 7", ',
+                      b'"args": {"device": "", ', b'"args": {"device": "\\u0035", ', b'"args": {"Seq": "-0", ',
+                      b'"args": {"bytes": "99999999999999999999", ', b'"args": {"device": true, ']),
     (rb'"args": \{[^{}]*\}', [b'"args": null', b'"args": []', b'"args": {}']),
     (rb'\}, *\n *\{', [b"},\n{", b"}, ,{", b"}{", b"},\n 5, {", b"},\n[], {"]),
 ]

@@ -43,9 +43,9 @@ static const char *COLUMN_NAMES[NCOLS] = {
     "concrete_inputs_len", "piece", "order",
 };
 
-/* How an args value is read: an integer, a string (an integer literal is kept as its text, as
- * str(int) would), or the raw JSON text of the value. */
-enum { A_INT, A_STR, A_RAW };
+/* How an args value is read: an integer (A_ANY_INT also from a string, as polars casts one), a
+ * string (an integer literal is kept as its text, as str(int) would), or the value's raw JSON text. */
+enum { A_INT, A_ANY_INT, A_STR, A_RAW };
 
 typedef struct {
     const char *key;
@@ -56,21 +56,21 @@ typedef struct {
 static const ArgKey ARG_KEYS[] = {
     {"External id", C_EXTERNAL_ID, A_INT},
     {"correlation", C_CORRELATION, A_INT},
-    {"device", C_DEVICE, A_INT},
-    {"stream", C_STREAM, A_INT},
+    {"device", C_DEVICE, A_ANY_INT},
+    {"stream", C_STREAM, A_ANY_INT},
     {"Collective name", C_COLL_NAME, A_STR},
-    {"In msg nelems", C_IN_NELEMS, A_INT},
-    {"Out msg nelems", C_OUT_NELEMS, A_INT},
+    {"In msg nelems", C_IN_NELEMS, A_ANY_INT},
+    {"Out msg nelems", C_OUT_NELEMS, A_ANY_INT},
     {"dtype", C_DTYPE, A_STR},
-    {"Group size", C_GROUP_SIZE, A_INT},
+    {"Group size", C_GROUP_SIZE, A_ANY_INT},
     {"Process Group Name", C_PG_NAME, A_STR},
-    {"Process Group ID", C_PG_ID, A_INT},
-    {"Seq", C_SEQ, A_INT},
-    {"Src Rank", C_SRC_RANK, A_INT},
-    {"Dst Rank", C_DST_RANK, A_INT},
-    {"bytes", C_NBYTES, A_INT},
+    {"Process Group ID", C_PG_ID, A_ANY_INT},
+    {"Seq", C_SEQ, A_ANY_INT},
+    {"Src Rank", C_SRC_RANK, A_ANY_INT},
+    {"Dst Rank", C_DST_RANK, A_ANY_INT},
+    {"bytes", C_NBYTES, A_ANY_INT},
     {"step_num", C_STEP_NUM, A_STR},
-    {"device_ordinal", C_DEVICE_ORDINAL, A_INT},
+    {"device_ordinal", C_DEVICE_ORDINAL, A_ANY_INT},
     {"hlo_op", C_HLO_OP, A_STR},
     {"hlo_module", C_HLO_MODULE, A_STR},
     {"run_id", C_RUN_ID, A_STR},
@@ -369,6 +369,27 @@ static int skip_value(State *st) {
     }
 }
 
+/* An A_ANY_INT field's string, as polars' non-strict cast to Int64 reads it: a decimal integer (an
+ * optional sign, digits) is its value, a string with any other character than digits, signs, '.'
+ * and 'e' is null; anything else ("1e2", "5.0", "") is left to the msgspec path. */
+static void string_as_int(Val *v) {
+    const unsigned char *s = v->s, *end = v->s + v->len;
+    if (v->escaped) { v->kind = V_BAD; return; }
+    for (const unsigned char *p = s; p < end; p++)
+        if (!((*p >= '0' && *p <= '9') || *p == '+' || *p == '-' || *p == '.' || *p == 'e' || *p == 'E')) {
+            v->kind = V_NULL;
+            return;
+        }
+    int neg = 0, ok = 0;
+    if (s < end && (*s == '+' || *s == '-')) { neg = *s == '-'; s++; }
+    if (s == end) { v->kind = V_BAD; return; }
+    for (const unsigned char *p = s; p < end; p++)
+        if (*p < '0' || *p > '9') { v->kind = V_BAD; return; }
+    while (end - s > 1 && *s == '0') s++; /* leading zeros */
+    v->i = digits_value(s, end - s, neg, &ok);
+    v->kind = ok ? V_INT : V_BAD;
+}
+
 /* A value read into a Val: strings and integers (wanted by `how`), null, or raw text. */
 static int read_val(State *st, Val *v, int how) {
     if (v->kind != V_ABSENT) FAIL(st, "duplicate key");
@@ -386,6 +407,7 @@ static int read_val(State *st, Val *v, int how) {
         if (scan_string(st, &v->s, &v->len, &v->escaped)) return -1;
         v->kind = V_STR; /* an A_INT field decides what a string means */
         v->quoted = 1;
+        if (how == A_ANY_INT) string_as_int(v);
         return 0;
     }
     if (c == 'n') {
@@ -669,7 +691,7 @@ static int emit(State *st, Event *ev, int phase) {
     if (ev->pid.kind == V_BAD || ev->tid.kind == V_BAD) FAIL(st, "an id of another type");
     for (int a = 0; a < N_ARG_KEYS; a++)
         if ((ev->args_set >> a & 1)
-            && (ev->args[a].kind == V_BAD || (ARG_KEYS[a].how == A_INT && ev->args[a].kind == V_STR)))
+            && (ev->args[a].kind == V_BAD || (ARG_KEYS[a].how <= A_ANY_INT && ev->args[a].kind == V_STR)))
             FAIL(st, "an args field of another type");
     if (st->n_rows == st->cap_rows && grow_rows(st)) return PY_FAILED;
     Py_ssize_t r = st->n_rows;
@@ -690,7 +712,8 @@ static int emit(State *st, Event *ev, int phase) {
         const Val *v = (ev->args_set >> a & 1) ? &ev->args[a] : &ABSENT;
         int col = ARG_KEYS[a].col;
         switch (ARG_KEYS[a].how) {
-        case A_INT: c[col][r] = v->kind == V_INT ? v->i : NULL_INT; break;
+        case A_INT:
+        case A_ANY_INT: c[col][r] = v->kind == V_INT ? v->i : NULL_INT; break;
         case A_STR: c[col][r] = str_code(st, v, &err); break;
         default:
             c[col][r] = 0;
