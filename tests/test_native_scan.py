@@ -115,7 +115,9 @@ def test_three_decimal_times_are_exact_ns(tmp_path: Path) -> None:
 _MUTATIONS: list[tuple[bytes, list[bytes]]] = [
     # (pattern of a value in the file, replacements tried there)
     (rb'"ts": [0-9.]+', [b'"ts": 12.5', b'"ts": 7.1234', b'"ts": 1e3', b'"ts": "5"', b'"ts": null', b'"ts": -3.25',
-                         b'"ts": 4611686018427388', b'"ts": 9007199254740993', b'"ts": true', b'"ts": 0.001']),
+                         b'"ts": 4611686018427388', b'"ts": 9007199254740993', b'"ts": true', b'"ts": 0.001',
+                         b'"ts": 20.841000000000001', b'"ts": -0.0005', b'"ts": 8796093022207.9999',
+                         b'"ts": 8796093022208.5', b'"ts": 1661203462598738.25', b'"ts": 2.5e-4', b'"ts": 1E400']),
     (rb'"dur": [0-9.]+', [b'"dur": -5', b'"dur": 2.5', b'"dur": 1E2', b'"dur": [1]', b'"dur": 01']),
     (rb'"pid": [0-9]+', [b'"pid": "Spans"', b'"pid": 1.5', b'"pid": 99999999999999999999', b'"pid": null',
                          b'"pid": -9223372036854775808', b'"pid": {"a": 1}']),
@@ -184,8 +186,9 @@ def test_declines_what_it_does_not_read_exactly() -> None:
     ok = b'[{"ph": "X", "name": "a", "ts": 1, "dur": 2, "pid": 1, "tid": 1}]'
     assert _scan(ok, True)[0] is not None
     for bad in (
-        ok.replace(b'"ts": 1', b'"ts": 1.0001'),  # ns digits beyond the third decimal
-        ok.replace(b'"ts": 1', b'"ts": 1e3'),
+        ok.replace(b'"ts": 1', b'"ts": 9007199254740993'),  # past 2**53 us: float64 rounds it
+        # ns digits past 2**43 us (the exact re-read) with a time of more decimals in the same document
+        ok.replace(b'"ts": 1,', b'"ts": 1661203462598738.25,').replace(b'"dur": 2', b'"dur": 0.0001'),
         ok.replace(b'"ph": "X"', b'"ph": "Q"'),
         ok.replace(b'"pid": 1', b'"pid": 1.5'),
         ok.replace(b'"name": "a"', b'"name": "\\ud800"'),
@@ -196,6 +199,16 @@ def test_declines_what_it_does_not_read_exactly() -> None:
         fed, scanner = _scan(bad, True)
         assert fed is None, bad
         assert scanner.take().table.height == 0  # a declined document leaves no rows
+
+
+def test_times_with_more_decimals_as_float64_reads_them() -> None:
+    """JAX writes relative µs like 20.841000000000001: read as the msgspec path's float64 arithmetic."""
+    doc = b'[{"ph": "X", "name": "a", "ts": 20.841000000000001, "dur": 1e3}, {"ph": "X", "name": "b", "ts": -0.0005}]'
+    fed, scanner = _scan(doc, True)
+    assert fed is not None
+    columns = scanner.take()
+    rows = columns.typed(columns.table, ["ts", "dur"])
+    assert rows["ts"].to_list() == [20841, 0] and rows["dur"].to_list() == [1_000_000, None]
 
 
 def test_reads_the_columns_it_promises() -> None:

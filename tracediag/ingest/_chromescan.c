@@ -16,6 +16,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <math.h>
 #include <stddef.h>
 
 #define MAX_DEPTH 64
@@ -160,6 +161,7 @@ typedef struct {
     Py_ssize_t reasons[N_REASONS];
     Py_ssize_t top_at[5], top_len[5];
     int has_events;
+    int float_times, exact_times; /* a time read the float64 way; a ts that sends the msgspec path exact */
 } State;
 
 static const char *TOP_KEYS[5] = {"baseTimeNanoseconds", "distributedInfo", "deviceProperties", "metadata",
@@ -439,8 +441,24 @@ static int read_val(State *st, Val *v, int how) {
     return 0;
 }
 
-/* ts/dur: µs to integer ns, exactly (at most 3 decimals, below 2**62 ns). */
-static int read_time(State *st, Val *v) {
+#define EXACT_LIMIT_US (INT64_C(1) << 43)
+
+/* The number at [start, end) as a double (correctly rounded, as msgspec reads it); 0 if too long. */
+static int text_double(const unsigned char *start, const unsigned char *end, double *d) {
+    char buf[64];
+    Py_ssize_t len = end - start;
+    if (len >= (Py_ssize_t)sizeof(buf)) return 0;
+    memcpy(buf, start, (size_t)len);
+    buf[len] = 0;
+    *d = strtod(buf, NULL);
+    return isfinite(*d);
+}
+
+/* ts/dur: µs to integer ns as chrome._us_to_ns / _exact_ns do. At most 3 decimals: exact integer
+ * arithmetic (both of that module's ways give the same). More decimals or an exponent: its float64
+ * arithmetic, valid only in a document that takes that way (no ts written with a decimal point at or
+ * beyond 2**43 µs: see parse_doc). Beyond 2**53 µs, or at 2**62 ns, the msgspec path decides. */
+static int read_time(State *st, Val *v, int is_ts) {
     if (v->kind != V_ABSENT) FAIL(st, "duplicate key");
     if (st->p >= st->end) FAIL(st, "value runs past the end");
     unsigned char c = *st->p;
@@ -454,12 +472,26 @@ static int read_time(State *st, Val *v) {
         v->kind = V_BAD;
         return 0;
     }
+    const unsigned char *start = st->p;
     Number n;
     int ok;
+    double d;
     if (scan_number(st, &n)) return -1;
-    if (n.has_exp || n.frac_n > 3 || n.int_n > 16) { v->kind = V_BAD; return 0; }
+    if (n.int_n > 16) { v->kind = V_BAD; return 0; }
     int64_t whole = digits_value(n.int_s, n.int_n, 0, &ok);
     if (!ok || whole >= (INT64_C(1) << 53)) { v->kind = V_BAD; return 0; }
+    if (is_ts && !n.is_int
+        && (whole >= EXACT_LIMIT_US
+            || (whole == EXACT_LIMIT_US - 1 && text_double(start, st->p, &d) && fabs(d) >= (double)EXACT_LIMIT_US)))
+        st->exact_times = 1;
+    if (n.has_exp || n.frac_n > 3) {
+        if (!text_double(start, st->p, &d) || fabs(d) >= (double)EXACT_LIMIT_US) { v->kind = V_BAD; return 0; }
+        double w = floor(d);
+        v->kind = V_INT;
+        v->i = (int64_t)w * 1000 + (int64_t)nearbyint((d - w) * 1000.0);
+        st->float_times = 1;
+        return 0;
+    }
     int64_t frac = 0;
     for (Py_ssize_t k = 0; k < 3; k++) frac = frac * 10 + (k < n.frac_n ? n.frac_s[k] - '0' : 0);
     /* at and beyond 2**62 ns the msgspec path's range check depends on the piece: leave it to that path */
@@ -535,8 +567,8 @@ static int parse_event(State *st, Event *ev) {
             if (!rc && (ev->ph.kind != V_STR || !ev->ph.quoted || ev->ph.escaped)) FAIL(st, "ph is not a plain string");
         } else if (key_is(k, klen, "name")) rc = read_val(st, &ev->name, A_STR);
         else if (key_is(k, klen, "cat")) rc = read_val(st, &ev->cat, A_STR);
-        else if (key_is(k, klen, "ts")) rc = read_time(st, &ev->ts);
-        else if (key_is(k, klen, "dur")) rc = read_time(st, &ev->dur);
+        else if (key_is(k, klen, "ts")) rc = read_time(st, &ev->ts, 1);
+        else if (key_is(k, klen, "dur")) rc = read_time(st, &ev->dur, 0);
         else if (key_is(k, klen, "pid")) rc = read_val(st, &ev->pid, A_INT);
         else if (key_is(k, klen, "tid")) rc = read_val(st, &ev->tid, A_INT);
         else if (key_is(k, klen, "args")) {
@@ -823,6 +855,7 @@ static int parse_doc(State *st, int is_array) {
     }
     skip_ws(st);
     if (st->p != st->end) FAIL(st, "data after the document");
+    if (st->float_times && st->exact_times) FAIL(st, "times both with ns digits past 2**43 us and with more decimals");
     return 0;
 }
 
@@ -903,6 +936,7 @@ static PyObject *Scanner_feed(Scanner *self, PyObject *args) {
     st->depth = 0;
     st->n_events = st->n_kept = 0;
     st->has_events = 0;
+    st->float_times = st->exact_times = 0;
     st->last_event_row = -1;
     memset(st->reasons, 0, sizeof(st->reasons));
     memset(st->top_at, 0, sizeof(st->top_at));
