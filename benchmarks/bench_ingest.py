@@ -6,7 +6,8 @@ Builds a multi-rank set from a real trace (default: HTA's trace_diff/control, 34
 by rewriting `distributedInfo.rank` in each copy, written uncompressed to benchmarks/data/. Then:
 
 1. per file, best of --repeat: `orjson.loads(bytes)` (garbage collector on, as a user's process
-   runs it) against `tracediag.ingest.read_file(path)` (file on disk to finished event table);
+   runs it) against `tracediag.ingest.read_file(path)` (file on disk to finished event table), with
+   the C scanner and without it (the msgspec path, as where no compiler was available at install);
 2. peak memory of one worker reading one file (a fresh process; RSS growth over the process
    after imports), against the uncompressed file size;
 3. `tracediag ingest` of the whole set in a subprocess (wall time, default --jobs).
@@ -73,22 +74,33 @@ def main() -> None:
     ap.add_argument("--copies", type=int, default=8)
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
+    from tracediag.ingest import native
     from tracediag.ingest.read import read_file
+
+    def without_scanner(path: Path) -> None:
+        built, native._chromescan = native._chromescan, None
+        try:
+            read_file(path)
+        finally:
+            native._chromescan = built
 
     files = build_set(args.source, args.copies)
     total = sum(p.stat().st_size for p in files)
     print(f"set: {len(files)} files, {total / 1e6:.1f} MB uncompressed, source {args.source.name}")
     assert gc.isenabled()
 
-    t_orjson = t_ingest = 0.0
+    t_orjson = t_ingest = t_msgspec = 0.0
     for p in files[:2]:
         data = p.read_bytes()
         t_orjson += best(lambda d=data: orjson.loads(d), args.repeat)
         t_ingest += best(lambda q=p: read_file(q), args.repeat)
+        t_msgspec += best(lambda q=p: without_scanner(q), args.repeat)
     n = min(2, len(files))
     print(
         f"per file (best of {args.repeat}, {n} files): orjson.loads {t_orjson / n:.3f} s, "
-        f"tracediag read_file {t_ingest / n:.3f} s, ratio {t_ingest / t_orjson:.2f}"
+        f"tracediag read_file {t_ingest / n:.3f} s (ratio {t_ingest / t_orjson:.2f}), "
+        f"without the C scanner {t_msgspec / n:.3f} s (ratio {t_msgspec / t_orjson:.2f}; scanner/msgspec "
+        f"{t_ingest / t_msgspec:.2f})"
     )
 
     warm = ROOT / "fixtures/kineto/hta_a100_nccl_rank0.json.gz"
@@ -123,6 +135,7 @@ def main() -> None:
         json.dumps(
             {
                 "ratio_per_file": round(t_ingest / t_orjson, 3),
+                "ratio_scanner_vs_msgspec": round(t_ingest / t_msgspec, 3),
                 "memory_x_file": round((peak - base) / size, 2),
                 "ratio_cli_set": round(t_cli / t_all_orjson, 3),
                 "ratio_cli_set_parquet": round(t_cli_parquet / t_all_orjson, 3),

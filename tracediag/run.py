@@ -309,7 +309,9 @@ def load(
     if not traces:
         raise TracediagError("\n".join(errors or ignored))
     _check_unique_ranks(traces)
-    events = pl.concat([t.events for t in traces]).sort("rank", "ts", maintain_order=True)
+    # one rank per file: each file sorted by time, then the files in rank order, is the table sorted by
+    # (rank, ts) with ties in file order, for less than a sort of the whole table
+    events = pl.concat([t.events.sort("ts", maintain_order=True) for t in sorted(traces, key=lambda t: t.meta.rank)])
     meta = RunMeta(files=tuple(t.meta for t in traces), errors=tuple(errors), ignored=tuple(ignored))
     return Run(events=events, meta=meta)
 

@@ -30,6 +30,7 @@ enum {
     C_SRC_RANK, C_DST_RANK, C_DEVICE_ORDINAL,
     C_COLL_NAME, C_DTYPE, C_PG_NAME, C_STEP_NUM, C_HLO_OP, C_HLO_MODULE, C_RUN_ID, C_LABEL, C_LABELS,
     C_INPUT_DIMS_AT, C_INPUT_DIMS_LEN, C_INPUT_TYPE_AT, C_INPUT_TYPE_LEN, C_CONCRETE_AT, C_CONCRETE_LEN,
+    C_PIECE, C_ORDER,
     NCOLS
 };
 
@@ -40,12 +41,12 @@ static const char *COLUMN_NAMES[NCOLS] = {
     "src_rank", "dst_rank", "device_ordinal",
     "coll_name", "dtype", "pg_name", "step_num", "hlo_op", "hlo_module", "run_id", "label", "labels",
     "input_dims_at", "input_dims_len", "input_type_at", "input_type_len", "concrete_inputs_at",
-    "concrete_inputs_len",
+    "concrete_inputs_len", "piece", "order",
 };
 
-/* How an args value is read: an integer, a string (an integer literal is kept as its text, as
- * str(int) would), or the raw JSON text of the value. */
-enum { A_INT, A_STR, A_RAW };
+/* How an args value is read: an integer (A_ANY_INT also from a string, as polars casts one), a
+ * string (an integer literal is kept as its text, as str(int) would), or the value's raw JSON text. */
+enum { A_INT, A_ANY_INT, A_STR, A_RAW };
 
 typedef struct {
     const char *key;
@@ -56,21 +57,21 @@ typedef struct {
 static const ArgKey ARG_KEYS[] = {
     {"External id", C_EXTERNAL_ID, A_INT},
     {"correlation", C_CORRELATION, A_INT},
-    {"device", C_DEVICE, A_INT},
-    {"stream", C_STREAM, A_INT},
+    {"device", C_DEVICE, A_ANY_INT},
+    {"stream", C_STREAM, A_ANY_INT},
     {"Collective name", C_COLL_NAME, A_STR},
-    {"In msg nelems", C_IN_NELEMS, A_INT},
-    {"Out msg nelems", C_OUT_NELEMS, A_INT},
+    {"In msg nelems", C_IN_NELEMS, A_ANY_INT},
+    {"Out msg nelems", C_OUT_NELEMS, A_ANY_INT},
     {"dtype", C_DTYPE, A_STR},
-    {"Group size", C_GROUP_SIZE, A_INT},
+    {"Group size", C_GROUP_SIZE, A_ANY_INT},
     {"Process Group Name", C_PG_NAME, A_STR},
-    {"Process Group ID", C_PG_ID, A_INT},
-    {"Seq", C_SEQ, A_INT},
-    {"Src Rank", C_SRC_RANK, A_INT},
-    {"Dst Rank", C_DST_RANK, A_INT},
-    {"bytes", C_NBYTES, A_INT},
+    {"Process Group ID", C_PG_ID, A_ANY_INT},
+    {"Seq", C_SEQ, A_ANY_INT},
+    {"Src Rank", C_SRC_RANK, A_ANY_INT},
+    {"Dst Rank", C_DST_RANK, A_ANY_INT},
+    {"bytes", C_NBYTES, A_ANY_INT},
     {"step_num", C_STEP_NUM, A_STR},
-    {"device_ordinal", C_DEVICE_ORDINAL, A_INT},
+    {"device_ordinal", C_DEVICE_ORDINAL, A_ANY_INT},
     {"hlo_op", C_HLO_OP, A_STR},
     {"hlo_module", C_HLO_MODULE, A_STR},
     {"run_id", C_RUN_ID, A_STR},
@@ -81,7 +82,8 @@ static const ArgKey ARG_KEYS[] = {
     {"Concrete Inputs", C_CONCRETE_AT, A_RAW},
 };
 #define N_ARG_KEYS ((int)(sizeof(ARG_KEYS) / sizeof(ARG_KEYS[0])))
-static Py_ssize_t ARG_KEY_LEN[N_ARG_KEYS]; /* filled at import */
+#define MAX_KEY_LEN 32
+static signed char KEYS_BY_LEN[MAX_KEY_LEN][8]; /* per key length: ARG_KEYS indexes, -1 ended; filled at import */
 
 /* Phases: 0..3 become rows (X, B, E, M); the others are only counted, by reason. */
 enum { R_INSTANT, R_COUNTER, R_FLOW, R_ASYNC, R_OBJECT, R_OTHER, N_REASONS };
@@ -122,7 +124,7 @@ typedef struct {
     int has_args;
     uint32_t args_set; /* which of `args` were read (the others are not initialised) */
     int bad; /* a field of a type this scanner leaves to the msgspec path */
-    Val args[N_ARG_KEYS]; /* last: only the fields above are reset per event */
+    Val args[N_ARG_KEYS]; /* only those in args_set are read */
 } Event;
 
 typedef struct {
@@ -132,12 +134,20 @@ typedef struct {
 } Slot;
 
 typedef struct {
+    /* the document being read */
     const unsigned char *base, *p, *end;
     const char *fail; /* why the document is left to the msgspec path */
     int depth;
-    /* columns */
+    Py_ssize_t n_pieces, n_kept; /* documents accepted so far; X/B/E rows of this one */
+    Py_ssize_t last_rows, last_raw; /* n_rows and raw_len before the last accepted document */
+    int can_drop;                   /* drop_last() has that document to drop */
+    Py_ssize_t last_event_row;      /* the row of the document's last event, -1 when it made none */
+    /* columns of every accepted document, each in a bytearray that `columns` hands over */
+    PyObject *col_objs[NCOLS];
     int64_t *cols[NCOLS];
     Py_ssize_t n_rows, cap_rows;
+    unsigned char *raw; /* the raw args values, copied (their documents are gone by the end) */
+    Py_ssize_t raw_len, raw_cap;
     /* interned strings */
     Slot *slots;
     Py_ssize_t n_slots;
@@ -151,6 +161,7 @@ typedef struct {
     Py_ssize_t reasons[N_REASONS];
     Py_ssize_t top_at[5], top_len[5];
     int has_events;
+    int float_times, exact_times; /* a time read the float64 way; a ts that sends the msgspec path exact */
 } State;
 
 static const char *TOP_KEYS[5] = {"baseTimeNanoseconds", "distributedInfo", "deviceProperties", "metadata",
@@ -158,12 +169,12 @@ static const char *TOP_KEYS[5] = {"baseTimeNanoseconds", "distributedInfo", "dev
 
 #define FAIL(st, why) do { (st)->fail = (why); return -1; } while (0)
 
+static unsigned char IS_WS[256]; /* filled at import */
+
 static inline void skip_ws(State *st) {
-    while (st->p < st->end) {
-        unsigned char c = *st->p;
-        if (c == ' ' || c == '\n' || c == '\r' || c == '\t') st->p++;
-        else break;
-    }
+    const unsigned char *p = st->p, *end = st->end;
+    while (p < end && IS_WS[*p]) p++;
+    st->p = p;
 }
 
 static inline int hexval(unsigned char c) {
@@ -202,6 +213,15 @@ static int scan_string(State *st, const unsigned char **s, Py_ssize_t *len, int 
     int esc = 0;
     *s = p;
     while (1) {
+        while (end - p >= 8) { /* 8 bytes at a time while none is a quote, a backslash, < 0x20 or >= 0x80 */
+            uint64_t x;
+            memcpy(&x, p, 8);
+            uint64_t q = x ^ UINT64_C(0x2222222222222222), b = x ^ UINT64_C(0x5C5C5C5C5C5C5C5C);
+            uint64_t hit = ((q - UINT64_C(0x0101010101010101)) & ~q) | ((b - UINT64_C(0x0101010101010101)) & ~b)
+                           | (x - UINT64_C(0x2020202020202020)) | x;
+            if (hit & UINT64_C(0x8080808080808080)) break;
+            p += 8;
+        }
         while (p < end && !STRING_STOP[*p]) p++;
         if (p >= end) FAIL(st, "string runs past the end");
         unsigned char c = *p;
@@ -351,6 +371,27 @@ static int skip_value(State *st) {
     }
 }
 
+/* An A_ANY_INT field's string, as polars' non-strict cast to Int64 reads it: a decimal integer (an
+ * optional sign, digits) is its value, a string with any other character than digits, signs, '.'
+ * and 'e' is null; anything else ("1e2", "5.0", "") is left to the msgspec path. */
+static void string_as_int(Val *v) {
+    const unsigned char *s = v->s, *end = v->s + v->len;
+    if (v->escaped) { v->kind = V_BAD; return; }
+    for (const unsigned char *p = s; p < end; p++)
+        if (!((*p >= '0' && *p <= '9') || *p == '+' || *p == '-' || *p == '.' || *p == 'e' || *p == 'E')) {
+            v->kind = V_NULL;
+            return;
+        }
+    int neg = 0, ok = 0;
+    if (s < end && (*s == '+' || *s == '-')) { neg = *s == '-'; s++; }
+    if (s == end) { v->kind = V_BAD; return; }
+    for (const unsigned char *p = s; p < end; p++)
+        if (*p < '0' || *p > '9') { v->kind = V_BAD; return; }
+    while (end - s > 1 && *s == '0') s++; /* leading zeros */
+    v->i = digits_value(s, end - s, neg, &ok);
+    v->kind = ok ? V_INT : V_BAD;
+}
+
 /* A value read into a Val: strings and integers (wanted by `how`), null, or raw text. */
 static int read_val(State *st, Val *v, int how) {
     if (v->kind != V_ABSENT) FAIL(st, "duplicate key");
@@ -368,6 +409,7 @@ static int read_val(State *st, Val *v, int how) {
         if (scan_string(st, &v->s, &v->len, &v->escaped)) return -1;
         v->kind = V_STR; /* an A_INT field decides what a string means */
         v->quoted = 1;
+        if (how == A_ANY_INT) string_as_int(v);
         return 0;
     }
     if (c == 'n') {
@@ -387,6 +429,7 @@ static int read_val(State *st, Val *v, int how) {
             v->s = start;
             v->len = st->p - start;
             v->escaped = 0;
+            v->quoted = 0;
             return 0;
         }
         v->i = digits_value(n.int_s, n.int_n, n.neg, &ok);
@@ -398,8 +441,24 @@ static int read_val(State *st, Val *v, int how) {
     return 0;
 }
 
-/* ts/dur: µs to integer ns, exactly, with the range rule of chrome._us_to_ns. */
-static int read_time(State *st, Val *v) {
+#define EXACT_LIMIT_US (INT64_C(1) << 43)
+
+/* The number at [start, end) as a double (correctly rounded, as msgspec reads it); 0 if too long. */
+static int text_double(const unsigned char *start, const unsigned char *end, double *d) {
+    char buf[64];
+    Py_ssize_t len = end - start;
+    if (len >= (Py_ssize_t)sizeof(buf)) return 0;
+    memcpy(buf, start, (size_t)len);
+    buf[len] = 0;
+    *d = strtod(buf, NULL);
+    return isfinite(*d);
+}
+
+/* ts/dur: µs to integer ns as chrome._us_to_ns / _exact_ns do. At most 3 decimals: exact integer
+ * arithmetic (both of that module's ways give the same). More decimals or an exponent: its float64
+ * arithmetic, valid only in a document that takes that way (no ts written with a decimal point at or
+ * beyond 2**43 µs: see parse_doc). Beyond 2**53 µs, or at 2**62 ns, the msgspec path decides. */
+static int read_time(State *st, Val *v, int is_ts) {
     if (v->kind != V_ABSENT) FAIL(st, "duplicate key");
     if (st->p >= st->end) FAIL(st, "value runs past the end");
     unsigned char c = *st->p;
@@ -416,21 +475,27 @@ static int read_time(State *st, Val *v) {
     const unsigned char *start = st->p;
     Number n;
     int ok;
+    double d;
     if (scan_number(st, &n)) return -1;
-    if (n.has_exp || n.frac_n > 3 || n.int_n > 16) { v->kind = V_BAD; return 0; }
+    if (n.int_n > 16) { v->kind = V_BAD; return 0; }
     int64_t whole = digits_value(n.int_s, n.int_n, 0, &ok);
     if (!ok || whole >= (INT64_C(1) << 53)) { v->kind = V_BAD; return 0; }
+    if (is_ts && !n.is_int
+        && (whole >= EXACT_LIMIT_US
+            || (whole == EXACT_LIMIT_US - 1 && text_double(start, st->p, &d) && fabs(d) >= (double)EXACT_LIMIT_US)))
+        st->exact_times = 1;
+    if (n.has_exp || n.frac_n > 3) {
+        if (!text_double(start, st->p, &d) || fabs(d) >= (double)EXACT_LIMIT_US) { v->kind = V_BAD; return 0; }
+        double w = floor(d);
+        v->kind = V_INT;
+        v->i = (int64_t)w * 1000 + (int64_t)nearbyint((d - w) * 1000.0);
+        st->float_times = 1;
+        return 0;
+    }
     int64_t frac = 0;
     for (Py_ssize_t k = 0; k < 3; k++) frac = frac * 10 + (k < n.frac_n ? n.frac_s[k] - '0' : 0);
-    if (whole >= INT64_C(4611686018427387)) {
-        /* near 2**62 ns: decide as the float64 path does */
-        char buf[40];
-        Py_ssize_t len = st->p - start;
-        if (len >= (Py_ssize_t)sizeof(buf)) { v->kind = V_BAD; return 0; }
-        memcpy(buf, start, len);
-        buf[len] = 0;
-        if (fabs(strtod(buf, NULL)) > 4611686018427387904.0 / 1000.0) { v->kind = V_NULL; return 0; }
-    }
+    /* at and beyond 2**62 ns the msgspec path's range check depends on the piece: leave it to that path */
+    if (whole >= INT64_C(4611686018427387)) { v->kind = V_BAD; return 0; }
     int64_t ns = whole * 1000 + frac;
     v->kind = V_INT;
     v->i = n.neg ? -ns : ns;
@@ -457,11 +522,12 @@ static int parse_args(State *st, Event *ev) {
         st->p++;
         skip_ws(st);
         int found = -1;
-        for (int a = 0; a < N_ARG_KEYS; a++)
-            if (ARG_KEY_LEN[a] == klen && k[0] == (unsigned char)ARG_KEYS[a].key[0] && !memcmp(k, ARG_KEYS[a].key, (size_t)klen)) {
-                found = a;
-                break;
-            }
+        if (klen > 0 && klen < MAX_KEY_LEN)
+            for (const signed char *a = KEYS_BY_LEN[klen]; *a >= 0; a++)
+                if (k[0] == (unsigned char)ARG_KEYS[*a].key[0] && !memcmp(k, ARG_KEYS[*a].key, (size_t)klen)) {
+                    found = *a;
+                    break;
+                }
         if (found >= 0) {
             if (ev->args_set & (UINT32_C(1) << found)) FAIL(st, "duplicate key");
             ev->args_set |= UINT32_C(1) << found;
@@ -479,7 +545,9 @@ static int parse_args(State *st, Event *ev) {
 }
 
 static int parse_event(State *st, Event *ev) {
-    memset(ev, 0, offsetof(Event, args));
+    ev->ph.kind = ev->name.kind = ev->cat.kind = ev->ts.kind = ev->dur.kind = ev->pid.kind = ev->tid.kind = V_ABSENT;
+    ev->has_args = ev->bad = 0;
+    ev->args_set = 0;
     if (++st->depth > MAX_DEPTH) FAIL(st, "nested too deeply");
     st->p++;
     skip_ws(st);
@@ -499,8 +567,8 @@ static int parse_event(State *st, Event *ev) {
             if (!rc && (ev->ph.kind != V_STR || !ev->ph.quoted || ev->ph.escaped)) FAIL(st, "ph is not a plain string");
         } else if (key_is(k, klen, "name")) rc = read_val(st, &ev->name, A_STR);
         else if (key_is(k, klen, "cat")) rc = read_val(st, &ev->cat, A_STR);
-        else if (key_is(k, klen, "ts")) rc = read_time(st, &ev->ts);
-        else if (key_is(k, klen, "dur")) rc = read_time(st, &ev->dur);
+        else if (key_is(k, klen, "ts")) rc = read_time(st, &ev->ts, 1);
+        else if (key_is(k, klen, "dur")) rc = read_time(st, &ev->dur, 0);
         else if (key_is(k, klen, "pid")) rc = read_val(st, &ev->pid, A_INT);
         else if (key_is(k, klen, "tid")) rc = read_val(st, &ev->tid, A_INT);
         else if (key_is(k, klen, "args")) {
@@ -526,9 +594,12 @@ static int parse_event(State *st, Event *ev) {
 static int grow_rows(State *st) {
     Py_ssize_t cap = st->cap_rows ? st->cap_rows * 2 : 4096;
     for (int c = 0; c < NCOLS; c++) {
-        int64_t *m = PyMem_Realloc(st->cols[c], (size_t)cap * sizeof(int64_t));
-        if (!m) { PyErr_NoMemory(); return -1; }
-        st->cols[c] = m;
+        if (!st->col_objs[c]) {
+            st->col_objs[c] = PyByteArray_FromStringAndSize(NULL, 0);
+            if (!st->col_objs[c]) return -1;
+        }
+        if (PyByteArray_Resize(st->col_objs[c], cap * (Py_ssize_t)sizeof(int64_t))) return -1;
+        st->cols[c] = (int64_t *)PyByteArray_AS_STRING(st->col_objs[c]);
     }
     st->cap_rows = cap;
     return 0;
@@ -606,7 +677,8 @@ static int64_t intern(State *st, const unsigned char *s, Py_ssize_t len, int esc
     Py_ssize_t j = (Py_ssize_t)(h & (uint64_t)(st->n_slots - 1));
     while (st->slots[j].index) {
         Slot *sl = &st->slots[j];
-        if (sl->hash == h && sl->len == len && !memcmp(st->arena + sl->at, s, (size_t)len)) return sl->index - 1;
+        if (sl->hash == h && sl->len == len && (len == 0 || !memcmp(st->arena + sl->at, s, (size_t)len)))
+            return sl->index - 1;
         j = (j + 1) & (st->n_slots - 1);
     }
     if (st->arena_len + len > st->arena_cap) {
@@ -622,7 +694,7 @@ static int64_t intern(State *st, const unsigned char *s, Py_ssize_t len, int esc
     int rc = PyList_Append(st->strings, u);
     Py_DECREF(u);
     if (rc) return -1;
-    memcpy(st->arena + st->arena_len, s, (size_t)len);
+    if (len) memcpy(st->arena + st->arena_len, s, (size_t)len);
     Slot *sl = &st->slots[j];
     sl->hash = h;
     sl->at = st->arena_len;
@@ -651,7 +723,7 @@ static int emit(State *st, Event *ev, int phase) {
     if (ev->pid.kind == V_BAD || ev->tid.kind == V_BAD) FAIL(st, "an id of another type");
     for (int a = 0; a < N_ARG_KEYS; a++)
         if ((ev->args_set >> a & 1)
-            && (ev->args[a].kind == V_BAD || (ARG_KEYS[a].how == A_INT && ev->args[a].kind == V_STR)))
+            && (ev->args[a].kind == V_BAD || (ARG_KEYS[a].how <= A_ANY_INT && ev->args[a].kind == V_STR)))
             FAIL(st, "an args field of another type");
     if (st->n_rows == st->cap_rows && grow_rows(st)) return PY_FAILED;
     Py_ssize_t r = st->n_rows;
@@ -672,14 +744,31 @@ static int emit(State *st, Event *ev, int phase) {
         const Val *v = (ev->args_set >> a & 1) ? &ev->args[a] : &ABSENT;
         int col = ARG_KEYS[a].col;
         switch (ARG_KEYS[a].how) {
-        case A_INT: c[col][r] = v->kind == V_INT ? v->i : NULL_INT; break;
+        case A_INT:
+        case A_ANY_INT: c[col][r] = v->kind == V_INT ? v->i : NULL_INT; break;
         case A_STR: c[col][r] = str_code(st, v, &err); break;
         default:
-            c[col][r] = v->kind == V_RAW ? (int64_t)(v->s - st->base) : 0;
-            c[col + 1][r] = v->kind == V_RAW ? (int64_t)v->len : 0;
+            c[col][r] = 0;
+            c[col + 1][r] = 0;
+            if (v->kind == V_RAW) {
+                if (st->raw_len + v->len > st->raw_cap) {
+                    Py_ssize_t cap = st->raw_cap ? st->raw_cap : 65536;
+                    while (cap < st->raw_len + v->len) cap *= 2;
+                    unsigned char *m = PyMem_Realloc(st->raw, (size_t)cap);
+                    if (!m) { PyErr_NoMemory(); return PY_FAILED; }
+                    st->raw = m;
+                    st->raw_cap = cap;
+                }
+                memcpy(st->raw + st->raw_len, v->s, (size_t)v->len);
+                c[col][r] = st->raw_len;
+                c[col + 1][r] = v->len;
+                st->raw_len += v->len;
+            }
         }
         if (err) return PY_FAILED;
     }
+    c[C_PIECE][r] = st->n_pieces;
+    c[C_ORDER][r] = phase == 3 ? -1 : st->n_kept++;
     st->n_rows++;
     return 0;
 }
@@ -699,9 +788,11 @@ static int parse_events(State *st) {
         if (phase == -100) FAIL(st, "an unknown phase");
         if (phase < 0) {
             st->reasons[-1 - phase]++;
+            st->last_event_row = -1;
         } else {
             int rc = emit(st, &ev, phase);
             if (rc) return rc;
+            st->last_event_row = st->n_rows - 1;
         }
         skip_ws(st);
         if (st->p >= st->end) FAIL(st, "events run past the end");
@@ -764,26 +855,40 @@ static int parse_doc(State *st, int is_array) {
     }
     skip_ws(st);
     if (st->p != st->end) FAIL(st, "data after the document");
+    if (st->float_times && st->exact_times) FAIL(st, "times both with ns digits past 2**43 us and with more decimals");
     return 0;
 }
 
 static void free_state(State *st) {
-    for (int c = 0; c < NCOLS; c++) PyMem_Free(st->cols[c]);
+    for (int c = 0; c < NCOLS; c++) Py_CLEAR(st->col_objs[c]);
     PyMem_Free(st->slots);
     PyMem_Free(st->arena);
     PyMem_Free(st->scratch);
-    Py_XDECREF(st->strings);
+    PyMem_Free(st->raw);
+    Py_CLEAR(st->strings);
+    memset(st, 0, sizeof(*st));
 }
 
-static PyObject *build_result(State *st) {
-    Py_ssize_t n = st->n_rows;
-    PyObject *cols = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)NCOLS * n * (Py_ssize_t)sizeof(int64_t));
-    if (!cols) return NULL;
-    char *out = PyBytes_AS_STRING(cols);
-    for (int c = 0; c < NCOLS; c++)
-        if (n) memcpy(out + (size_t)c * n * sizeof(int64_t), st->cols[c], (size_t)n * sizeof(int64_t));
-    PyObject *reasons = PyDict_New();
-    PyObject *top = PyDict_New();
+typedef struct {
+    PyObject_HEAD
+    State st;
+} Scanner;
+
+static int Scanner_init(Scanner *self, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "", kwlist)) return -1;
+    free_state(&self->st);
+    self->st.strings = PyList_New(0);
+    return self->st.strings ? 0 : -1;
+}
+
+static void Scanner_dealloc(Scanner *self) {
+    free_state(&self->st);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *piece_result(State *st, int ended) {
+    PyObject *reasons = PyDict_New(), *top = PyDict_New();
     if (!reasons || !top) goto fail;
     for (int k = 0; k < N_REASONS; k++) {
         if (!st->reasons[k]) continue;
@@ -797,54 +902,165 @@ static PyObject *build_result(State *st) {
         if (!v || PyDict_SetItemString(top, TOP_KEYS[t], v)) { Py_XDECREF(v); goto fail; }
         Py_DECREF(v);
     }
-    PyObject *res = Py_BuildValue("(nnNONN)", st->n_events, n, cols, st->strings, reasons, top);
-    return res;
+    return Py_BuildValue("(nnNNO)", st->n_events, st->n_kept, reasons, top, ended ? Py_True : Py_False);
 fail:
-    Py_DECREF(cols);
     Py_XDECREF(reasons);
     Py_XDECREF(top);
     return NULL;
 }
 
-static PyObject *scan(PyObject *self, PyObject *args) {
+/* Whether the document's last event is an M row named `marker`; if so it is removed. */
+static int drop_marker(State *st, PyObject *marker, Py_ssize_t rows_before) {
+    Py_ssize_t r = st->last_event_row;
+    if (r < rows_before || r != st->n_rows - 1 || st->cols[C_PH][r] != 3 || st->cols[C_NAME][r] < 0) return 0;
+    PyObject *name = PyList_GET_ITEM(st->strings, st->cols[C_NAME][r]);
+    int same = PyObject_RichCompareBool(name, marker, Py_EQ);
+    if (same == 1) {
+        st->n_rows--;
+        st->n_events--;
+    }
+    return same;
+}
+
+static PyObject *Scanner_feed(Scanner *self, PyObject *args) {
     Py_buffer view;
     int is_array;
-    (void)self;
-    if (!PyArg_ParseTuple(args, "y*p", &view, &is_array)) return NULL;
-    State st;
-    memset(&st, 0, sizeof(st));
-    st.base = st.p = (const unsigned char *)view.buf;
-    st.end = st.base + view.len;
-    st.strings = PyList_New(0);
+    PyObject *marker = Py_None;
+    State *st = &self->st;
+    if (!st->strings) { PyErr_SetString(PyExc_RuntimeError, "Scanner not initialised"); return NULL; }
+    if (!PyArg_ParseTuple(args, "y*p|O", &view, &is_array, &marker)) return NULL;
+    Py_ssize_t rows_before = st->n_rows, raw_before = st->raw_len;
+    st->base = st->p = (const unsigned char *)view.buf;
+    st->end = st->base + view.len;
+    st->fail = NULL;
+    st->depth = 0;
+    st->n_events = st->n_kept = 0;
+    st->has_events = 0;
+    st->float_times = st->exact_times = 0;
+    st->last_event_row = -1;
+    memset(st->reasons, 0, sizeof(st->reasons));
+    memset(st->top_at, 0, sizeof(st->top_at));
+    memset(st->top_len, 0, sizeof(st->top_len));
+    int rc = parse_doc(st, is_array);
     PyObject *res = NULL;
-    if (st.strings) {
-        int rc = parse_doc(&st, is_array);
-        if (rc == 0) res = build_result(&st);
-        else if (!PyErr_Occurred()) res = PyUnicode_FromString(st.fail ? st.fail : "unsupported");
+    int ended = 0;
+    if (rc == 0 && marker != Py_None) {
+        ended = drop_marker(st, marker, rows_before);
+        if (ended < 0) rc = PY_FAILED;
     }
-    free_state(&st);
+    if (rc == 0) {
+        res = piece_result(st, ended);
+        if (res) {
+            st->n_pieces++;
+            st->last_rows = rows_before;
+            st->last_raw = raw_before;
+            st->can_drop = 1;
+        }
+    } else if (!PyErr_Occurred()) {
+        res = PyUnicode_FromString(st->fail ? st->fail : "unsupported");
+    }
+    if (rc || !res) { /* nothing of a declined document stays (its new strings are unused, and harmless) */
+        st->n_rows = rows_before;
+        st->raw_len = raw_before;
+    }
+    st->base = st->p = st->end = NULL;
     PyBuffer_Release(&view);
     return res;
 }
 
-static PyMethodDef METHODS[] = {
-    {"scan", scan, METH_VARARGS,
-     "scan(data, is_array) -> (n_events, n_rows, columns, strings, skipped, top) or a reason str.\n\n"
-     "columns: int64, column-major, in COLUMNS order; string columns hold indexes into `strings`\n"
-     "(-1: null); integer columns hold INT64_MIN for null; raw columns hold (offset, length)."},
+static PyObject *Scanner_drop_last(Scanner *self, PyObject *noargs) {
+    State *st = &self->st;
+    if (st->can_drop) {
+        st->n_rows = st->last_rows;
+        st->raw_len = st->last_raw;
+        st->n_pieces--;
+        st->can_drop = 0;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *Scanner_columns(Scanner *self, PyObject *noargs) {
+    State *st = &self->st;
+    if (!st->strings) { PyErr_SetString(PyExc_RuntimeError, "Scanner not initialised"); return NULL; }
+    Py_ssize_t n = st->n_rows;
+    if (!st->cap_rows && grow_rows(st)) return NULL; /* no row yet: empty columns all the same */
+    PyObject *cols = PyList_New(NCOLS);
+    if (!cols) return NULL;
+    for (int c = 0; c < NCOLS; c++) {
+        if (PyByteArray_Resize(st->col_objs[c], n * (Py_ssize_t)sizeof(int64_t))) { Py_DECREF(cols); return NULL; }
+        Py_INCREF(st->col_objs[c]);
+        PyList_SET_ITEM(cols, c, st->col_objs[c]);
+    }
+    PyObject *raw = PyBytes_FromStringAndSize((const char *)st->raw, st->raw_len);
+    PyObject *res = raw ? Py_BuildValue("(NON)", cols, st->strings, raw) : NULL;
+    if (!res) { Py_XDECREF(cols); return NULL; }
+    /* the columns now belong to the caller: the scanner starts again with none */
+    for (int c = 0; c < NCOLS; c++) { Py_CLEAR(st->col_objs[c]); st->cols[c] = NULL; }
+    st->n_rows = st->cap_rows = 0;
+    st->raw_len = 0;
+    st->can_drop = 0;
+    return res;
+}
+
+static PyMethodDef SCANNER_METHODS[] = {
+    {"feed", (PyCFunction)Scanner_feed, METH_VARARGS,
+     "feed(document, is_array, marker=None) -> (n_events, n_kept, skipped, top, ended) or the reason\n"
+     "it is declined (str).\n\n"
+     "Adds an accepted document's X/B/E/M rows to the columns; a declined one adds nothing.\n"
+     "top: {key: (offset, length)} of the top-level keys read, in the document. ended: the last\n"
+     "event was an M event named `marker` (a str), and it was left out."},
+    {"drop_last", (PyCFunction)Scanner_drop_last, METH_NOARGS,
+     "drop_last() -> None: forget the last accepted document (once)."},
+    {"columns", (PyCFunction)Scanner_columns, METH_NOARGS,
+     "columns() -> (columns, strings, raw), and the scanner keeps no rows.\n\n"
+     "columns: a bytearray of int64 per column, in COLUMNS order. String columns hold indexes into `strings`\n"
+     "(-1: null); integer columns INT64_MIN for null; `*_at`/`*_len` a value's place in `raw`;\n"
+     "piece: the accepted document's number; order: the row's number among the X/B/E rows of its\n"
+     "document (-1 on M rows)."},
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef MODULE = {PyModuleDef_HEAD_INIT, "_chromescan", NULL, -1, METHODS, NULL, NULL, NULL, NULL};
+static PyTypeObject ScannerType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "tracediag.ingest._chromescan.Scanner",
+    .tp_basicsize = sizeof(Scanner),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Reads Chrome-trace JSON documents (a file, or its pieces in order) into one set of columns.",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Scanner_init,
+    .tp_dealloc = (destructor)Scanner_dealloc,
+    .tp_methods = SCANNER_METHODS,
+};
+
+static struct PyModuleDef MODULE = {PyModuleDef_HEAD_INIT, "_chromescan", NULL, -1, NULL, NULL, NULL, NULL, NULL};
 
 PyMODINIT_FUNC PyInit__chromescan(void) {
-    for (int a = 0; a < N_ARG_KEYS; a++) ARG_KEY_LEN[a] = (Py_ssize_t)strlen(ARG_KEYS[a].key);
-    for (int c = 0; c < 256; c++) STRING_STOP[c] = c == '"' || c == '\\' || c < 0x20 || c >= 0x80;
+    memset(KEYS_BY_LEN, -1, sizeof(KEYS_BY_LEN));
+    for (int a = 0; a < N_ARG_KEYS; a++) {
+        size_t n = strlen(ARG_KEYS[a].key), k = 0;
+        while (KEYS_BY_LEN[n][k] >= 0) k++;
+        if (n >= MAX_KEY_LEN || k >= 7) {
+            PyErr_SetString(PyExc_SystemError, "_chromescan: args key table");
+            return NULL;
+        }
+        KEYS_BY_LEN[n][k] = (signed char)a;
+    }
+    for (int c = 0; c < 256; c++) {
+        STRING_STOP[c] = c == '"' || c == '\\' || c < 0x20 || c >= 0x80;
+        IS_WS[c] = c == ' ' || c == '\n' || c == '\r' || c == '\t';
+    }
+    if (PyType_Ready(&ScannerType) < 0) return NULL;
     PyObject *m = PyModule_Create(&MODULE);
     if (!m) return NULL;
     PyObject *names = PyTuple_New(NCOLS);
     if (!names) { Py_DECREF(m); return NULL; }
     for (int c = 0; c < NCOLS; c++) PyTuple_SET_ITEM(names, c, PyUnicode_FromString(COLUMN_NAMES[c]));
     if (PyModule_AddObject(m, "COLUMNS", names)) { Py_DECREF(names); Py_DECREF(m); return NULL; }
+    Py_INCREF(&ScannerType);
+    if (PyModule_AddObject(m, "Scanner", (PyObject *)&ScannerType)) {
+        Py_DECREF(&ScannerType);
+        Py_DECREF(m);
+        return NULL;
+    }
     return m;
 }

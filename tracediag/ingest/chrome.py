@@ -185,6 +185,9 @@ _EXACT_LIMIT_US = float(2**43)
 CHUNK_BYTES = 4 << 20
 """Files are decoded in pieces of about this size, so a worker holds the file's bytes plus the
 columns, never the Python objects of the whole file at once."""
+SCANNED_BYTES = 8 << 20
+"""The scanner's raw columns are typed (and released) after about this much JSON: fewer, larger
+conversions cost less CPU, smaller ones less memory (8 MB: a file read at 2.1x its size, 16 MB: 2.7x)."""
 _EVENTS_KEY = re.compile(rb'(?<!\\)"traceEvents"\s*:\s*\[')
 _BOUNDARY = re.compile(rb"\}\s*,\s*\{")
 
@@ -238,17 +241,24 @@ def decode(source: bytes | Iterable[bytes], path: str) -> Decoded:
     metas: list[pl.DataFrame] = []
     rare = _RareArgs()
     n_events = n_kept = 0  # input events seen; events that reached the frame (their `order`)
-    for events, piece_top, piece, piece_is_array in _pieces(blocks, path, warnings, skipped):
+    scanner, offsets = native.Scanner(), []  # offsets: `order` of the first row of each scanned piece
+    held = 0  # bytes of the documents whose rows the scanner holds
+    for events, piece_top, piece, piece_is_array in _pieces(blocks, path, warnings, skipped, scanner):
         top.update({k: v for k, v in piece_top.items() if v is not None})
-        if isinstance(events, native.Scanned):
-            base, meta_frame = _scanned_frames(events, n_kept, piece, rare, skipped)
+        if isinstance(events, native.Fed):
             n_events += events.n_events
-            if meta_frame.height:
-                skipped["metadata"] = skipped.get("metadata", 0) + meta_frame.height
-                metas.append(meta_frame)
-            n_kept += base.height
-            bases.append(base)
+            for reason, n in events.skipped.items():
+                skipped[reason] = skipped.get(reason, 0) + n
+            offsets.append(n_kept)
+            n_kept += events.kept
+            held += len(piece)
+            if held >= SCANNED_BYTES:
+                _add_scanned(scanner, offsets, bases, metas, rare, skipped)
+                offsets, held = [], 0
             continue
+        if offsets:  # a piece the scanner declined: the rows scanned before it come first
+            _add_scanned(scanner, offsets, bases, metas, rare, skipped)
+            offsets, held = [], 0
         n_events += len(events)
         kept, meta = _split_metadata(_drop_counted(events, skipped))
         if meta:
@@ -258,6 +268,8 @@ def decode(source: bytes | Iterable[bytes], path: str) -> Decoded:
         rare.add(base, args, n_kept)
         n_kept += len(kept)
         bases.append(base)
+    if offsets:
+        _add_scanned(scanner, offsets, bases, metas, rare, skipped)
     frame = _contiguous(bases)
     # events dropped while decoding (cut off, or not convertible) never reached the frame
     events_in = n_events + skipped.get("malformed", 0) + skipped.get("truncated", 0)
@@ -276,23 +288,31 @@ _BASE_COLUMNS = ("ph", "cat", "name", "pid", "tid", "pid_str", "ts", "dur", "ord
 _META_COLUMNS = ("name", "pid", "pid_str", "tid", "label", "labels")
 
 
-def _scanned_frames(
-    scanned: native.Scanned, offset: int, doc: bytes, rare: _RareArgs, skipped: dict[str, int]
-) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """A scanned document's base frame (`order` numbered from `offset`) and metadata frame; its
-    rare args go to `rare`, its counted phases to `skipped`."""
-    for reason, n in scanned.skipped.items():
-        skipped[reason] = skipped.get(reason, 0) + n
-    is_meta = pl.col("ph") == "M"
-    rows = scanned.rows.filter(~is_meta)
-    rows = rows.with_columns(
-        order=pl.int_range(offset, offset + rows.height, dtype=pl.Int64),
-        a_external_id=pl.col("external_id"),
-        a_correlation=pl.col("correlation"),
+def _add_scanned(
+    scanner: native.Scanner,
+    offsets: list[int],
+    bases: list[pl.DataFrame],
+    metas: list[pl.DataFrame],
+    rare: _RareArgs,
+    skipped: dict[str, int],
+) -> None:
+    """The scanner's rows as a base frame (`order` from each piece's offset) and a metadata frame,
+    appended to `bases` and `metas`; their rare args go to `rare`."""
+    columns = scanner.take()
+    is_meta = pl.col("ph") == 3
+    base = ("ph", "cat", "name", "pid", "tid", "pid_str", "ts", "dur", "has_args")
+    kept = columns.table.with_row_index("_row").select("_row", *base, "external_id", "correlation", "piece", "order")
+    kept = columns.typed(kept.filter(~is_meta), base).with_columns(
+        order=pl.lit(pl.Series(offsets, dtype=pl.Int64)).gather(pl.col("piece")) + pl.col("order"),
+        a_external_id=pl.when(pl.col("external_id") != native.NULL_INT).then(pl.col("external_id")),
+        a_correlation=pl.when(pl.col("correlation") != native.NULL_INT).then(pl.col("correlation")),
     )
-    rare.add_scanned(rows, doc)
-    meta = scanned.rows.filter(is_meta).select(_META_COLUMNS)
-    return rows.select(_BASE_COLUMNS), meta
+    rare.add_scanned(kept, columns)
+    bases.append(kept.select(_BASE_COLUMNS))
+    meta = columns.table.filter(is_meta)
+    if meta.height:
+        skipped["metadata"] = skipped.get("metadata", 0) + meta.height
+        metas.append(columns.typed(meta, _META_COLUMNS).select(_META_COLUMNS))
 
 
 def _contiguous(parts: list[pl.DataFrame]) -> pl.DataFrame:
@@ -346,8 +366,8 @@ def _drop_counted(events: list[Any], skipped: dict[str, int]) -> list[Any]:
 
 
 def _pieces(
-    blocks: Iterator[bytes], path: str, warnings: list[str], skipped: dict[str, int]
-) -> Iterator[tuple[list[_Event], dict[str, Any], bytes, bool]]:
+    blocks: Iterator[bytes], path: str, warnings: list[str], skipped: dict[str, int], scanner: native.Scanner
+) -> Iterator[tuple[list[_Event] | native.Fed, dict[str, Any], bytes, bool]]:
     """Decode a streamed file in pieces of about CHUNK_BYTES, each made a complete JSON document.
 
     Only a few pieces' bytes are held at a time. Cuts fall between two events (`}, {` after the
@@ -368,7 +388,7 @@ def _pieces(
     is_array = buf.data[:1] == b"["
     start = _events_start(buf.data, is_array)
     if buf.eof or start is None:
-        yield _rest(buf, path, is_array, warnings, skipped, head=True)
+        yield _rest(buf, path, is_array, warnings, skipped, scanner, head=True)
         return
     head = True
     while True:
@@ -385,11 +405,12 @@ def _pieces(
             del body
             piece_warnings: list[str] = []
             piece_skipped: dict[str, int] = {}  # counted only once the piece is accepted
-            scanned = native.scan(piece, piece_is_array)
-            if scanned is not None:
-                events, top = scanned, scanned.top
-                if head and not _drop_scanned_end_marker(scanned):
-                    m = None
+            fed = scanner.feed(piece, piece_is_array, _END_NAME if head else None)
+            if fed is not None:
+                events, top = fed, fed.top
+                if head and not fed.ended:
+                    scanner.drop_last()
+                    m = None  # the events array closed before the cut
                 break
             try:
                 events, top = _decode_doc(piece, path, piece_is_array, piece_warnings, piece_skipped, repair=False)
@@ -405,7 +426,7 @@ def _pieces(
                 m = None  # the events array closed before the cut
             break
         if m is None:
-            yield _rest(buf, path, is_array, warnings, skipped, head=head)
+            yield _rest(buf, path, is_array, warnings, skipped, scanner, head=head)
             return
         buf.drop(m.end() - 1)
         warnings.extend(piece_warnings)
@@ -422,16 +443,6 @@ _HEAD_END = {True: b"," + _END_EVENT + b"]", False: b"," + _END_EVENT + b"]}"}
 the events array."""
 
 
-def _drop_scanned_end_marker(scanned: native.Scanned) -> bool:
-    """`_drop_end_marker` for a scanned piece."""
-    rows = scanned.rows
-    if rows.height and rows["ph"][-1] == "M" and rows["name"][-1] == _END_NAME:
-        scanned.rows = rows.head(-1)
-        scanned.n_events -= 1
-        return True
-    return False
-
-
 def _drop_end_marker(events: list[Any]) -> bool:
     """Remove the head piece's end marker; False when it is not the last event."""
     if events and getattr(events[-1], "name", None) == _END_NAME and events[-1].phase == "M":
@@ -441,15 +452,22 @@ def _drop_end_marker(events: list[Any]) -> bool:
 
 
 def _rest(
-    buf: _Buffer, path: str, is_array: bool, warnings: list[str], skipped: dict[str, int], *, head: bool
-) -> tuple[list[_Event], dict[str, Any], bytes, bool]:
+    buf: _Buffer,
+    path: str,
+    is_array: bool,
+    warnings: list[str],
+    skipped: dict[str, int],
+    scanner: native.Scanner,
+    *,
+    head: bool,
+) -> tuple[list[_Event] | native.Fed, dict[str, Any], bytes, bool]:
     """Decode everything not yet decoded as one document (the whole file when nothing was)."""
     buf.fill(None)
     piece = bytes(buf.data) if head else b"".join((b"[" if is_array else b'{"traceEvents":[', buf.data))
     buf.data.clear()
-    scanned = native.scan(piece, is_array)
-    if scanned is not None:
-        return scanned, scanned.top, piece, is_array
+    fed = scanner.feed(piece, is_array)
+    if fed is not None:
+        return fed, fed.top, piece, is_array
     events, top = _decode_doc(piece, path, is_array, warnings, skipped, repair=True, whole=head)
     return events, top, piece, is_array
 
@@ -647,10 +665,12 @@ def _piece_frame(
     events: list[_Event], offset: int, piece: bytes, is_array: bool, warnings: list[str]
 ) -> tuple[pl.DataFrame, list[_Args]]:
     """The base columns of a piece's events (`order` numbered from `offset`), and their args."""
-    ts_us = pl.Series([e.ts for e in events], dtype=pl.Float64, strict=False)
+    ts = [e.ts for e in events]
+    ts_us = pl.Series(ts, dtype=pl.Float64, strict=False)
     dur_us = pl.Series([e.dur for e in events], dtype=pl.Float64, strict=False)
     exact = None
-    if ((ts_us >= _EXACT_LIMIT_US) & (ts_us != ts_us.floor())).any():
+    # a decimal point in a large time (even one whose float64 is a whole number): re-read the digits
+    if any(type(v) is float and abs(v) >= _EXACT_LIMIT_US for v in ts):
         exact = _exact_events(piece, is_array, warnings)
         if exact is not None and len(exact) != len(events):
             exact = None  # a repaired (truncated) piece: keep float precision rather than misalign
@@ -730,23 +750,22 @@ class _RareArgs:
                 columns.append(_arg_series(fname, list(values)).alias(f"a_{fname}"))
             self.parts[i].append(pl.DataFrame(columns))
 
-    def add_scanned(self, rows: pl.DataFrame, doc: bytes) -> None:
-        """A scanned piece: `rows` with `order` and every args column (raw ones as spans in `doc`)."""
-        for i, (mask, fields) in enumerate(_ARG_TIERS):
-            picked = rows.filter(mask & pl.col("has_args"))
-            columns = [picked["order"]]
-            for fname in fields:
-                if fname in _RAW_FIELDS:
-                    column = native.raw_values(doc, picked[f"{fname}_at"], picked[f"{fname}_len"])
-                else:
-                    column = picked[fname]
-                columns.append(column.alias(f"a_{fname}"))
-            self.parts[i].append(pl.DataFrame(columns))
+    def add_scanned(self, rows: pl.DataFrame, columns: native.Columns) -> None:
+        """Scanned rows: `rows` with ph/cat/name typed, `has_args`, `order` and `_row` (the row of
+        `columns.table` that holds their args)."""
+        tiers = rows.select(
+            "_row", "order", *((mask & pl.col("has_args")).alias(f"_t{i}") for i, (mask, _) in enumerate(_ARG_TIERS))
+        )
+        for i, (_, fields) in enumerate(_ARG_TIERS):
+            picked = tiers.filter(f"_t{i}")
+            stored = [c for f in fields for c in ((f"{f}_at", f"{f}_len") if f in native.RAW_FIELDS else (f,))]
+            args = columns.typed(columns.table.select(stored)[picked["_row"]], fields)
+            self.parts[i].append(args.select(picked["order"], *(pl.col(f).alias(f"a_{f}") for f in fields)))
 
     def frames(self) -> tuple[pl.DataFrame, ...]:
         empty = [
-            pl.DataFrame([pl.Series("order", [], dtype=pl.Int64)] + [_arg_series(f, []).alias(f"a_{f}") for f in fields])
-            for _, fields in _ARG_TIERS
+            pl.DataFrame([pl.Series("order", [], dtype=pl.Int64), *(_arg_series(f, []).alias(f"a_{f}") for f in fs)])
+            for _, fs in _ARG_TIERS
         ]
         return tuple(pl.concat([e, *parts]) for e, parts in zip(empty, self.parts))
 

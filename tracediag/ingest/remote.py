@@ -6,6 +6,7 @@ modification time from the listing; each reader opens its own object as a buffer
 runs (`open_stream`), so a trace's bytes never pass through the driver. Credentials come from the
 engines' usual environment (``AWS_*``, ``GOOGLE_APPLICATION_CREDENTIALS``, ``AZURE_*``) or from the
 same ``--storage-option KEY=VALUE`` the outputs take (polars' key names, mapped by `fs_kwargs`).
+`pyarrow.fs` is imported only where a URL is read (it takes 50 ms, paid by every reading worker).
 """
 
 from __future__ import annotations
@@ -21,9 +22,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
-import pyarrow.fs as pafs
+if TYPE_CHECKING:
+    import pyarrow.fs as pafs
 
 from tracediag.errors import TracediagError, TraceError, one_line, shown
 
@@ -160,6 +162,7 @@ def fs_kwargs(store: str, storage_options: dict[str, Any] | None) -> dict[str, A
 
 def filesystem(url: str, storage_options: dict[str, Any] | None = None) -> tuple[pafs.FileSystem, str]:
     """The file system holding `url` and the object's path in it. Raises `TracediagError` (one line)."""
+    import pyarrow.fs as pafs
     kind = scheme(url)
     if kind is None:
         raise TracediagError(f"{shown(url)}: not a URL")
@@ -215,6 +218,7 @@ def _s3_defaults(kw: dict[str, Any], bucket: str) -> dict[str, Any]:
 @functools.lru_cache(maxsize=64)
 def _bucket_region(bucket: str) -> str | None:
     """The AWS region of `bucket` (one anonymous request per bucket and process), None when unknown."""
+    import pyarrow.fs as pafs
     try:
         return pafs.resolve_s3_region(bucket)
     except (OSError, ValueError):
@@ -274,6 +278,7 @@ def expand(
     reader reports it, as for a missing local file); a pattern or prefix that finds nothing, or a
     listing that fails, is a `TracediagError`.
     """
+    import pyarrow.fs as pafs
     fs, path = filesystem(source, storage_options)
     if not _GLOB.search(source.split("://", 1)[1]):
         try:
@@ -308,6 +313,7 @@ def expand(
 
 def _list(fs: pafs.FileSystem, path: str, url: str, *, recursive: bool) -> list[pafs.FileInfo]:
     """The files (not prefixes) under `path`."""
+    import pyarrow.fs as pafs
     try:
         infos = fs.get_file_info(pafs.FileSelector(path, allow_not_found=True, recursive=recursive))
     except OSError as e:
@@ -329,6 +335,7 @@ def _match(parts: list[str], pattern: list[str]) -> bool:
 def open_stream(url: str, storage_options: dict[str, Any] | None = None) -> tuple[BinaryIO, int | None]:
     """The object at `url` as a buffered stream (read front to back, `STREAM_BUFFER` bytes a request)
     and its size. A missing object or a denied access is a `TraceError` naming the URL."""
+    import pyarrow.fs as pafs
     try:
         fs, path = filesystem(url, storage_options)
     except TracediagError as e:

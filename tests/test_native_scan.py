@@ -1,0 +1,301 @@
+"""The C scanner (`tracediag/ingest/native.py`) against the msgspec path it speeds up.
+
+Wherever the scanner answers, the file's table, metadata, counts and warnings must be exactly those of
+the msgspec path; wherever it declines, the msgspec path reads the document. Checked on every fixture
+(whole and cut into small pieces) and on real traces mutated where the scanner's rules are decided
+(time text, id and args types, escapes, phases, duplicate keys, UTF-8, nesting, truncation).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import random
+import re
+from pathlib import Path
+
+import orjson
+import polars as pl
+import pytest
+from conftest import FIXTURES
+from polars.testing import assert_frame_equal
+
+from tracediag.errors import TracediagError
+from tracediag.ingest import chrome, native
+from tracediag.ingest.read import read_file
+
+SOURCES = sorted(p for p in FIXTURES.rglob("*") if p.name.endswith((".json", ".json.gz")) and "manifest" not in p.name)
+KINETO = [
+    FIXTURES / "kineto/gen_torch2.13cpu_gloo_2rank_rank0.pt.trace.json.gz",
+    FIXTURES / "kineto/hta_a100_nccl_rank0.json.gz",
+    FIXTURES / "kineto/hta_ns_resolution_head.json.gz",
+    FIXTURES / "kineto/hta_rocm_mi250.json.gz",  # "stream": "0x0" strings
+]
+
+
+def _text(path: Path) -> bytes:
+    raw = path.read_bytes()
+    return gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw
+
+
+def _read(path: Path) -> tuple:
+    try:
+        ft = read_file(path, default_rank=0)
+    except TracediagError as e:
+        return ("error", str(e))
+    return ("ok", ft)
+
+
+def _both(path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[tuple, tuple]:
+    scanned = _read(path)
+    with monkeypatch.context() as m:
+        m.setattr(native, "_chromescan", None)
+        decoded = _read(path)
+    return scanned, decoded
+
+
+def _scan(doc: bytes, is_array: bool) -> tuple[native.Fed | None, native.Scanner]:
+    scanner = native.Scanner()
+    return scanner.feed(doc, is_array), scanner
+
+
+def _assert_same(scanned: tuple, decoded: tuple, what: str) -> None:
+    assert scanned[0] == decoded[0], (what, scanned, decoded)
+    if scanned[0] == "error":
+        assert scanned[1] == decoded[1], what
+        return
+    assert_frame_equal(scanned[1].events, decoded[1].events)
+    assert scanned[1].meta == decoded[1].meta, what
+
+
+def test_the_scanner_is_built() -> None:
+    """The install compiles it (setup.py); without it every file takes the slower msgspec path."""
+    assert native.AVAILABLE, "tracediag/ingest/_chromescan.c was not built: `pip install -e .` needs a C compiler"
+
+
+@pytest.mark.parametrize("path", SOURCES, ids=lambda p: p.name)
+def test_same_table_as_msgspec_on_every_fixture(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _assert_same(*_both(path, monkeypatch), path.name)
+
+
+@pytest.mark.parametrize("path", KINETO, ids=lambda p: p.name)
+def test_the_scanner_reads_real_kineto_traces(path: Path) -> None:
+    """The equality above is not the fallback agreeing with itself: these files are scanned."""
+    text = _text(path)
+    fed, scanner = _scan(text, False)
+    assert fed is not None
+    assert fed.n_events == text.count(b'"ph"')  # every event has one ph key in these files
+    rows = scanner.take().table
+    assert rows.height == fed.n_events - sum(fed.skipped.values())
+    assert rows.filter(pl.col("ph") != 3).height == fed.kept  # 3: an M row
+
+
+@pytest.mark.parametrize("path", KINETO[:2], ids=lambda p: p.name)
+def test_same_table_when_read_in_pieces(path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    whole = _read(path)
+    monkeypatch.setattr(chrome, "CHUNK_BYTES", 3000)
+    scanned, decoded = _both(path, monkeypatch)
+    _assert_same(scanned, decoded, path.name)
+    _assert_same(scanned, whole, path.name)
+
+
+def test_three_decimal_times_are_exact_ns(tmp_path: Path) -> None:
+    """Epoch µs with ns digits (HTA's ns-resolution trace) keep every ns on both paths, including a
+    time whose float64 is a whole number (…738.001 is …738.0 as a float)."""
+    text = _text(FIXTURES / "kineto/hta_ns_resolution_head.json.gz")
+    first = re.search(rb'"ts": (\d+)\.(\d{3})', text)
+    assert first is not None and int(first.group(1)) >= 2**43
+    text = text[: first.start()] + b'"ts": ' + first.group(1) + b".001" + text[first.end() :]
+    path = tmp_path / "t.json"
+    path.write_bytes(text)
+    ft = read_file(path)
+    assert int(first.group(1)) * 1000 + 1 in ft.events["ts"].to_list()
+
+
+_MUTATIONS: list[tuple[bytes, list[bytes]]] = [
+    # (pattern of a value in the file, replacements tried there)
+    (rb'"ts": [0-9.]+', [b'"ts": 12.5', b'"ts": 7.1234', b'"ts": 1e3', b'"ts": "5"', b'"ts": null', b'"ts": -3.25',
+                         b'"ts": 4611686018427388', b'"ts": 9007199254740993', b'"ts": true', b'"ts": 0.001',
+                         b'"ts": 20.841000000000001', b'"ts": -0.0005', b'"ts": 8796093022207.9999',
+                         b'"ts": 8796093022208.5', b'"ts": 1661203462598738.25', b'"ts": 2.5e-4', b'"ts": 1E400']),
+    (rb'"dur": [0-9.]+', [b'"dur": -5', b'"dur": 2.5', b'"dur": 1E2', b'"dur": [1]', b'"dur": 01']),
+    (rb'"pid": [0-9]+', [b'"pid": "Spans"', b'"pid": 1.5', b'"pid": 99999999999999999999', b'"pid": null',
+                         b'"pid": -9223372036854775808', b'"pid": {"a": 1}']),
+    (rb'"tid": [0-9]+', [b'"tid": "thread"', b'"tid": 2.0', b'"tid": -1']),
+    (rb'"name": "[^"]*"', [b'"name": "a\\nb\\u00e9\\t\\"q\\""', b'"name": 7', b'"name": ["x"]', b'"name": null',
+                           b'"name": "\\ud83d\\ude00"', b'"name": "\xff\xfe"', b'"name": "\x01"', b'"name": "\\x"',
+                           "\"name\": \"caf\u00e9 \u4e2d\"".encode(), b'"name": "\\u0000"',
+                           b'"name": "a", "name": "b"']),
+    (rb'"ph": "X"', [b'"ph": "Z"', b'"ph": 1', b'"ph": "\\u0058"', b'"ph": "i"', b'"ph": "M"', b'"ph": "B"',
+                     b'"ph": "E"', b'"ph": "XX"', b'"ph": "X", "ph": "X"', b'"xph": "X"']),
+    (rb'"External id": [0-9]+', [b'"External id": "7"', b'"External id": 7.5', b'"External id": null',
+                                 b'"External id": true', b'"External id": 18446744073709551616']),
+    (rb'"args": \{', [b'"args": {"device": "0", ', b'"args": {"Process Group Name": 7, ',
+                      b'"args": {"step_num": 12, ', b'"args": {"step_num": -0, ', b'"args": {"Seq": 1.0, ',
+                      b'"args": {"x": ' + b"[" * 70 + b"]" * 70 + b", ", b'"args": {"Input Dims": [[1, 2]], ',
+                      b'"args": {"a\\u0062": 1, ', b'"args": {"stream": 7, "stream": 8, ',
+                      # strings in integer args: polars' cast reads "5", "+5", "007" and nulls "0x0" (ROCm's stream)
+                      b'"args": {"stream": "0x0", ', b'"args": {"device": "5", ', b'"args": {"device": "+5", ',
+                      b'"args": {"device": "007", ', b'"args": {"device": "1e2", ', b'"args": {"device": " 7", ',
+                      b'"args": {"device": "", ', b'"args": {"device": "\\u0035", ', b'"args": {"Seq": "-0", ',
+                      b'"args": {"bytes": "99999999999999999999", ', b'"args": {"device": true, ']),
+    (rb'"args": \{[^{}]*\}', [b'"args": null', b'"args": []', b'"args": {}']),
+    (rb'\}, *\n *\{', [b"},\n{", b"}, ,{", b"}{", b"},\n 5, {", b"},\n[], {"]),
+]
+
+
+def _mutate(text: bytes, rng: random.Random) -> bytes:
+    pattern, replacements = rng.choice(_MUTATIONS)
+    found = list(re.finditer(pattern, text))
+    if not found:
+        return text
+    for _ in range(rng.choice([1, 1, 3])):
+        m = rng.choice(found)
+        text = text[: m.start()] + rng.choice(replacements) + text[m.end() :]
+        found = [f for f in re.finditer(pattern, text)] or found
+        if not found:
+            break
+    if rng.random() < 0.15:
+        text = text[: rng.randrange(len(text) // 2, len(text))]
+    return text
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_mutated_real_traces_read_the_same_on_both_paths(
+    seed: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rng = random.Random(seed)
+    texts = {p: _text(p) for p in KINETO}
+    scanned_any = declined_any = 0
+    for i in range(40):
+        src = rng.choice(KINETO)
+        text = _mutate(texts[src], rng)
+        path = tmp_path / f"m{i}.json"
+        path.write_bytes(text)
+        is_array = text.lstrip()[:1] == b"["
+        if _scan(text, is_array)[0] is None:
+            declined_any += 1
+        else:
+            scanned_any += 1
+        _assert_same(*_both(path, monkeypatch), f"seed {seed} case {i} from {src.name}")
+    assert scanned_any and declined_any  # both sides of the rule were exercised
+
+
+def test_declines_what_it_does_not_read_exactly() -> None:
+    """One rule each: the scanner answers None and leaves the document to msgspec."""
+    ok = b'[{"ph": "X", "name": "a", "ts": 1, "dur": 2, "pid": 1, "tid": 1}]'
+    assert _scan(ok, True)[0] is not None
+    for bad in (
+        ok.replace(b'"ts": 1', b'"ts": 9007199254740993'),  # past 2**53 us: float64 rounds it
+        # ns digits past 2**43 us (the exact re-read) with a time of more decimals in the same document
+        ok.replace(b'"ts": 1,', b'"ts": 1661203462598738.25,').replace(b'"dur": 2', b'"dur": 0.0001'),
+        ok.replace(b'"ph": "X"', b'"ph": "Q"'),
+        ok.replace(b'"pid": 1', b'"pid": 1.5'),
+        ok.replace(b'"name": "a"', b'"name": "\\ud800"'),
+        ok.replace(b'"name": "a"', b'"name": "a", "name": "b"'),
+        ok.replace(b"}]", b"}"),  # truncated
+        ok + b"x",
+    ):
+        fed, scanner = _scan(bad, True)
+        assert fed is None, bad
+        assert scanner.take().table.height == 0  # a declined document leaves no rows
+
+
+def test_times_with_more_decimals_as_float64_reads_them() -> None:
+    """JAX writes relative µs like 20.841000000000001: read as the msgspec path's float64 arithmetic."""
+    doc = b'[{"ph": "X", "name": "a", "ts": 20.841000000000001, "dur": 1e3}, {"ph": "X", "name": "b", "ts": -0.0005}]'
+    fed, scanner = _scan(doc, True)
+    assert fed is not None
+    columns = scanner.take()
+    rows = columns.typed(columns.table, ["ts", "dur"])
+    assert rows["ts"].to_list() == [20841, 0] and rows["dur"].to_list() == [1_000_000, None]
+
+
+def test_reads_the_columns_it_promises() -> None:
+    doc = (
+        b'{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "n\\u00e9\\n", "ts": 1.5, "dur": 0.25, "pid": "Spans",'
+        b' "tid": "t", "args": {"device": 3, "stream": 7, "Input Dims": [[1, 2], []], "step_num": 12,'
+        b' "External id": -4}}, {"ph": "M", "name": "process_name", "pid": 5, "args": {"name": "gpu"}},'
+        b' {"ph": "f", "id": 1}], "distributedInfo": {"rank": 3}}'
+    )
+    fed, scanner = _scan(doc, False)
+    assert fed is not None
+    assert (fed.n_events, fed.kept, fed.skipped) == (3, 1, {"flow": 1})
+    assert fed.top == {"distributedInfo": {"rank": 3}}
+    columns = scanner.take()
+    fields = ("ph", "name", "ts", "dur", "pid", "pid_str", "tid", "device", "stream", "step_num", "external_id",
+              "input_dims", "label")
+    rows = columns.typed(columns.table, fields)
+    row = rows.row(0, named=True)
+    assert (row["ph"], row["name"], row["ts"], row["dur"]) == ("X", "n\u00e9\n", 1500, 250)
+    assert (row["pid"], row["pid_str"], row["tid"]) == (None, "Spans", None)
+    assert (row["device"], row["stream"], row["step_num"], row["external_id"]) == (3, 7, "12", -4)
+    assert rows["input_dims"].to_list() == [b"[[1, 2], []]", None]
+    assert rows.row(1, named=True)["label"] == "gpu"
+
+
+def test_a_top_level_value_msgspec_refuses_declines_the_document() -> None:
+    """Valid JSON that msgspec will not decode (a number out of float range) goes to the msgspec path,
+    which reports it; the scanner keeps none of that document's rows."""
+    scanner = native.Scanner()
+    assert scanner.feed(b'[{"ph": "X", "name": "a", "ts": 1, "dur": 1}]', True) is not None
+    assert scanner.feed(b'{"traceEvents": [{"ph": "X", "name": "b"}], "metadata": 1e400}', False) is None
+    assert scanner.pieces == 1
+    columns = scanner.take()
+    assert columns.typed(columns.table, ["name"])["name"].to_list() == ["a"]
+
+
+def test_a_declined_piece_between_scanned_ones(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One event the scanner leaves to msgspec, mid-file: the pieces before and after are scanned and
+    the table is still the msgspec path's, in file order."""
+    text = _text(FIXTURES / "kineto/hta_a100_nccl_rank0.json.gz")
+    pids = list(re.finditer(rb'"pid": [0-9]+', text))
+    middle = pids[len(pids) // 2]
+    path = tmp_path / "mixed.json"
+    path.write_bytes(text[: middle.start()] + b'"pid": 1.5' + text[middle.end() :])
+    monkeypatch.setattr(chrome, "CHUNK_BYTES", 20_000)
+    outcomes = []
+    feed = native.Scanner.feed
+
+    def spy(self: native.Scanner, *args: object) -> native.Fed | None:
+        fed = feed(self, *args)
+        outcomes.append(fed is not None)
+        return fed
+
+    monkeypatch.setattr(native.Scanner, "feed", spy)
+    scanned = _read(path)
+    assert outcomes.count(False) == 1 and outcomes.count(True) > 10
+    with monkeypatch.context() as m:
+        m.setattr(native, "_chromescan", None)
+        decoded = _read(path)
+    _assert_same(scanned, decoded, "mixed")
+
+
+_VALUES = [None, True, 0, -1, 2**63 - 1, -(2**63) + 1, 12.125, 0.5, "", "x", "\u00e9\u4e2d\U0001f600",
+           'a"b\\c\n\t\u0000', [], {}, [[1, 2]], {"a": [1, {"b": None}]}, "12", "-0"]
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_events_with_values_of_every_json_type_read_the_same(
+    seed: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Valid JSON, real events, a few fields (and args) set to values of other types, escaped or not:
+    where the scanner reads a document it must read it as msgspec does, and it must read some."""
+    rng = random.Random(seed)
+    events = orjson.loads(_text(FIXTURES / "kineto/hta_a100_nccl_rank0.json.gz"))["traceEvents"]
+    keys = ["ph", "name", "cat", "ts", "dur", "pid", "tid", "args"]
+    arg_keys = ["External id", "device", "stream", "Input Dims", "name", "step_num", "Seq", "bytes", "dtype"]
+    scanned = 0
+    for i in range(25):
+        sample = [dict(e) for e in rng.sample(events, 150)]
+        for e in rng.sample(sample, rng.randint(0, 2)):
+            e[rng.choice(keys)] = rng.choice([*_VALUES, rng.choice("XBEMifsC")])
+            if isinstance(e.get("args"), dict):
+                e["args"] = {**e["args"], rng.choice(arg_keys): rng.choice(_VALUES)}
+        doc = {"traceEvents": sample, "distributedInfo": {"rank": 0}}
+        text = json.dumps(doc, ensure_ascii=rng.random() < 0.5, indent=rng.choice([None, 2])).encode()
+        scanned += _scan(text, False)[0] is not None
+        path = tmp_path / f"v{i}.json"
+        path.write_bytes(text)
+        _assert_same(*_both(path, monkeypatch), f"seed {seed} doc {i}")
+    assert scanned >= 5
