@@ -162,6 +162,7 @@ typedef struct {
     Py_ssize_t top_at[5], top_len[5];
     int has_events;
     int float_times, exact_times; /* a time read the float64 way; a ts that sends the msgspec path exact */
+    int plain;                    /* plain mode: every event is a row (see parse_events) */
 } State;
 
 static const char *TOP_KEYS[5] = {"baseTimeNanoseconds", "distributedInfo", "deviceProperties", "metadata",
@@ -564,7 +565,8 @@ static int parse_event(State *st, Event *ev) {
         int rc;
         if (key_is(k, klen, "ph")) {
             rc = read_val(st, &ev->ph, A_STR);
-            if (!rc && (ev->ph.kind != V_STR || !ev->ph.quoted || ev->ph.escaped)) FAIL(st, "ph is not a plain string");
+            if (!rc && ev->ph.kind != V_NULL && (ev->ph.kind != V_STR || !ev->ph.quoted || ev->ph.escaped))
+                FAIL(st, "ph is not a plain string");
         } else if (key_is(k, klen, "name")) rc = read_val(st, &ev->name, A_STR);
         else if (key_is(k, klen, "cat")) rc = read_val(st, &ev->cat, A_STR);
         else if (key_is(k, klen, "ts")) rc = read_time(st, &ev->ts, 1);
@@ -729,7 +731,7 @@ static int emit(State *st, Event *ev, int phase) {
     Py_ssize_t r = st->n_rows;
     int err = 0;
     int64_t **c = st->cols;
-    c[C_PH][r] = phase;
+    c[C_PH][r] = str_code(st, &ev->ph, &err);
     c[C_CAT][r] = str_code(st, &ev->cat, &err);
     c[C_NAME][r] = str_code(st, &ev->name, &err);
     c[C_PID][r] = ev->pid.kind == V_INT ? ev->pid.i : NULL_INT;
@@ -773,6 +775,9 @@ static int emit(State *st, Event *ev, int phase) {
     return 0;
 }
 
+#define RESTART (-3) /* the document needs plain mode: read it again from the start */
+#define PH_OTHER 4  /* plain mode: an event of another phase, or none */
+
 static int parse_events(State *st) {
     if (++st->depth > MAX_DEPTH) FAIL(st, "nested too deeply");
     st->p++;
@@ -783,9 +788,11 @@ static int parse_events(State *st) {
         if (st->p >= st->end || *st->p != '{') FAIL(st, "an event that is not an object");
         if (parse_event(st, &ev)) return -1;
         st->n_events++;
-        if (ev.ph.kind != V_STR) FAIL(st, "an event without ph");
-        int phase = phase_code(ev.ph.s, ev.ph.len);
-        if (phase == -100) FAIL(st, "an unknown phase");
+        /* msgspec's tagged union fails on a missing or unknown ph, and the whole document is then
+         * decoded with plain structs: every event with fields, its phase a string column */
+        int phase = ev.ph.kind == V_STR ? phase_code(ev.ph.s, ev.ph.len) : -100;
+        if (phase == -100 && !st->plain) return RESTART;
+        if (st->plain && (phase < 0 || phase > 3)) phase = PH_OTHER;
         if (phase < 0) {
             st->reasons[-1 - phase]++;
             st->last_event_row = -1;
@@ -912,7 +919,7 @@ fail:
 /* Whether the document's last event is an M row named `marker`; if so it is removed. */
 static int drop_marker(State *st, PyObject *marker, Py_ssize_t rows_before) {
     Py_ssize_t r = st->last_event_row;
-    if (r < rows_before || r != st->n_rows - 1 || st->cols[C_PH][r] != 3 || st->cols[C_NAME][r] < 0) return 0;
+    if (r < rows_before || r != st->n_rows - 1 || st->cols[C_ORDER][r] != -1 || st->cols[C_NAME][r] < 0) return 0;
     PyObject *name = PyList_GET_ITEM(st->strings, st->cols[C_NAME][r]);
     int same = PyObject_RichCompareBool(name, marker, Py_EQ);
     if (same == 1) {
@@ -920,6 +927,21 @@ static int drop_marker(State *st, PyObject *marker, Py_ssize_t rows_before) {
         st->n_events--;
     }
     return same;
+}
+
+/* Per-document state, at the start of `view`. */
+static void start_doc(State *st, Py_buffer *view) {
+    st->base = st->p = (const unsigned char *)view->buf;
+    st->end = st->base + view->len;
+    st->fail = NULL;
+    st->depth = 0;
+    st->n_events = st->n_kept = 0;
+    st->has_events = 0;
+    st->float_times = st->exact_times = 0;
+    st->last_event_row = -1;
+    memset(st->reasons, 0, sizeof(st->reasons));
+    memset(st->top_at, 0, sizeof(st->top_at));
+    memset(st->top_len, 0, sizeof(st->top_len));
 }
 
 static PyObject *Scanner_feed(Scanner *self, PyObject *args) {
@@ -930,18 +952,16 @@ static PyObject *Scanner_feed(Scanner *self, PyObject *args) {
     if (!st->strings) { PyErr_SetString(PyExc_RuntimeError, "Scanner not initialised"); return NULL; }
     if (!PyArg_ParseTuple(args, "y*p|O", &view, &is_array, &marker)) return NULL;
     Py_ssize_t rows_before = st->n_rows, raw_before = st->raw_len;
-    st->base = st->p = (const unsigned char *)view.buf;
-    st->end = st->base + view.len;
-    st->fail = NULL;
-    st->depth = 0;
-    st->n_events = st->n_kept = 0;
-    st->has_events = 0;
-    st->float_times = st->exact_times = 0;
-    st->last_event_row = -1;
-    memset(st->reasons, 0, sizeof(st->reasons));
-    memset(st->top_at, 0, sizeof(st->top_at));
-    memset(st->top_len, 0, sizeof(st->top_len));
+    st->plain = 0;
+    start_doc(st, &view);
     int rc = parse_doc(st, is_array);
+    if (rc == RESTART) {
+        st->n_rows = rows_before;
+        st->raw_len = raw_before;
+        st->plain = 1;
+        start_doc(st, &view);
+        rc = parse_doc(st, is_array);
+    }
     PyObject *res = NULL;
     int ended = 0;
     if (rc == 0 && marker != Py_None) {

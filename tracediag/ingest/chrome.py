@@ -299,7 +299,7 @@ def _add_scanned(
     """The scanner's rows as a base frame (`order` from each piece's offset) and a metadata frame,
     appended to `bases` and `metas`; their rare args go to `rare`."""
     columns = scanner.take()
-    is_meta = pl.col("ph") == 3
+    is_meta = pl.col("order") < 0
     base = ("ph", "cat", "name", "pid", "tid", "pid_str", "ts", "dur", "has_args")
     kept = columns.table.with_row_index("_row").select("_row", *base, "external_id", "correlation", "piece", "order")
     kept = columns.typed(kept.filter(~is_meta), base).with_columns(

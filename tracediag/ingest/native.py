@@ -27,8 +27,8 @@ AVAILABLE = _chromescan is not None
 
 NULL_INT = -(2**63)
 """What the scanner writes for a null integer."""
-_PHASES = pl.Series(["X", "B", "E", "M"], dtype=pl.String)
 STRING_FIELDS = (
+    "ph",
     "cat",
     "name",
     "pid_str",
@@ -110,10 +110,10 @@ class Scanner:
 
 @dataclass
 class Columns:
-    """Scanned rows before typing: every column int64 (`ph` 0-3 for X/B/E/M, `has_args` 0/1, strings
-    as indexes into `strings`, nulls as -1 or INT64_MIN, raw args as places in `raw`), plus `piece`
-    and `order` (the row's number among its document's X/B/E rows). Type only the rows and fields
-    that are needed (`typed`): most args fields matter on few rows."""
+    """Scanned rows before typing: every column int64 (`has_args` 0/1, strings (`ph` too) as indexes
+    into `strings`, nulls as -1 or INT64_MIN, raw args as places in `raw`), plus `piece` and `order`
+    (the row's number among its document's rows that are not `M` metadata; -1 on those). Type only the
+    rows and fields that are needed (`typed`): most args fields matter on few rows."""
 
     table: pl.DataFrame
     strings: pl.Series
@@ -131,9 +131,7 @@ class Columns:
         )
         columns = [self.strings.gather(codes[f]).alias(f) for f in strings]
         for f in fields:
-            if f == "ph":
-                columns.append(_PHASES.gather(rows["ph"]).alias("ph"))
-            elif f == "has_args":
+            if f == "has_args":
                 columns.append(rows["has_args"].cast(pl.Boolean))
             elif f in RAW_FIELDS:
                 columns.append(self._raw_values(rows[f"{f}_at"], rows[f"{f}_len"]).alias(f))
