@@ -472,6 +472,9 @@ def _rest(
     return events, top, piece, is_array
 
 
+_LEADING_SPACE = re.compile(rb"[ \t\r\n]*")
+
+
 class _Buffer:
     """The not yet decoded bytes of a streamed file."""
 
@@ -495,7 +498,7 @@ class _Buffer:
         if self.data.startswith(b"\xef\xbb\xbf"):
             del self.data[:3]
         while True:
-            n = len(self.data) - len(self.data.lstrip(b" \t\r\n"))
+            n = _LEADING_SPACE.match(self.data).end()
             del self.data[:n]
             self.consumed += n
             if self.data or self.eof:
