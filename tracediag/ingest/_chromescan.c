@@ -508,89 +508,106 @@ static int key_is(const unsigned char *s, Py_ssize_t len, const char *key) {
     return (size_t)len == n && !memcmp(s, key, n);
 }
 
-static int parse_args(State *st, Event *ev) {
+/* At an object's '{': 1 when it is empty (and closed), 0 when a member follows, -1 on failure. */
+static int object_open(State *st) {
     if (++st->depth > MAX_DEPTH) FAIL(st, "nested too deeply");
     st->p++;
     skip_ws(st);
-    if (st->p < st->end && *st->p == '}') { st->p++; st->depth--; return 0; }
-    while (1) {
-        const unsigned char *k; Py_ssize_t klen; int esc;
-        if (st->p >= st->end || *st->p != '"') FAIL(st, "expected a key");
-        if (scan_string(st, &k, &klen, &esc)) return -1;
-        if (esc) FAIL(st, "escaped key");
-        skip_ws(st);
-        if (st->p >= st->end || *st->p != ':') FAIL(st, "expected ':'");
-        st->p++;
-        skip_ws(st);
-        int found = -1;
-        if (klen > 0 && klen < MAX_KEY_LEN)
-            for (const signed char *a = KEYS_BY_LEN[klen]; *a >= 0; a++)
-                if (k[0] == (unsigned char)ARG_KEYS[*a].key[0] && !memcmp(k, ARG_KEYS[*a].key, (size_t)klen)) {
-                    found = *a;
-                    break;
-                }
-        if (found >= 0) {
-            if (ev->args_set & (UINT32_C(1) << found)) FAIL(st, "duplicate key");
-            ev->args_set |= UINT32_C(1) << found;
-            ev->args[found].kind = V_ABSENT;
-            if (read_val(st, &ev->args[found], ARG_KEYS[found].how)) return -1;
-        } else if (skip_value(st)) {
-            return -1;
-        }
-        skip_ws(st);
-        if (st->p >= st->end) FAIL(st, "object runs past the end");
-        if (*st->p == ',') { st->p++; skip_ws(st); continue; }
-        if (*st->p == '}') { st->p++; st->depth--; return 0; }
-        FAIL(st, "expected ',' or '}'");
+    if (st->p < st->end && *st->p == '}') { st->p++; st->depth--; return 1; }
+    return 0;
+}
+
+/* A member's key (one without escapes: an escaped key could spell a known one) and its ':'. */
+static int member_key(State *st, const unsigned char **k, Py_ssize_t *klen) {
+    int esc;
+    if (st->p >= st->end || *st->p != '"') FAIL(st, "expected a key");
+    if (scan_string(st, k, klen, &esc)) return -1;
+    if (esc) FAIL(st, "escaped key");
+    skip_ws(st);
+    if (st->p >= st->end || *st->p != ':') FAIL(st, "expected ':'");
+    st->p++;
+    skip_ws(st);
+    return 0;
+}
+
+/* After a member's value: 1 when another member follows, 0 when the object closed, -1 on failure. */
+static int member_next(State *st) {
+    skip_ws(st);
+    if (st->p >= st->end) FAIL(st, "object runs past the end");
+    if (*st->p == ',') { st->p++; skip_ws(st); return 1; }
+    if (*st->p == '}') { st->p++; st->depth--; return 0; }
+    FAIL(st, "expected ',' or '}'");
+}
+
+typedef int (*MemberFn)(State *st, const unsigned char *k, Py_ssize_t klen, void *ctx);
+
+/* An object at its '{', each member's value read by `member` (which is at the value). */
+static inline int each_member(State *st, MemberFn member, void *ctx) {
+    int empty = object_open(st);
+    if (empty) return empty < 0 ? -1 : 0;
+    int more;
+    do {
+        const unsigned char *k;
+        Py_ssize_t klen;
+        if (member_key(st, &k, &klen)) return -1;
+        int rc = member(st, k, klen, ctx);
+        if (rc) return rc;
+    } while ((more = member_next(st)) == 1);
+    return more;
+}
+
+static int args_member(State *st, const unsigned char *k, Py_ssize_t klen, void *ctx) {
+    Event *ev = ctx;
+    int found = -1;
+    if (klen > 0 && klen < MAX_KEY_LEN)
+        for (const signed char *a = KEYS_BY_LEN[klen]; *a >= 0; a++)
+            if (k[0] == (unsigned char)ARG_KEYS[*a].key[0] && !memcmp(k, ARG_KEYS[*a].key, (size_t)klen)) {
+                found = *a;
+                break;
+            }
+    if (found >= 0) {
+        if (ev->args_set & (UINT32_C(1) << found)) FAIL(st, "duplicate key");
+        ev->args_set |= UINT32_C(1) << found;
+        ev->args[found].kind = V_ABSENT;
+        if (read_val(st, &ev->args[found], ARG_KEYS[found].how)) return -1;
+    } else if (skip_value(st)) {
+        return -1;
     }
+    return 0;
+}
+
+static int event_member(State *st, const unsigned char *k, Py_ssize_t klen, void *ctx) {
+    Event *ev = ctx;
+    int rc;
+    if (key_is(k, klen, "ph")) {
+        rc = read_val(st, &ev->ph, A_STR);
+        if (!rc && ev->ph.kind != V_NULL && (ev->ph.kind != V_STR || !ev->ph.quoted || ev->ph.escaped))
+            FAIL(st, "ph is not a plain string");
+    } else if (key_is(k, klen, "name")) rc = read_val(st, &ev->name, A_STR);
+    else if (key_is(k, klen, "cat")) rc = read_val(st, &ev->cat, A_STR);
+    else if (key_is(k, klen, "ts")) rc = read_time(st, &ev->ts, 1);
+    else if (key_is(k, klen, "dur")) rc = read_time(st, &ev->dur, 0);
+    else if (key_is(k, klen, "pid")) rc = read_val(st, &ev->pid, A_INT);
+    else if (key_is(k, klen, "tid")) rc = read_val(st, &ev->tid, A_INT);
+    else if (key_is(k, klen, "args")) {
+        if (ev->has_args) FAIL(st, "duplicate key");
+        if (st->p < st->end && *st->p == '{') {
+            ev->has_args = 1;
+            rc = each_member(st, args_member, ev);
+        } else {
+            ev->has_args = 1;
+            ev->bad = 1;
+            rc = skip_value(st);
+        }
+    } else rc = skip_value(st);
+    return rc ? -1 : 0;
 }
 
 static int parse_event(State *st, Event *ev) {
     ev->ph.kind = ev->name.kind = ev->cat.kind = ev->ts.kind = ev->dur.kind = ev->pid.kind = ev->tid.kind = V_ABSENT;
     ev->has_args = ev->bad = 0;
     ev->args_set = 0;
-    if (++st->depth > MAX_DEPTH) FAIL(st, "nested too deeply");
-    st->p++;
-    skip_ws(st);
-    if (st->p < st->end && *st->p == '}') { st->p++; st->depth--; return 0; }
-    while (1) {
-        const unsigned char *k; Py_ssize_t klen; int esc;
-        if (st->p >= st->end || *st->p != '"') FAIL(st, "expected a key");
-        if (scan_string(st, &k, &klen, &esc)) return -1;
-        if (esc) FAIL(st, "escaped key");
-        skip_ws(st);
-        if (st->p >= st->end || *st->p != ':') FAIL(st, "expected ':'");
-        st->p++;
-        skip_ws(st);
-        int rc;
-        if (key_is(k, klen, "ph")) {
-            rc = read_val(st, &ev->ph, A_STR);
-            if (!rc && ev->ph.kind != V_NULL && (ev->ph.kind != V_STR || !ev->ph.quoted || ev->ph.escaped))
-                FAIL(st, "ph is not a plain string");
-        } else if (key_is(k, klen, "name")) rc = read_val(st, &ev->name, A_STR);
-        else if (key_is(k, klen, "cat")) rc = read_val(st, &ev->cat, A_STR);
-        else if (key_is(k, klen, "ts")) rc = read_time(st, &ev->ts, 1);
-        else if (key_is(k, klen, "dur")) rc = read_time(st, &ev->dur, 0);
-        else if (key_is(k, klen, "pid")) rc = read_val(st, &ev->pid, A_INT);
-        else if (key_is(k, klen, "tid")) rc = read_val(st, &ev->tid, A_INT);
-        else if (key_is(k, klen, "args")) {
-            if (ev->has_args) FAIL(st, "duplicate key");
-            if (st->p < st->end && *st->p == '{') {
-                ev->has_args = 1;
-                rc = parse_args(st, ev);
-            } else {
-                ev->has_args = 1;
-                ev->bad = 1;
-                rc = skip_value(st);
-            }
-        } else rc = skip_value(st);
-        if (rc) return -1;
-        skip_ws(st);
-        if (st->p >= st->end) FAIL(st, "event runs past the end");
-        if (*st->p == ',') { st->p++; skip_ws(st); continue; }
-        if (*st->p == '}') { st->p++; st->depth--; return 0; }
-        FAIL(st, "expected ',' or '}'");
-    }
+    return each_member(st, event_member, ev);
 }
 
 static int grow_rows(State *st) {
@@ -809,6 +826,29 @@ static int parse_events(State *st) {
     }
 }
 
+static int top_member(State *st, const unsigned char *k, Py_ssize_t klen, void *ctx) {
+    (void)ctx;
+    if (key_is(k, klen, "traceEvents")) {
+        if (st->has_events) FAIL(st, "duplicate key");
+        if (st->p >= st->end || *st->p != '[') FAIL(st, "traceEvents is not a list");
+        int rc = parse_events(st);
+        if (rc) return rc;
+        st->has_events = 1;
+        return 0;
+    }
+    int top = -1;
+    for (int t = 0; t < 5; t++)
+        if (key_is(k, klen, TOP_KEYS[t])) top = t;
+    const unsigned char *v = st->p;
+    if (skip_value(st)) return -1;
+    if (top >= 0) {
+        if (st->top_len[top]) FAIL(st, "duplicate key");
+        st->top_at[top] = v - st->base;
+        st->top_len[top] = st->p - v;
+    }
+    return 0;
+}
+
 static int parse_doc(State *st, int is_array) {
     if (st->end - st->p >= 3 && st->p[0] == 0xEF && st->p[1] == 0xBB && st->p[2] == 0xBF) FAIL(st, "byte-order mark");
     skip_ws(st);
@@ -821,43 +861,8 @@ static int parse_doc(State *st, int is_array) {
         st->has_events = 1;
     } else {
         if (*st->p != '{') FAIL(st, "not an object");
-        st->depth++;
-        st->p++;
-        skip_ws(st);
-        if (st->p < st->end && *st->p == '}') st->p++;
-        else while (1) {
-            const unsigned char *k; Py_ssize_t klen; int esc;
-            if (st->p >= st->end || *st->p != '"') FAIL(st, "expected a key");
-            if (scan_string(st, &k, &klen, &esc)) return -1;
-            if (esc) FAIL(st, "escaped key");
-            skip_ws(st);
-            if (st->p >= st->end || *st->p != ':') FAIL(st, "expected ':'");
-            st->p++;
-            skip_ws(st);
-            if (key_is(k, klen, "traceEvents")) {
-                if (st->has_events) FAIL(st, "duplicate key");
-                if (st->p >= st->end || *st->p != '[') FAIL(st, "traceEvents is not a list");
-                rc = parse_events(st);
-                if (rc) return rc;
-                st->has_events = 1;
-            } else {
-                int top = -1;
-                for (int t = 0; t < 5; t++)
-                    if (key_is(k, klen, TOP_KEYS[t])) top = t;
-                const unsigned char *v = st->p;
-                if (skip_value(st)) return -1;
-                if (top >= 0) {
-                    if (st->top_len[top]) FAIL(st, "duplicate key");
-                    st->top_at[top] = v - st->base;
-                    st->top_len[top] = st->p - v;
-                }
-            }
-            skip_ws(st);
-            if (st->p >= st->end) FAIL(st, "object runs past the end");
-            if (*st->p == ',') { st->p++; skip_ws(st); continue; }
-            if (*st->p == '}') { st->p++; break; }
-            FAIL(st, "expected ',' or '}'");
-        }
+        rc = each_member(st, top_member, NULL);
+        if (rc) return rc;
         if (!st->has_events) FAIL(st, "no traceEvents");
     }
     skip_ws(st);
