@@ -61,7 +61,6 @@ class _Args(msgspec.Struct, gc=False, frozen=True):
     concrete_inputs: msgspec.Raw = msgspec.field(default=_RAW_EMPTY, name="Concrete Inputs")
 
 
-_RAW_FIELDS = ("input_dims", "input_type", "concrete_inputs")
 
 
 _NO_ARGS = _Args()
@@ -748,7 +747,7 @@ class _RareArgs:
             columns = [pl.Series("order", [offset + r for r in local], dtype=pl.Int64)]
             for fname in fields:
                 values = map(attrgetter(fname), picked)
-                if fname in _RAW_FIELDS:
+                if fname in native.RAW_FIELDS:
                     values = (bytes(v) or None for v in values)
                 columns.append(_arg_series(fname, list(values)).alias(f"a_{fname}"))
             self.parts[i].append(pl.DataFrame(columns))
@@ -782,7 +781,7 @@ def _int_series(values: list[Any]) -> pl.Series:
 
 
 def _arg_series(fname: str, values: list[Any]) -> pl.Series:
-    if fname in _RAW_FIELDS:
+    if fname in native.RAW_FIELDS:
         return pl.Series(values, dtype=pl.Binary)
     if fname in ("coll_name", "dtype", "label", "labels", "pg_name", "step_num", "hlo_op", "hlo_module", "run_id"):
         return pl.Series([v if v is None or type(v) is str else str(v) for v in values], dtype=pl.String)
