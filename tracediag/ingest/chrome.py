@@ -61,8 +61,6 @@ class _Args(msgspec.Struct, gc=False, frozen=True):
     concrete_inputs: msgspec.Raw = msgspec.field(default=_RAW_EMPTY, name="Concrete Inputs")
 
 
-
-
 _NO_ARGS = _Args()
 """Shared by every event without `args`, so columns are read without None checks."""
 
