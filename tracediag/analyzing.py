@@ -62,8 +62,14 @@ def facts_from_tables(
     kept = complete.filter(pl.col("step").is_in(on_all.implode()))
     excluded = per_step.height - kept.height
     warnings = []
-    if partial.height:
-        warnings.append(f"{count(partial.height, 'partial step')} at the edges of the recorded window left out")
+    step = pl.col("step")
+    inner = (step > step.min().over("rank")) & (step < step.max().over("rank"))
+    no_span = spans.filter(inner & (pl.col("start").is_null() | pl.col("end").is_null())).height
+    if partial.height > no_span:
+        edge = count(partial.height - no_span, "partial step")
+        warnings.append(f"{edge} at the edges of the recorded window left out")
+    if no_span:
+        warnings.append(f"{count(no_span, 'step')} with no device activity left out (markers around host work only)")
     if unmatched:
         warnings.append(
             f"{count(unmatched, 'collective instance')} could not be matched across the traced ranks (a rank "

@@ -9,7 +9,8 @@ its last activity), so device steps partition the device timeline.
 
 A step at the edge of a rank's recorded window is *partial* and left out of the analysis when its
 marker is cut short (shorter than half the median of the rank's other steps) or, on GPU traces,
-when kernels launched in it never reached the trace (the profiler stopped before they ran).
+when kernels launched in it never reached the trace (the profiler stopped before they ran). A step
+with no span at all (on a GPU rank, one the device did nothing in, past the first) is left out too.
 """
 
 from __future__ import annotations
@@ -175,6 +176,19 @@ def step_spans(events: pl.DataFrame, markers: pl.DataFrame, *, names: pl.Series 
             .then(pl.max_horizontal("host_end", "dev_end"))
             .otherwise(pl.col("dev_end")),
         )
+        # a step the device did nothing in but whose start is known (the window's first step: the device
+        # waited for the host all along) lasts until the next step's start, so device steps still
+        # partition the timeline
+        .with_columns(
+            end=pl.when(pl.col("start").is_not_null() & pl.col("end").is_null())
+            .then(pl.coalesce(pl.col("start").shift(-1).over("rank", order_by="step"), pl.col("host_end")))
+            .otherwise(pl.col("end"))
+        )
+        # device work of nested markers out of order (a loose --step-regex): no span rather than a negative one
+        .with_columns(
+            start=pl.when(pl.col("end") < pl.col("start")).then(None).otherwise(pl.col("start")),
+            end=pl.when(pl.col("end") < pl.col("start")).then(None).otherwise(pl.col("end")),
+        )
         .with_columns(
             _dur=pl.col("host_end") - pl.col("host_start"),
             _edge=(pl.col("step") == pl.col("step").min().over("rank"))
@@ -184,12 +198,16 @@ def step_spans(events: pl.DataFrame, markers: pl.DataFrame, *, names: pl.Series 
             _others=pl.col("_dur").filter(~pl.col("_edge")).median().over("rank"),
         )
         .with_columns(
-            partial=pl.col("_edge")
-            & (
-                (pl.col("_dur") < PARTIAL_SHORT * pl.col("_others")).fill_null(False)
-                | (pl.col("lost").fill_null(0) > 0)
-                | pl.col("start").is_null()
+            partial=(
+                pl.col("_edge")
+                & (
+                    (pl.col("_dur") < PARTIAL_SHORT * pl.col("_others")).fill_null(False)
+                    | (pl.col("lost").fill_null(0) > 0)
+                )
             )
+            # no span to analyse: a step the device did nothing in (markers of a loose --step-regex)
+            | pl.col("start").is_null()
+            | pl.col("end").is_null()
         )
         .select(list(STEP_SPAN_SCHEMA))
         .sort("rank", "step")
