@@ -297,12 +297,12 @@ def _add_scanned(
     appended to `bases` and `metas`; their rare args go to `rare`."""
     columns = scanner.take()
     is_meta = pl.col("order") < 0
-    base = ("ph", "cat", "name", "pid", "tid", "pid_str", "ts", "dur", "has_args")
-    kept = columns.table.with_row_index("_row").select("_row", *base, "external_id", "correlation", "piece", "order")
-    kept = columns.typed(kept.filter(~is_meta), base).with_columns(
+    fields = ("ph", "cat", "name", "pid", "tid", "pid_str", "ts", "dur", "has_args", "external_id", "correlation")
+    kept = columns.table.with_row_index("_row").select("_row", *fields, "piece", "order")
+    kept = columns.typed(kept.filter(~is_meta), fields).with_columns(
         order=pl.lit(pl.Series(offsets, dtype=pl.Int64)).gather(pl.col("piece")) + pl.col("order"),
-        a_external_id=pl.when(pl.col("external_id") != native.NULL_INT).then(pl.col("external_id")),
-        a_correlation=pl.when(pl.col("correlation") != native.NULL_INT).then(pl.col("correlation")),
+        a_external_id="external_id",
+        a_correlation="correlation",
     )
     rare.add_scanned(kept, columns)
     bases.append(kept.select(_BASE_COLUMNS))

@@ -25,7 +25,7 @@ except ImportError:  # built without a C compiler
 AVAILABLE = _chromescan is not None
 """Whether the C scanner was built with this install."""
 
-NULL_INT = -(2**63)
+_NULL_INT = -(2**63)
 """What the scanner writes for a null integer."""
 STRING_FIELDS = (
     "ph",
@@ -135,7 +135,7 @@ class Columns:
                 columns.append(rows["has_args"].cast(pl.Boolean))
             elif f in RAW_FIELDS:
                 columns.append(self._raw_values(rows[f"{f}_at"], rows[f"{f}_len"]).alias(f))
-        ints = [pl.when(pl.col(f) != NULL_INT).then(pl.col(f)).alias(f) for f in fields if f in _INT_FIELDS]
+        ints = [pl.when(pl.col(f) != _NULL_INT).then(pl.col(f)).alias(f) for f in fields if f in _INT_FIELDS]
         return rows.with_columns(*ints, *columns)
 
     def _raw_values(self, at: pl.Series, size: pl.Series) -> pl.Series:
