@@ -163,11 +163,43 @@ def _device_timeline(events: pl.LazyFrame, spans: pl.LazyFrame, names: _Names) -
     return pl.concat([p.select("rank", "ts", "end", "cat") for p in parts])
 
 
-def device_timeline(events: pl.DataFrame, spans: pl.LazyFrame, *, names: pl.Series | None = None) -> pl.LazyFrame:
-    """The breakdown's device timeline of `events` over `spans`: (rank, ts, end, cat) with cat in
-    compute/comm/p2p/copy/step (what the what-if replay cuts into segments). `names`:
-    `derive.names.distinct_names` of `events`, when the caller has them."""
-    return _device_timeline(events.lazy(), spans, _names(events if names is None else names))
+DEVICE_CATEGORIES = ("compute", "comm", "p2p", "copy", "step", "input", "complete")
+"""The counts of `device_sweep`: ``n_<cat>`` for each."""
+
+
+def device_sweep(
+    events: pl.DataFrame, spans: pl.DataFrame, sync: pl.DataFrame | None = None, *, names: pl.Series | None = None
+) -> pl.DataFrame:
+    """Each rank's device timeline over `spans`, swept once (`intervals.sweep`) for both its readers:
+    the breakdown and the what-if replay's timeline pieces (`whatif.rank.segments`).
+
+    Counts ``n_<cat>`` of `DEVICE_CATEGORIES`: the device timeline's compute/comm/p2p/copy, ``step``
+    (every span with a start), ``input`` (data loading on the host, any thread) and ``complete``
+    (spans not partial); cut also at the start of each of `sync`'s rows (`whatif.rank.sync_ends`).
+    ``breakdown_cut``: true where a segment starts at a cut of the breakdown's own timeline (the
+    device categories and ``step``); the other cuts split its segments into pieces of equal counts.
+    `names`: `derive.names.distinct_names` of `events`, when the caller has them.
+    """
+    names = distinct_names(events) if names is None else names
+    lf, sp = events.lazy(), spans.lazy()
+    own = _device_timeline(lf, sp, _names(names))
+    parts = [
+        own.with_columns(breakdown_cut=pl.lit(True)),
+        lf.filter(pl.col("device") == -1, name_matches(names, INPUT_REGEX)).select(
+            "rank", "ts", end=_end(), cat=pl.lit("input"), breakdown_cut=pl.lit(False)
+        ),
+        sp.filter(~pl.col("partial"), pl.col("start").is_not_null()).select(
+            "rank", ts="start", end="end", cat=pl.lit("complete"), breakdown_cut=pl.lit(False)
+        ),
+    ]
+    if sync is not None:
+        # a zero-length interval of no counted category only adds a cut point to the sweep
+        parts.append(sync.lazy().select("rank", "ts", end="ts", cat=pl.lit("cut"), breakdown_cut=pl.lit(False)))
+    return (
+        sweep(pl.concat(parts), ["rank"], DEVICE_CATEGORIES, mark="breakdown_cut")
+        .filter(pl.col("n_step") > 0)  # complete spans are spans with a start
+        .collect(engine="in-memory")
+    )
 
 
 def _names(names: pl.DataFrame | pl.Series) -> _Names:
@@ -249,17 +281,26 @@ def _by_step(segments: pl.LazyFrame, spans: pl.LazyFrame, start: str) -> pl.Lazy
     )
 
 
-def breakdown(events: pl.DataFrame, spans: pl.DataFrame, *, names: pl.Series | None = None) -> pl.DataFrame:
+def breakdown(
+    events: pl.DataFrame,
+    spans: pl.DataFrame,
+    *,
+    names: pl.Series | None = None,
+    device: pl.DataFrame | None = None,
+) -> pl.DataFrame:
     """Per (rank, step) of `spans` (see `derive.steps.step_spans`): the breakdown columns, in ns.
 
     Returns ``rank, step, device, start_ns, dur_ns`` and `BREAKDOWN_COLUMNS` (Int64), one row per
     span, partial steps included (the caller drops them). `names`:
-    `derive.names.distinct_names` of `events`, when the caller has them.
+    `derive.names.distinct_names` of `events`, when the caller has them; `device`: their
+    `device_sweep`, when the caller has it.
     """
     lf, sp = events.lazy(), spans.lazy()
-    names = _names(events if names is None else names)
-    dev = sweep(_device_timeline(lf, sp, names), ["rank"], ["compute", "comm", "p2p", "copy", "step"])
-    dev = _by_step(dev, sp, "start")
+    names = distinct_names(events) if names is None else names
+    if device is None:
+        device = device_sweep(events, spans, names=names)
+    names = _names(names)
+    dev = _by_step(device.lazy(), sp, "start")
     on = pl.col("len")
     copying = pl.col("n_copy") > 0
     computing = pl.col("n_compute") > 0
@@ -278,9 +319,16 @@ def breakdown(events: pl.DataFrame, spans: pl.DataFrame, *, names: pl.Series | N
         _first_active=pl.col("ts").filter(computing | communicating | (pl.col("n_copy") > 0)).min(),
         _last_active=pl.col("end").filter(computing | communicating | (pl.col("n_copy") > 0)).max(),
     )
-    idle = _split_idle(
-        dev.filter(~computing, ~communicating, ~copying).select("rank", "step", "ts", "end", "len"), _next_work(lf, sp)
+    # the idle gaps of the breakdown's own timeline: its segments are cut into pieces at the other
+    # cuts of the sweep, which the split of a gap must not see (its launch latency is of the whole gap)
+    gaps = (
+        dev.filter(~computing, ~communicating, ~copying)
+        .with_columns(_gap=pl.col("breakdown_cut").cum_sum())
+        .group_by("rank", "_gap", maintain_order=True)
+        .agg(pl.col("step").first(), pl.col("ts").first(), pl.col("end").last())
+        .select("rank", "step", "ts", "end", len=pl.col("end") - pl.col("ts"))
     )
+    idle = _split_idle(gaps, _next_work(lf, sp))
     cpu = sp.filter(pl.col("device") < 0).select("rank").unique()
     idle_agg = (
         idle.join(cpu, on="rank", how="anti")

@@ -72,7 +72,7 @@ def _in_order(points: pl.LazyFrame, by: list[str]) -> pl.LazyFrame:
     return points.sort(*by, "t")
 
 
-def sweep(lf: pl.LazyFrame, by: Sequence[str], categories: Sequence[str]) -> pl.LazyFrame:
+def sweep(lf: pl.LazyFrame, by: Sequence[str], categories: Sequence[str], *, mark: str | None = None) -> pl.LazyFrame:
     """Cut a timeline into elementary segments and count, per category, the intervals covering each.
 
     Parameters
@@ -83,10 +83,16 @@ def sweep(lf: pl.LazyFrame, by: Sequence[str], categories: Sequence[str]) -> pl.
         Independent timelines (e.g. ``rank``).
     categories
         The categories to count; each becomes a ``n_<cat>`` column (UInt32 count >= 0).
+    mark
+        A Boolean column of `lf`: adds a column of that name, true on the segments that start at an
+        end point of a marked interval. Segments between two marked points are the pieces of one
+        segment of the sweep of the marked intervals alone (with the same counts of their categories),
+        so one sweep serves a caller that needs only those and one that needs more cuts.
 
     Returns
     -------
-    `by`, ``ts``, ``end`` (consecutive boundary points with ``end > ts``) and ``n_<cat>`` per category.
+    `by`, ``ts``, ``end`` (consecutive boundary points with ``end > ts``), ``n_<cat>`` per category
+    and `mark` if given.
 
     Examples
     --------
@@ -98,25 +104,29 @@ def sweep(lf: pl.LazyFrame, by: Sequence[str], categories: Sequence[str]) -> pl.
     deltas = [
         (pl.when(pl.col("cat") == c).then(pl.col("_d")).otherwise(0)).cast(pl.Int64).alias(f"n_{c}") for c in categories
     ]
+    marked = [] if mark is None else [pl.col(mark).cast(pl.Int64).alias("_m")]
     points = pl.concat(
         [
-            lf.select(*by, pl.col("ts").alias("t"), pl.col("cat"), pl.lit(1).alias("_d")),
-            lf.select(*by, pl.col("end").alias("t"), pl.col("cat"), pl.lit(-1).alias("_d")),
+            lf.select(*by, pl.col("ts").alias("t"), pl.col("cat"), pl.lit(1).alias("_d"), *marked),
+            lf.select(*by, pl.col("end").alias("t"), pl.col("cat"), pl.lit(-1).alias("_d"), *marked),
         ]
     )
     counts = [f"n_{c}" for c in categories]
+    # a running count of marked points: it grew since the previous run of equal (`by`, t) where one is marked
+    tally = [] if mark is None else ["_m"]
+    at_mark = [] if mark is None else [(pl.col("_m") > pl.col("_m").shift(1).fill_null(0)).alias(mark)]
     # One sort instead of a group_by per point: every interval adds +1 and -1 within its own
     # timeline, so a running sum over all timelines in order is back at 0 where each timeline starts
     # (no cum_sum per group), and the last row of each run of equal (`by`, t) holds the counts after t.
     last = pl.any_horizontal(pl.col(k).ne_missing(pl.col(k).shift(-1)) for k in [*by, "t"])
     same = pl.all_horizontal(pl.col(k).eq_missing(pl.col(k).shift(-1)) for k in by) if by else pl.lit(True)
     return (
-        _in_order(points.select(*by, "t", *deltas), by)
-        .with_columns(pl.col(c).cum_sum() for c in counts)
+        _in_order(points.select(*by, "t", *deltas, *tally), by)
+        .with_columns(pl.col(c).cum_sum() for c in [*counts, *tally])
         .filter(last)
-        .with_columns(pl.col(c).cast(pl.UInt32) for c in counts)
+        .with_columns(*(pl.col(c).cast(pl.UInt32) for c in counts), *at_mark)
         .with_columns(end=pl.when(same).then(pl.col("t").shift(-1)))
         .filter(pl.col("end").is_not_null(), pl.col("end") > pl.col("t"))
         .rename({"t": "ts"})
-        .select(*by, "ts", "end", *counts)
+        .select(*by, "ts", "end", *counts, *([] if mark is None else [mark]))
     )

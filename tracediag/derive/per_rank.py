@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from tracediag.derive.breakdown import breakdown
+from tracediag.derive.breakdown import breakdown, device_sweep
 from tracediag.derive.collectives import collective_instances
 from tracediag.derive.host import host_feed
 from tracediag.derive.kernels import kernel_steps
@@ -63,9 +63,10 @@ def rank_tables(events: pl.DataFrame, *, step_regex: str | None = None) -> dict[
     op = pl.col("coll_op").cast(pl.String)
     instances = collective_instances(stepped)
     sync = sync_ends(stepped, instances, names=names)
+    device = device_sweep(stepped, spans, sync, names=names)
     return {
         "spans": spans,
-        "breakdown": breakdown(stepped, spans, names=names),
+        "breakdown": breakdown(stepped, spans, names=names, device=device),
         "instances": instances,
         "p2p": p2p_per_step(stepped, _NO_OFFSETS),
         "p2p_edges": events.lazy()
@@ -77,6 +78,6 @@ def rank_tables(events: pl.DataFrame, *, step_regex: str | None = None) -> dict[
         "host": host_feed(stepped, spans, names=names),
         "kernels": kernel_steps(stepped, spans.group_by("rank").agg(pl.col("device").first()), names=names),
         "extents": rank_extents(events),
-        "replay_segments": segments(stepped, spans, sync, names=names),
+        "replay_segments": segments(device, spans, sync),
         "replay_sync": sync,
     }

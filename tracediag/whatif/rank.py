@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import polars as pl
 
-from tracediag.derive.breakdown import INPUT_REGEX, device_timeline
-from tracediag.derive.intervals import sweep
 from tracediag.derive.names import distinct_names, name_matches
 
 SYNC_SCHEMA: dict[str, pl.DataType] = {
@@ -175,27 +173,17 @@ def _without_lone_exposed(segs: pl.LazyFrame, sync: pl.DataFrame) -> pl.LazyFram
     )
 
 
-def segments(
-    events: pl.DataFrame, spans: pl.DataFrame, sync: pl.DataFrame, *, names: pl.Series | None = None
-) -> pl.DataFrame:
+def segments(device: pl.DataFrame, spans: pl.DataFrame, sync: pl.DataFrame) -> pl.DataFrame:
     """The rank's timeline pieces (`SEGMENT_SCHEMA`) over its complete steps (`spans`:
-    `derive.steps.step_spans`), cut at the starts of its sync ends (`sync_ends`). `names`:
-    `derive.names.distinct_names` of `events`, when the caller has them."""
-    names = distinct_names(events) if names is None else names
+    `derive.steps.step_spans`), from its device timeline swept with its sync ends as cuts (`device`:
+    `derive.breakdown.device_sweep` of `spans` and `sync`, the rank's `sync_ends`)."""
     sp = spans.lazy().filter(~pl.col("partial"), pl.col("start").is_not_null())
-    lf = events.lazy()
-    loading = lf.filter(pl.col("device") == -1, name_matches(names, INPUT_REGEX)).select(
-        "rank", "ts", end=pl.col("ts") + pl.col("dur"), cat=pl.lit("input")
-    )
-    # a zero-length interval of no counted category only adds a cut point to the sweep
-    cuts = sync.lazy().select("rank", "ts", end="ts", cat=pl.lit("cut"))
-    parts = pl.concat([device_timeline(events, sp, names=names).select("rank", "ts", "end", "cat"), loading, cuts])
     exposed = ((pl.col("n_comm") > 0) | (pl.col("n_p2p") > 0)) & (pl.col("n_compute") == 0)
     starts = sp.select("rank", "step", _s="start").sort("_s")
     at_cut = sync.lazy().select("rank", "ts").unique().with_columns(_cut=pl.lit(True))
     elementary = (
-        sweep(parts, ["rank"], ["compute", "comm", "p2p", "copy", "input", "step"])
-        .filter(pl.col("n_step") > 0)
+        device.lazy()
+        .filter(pl.col("n_complete") > 0)
         .with_columns(cat=_CATEGORY, exposed=exposed, len=pl.col("end") - pl.col("ts"))
         # the sweep's order (rank, ts) is kept throughout: sorted by ts within each rank is what
         # join_asof asks for
