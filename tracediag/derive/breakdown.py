@@ -37,7 +37,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from tracediag.derive.intervals import sweep, union_intervals
+from tracediag.derive.intervals import covered, sweep, union_intervals
 from tracediag.derive.names import distinct_names, name_matches
 from tracediag.vocab import HOST_COMM_OP as COMM_OP_REGEX
 
@@ -208,19 +208,19 @@ def _names(names: pl.DataFrame | pl.Series) -> _Names:
     return _Names(comm_op=name_matches(names, COMM_OP_REGEX), input=name_matches(names, INPUT_REGEX))
 
 
-def _host_timeline(events: pl.LazyFrame, spans: pl.LazyFrame, names: _Names) -> pl.LazyFrame:
-    """(rank, ts, end, cat) with cat in busy/input/step on each rank's host (training thread)."""
-    train = events.filter(pl.col("device") == -1).join(
-        spans.select("rank", "tid").unique(), on=["rank", "tid"], how="semi"
+def _host_agg(events: pl.LazyFrame, spans: pl.LazyFrame, names: _Names) -> pl.LazyFrame:
+    """Per (rank, step) of `spans`, on the host step span: ``host_gap_ns``, the training thread (the
+    marker thread) in no CPU operator or runtime call, and ``input_ns``, data loading on any thread."""
+    host = events.filter(pl.col("device") == -1)
+    train = host.join(spans.select("rank", "tid").unique(), on=["rank", "tid"], how="semi")
+    busy = train.filter(pl.col("kind").is_in(["cpu_op", "runtime"])).select("rank", "ts", end=_end())
+    loading = host.filter(names.input).select("rank", "ts", end=_end())
+    windows = spans.select("rank", "step", ts="host_start", end="host_end")
+    return (
+        covered(busy, windows, "rank")
+        .select("rank", "step", host_gap_ns=pl.col("end") - pl.col("ts") - pl.col("covered"))
+        .join(covered(loading, windows, "rank").select("rank", "step", input_ns="covered"), on=["rank", "step"])
     )
-    parts = [
-        train.filter(pl.col("kind").is_in(["cpu_op", "runtime"])).select("rank", "ts", end=_end(), cat=pl.lit("busy")),
-        events.filter(pl.col("device") == -1, names.input).select(
-            "rank", "ts", end=_end(), cat=pl.lit("input")
-        ),
-        spans.select("rank", ts="host_start", end="host_end", cat=pl.lit("step")),
-    ]
-    return pl.concat(parts)
 
 
 def _next_work(events: pl.LazyFrame, spans: pl.LazyFrame) -> pl.LazyFrame:
@@ -335,11 +335,7 @@ def breakdown(
         .group_by("rank", "step")
         .agg(idle_host_ns=pl.col("_host").sum(), idle_kernel_ns=pl.col("_kernel").sum())
     )
-    host = _by_step(sweep(_host_timeline(lf, sp, names), ["rank"], ["busy", "input", "step"]), sp, "host_start")
-    host_agg = host.group_by("rank", "step").agg(
-        host_gap_ns=on.filter(pl.col("n_busy") == 0).sum(),
-        input_ns=on.filter(pl.col("n_input") > 0).sum(),
-    )
+    host_agg = _host_agg(lf, sp, names)
     out = (
         sp.join(dev_agg, on=["rank", "step"], how="left")
         .join(host_agg, on=["rank", "step"], how="left")
