@@ -208,18 +208,20 @@ def _names(names: pl.DataFrame | pl.Series) -> _Names:
     return _Names(comm_op=name_matches(names, COMM_OP_REGEX), input=name_matches(names, INPUT_REGEX))
 
 
-def _host_agg(events: pl.LazyFrame, spans: pl.LazyFrame, names: _Names) -> pl.LazyFrame:
+def _host_agg(events: pl.LazyFrame, spans: pl.LazyFrame, names: _Names, ordered: bool) -> pl.LazyFrame:
     """Per (rank, step) of `spans`, on the host step span: ``host_gap_ns``, the training thread (the
-    marker thread) in no CPU operator or runtime call, and ``input_ns``, data loading on any thread."""
+    marker thread) in no CPU operator or runtime call, and ``input_ns``, data loading on any thread
+    (`ordered`: `events` are sorted by rank then ts)."""
     host = events.filter(pl.col("device") == -1)
-    train = host.join(spans.select("rank", "tid").unique(), on=["rank", "tid"], how="semi")
+    train = host.join(spans.select("rank", "tid").unique(), on=["rank", "tid"], how="semi", maintain_order="left")
     busy = train.filter(pl.col("kind").is_in(["cpu_op", "runtime"])).select("rank", "ts", end=_end())
     loading = host.filter(names.input).select("rank", "ts", end=_end())
     windows = spans.select("rank", "step", ts="host_start", end="host_end")
+    inputs = covered(loading, windows, "rank", ordered=ordered).select("rank", "step", input_ns="covered")
     return (
-        covered(busy, windows, "rank")
+        covered(busy, windows, "rank", ordered=ordered)
         .select("rank", "step", host_gap_ns=pl.col("end") - pl.col("ts") - pl.col("covered"))
-        .join(covered(loading, windows, "rank").select("rank", "step", input_ns="covered"), on=["rank", "step"])
+        .join(inputs, on=["rank", "step"])
     )
 
 
@@ -287,13 +289,15 @@ def breakdown(
     *,
     names: pl.Series | None = None,
     device: pl.DataFrame | None = None,
+    ordered: bool = False,
 ) -> pl.DataFrame:
     """Per (rank, step) of `spans` (see `derive.steps.step_spans`): the breakdown columns, in ns.
 
     Returns ``rank, step, device, start_ns, dur_ns`` and `BREAKDOWN_COLUMNS` (Int64), one row per
     span, partial steps included (the caller drops them). `names`:
     `derive.names.distinct_names` of `events`, when the caller has them; `device`: their
-    `device_sweep`, when the caller has it.
+    `device_sweep`, when the caller has it; `ordered`: `events` are sorted by rank then ts
+    (`intervals.in_time_order`), which spares a sort.
     """
     lf, sp = events.lazy(), spans.lazy()
     names = distinct_names(events) if names is None else names
@@ -335,7 +339,7 @@ def breakdown(
         .group_by("rank", "step")
         .agg(idle_host_ns=pl.col("_host").sum(), idle_kernel_ns=pl.col("_kernel").sum())
     )
-    host_agg = _host_agg(lf, sp, names)
+    host_agg = _host_agg(lf, sp, names, ordered)
     out = (
         sp.join(dev_agg, on=["rank", "step"], how="left")
         .join(host_agg, on=["rank", "step"], how="left")

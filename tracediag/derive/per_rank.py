@@ -14,6 +14,7 @@ import polars as pl
 from tracediag.derive.breakdown import breakdown, device_sweep
 from tracediag.derive.collectives import collective_instances
 from tracediag.derive.host import host_feed
+from tracediag.derive.intervals import in_time_order
 from tracediag.derive.kernels import kernel_steps
 from tracediag.derive.names import distinct_names
 from tracediag.derive.p2p import p2p_per_step
@@ -57,16 +58,17 @@ def rank_tables(events: pl.DataFrame, *, step_regex: str | None = None) -> dict[
     Raises ValueError for an invalid `step_regex`.
     """
     names = distinct_names(events)  # the name tests below each match their pattern over these
+    ordered = in_time_order(events, "rank", "ts")  # a `Run`'s are: the as-of joins need no sort of the rows
     markers = find_markers(events, step_regex=step_regex)
-    spans = step_spans(events, markers, names=names)
-    stepped = assign_steps(events, spans)
+    spans = step_spans(events, markers, names=names, ordered=ordered)
+    stepped = assign_steps(events, spans, ordered=ordered)
     op = pl.col("coll_op").cast(pl.String)
     instances = collective_instances(stepped)
     sync = sync_ends(stepped, instances, names=names)
     device = device_sweep(stepped, spans, sync, names=names)
     return {
         "spans": spans,
-        "breakdown": breakdown(stepped, spans, names=names, device=device),
+        "breakdown": breakdown(stepped, spans, names=names, device=device, ordered=ordered),
         "instances": instances,
         "p2p": p2p_per_step(stepped, _NO_OFFSETS),
         "p2p_edges": events.lazy()

@@ -83,11 +83,12 @@ def find_markers(events: pl.DataFrame, *, step_regex: str | None = None) -> pl.D
     )
 
 
-def _host_step(lf: pl.LazyFrame, markers: pl.DataFrame, ts: str = "ts") -> pl.LazyFrame:
-    """Add ``step``: the marker of the same rank whose host span contains column `ts`."""
+def _host_step(lf: pl.LazyFrame, markers: pl.DataFrame, ts: str = "ts", *, ordered: bool = False) -> pl.LazyFrame:
+    """Add ``step``: the marker of the same rank whose host span contains column `ts` (`ordered`:
+    `lf` is sorted by rank then `ts` already, as the as-of join asks)."""
     m = markers.lazy().select("rank", pl.col("host_start").alias("_ms"), "host_end", pl.col("step").alias("_step"))
     return (
-        lf.sort(ts)
+        (lf if ordered else lf.sort(ts))
         .join_asof(m.sort("_ms"), left_on=ts, right_on="_ms", by="rank", strategy="backward", check_sortedness=False)
         .with_columns(
             _step=pl.when(pl.col(ts) < pl.col("host_end")).then(pl.col("_step")).otherwise(pl.lit(None, pl.Int32))
@@ -96,28 +97,31 @@ def _host_step(lf: pl.LazyFrame, markers: pl.DataFrame, ts: str = "ts") -> pl.La
     )
 
 
-def _launch_steps(events: pl.DataFrame, markers: pl.DataFrame, names: pl.Series) -> pl.LazyFrame:
+def _launch_steps(events: pl.DataFrame, markers: pl.DataFrame, names: pl.Series, ordered: bool) -> pl.LazyFrame:
     """Per (rank, correlation) of host runtime calls: the step during which the call ran, its name
     (``_call``) and whether it launches a kernel (``_launch``, `LAUNCH_REGEX`; `names`:
-    `derive.names.distinct_names` of `events`)."""
+    `derive.names.distinct_names` of `events`; `ordered`: `events` are sorted by rank then ts)."""
     runtime = (
         events.lazy()
         .filter(pl.col("kind") == "runtime", pl.col("device") == -1, pl.col("correlation").is_not_null())
         .select("rank", "correlation", "ts", _call="name", _launch=name_matches(names, LAUNCH_REGEX))
     )
-    return _host_step(runtime, markers).select(
+    return _host_step(runtime, markers, ordered=ordered).select(
         "rank", "correlation", "_call", "_launch", pl.col("_step").alias("_launch_step")
     )
 
 
-def step_spans(events: pl.DataFrame, markers: pl.DataFrame, *, names: pl.Series | None = None) -> pl.DataFrame:
+def step_spans(
+    events: pl.DataFrame, markers: pl.DataFrame, *, names: pl.Series | None = None, ordered: bool = False
+) -> pl.DataFrame:
     """Per (rank, step): host span, the span the breakdown uses and whether the step is partial.
 
     Returns a frame with `STEP_SPAN_SCHEMA`. A rank with device activity gets the device span of the
     device that has most of it; other ranks use the host span and ``device = -1``. `names`:
-    `derive.names.distinct_names` of `events`, when the caller has them.
+    `derive.names.distinct_names` of `events`, when the caller has them; `ordered`: `events` are
+    sorted by rank then ts (`intervals.in_time_order`: a `Run`'s are), which spares a sort.
     """
-    launches = _launch_steps(events, markers, distinct_names(events) if names is None else names)
+    launches = _launch_steps(events, markers, distinct_names(events) if names is None else names, ordered)
     dev = (
         events.lazy()
         .filter(pl.col("device") >= 0, pl.col("kind") != "step")
@@ -216,16 +220,19 @@ def step_spans(events: pl.DataFrame, markers: pl.DataFrame, *, names: pl.Series 
     return out.cast(STEP_SPAN_SCHEMA)
 
 
-def assign_steps(events: pl.DataFrame, spans: pl.DataFrame) -> pl.DataFrame:
+def assign_steps(events: pl.DataFrame, spans: pl.DataFrame, *, ordered: bool = False) -> pl.DataFrame:
     """Return `events` with ``step`` filled (null outside every step).
 
     Host rows: the step whose host span contains ``ts``. Device rows: the step of their launch
     (through ``correlation``), else the device step span that contains ``ts``. Only the columns
     that decide the step take part in the joins; the event table's other columns are not copied.
+    `ordered`: `events` are sorted by rank then ts (`intervals.in_time_order`), which spares a sort.
     """
     markers = spans.select("rank", "step", "host_start", "host_end")
     lf = events.lazy().select("rank", "device", "kind", "ts", "correlation").with_row_index("_row")
-    host = _host_step(lf.filter(pl.col("device") == -1).select("_row", "rank", "kind", "ts", "correlation"), markers)
+    host = _host_step(
+        lf.filter(pl.col("device") == -1).select("_row", "rank", "kind", "ts", "correlation"), markers, ordered=ordered
+    )
     # the launch calls are host rows: their steps are the ones just found (`_launch_steps`' rows)
     launches = host.filter(pl.col("kind") == "runtime", pl.col("correlation").is_not_null()).select(
         "rank", "correlation", _launch_step="_step"
