@@ -19,11 +19,12 @@ __all__ = ["Facts", "Thresholds", "detect_all"]
 MS = 1e6
 
 
-def _closest(s, th: Thresholds) -> str:
-    """The cause whose run-level measure came nearest its threshold, as a clause (or "")."""
+def _closest(s, th: Thresholds, ratios: pl.DataFrame) -> str:
+    """The cause whose run-level measure came nearest its threshold, as a clause (or ""); `ratios`:
+    `straggler.rank_step_ratios` of `s`."""
     share = (pl.col("exposed_comm_ns") - pl.col("exposed_p2p_ns")) / pl.col("dur_ns").clip(1)
     comm = s.group_by("rank").agg(share.median())["exposed_comm_ns"].median()
-    ratio = straggler.rank_step_ratios(s, th).group_by("rank").agg(pl.col("ratio").median())["ratio"].max()
+    ratio = ratios.group_by("rank").agg(pl.col("ratio").median())["ratio"].max()
     lead = s.group_by("rank").agg((pl.col("lead_idle_ns") / pl.col("dur_ns").clip(1)).median())["lead_idle_ns"].min()
     idle = host_bound.idle_share(s) or 0.0
     near = [
@@ -43,12 +44,12 @@ def _closest(s, th: Thresholds) -> str:
     return f"; closest: {text}" if score >= 0.5 else ""
 
 
-def _healthy(facts: Facts, th: Thresholds) -> Finding:
+def _healthy(facts: Facts, th: Thresholds, ratios: pl.DataFrame | None) -> Finding:
     s = facts.steps
     ranks = tuple(sorted(s["rank"].unique().to_list())) if s.height else ()
     evidence = {}
-    if s.height:
-        ratio = straggler.rank_step_ratios(s, th)["ratio"]
+    if ratios is not None:
+        ratio = ratios["ratio"]
         evidence = {
             "step_ms_median": round(float(s["dur_ns"].median()) / MS, 3),
             "exposed_comm_share_median": round(float((s["exposed_comm_ns"] / s["dur_ns"].clip(1)).median()), 3),
@@ -59,7 +60,8 @@ def _healthy(facts: Facts, th: Thresholds) -> Finding:
     summary = (
         f"no cause found over {count(s['step'].n_unique() if s.height else 0, 'step')} on {count(len(ranks), 'rank')}: "
         "no rank computes persistently longer than its peers, exposed communication, pipeline idle, "
-        "data loading and device idle stay below their thresholds" + (_closest(s, th) if s.height else "")
+        "data loading and device idle stay below their thresholds"
+        + (_closest(s, th, ratios) if ratios is not None else "")
     )
     return Finding(
         cause="healthy", ranks=ranks, steps=(), time_lost_ns=0, confidence=1.0, summary=summary, evidence=evidence
@@ -69,7 +71,9 @@ def _healthy(facts: Facts, th: Thresholds) -> Finding:
 def detect_all(facts: Facts, *, thresholds: Thresholds | None = None) -> tuple[Finding, ...]:
     """All findings, most time lost first; a single ``healthy`` finding when no cause is found."""
     th = thresholds or Thresholds()
-    found = straggler.detect(facts, thresholds=th)
+    # read by the straggler detector and, when nothing is found, by the healthy finding: derived once
+    ratios = straggler.rank_step_ratios(facts.steps, th) if facts.steps.height else None
+    found = straggler.detect(facts, thresholds=th, ratios=ratios)
     found += pipeline.detect(facts, thresholds=th)
     persistent = tuple(
         r for f in found if f.cause == "compute_straggler" and f.evidence["kind"] == "persistent" for r in f.ranks
@@ -79,5 +83,5 @@ def detect_all(facts: Facts, *, thresholds: Thresholds | None = None) -> tuple[F
     explained = any(f.cause in ("input_bound", "pipeline_bubble") for f in found)
     found += host_bound.detect(facts, thresholds=th, explained=explained)
     if not found:
-        return (_healthy(facts, th),)
+        return (_healthy(facts, th, ratios),)
     return tuple(sorted(found, key=lambda f: (-f.time_lost_ns, f.cause)))

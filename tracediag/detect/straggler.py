@@ -121,13 +121,14 @@ def _chance(k: int, n: int, p: float) -> float:
     return sum(comb(n, i) * p**i * (1 - p) ** (n - i) for i in range(k, n + 1))
 
 
-def detect(facts: Facts, *, thresholds: Thresholds) -> list[Finding]:
-    """Findings for persistent and transient compute stragglers (one per rank)."""
+def detect(facts: Facts, *, thresholds: Thresholds, ratios: pl.DataFrame | None = None) -> list[Finding]:
+    """Findings for persistent and transient compute stragglers (one per rank); `ratios`:
+    `rank_step_ratios` of the facts' steps, when the caller has them."""
     th = thresholds
     steps = facts.steps
     if steps.select(pl.col("rank").n_unique()).item() < 2 or not steps.height:
         return []
-    r = rank_step_ratios(steps, th)
+    r = rank_step_ratios(steps, th) if ratios is None else ratios
     n_steps = r["step"].n_unique()
     n_ranks = r["rank"].n_unique()
     per_rank = r.group_by("rank").agg(
