@@ -39,6 +39,7 @@ import polars as pl
 
 from tracediag.derive.intervals import covered, sweep, union_intervals
 from tracediag.derive.names import distinct_names, name_matches
+from tracediag.derive.steps import Launches, launches
 from tracediag.vocab import HOST_COMM_OP as COMM_OP_REGEX
 
 INPUT_REGEX = r"(?i)dataloader"
@@ -225,20 +226,17 @@ def _host_agg(events: pl.LazyFrame, spans: pl.LazyFrame, names: _Names, ordered:
     )
 
 
-def _next_work(events: pl.LazyFrame, spans: pl.LazyFrame) -> pl.LazyFrame:
+def _next_work(links: pl.LazyFrame, spans: pl.LazyFrame) -> pl.LazyFrame:
     """GPU ranks: per start time of device work on the main device, the earliest return of a host
-    launch call of the work starting then (``next_ts``, ``next_launch``; launch null when the trace links none)."""
+    launch call of the work starting then (``next_ts``, ``next_launch``; launch null when the trace
+    links none). `links`: `derive.steps.Launches.links`."""
     gpu = spans.filter(pl.col("device") >= 0).select("rank", "device").unique()
     # every launch call of the work (the minimum is taken once, over the work starting at each time)
-    launches = events.filter(
-        pl.col("device") == -1, pl.col("kind") == "runtime", pl.col("correlation").is_not_null()
-    ).select("rank", "correlation", launch=pl.col("ts") + pl.col("dur"))
     return (
-        events.filter(pl.col("device") >= 0, pl.col("kind").is_in(["kernel", "comm", "memcpy", "memset"]))
+        links.filter(pl.col("kind").is_in(["kernel", "comm", "memcpy", "memset"]))
         .join(gpu, on=["rank", "device"], how="semi")
-        .join(launches, on=["rank", "correlation"], how="left")
         .group_by("rank", "ts")
-        .agg(next_launch=pl.col("launch").min())
+        .agg(next_launch=pl.col("_call_end").min())
         .select("rank", next_ts="ts", next_launch="next_launch")
         .sort("next_ts")
     )
@@ -290,6 +288,7 @@ def breakdown(
     names: pl.Series | None = None,
     device: pl.DataFrame | None = None,
     ordered: bool = False,
+    launched: Launches | None = None,
 ) -> pl.DataFrame:
     """Per (rank, step) of `spans` (see `derive.steps.step_spans`): the breakdown columns, in ns.
 
@@ -297,12 +296,14 @@ def breakdown(
     span, partial steps included (the caller drops them). `names`:
     `derive.names.distinct_names` of `events`, when the caller has them; `device`: their
     `device_sweep`, when the caller has it; `ordered`: `events` are sorted by rank then ts
-    (`intervals.in_time_order`), which spares a sort.
+    (`intervals.in_time_order`), which spares a sort; `launched`: their `derive.steps.launches`.
     """
     lf, sp = events.lazy(), spans.lazy()
     names = distinct_names(events) if names is None else names
     if device is None:
         device = device_sweep(events, spans, names=names)
+    if launched is None:
+        launched = launches(events, spans.select("rank", "step", "host_start", "host_end"), names=names)
     names = _names(names)
     dev = _by_step(device.lazy(), sp, "start")
     on = pl.col("len")
@@ -332,7 +333,7 @@ def breakdown(
         .agg(pl.col("step").first(), pl.col("ts").first(), pl.col("end").last())
         .select("rank", "step", "ts", "end", len=pl.col("end") - pl.col("ts"))
     )
-    idle = _split_idle(gaps, _next_work(lf, sp))
+    idle = _split_idle(gaps, _next_work(launched.links.lazy(), sp))
     cpu = sp.filter(pl.col("device") < 0).select("rank").unique()
     idle_agg = (
         idle.join(cpu, on="rank", how="anti")

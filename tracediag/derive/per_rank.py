@@ -18,7 +18,7 @@ from tracediag.derive.intervals import in_time_order
 from tracediag.derive.kernels import kernel_steps
 from tracediag.derive.names import distinct_names
 from tracediag.derive.p2p import p2p_per_step
-from tracediag.derive.steps import assign_steps, find_markers, step_spans
+from tracediag.derive.steps import assign_steps, find_markers, launches, step_spans
 from tracediag.sanity import rank_extents
 from tracediag.whatif.rank import segments, sync_ends
 
@@ -60,15 +60,16 @@ def rank_tables(events: pl.DataFrame, *, step_regex: str | None = None) -> dict[
     names = distinct_names(events)  # the name tests below each match their pattern over these
     ordered = in_time_order(events, "rank", "ts")  # a `Run`'s are: the as-of joins need no sort of the rows
     markers = find_markers(events, step_regex=step_regex)
-    spans = step_spans(events, markers, names=names, ordered=ordered)
-    stepped = assign_steps(events, spans, ordered=ordered)
+    launched = launches(events, markers, names=names, ordered=ordered)  # device rows to their calls, joined once
+    spans = step_spans(events, markers, names=names, ordered=ordered, launched=launched)
+    stepped = assign_steps(events, spans, ordered=ordered, launched=launched)
     op = pl.col("coll_op").cast(pl.String)
     instances = collective_instances(stepped)
     sync = sync_ends(stepped, instances, names=names)
     device = device_sweep(stepped, spans, sync, names=names)
     return {
         "spans": spans,
-        "breakdown": breakdown(stepped, spans, names=names, device=device, ordered=ordered),
+        "breakdown": breakdown(stepped, spans, names=names, device=device, ordered=ordered, launched=launched),
         "instances": instances,
         "p2p": p2p_per_step(stepped, _NO_OFFSETS),
         "p2p_edges": events.lazy()

@@ -15,6 +15,8 @@ with no span at all (on a GPU rank, one the device did nothing in, past the firs
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import polars as pl
 
 from tracediag.derive.names import distinct_names, name_matches
@@ -104,29 +106,71 @@ def _launch_steps(events: pl.DataFrame, markers: pl.DataFrame, names: pl.Series,
     runtime = (
         events.lazy()
         .filter(pl.col("kind") == "runtime", pl.col("device") == -1, pl.col("correlation").is_not_null())
-        .select("rank", "correlation", "ts", _call="name", _launch=name_matches(names, LAUNCH_REGEX))
+        .select(
+            "rank",
+            "correlation",
+            "ts",
+            _call="name",
+            _launch=name_matches(names, LAUNCH_REGEX),
+            _call_end=pl.col("ts") + pl.col("dur"),
+        )
     )
     return _host_step(runtime, markers, ordered=ordered).select(
-        "rank", "correlation", "_call", "_launch", pl.col("_step").alias("_launch_step")
+        "rank", "correlation", "_call", "_launch", "_call_end", pl.col("_step").alias("_launch_step")
     )
+
+
+@dataclass(frozen=True)
+class Launches:
+    """The host runtime calls of an event table and its device rows, each with the call that
+    launched it (`launches`): joined once, read by `step_spans`, `assign_steps` and the
+    breakdown's idle split (`derive.breakdown`)."""
+
+    calls: pl.DataFrame
+    """Per host runtime call with a ``correlation``: ``rank, correlation``, ``_call`` (its name),
+    ``_launch`` (a kernel launch, `LAUNCH_REGEX`), ``_call_end`` and ``_launch_step`` (the marker
+    whose host span holds the call)."""
+    links: pl.DataFrame
+    """The device rows (any device and kind): ``_row`` (index in the event table), ``rank, device,
+    kind, ts, dur, correlation`` and the columns of their call in `calls` (null when none)."""
+
+
+def launches(
+    events: pl.DataFrame, markers: pl.DataFrame, *, names: pl.Series | None = None, ordered: bool = False
+) -> Launches:
+    """The `Launches` of `events` over `markers` (`find_markers`). `names`:
+    `derive.names.distinct_names` of `events`, when the caller has them; `ordered`: `events` are
+    sorted by rank then ts (`intervals.in_time_order`), which spares a sort."""
+    calls = _launch_steps(events, markers, distinct_names(events) if names is None else names, ordered)
+    links = (
+        events.lazy()
+        .select("rank", "device", "kind", "ts", "dur", "correlation")
+        .with_row_index("_row")
+        .filter(pl.col("device") >= 0)
+        .join(calls, on=["rank", "correlation"], how="left")
+    )
+    return Launches(*pl.collect_all([calls, links]))
 
 
 def step_spans(
-    events: pl.DataFrame, markers: pl.DataFrame, *, names: pl.Series | None = None, ordered: bool = False
+    events: pl.DataFrame,
+    markers: pl.DataFrame,
+    *,
+    names: pl.Series | None = None,
+    ordered: bool = False,
+    launched: Launches | None = None,
 ) -> pl.DataFrame:
     """Per (rank, step): host span, the span the breakdown uses and whether the step is partial.
 
     Returns a frame with `STEP_SPAN_SCHEMA`. A rank with device activity gets the device span of the
     device that has most of it; other ranks use the host span and ``device = -1``. `names`:
     `derive.names.distinct_names` of `events`, when the caller has them; `ordered`: `events` are
-    sorted by rank then ts (`intervals.in_time_order`: a `Run`'s are), which spares a sort.
+    sorted by rank then ts (`intervals.in_time_order`: a `Run`'s are), which spares a sort;
+    `launched`: `launches` of `events` and `markers`, when the caller has them.
     """
-    launches = _launch_steps(events, markers, distinct_names(events) if names is None else names, ordered)
-    dev = (
-        events.lazy()
-        .filter(pl.col("device") >= 0, pl.col("kind") != "step")
-        .select("rank", "device", "correlation", "ts", "dur")
-    )
+    if launched is None:
+        launched = launches(events, markers, names=names, ordered=ordered)
+    dev = launched.links.lazy().filter(pl.col("kind") != "step")
     main_dev = (
         dev.group_by("rank", "device")
         .len()
@@ -137,7 +181,6 @@ def step_spans(
     dev_steps = (
         dev.join(main_dev, on="rank")
         .filter(pl.col("device") == pl.col("main_device"))
-        .join(launches, on=["rank", "correlation"], how="left")
         .pipe(_host_step, markers)
         # a device row without a launch link (JAX, Nsight without runtime rows) falls in the host step it overlaps
         .with_columns(
@@ -153,7 +196,8 @@ def step_spans(
     )
     seen = dev.select("rank", "correlation").unique()
     lost = (
-        launches.filter(pl.col("_launch"), pl.col("_launch_step").is_not_null())
+        launched.calls.lazy()
+        .filter(pl.col("_launch"), pl.col("_launch_step").is_not_null())
         .join(main_dev, on="rank")
         .join(seen, on=["rank", "correlation"], how="anti")
         .group_by("rank", pl.col("_launch_step").alias("step"))
@@ -220,31 +264,30 @@ def step_spans(
     return out.cast(STEP_SPAN_SCHEMA)
 
 
-def assign_steps(events: pl.DataFrame, spans: pl.DataFrame, *, ordered: bool = False) -> pl.DataFrame:
+def assign_steps(
+    events: pl.DataFrame, spans: pl.DataFrame, *, ordered: bool = False, launched: Launches | None = None
+) -> pl.DataFrame:
     """Return `events` with ``step`` filled (null outside every step).
 
     Host rows: the step whose host span contains ``ts``. Device rows: the step of their launch
     (through ``correlation``), else the device step span that contains ``ts``. Only the columns
     that decide the step take part in the joins; the event table's other columns are not copied.
-    `ordered`: `events` are sorted by rank then ts (`intervals.in_time_order`), which spares a sort.
+    `ordered`: `events` are sorted by rank then ts (`intervals.in_time_order`), which spares a sort;
+    `launched`: `launches` of `events` and the spans' markers, when the caller has them.
     """
     markers = spans.select("rank", "step", "host_start", "host_end")
-    lf = events.lazy().select("rank", "device", "kind", "ts", "correlation").with_row_index("_row")
-    host = _host_step(
-        lf.filter(pl.col("device") == -1).select("_row", "rank", "kind", "ts", "correlation"), markers, ordered=ordered
-    )
-    # the launch calls are host rows: their steps are the ones just found (`_launch_steps`' rows)
-    launches = host.filter(pl.col("kind") == "runtime", pl.col("correlation").is_not_null()).select(
-        "rank", "correlation", _launch_step="_step"
-    )
+    if launched is None:
+        launched = launches(events, markers, ordered=ordered)
+    lf = events.lazy().select("rank", "device", "ts").with_row_index("_row")
+    host = _host_step(lf.filter(pl.col("device") == -1).select("_row", "rank", "ts"), markers, ordered=ordered)
     dev_span = (
         spans.lazy()
         .filter(pl.col("device") >= 0, pl.col("start").is_not_null())
         .select("rank", pl.col("start").alias("_ds"), pl.col("end").alias("_de"), pl.col("step").alias("_dstep"))
     )
     device = (
-        lf.filter(pl.col("device") >= 0)
-        .join(launches, on=["rank", "correlation"], how="left")
+        launched.links.lazy()
+        .select("_row", "rank", "ts", "_launch_step")
         .sort("ts")
         .join_asof(dev_span.sort("_ds"), left_on="ts", right_on="_ds", by="rank", check_sortedness=False)
         .with_columns(
