@@ -14,7 +14,8 @@ What `detect.host_bound` reads to say *why* a device waits on its host:
   (1 = the device ran dry before each launch; a host that runs ahead keeps many queued).
 
 All from the host rows and the main device's activities already in the event table (``step`` filled
-by `derive.steps.assign_steps`); CPU-only ranks get no rows.
+by `derive.steps.assign_steps`); CPU-only ranks get no rows. A launch is a host runtime call (the
+calls `derive.steps.launches` links to the device rows).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import polars as pl
 
 from tracediag.derive.intervals import time_order
 from tracediag.derive.names import distinct_names, name_matches
+from tracediag.derive.steps import Launches, launches
 
 SYNC_REGEX = r"(?i)synchronize|^(?:cuda|hip)Memcpy(?:WithStream)?$|^cuMemcpy(?:DtoH|HtoD)?(?:_v2)?$"
 """Runtime calls that block the host until the device is done."""
@@ -48,9 +50,16 @@ HOST_SCHEMA: dict[str, pl.DataType] = {
 }
 
 
-def host_feed(events: pl.DataFrame, spans: pl.DataFrame, *, names: pl.Series | None = None) -> pl.DataFrame:
+def host_feed(
+    events: pl.DataFrame,
+    spans: pl.DataFrame,
+    *,
+    names: pl.Series | None = None,
+    launched: Launches | None = None,
+) -> pl.DataFrame:
     """Per (rank, step) of GPU ranks: `HOST_SCHEMA` (see the module docstring). `names`:
-    `derive.names.distinct_names` of `events`, when the caller has them."""
+    `derive.names.distinct_names` of `events`, when the caller has them; `launched`: their
+    `derive.steps.launches` (over the spans' markers), when the caller has them."""
     gpu = spans.filter(pl.col("device") >= 0).select("rank", "device").unique()
     if not gpu.height:
         return pl.DataFrame(schema=HOST_SCHEMA)
@@ -75,13 +84,22 @@ def host_feed(events: pl.DataFrame, spans: pl.DataFrame, *, names: pl.Series | N
         .group_by("rank", "step")
         .agg(item_n=pl.len())
     )
-    calls = runtime.filter(launch, pl.col("correlation").is_not_null()).select(
-        "rank", "correlation", lts="ts", ldur="dur"
-    )
+    if launched is None:
+        launched = launches(events, spans.select("rank", "step", "host_start", "host_end"), names=names)
+    links = launched.links
+    # the device rows' own steps, by position; their launch calls (runtime calls with a step)
+    # come joined already
+    is_launch = launch.fill_null(False) & pl.col("_launch_step").is_not_null()
     work = (
-        lf.filter(pl.col("device") >= 0, pl.col("kind").is_in(["kernel", "comm", "memcpy", "memset"]))
+        links.lazy()
+        .with_columns(step=events.get_column("step").gather(links.get_column("_row")))
+        .filter(pl.col("kind").is_in(["kernel", "comm", "memcpy", "memset"]))
         .join(gpu.lazy(), on=["rank", "device"], how="semi")
-        .join(calls, on=["rank", "correlation"], how="left")
+        .with_columns(pl.col("_call").alias("name"))
+        .with_columns(
+            lts=pl.when(is_launch).then(pl.col("_call_ts")),
+            ldur=pl.when(is_launch).then(pl.col("_call_end") - pl.col("_call_ts")),
+        )
     )
     kernels = work.filter(pl.col("kind") == "kernel", pl.col("step").is_not_null())
     kern_agg = kernels.group_by("rank", "step").agg(

@@ -78,7 +78,7 @@ def rank_tables(events: pl.DataFrame, *, step_regex: str | None = None) -> dict[
         .unique()
         .sort("rank", "coll_op", "coll_peer", nulls_last=True)
         .collect(),
-        "host": host_feed(stepped, spans, names=names),
+        "host": host_feed(stepped, spans, names=names, launched=launched),
         "kernels": kernel_steps(stepped, spans.group_by("rank").agg(pl.col("device").first()), names=names),
         "extents": rank_extents(events),
         "replay_segments": segments(device, spans, sync),

@@ -112,24 +112,25 @@ def _launch_steps(events: pl.DataFrame, markers: pl.DataFrame, names: pl.Series,
             "ts",
             _call="name",
             _launch=name_matches(names, LAUNCH_REGEX),
+            _call_ts="ts",
             _call_end=pl.col("ts") + pl.col("dur"),
         )
     )
     return _host_step(runtime, markers, ordered=ordered).select(
-        "rank", "correlation", "_call", "_launch", "_call_end", pl.col("_step").alias("_launch_step")
+        "rank", "correlation", "_call", "_launch", "_call_ts", "_call_end", pl.col("_step").alias("_launch_step")
     )
 
 
 @dataclass(frozen=True)
 class Launches:
     """The host runtime calls of an event table and its device rows, each with the call that
-    launched it (`launches`): joined once, read by `step_spans`, `assign_steps` and the
-    breakdown's idle split (`derive.breakdown`)."""
+    launched it (`launches`): joined once, read by `step_spans`, `assign_steps`, the breakdown's
+    idle split (`derive.breakdown`) and how the host feeds the device (`derive.host`)."""
 
     calls: pl.DataFrame
     """Per host runtime call with a ``correlation``: ``rank, correlation``, ``_call`` (its name),
-    ``_launch`` (a kernel launch, `LAUNCH_REGEX`), ``_call_end`` and ``_launch_step`` (the marker
-    whose host span holds the call)."""
+    ``_launch`` (a kernel launch, `LAUNCH_REGEX`), ``_call_ts``, ``_call_end`` and ``_launch_step``
+    (the marker whose host span holds the call)."""
     links: pl.DataFrame
     """The device rows (any device and kind): ``_row`` (index in the event table), ``rank, device,
     kind, ts, dur, correlation`` and the columns of their call in `calls` (null when none)."""
