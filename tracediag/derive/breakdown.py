@@ -130,8 +130,13 @@ def _in_flight(host: pl.LazyFrame, names: _Names) -> pl.LazyFrame:
     )
 
 
-def _device_timeline(events: pl.LazyFrame, spans: pl.LazyFrame, names: _Names) -> pl.LazyFrame:
-    """(rank, ts, end, cat) with cat in compute/comm/p2p/copy/step on each rank's device timeline."""
+def _device_timeline(events: pl.LazyFrame, spans: pl.DataFrame, names: _Names) -> pl.LazyFrame:
+    """(rank, ts, end, cat) with cat in compute/comm/p2p/copy/step on each rank's device timeline
+    (the parts of GPU ranks and of CPU-only ranks planned only when `spans` has such ranks)."""
+    has_gpu, has_cpu = spans.select(
+        (pl.col("device") >= 0).any().alias("gpu"), (pl.col("device") < 0).any().alias("cpu")
+    ).row(0)
+    spans = spans.lazy()
     gpu = spans.filter(pl.col("device") >= 0).select("rank", "device").unique()
     dev = events.filter(pl.col("device") >= 0).join(gpu, on=["rank", "device"], how="semi")
     dev_cat = (
@@ -149,8 +154,8 @@ def _device_timeline(events: pl.LazyFrame, spans: pl.LazyFrame, names: _Names) -
     host_comm = host.filter(
         (pl.col("kind") == "comm") | ((pl.col("kind") == "cpu_op") & (pl.col("coll_op").is_not_null() | names.comm_op))
     )
-    parts = [
-        dev.select("rank", "ts", end=_end(), cat=dev_cat).filter(pl.col("cat").is_not_null()),
+    on_gpu = [dev.select("rank", "ts", end=_end(), cat=dev_cat).filter(pl.col("cat").is_not_null())]
+    on_cpu = [
         _host_compute(host, names).with_columns(cat=pl.lit("compute")),
         host_comm.select(
             "rank",
@@ -159,6 +164,10 @@ def _device_timeline(events: pl.LazyFrame, spans: pl.LazyFrame, names: _Names) -
             cat=pl.when(pl.col("coll_op").is_in(P2P_OPS)).then(pl.lit("p2p")).otherwise(pl.lit("comm")),
         ),
         _in_flight(host, names).with_columns(cat=pl.lit("comm")),
+    ]
+    parts = [
+        *(on_gpu if has_gpu else []),
+        *(on_cpu if has_cpu else []),
         spans.filter(pl.col("start").is_not_null()).select("rank", ts="start", end="end", cat=pl.lit("step")),
     ]
     return pl.concat([p.select("rank", "ts", "end", "cat") for p in parts])
@@ -183,7 +192,7 @@ def device_sweep(
     """
     names = distinct_names(events) if names is None else names
     lf, sp = events.lazy(), spans.lazy()
-    own = _device_timeline(lf, sp, _names(names))
+    own = _device_timeline(lf, spans, _names(names))
     parts = [
         own.with_columns(breakdown_cut=pl.lit(True)),
         lf.filter(pl.col("device") == -1, name_matches(names, INPUT_REGEX)).select(

@@ -89,38 +89,45 @@ def kernel_steps(events: pl.DataFrame, devices: pl.DataFrame, *, names: pl.Serie
     """
     name = pl.col("name").cast(pl.String)
     names = distinct_names(events) if names is None else names
-    lf = (
-        events.lazy()
-        .filter(pl.col("step").is_not_null())
-        .join(devices.lazy().select("rank", "device"), on="rank", suffix="_main")
-    )
-    gpu = lf.filter(
-        pl.col("device_main") >= 0,
-        pl.col("device") == pl.col("device_main"),
-        pl.col("kind").is_in(["kernel", "comm", "memcpy", "memset"]),
-    ).with_columns(
-        category=pl.when(pl.col("kind") == "kernel")
-        .then(pl.lit("compute"))
-        .when(pl.col("kind") == "comm")
-        .then(pl.lit("communication"))
-        .otherwise(pl.lit("memory"))
-    )
-    cpu = lf.filter(
-        pl.col("device_main") < 0, pl.col("device") == -1, pl.col("kind").is_in(["cpu_op", "comm"])
-    ).with_columns(
-        category=pl.when(
-            (pl.col("kind") == "comm") | pl.col("coll_op").is_not_null() | name_matches(names, COMM_OP_REGEX)
+    lf = events.lazy().filter(pl.col("step").is_not_null())
+    main = devices.lazy().select("rank", "device")
+    # the rows of each rank's main device (GPU ranks) or of the host (CPU-only ranks), filtered
+    # before the join to the few ranks: no column of the main device on every row
+    gpu = (
+        lf.filter(pl.col("device") >= 0, pl.col("kind").is_in(["kernel", "comm", "memcpy", "memset"]))
+        .join(main.filter(pl.col("device") >= 0), on=["rank", "device"], how="semi")
+        .with_columns(
+            category=pl.when(pl.col("kind") == "kernel")
+            .then(pl.lit("compute"))
+            .when(pl.col("kind") == "comm")
+            .then(pl.lit("communication"))
+            .otherwise(pl.lit("memory"))
         )
-        .then(pl.lit("communication"))
-        .otherwise(pl.lit("compute"))
+    )
+    cpu = (
+        lf.filter(pl.col("device") == -1, pl.col("kind").is_in(["cpu_op", "comm"]))
+        .join(main.filter(pl.col("device") < 0), on="rank", how="semi")
+        .with_columns(
+            category=pl.when(
+                (pl.col("kind") == "comm") | pl.col("coll_op").is_not_null() | name_matches(names, COMM_OP_REGEX)
+            )
+            .then(pl.lit("communication"))
+            .otherwise(pl.lit("compute"))
+        )
     )
     cpu = _self_time(cpu.select("rank", "step", "tid", "ts", "dur", "name", "category"))
     # grouped on the Categorical names, made strings once per group (the two parts hold different ranks)
     keys = ("rank", "step", "name", "category")
+    has_gpu, has_cpu = devices.select(
+        (pl.col("device") >= 0).any().alias("gpu"), (pl.col("device") < 0).any().alias("cpu")
+    ).row(0)
     per_name = [
         part.group_by(*keys).agg(count=pl.len().cast(pl.Int64), total_ns=pl.col("dur").sum().cast(pl.Int64))
-        for part in (gpu, cpu)
+        for part, present in ((gpu, has_gpu), (cpu, has_cpu))
+        if present  # a part of no rank is not planned (each costs a pass over the events)
     ]
+    if not per_name:
+        return pl.DataFrame(schema=KERNEL_STEP_SCHEMA)
     return (
         pl.concat(per_name)
         .with_columns(name.alias("name"))
