@@ -153,9 +153,8 @@ def analyze(
     """
     if link_gbps is not None and not (isinstance(link_gbps, (int, float)) and 0 < link_gbps < math.inf):
         raise ValueError(f"link_gbps must be a finite number of GB/s above 0, got {link_gbps!r}")
-    if not allow_mixed:
-        check_same_run(run)
-    tables = rank_tables(run.events, step_regex=step_regex)
+    extents = None if allow_mixed else check_same_run(run)
+    tables = rank_tables(run.events, step_regex=step_regex, extents=extents)
     ranks = tuple(run.meta.ranks) or tuple(sorted(run.events["rank"].unique().to_list()))
     return analyze_tables(
         tables,

@@ -124,9 +124,16 @@ def check_problems(meta: RunMeta, problems: list[str]) -> None:
         )
 
 
-def check_same_run(run: Run) -> None:
-    """Raise `MixedRunError` (one line naming the files) when the files are not ranks of one run."""
-    check_problems(run.meta, mixed_run_problems(run))
+def check_same_run(run: Run) -> pl.DataFrame | None:
+    """Raise `MixedRunError` (one line naming the files) when the files are not ranks of one run.
+
+    Returns the `rank_extents` the check read (None for one file, where there is nothing to check),
+    so that the caller need not derive them again (`derive.per_rank.rank_tables`)."""
+    if len(run.meta.files) < 2:
+        return None
+    extents = rank_extents(run.events)
+    check_problems(run.meta, run_problems(run.meta, extents))
+    return extents
 
 
 def split_by_file(run: Run) -> list[tuple[str, Run]]:

@@ -39,7 +39,9 @@ TABLES = (
 _NO_OFFSETS = pl.DataFrame(schema={"rank": pl.Int32, "offset_ns": pl.Int64})
 
 
-def rank_tables(events: pl.DataFrame, *, step_regex: str | None = None) -> dict[str, pl.DataFrame]:
+def rank_tables(
+    events: pl.DataFrame, *, step_regex: str | None = None, extents: pl.DataFrame | None = None
+) -> dict[str, pl.DataFrame]:
     """The per-rank tables of `events` (one rank or many), on each rank's own clock.
 
     - ``spans``: `derive.steps.STEP_SPAN_SCHEMA` (empty when the rank has no step markers);
@@ -55,7 +57,8 @@ def rank_tables(events: pl.DataFrame, *, step_regex: str | None = None) -> dict[
       (`whatif.rank.segments`, `whatif.rank.sync_ends`): timeline pieces and sync ends, bounded by
       the rank's steps and sync operations.
 
-    Raises ValueError for an invalid `step_regex`.
+    `extents`: the ``extents`` table of `events`, when the caller has it (`sanity.check_same_run`
+    read it). Raises ValueError for an invalid `step_regex`.
     """
     names = distinct_names(events)  # the name tests below each match their pattern over these
     ordered = in_time_order(events, "rank", "ts")  # a `Run`'s are: the as-of joins need no sort of the rows
@@ -80,7 +83,7 @@ def rank_tables(events: pl.DataFrame, *, step_regex: str | None = None) -> dict[
         .collect(),
         "host": host_feed(stepped, spans, names=names, launched=launched),
         "kernels": kernel_steps(stepped, spans.group_by("rank").agg(pl.col("device").first()), names=names),
-        "extents": rank_extents(events),
+        "extents": rank_extents(events) if extents is None else extents,
         "replay_segments": segments(device, spans, sync),
         "replay_sync": sync,
     }
