@@ -65,9 +65,8 @@ def host_feed(
         return pl.DataFrame(schema=HOST_SCHEMA)
     lf = events.lazy()
     names = distinct_names(events) if names is None else names
-    host = lf.filter(pl.col("device") == -1, pl.col("step").is_not_null()).join(
-        gpu.lazy().select("rank"), on="rank", how="semi"
-    )
+    # the aggregates of CPU-only ranks' rows find no GPU step to join below: no filter by rank here
+    host = lf.filter(pl.col("device") == -1, pl.col("step").is_not_null())
     runtime = host.filter(pl.col("kind").is_in(["runtime", "sync"]))
     blocking = name_matches(names, SYNC_REGEX) | (
         name_matches(names, COPY_REGEX) & (pl.col("dur") >= BLOCKING_COPY_NS)
