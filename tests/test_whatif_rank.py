@@ -10,6 +10,7 @@ from polars.testing import assert_frame_equal
 
 import tracediag
 from tracediag.analyzing import derive_facts
+from tracediag.derive.intervals import in_time_order
 from tracediag.derive.per_rank import rank_tables
 from tracediag.whatif import graph_of
 
@@ -67,3 +68,15 @@ def test_every_mark_lies_on_a_local_segment_edge(run):
         .filter(pl.col("t") > pl.col("_ts"), pl.col("t") < pl.col("_end"))
     )
     assert g.marks.height > 0 and inside.height == 0
+
+
+def test_the_sorted_fast_path_gives_the_tables_of_unsorted_events(run):
+    """A `Run`'s events are sorted by rank and time, and `rank_tables` then skips its sorts of the
+    host rows (`intervals.in_time_order`); the same events in another order take the general path.
+    Every per-rank table must come out the same either way."""
+    shuffled = run.events.sample(fraction=1.0, shuffle=True, seed=7)
+    assert in_time_order(run.events, "rank", "ts") and not in_time_order(shuffled, "rank", "ts")
+    fast, general = rank_tables(run.events), rank_tables(shuffled)
+    assert fast["breakdown"].height > 0 and fast["host"].height + fast["kernels"].height > 0
+    for name, table in fast.items():
+        assert_frame_equal(table, general[name])
