@@ -162,9 +162,10 @@ def covered(lf: pl.LazyFrame, windows: pl.LazyFrame, group: str, *, ordered: boo
     `windows` with ``covered`` (Int64 ns), in no particular order.
 
     The same sum as of `sweep`'s segments covered by at least one interval, without cutting the
-    timeline: the union is merged in one pass over one sort (`time_order` keys, so one running
-    maximum of ends serves every group), and a window's coverage is the time covered before its end
-    less the time covered before its start, each read with an as-of join.
+    timeline: the union is merged in one pass over one sort (one running maximum of the ends serves
+    every group: the group is the high half of an Int128 key), and a window's coverage is the time
+    covered before its end less the time covered before its start, each read with an as-of join.
+    Times are Int64 ns within ±2**62 and the groups have no nulls (as in the event table).
 
     Examples
     --------
@@ -175,17 +176,21 @@ def covered(lf: pl.LazyFrame, windows: pl.LazyFrame, group: str, *, ordered: boo
     [6, 0]
     """
     g = pl.col(group)
-    reach = pl.col("_ke").cum_max()
+    # (group, end) as one Int128 that orders like the pair: a running maximum over all groups at once
+    base = g.cast(pl.Int128) * pl.lit(2**64, pl.Int128)
+    reach = (base + pl.col("end").cast(pl.Int128)).cum_max()
     first = g.ne_missing(g.shift(1))
     merged = (
-        lf.select(group, "ts", _k=time_order(group, "ts"), _ke=time_order(group, "end"))
-        .pipe(lambda f: f if ordered else f.sort("_k"))
+        lf.select(group, "ts", "end")
+        .pipe(lambda f: f if ordered else f.sort(group, "ts"))
         .with_columns(_reach=reach.shift(1), _last=reach.last())
+        # the reach of the intervals before, as a time of the row's group (null at a group's first
+        # row: the reach of another group is out of range)
+        .with_columns(_prev=(pl.col("_reach") - base).cast(pl.Int64, strict=False))
         # a merged interval starts where no earlier interval of its group reaches; it ends where the
-        # intervals before the next start reach (the key of an end of its group: decoded)
-        .filter(pl.col("_reach").is_null() | (pl.col("_k") > pl.col("_reach")))
-        .with_columns(_ke=pl.col("_reach").shift(-1).fill_null(pl.col("_last")))
-        .with_columns(_e=_time_of(group, "_ke"))
+        # intervals before the next start reach
+        .filter(pl.col("_prev").is_null() | (pl.col("ts") > pl.col("_prev")))
+        .with_columns(_e=(pl.col("_reach").shift(-1).fill_null(pl.col("_last")) - base).cast(pl.Int64))
         .with_columns(_len=pl.col("_e") - pl.col("ts"))
         .with_columns(_before=pl.col("_len").cum_sum() - pl.col("_len"))
         # time covered before each merged interval, within its group
@@ -201,9 +206,3 @@ def covered(lf: pl.LazyFrame, windows: pl.LazyFrame, group: str, *, ordered: boo
         .agg(covered=(pl.col("_sign") * upto).sum().cast(pl.Int64))
     )
     return w.join(ends, on="_w").drop("_w")
-
-
-def _time_of(group: str, key: str) -> pl.Expr:
-    """The time `t` of a `time_order(group, t)` key (no tiebreak), for a row of that group."""
-    g = pl.col(group).cast(pl.Int64).fill_null(-(2**32)).cast(pl.Int128) * pl.lit(2**66, pl.Int128)
-    return ((pl.col(key) - g) // 2 - pl.lit(2**63 + 1, pl.Int128)).cast(pl.Int64)
