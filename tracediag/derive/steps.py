@@ -179,13 +179,18 @@ def step_spans(
         .group_by("rank")
         .agg(pl.col("device").first().alias("main_device"))
     )
+    on_main = dev.join(main_dev, on="rank").filter(pl.col("device") == pl.col("main_device"))
+    cols = ("rank", "device", "ts", "dur", "_launch_step")
     dev_steps = (
-        dev.join(main_dev, on="rank")
-        .filter(pl.col("device") == pl.col("main_device"))
-        .pipe(_host_step, markers)
-        # a device row without a launch link (JAX, Nsight without runtime rows) falls in the host step it overlaps
-        .with_columns(
-            _launch_step=pl.when(pl.col("_call").is_null()).then(pl.col("_step")).otherwise(pl.col("_launch_step"))
+        pl.concat(
+            [
+                on_main.filter(pl.col("_call").is_not_null()).select(cols),
+                # a device row without a launch link (JAX, Nsight without runtime rows) falls in the
+                # host step it overlaps (only these rows need the as-of join)
+                on_main.filter(pl.col("_call").is_null())
+                .pipe(_host_step, markers)
+                .select(*cols[:-1], _launch_step="_step"),
+            ]
         )
         .filter(pl.col("_launch_step").is_not_null())
         .group_by("rank", "device", pl.col("_launch_step").alias("step"))
