@@ -291,18 +291,17 @@ def assign_steps(
         .filter(pl.col("device") >= 0, pl.col("start").is_not_null())
         .select("rank", pl.col("start").alias("_ds"), pl.col("end").alias("_de"), pl.col("step").alias("_dstep"))
     )
-    device = (
-        launched.links.lazy()
-        .select("_row", "rank", "ts", "_launch_step")
+    links = launched.links.lazy().select("_row", "rank", "ts", "_launch_step")
+    unlaunched = (  # only the rows with no launch step take the as-of join to the device spans
+        links.filter(pl.col("_launch_step").is_null())
         .sort("ts")
         .join_asof(dev_span.sort("_ds"), left_on="ts", right_on="_ds", by="rank", check_sortedness=False)
-        .with_columns(
-            _step=pl.coalesce(
-                pl.col("_launch_step"), pl.when(pl.col("ts") < pl.col("_de")).then(pl.col("_dstep"))
-            ).cast(pl.Int32)
-        )
+        .select("_row", _step=pl.when(pl.col("ts") < pl.col("_de")).then(pl.col("_dstep")).cast(pl.Int32))
     )
-    parts = pl.collect_all([host.select("_row", "_step"), device.select("_row", "_step")])
+    launched_rows = links.filter(pl.col("_launch_step").is_not_null()).select(
+        "_row", _step=pl.col("_launch_step").cast(pl.Int32)
+    )
+    parts = pl.collect_all([host.select("_row", "_step"), launched_rows, unlaunched])
     timed = events.select(((pl.col("device") == -1) | (pl.col("device") >= 0)).sum()).item()
     if sum(p.height for p in parts) == timed:
         # each row in at most one part, once: put the steps back by position (no sort of the rows);
