@@ -237,8 +237,8 @@ def decode(source: bytes | Iterable[bytes], path: str) -> Decoded:
     bases: list[pl.DataFrame] = []
     metas: list[pl.DataFrame] = []
     rare = _RareArgs()
-    n_events = n_kept = 0  # input events seen; events that reached the frame (their `order`)
-    scanner, offsets = native.Scanner(), []  # offsets: `order` of the first row of each scanned piece
+    n_events = 0  # input events seen
+    scanner = native.Scanner()  # its `next_order`: the `order` of the next row reaching the frame
     held = 0  # bytes of the documents whose rows the scanner holds
     for events, piece_top, piece, piece_is_array in _pieces(blocks, path, warnings, skipped, scanner):
         top.update({k: v for k, v in piece_top.items() if v is not None})
@@ -246,27 +246,25 @@ def decode(source: bytes | Iterable[bytes], path: str) -> Decoded:
             n_events += events.n_events
             for reason, n in events.skipped.items():
                 skipped[reason] = skipped.get(reason, 0) + n
-            offsets.append(n_kept)
-            n_kept += events.kept
             held += len(piece)
             if held >= SCANNED_BYTES:
-                _add_scanned(scanner, offsets, bases, metas, rare, skipped)
-                offsets, held = [], 0
+                _add_scanned(scanner, bases, metas, rare, skipped)
+                held = 0
             continue
-        if offsets:  # a piece the scanner declined: the rows scanned before it come first
-            _add_scanned(scanner, offsets, bases, metas, rare, skipped)
-            offsets, held = [], 0
+        if held:  # a piece the scanner declined: the rows scanned before it come first
+            _add_scanned(scanner, bases, metas, rare, skipped)
+            held = 0
         n_events += len(events)
         kept, meta = _split_metadata(_drop_counted(events, skipped))
         if meta:
             skipped["metadata"] = skipped.get("metadata", 0) + len(meta)
             metas.append(_metadata_frame(meta))
-        base, args = _piece_frame(kept, n_kept, piece, piece_is_array, warnings)
-        rare.add(base, args, n_kept)
-        n_kept += len(kept)
+        base, args = _piece_frame(kept, scanner.next_order, piece, piece_is_array, warnings)
+        rare.add(base, args, scanner.next_order)
+        scanner.next_order += len(kept)
         bases.append(base)
-    if offsets:
-        _add_scanned(scanner, offsets, bases, metas, rare, skipped)
+    if held:
+        _add_scanned(scanner, bases, metas, rare, skipped)
     frame = _contiguous(bases)
     # events dropped while decoding (cut off, or not convertible) never reached the frame
     events_in = n_events + skipped.get("malformed", 0) + skipped.get("truncated", 0)
@@ -287,29 +285,29 @@ _META_COLUMNS = ("name", "pid", "pid_str", "tid", "label", "labels")
 
 def _add_scanned(
     scanner: native.Scanner,
-    offsets: list[int],
     bases: list[pl.DataFrame],
     metas: list[pl.DataFrame],
     rare: _RareArgs,
     skipped: dict[str, int],
 ) -> None:
-    """The scanner's rows as a base frame (`order` from each piece's offset) and a metadata frame,
-    appended to `bases` and `metas`; their rare args go to `rare`."""
-    columns = scanner.take()
+    """The scanner's rows as a base frame and a metadata frame, appended to `bases` and `metas`;
+    their rare args go to `rare`. One polars call for all of them."""
+    rows = scanner.take().lazy()
     is_meta = pl.col("order") < 0
-    fields = ("ph", "cat", "name", "pid", "tid", "pid_str", "ts", "dur", "has_args", "external_id", "correlation")
-    kept = columns.table.with_row_index("_row").select("_row", *fields, "piece", "order")
-    kept = columns.typed(kept.filter(~is_meta), fields).with_columns(
-        order=pl.lit(pl.Series(offsets, dtype=pl.Int64)).gather(pl.col("piece")) + pl.col("order"),
-        a_external_id="external_id",
-        a_correlation="correlation",
+    kept = rows.filter(~is_meta)
+    base = kept.select(
+        *_BASE_COLUMNS[:-2], a_external_id=pl.col("external_id"), a_correlation=pl.col("correlation")
     )
-    rare.add_scanned(kept, columns)
-    bases.append(kept.select(_BASE_COLUMNS))
-    meta = columns.table.filter(is_meta)
+    tiers = [
+        kept.filter(mask & pl.col("has_args")).select("order", *(pl.col(f).alias(f"a_{f}") for f in fields))
+        for mask, fields in _ARG_TIERS
+    ]
+    base_frame, meta, *tier_frames = pl.collect_all([base, rows.filter(is_meta).select(_META_COLUMNS), *tiers])
+    bases.append(base_frame)
+    rare.add_frames(tier_frames)
     if meta.height:
         skipped["metadata"] = skipped.get("metadata", 0) + meta.height
-        metas.append(columns.typed(meta, _META_COLUMNS).select(_META_COLUMNS))
+        metas.append(meta)
 
 
 def _contiguous(parts: list[pl.DataFrame]) -> pl.DataFrame:
@@ -750,17 +748,10 @@ class _RareArgs:
                 columns.append(_arg_series(fname, list(values)).alias(f"a_{fname}"))
             self.parts[i].append(pl.DataFrame(columns))
 
-    def add_scanned(self, rows: pl.DataFrame, columns: native.Columns) -> None:
-        """Scanned rows: `rows` with ph/cat/name typed, `has_args`, `order` and `_row` (the row of
-        `columns.table` that holds their args)."""
-        tiers = rows.select(
-            "_row", "order", *((mask & pl.col("has_args")).alias(f"_t{i}") for i, (mask, _) in enumerate(_ARG_TIERS))
-        )
-        for i, (_, fields) in enumerate(_ARG_TIERS):
-            picked = tiers.filter(f"_t{i}")
-            stored = [c for f in fields for c in ((f"{f}_at", f"{f}_len") if f in native.RAW_FIELDS else (f,))]
-            args = columns.typed(columns.table.select(stored)[picked["_row"]], fields)
-            self.parts[i].append(args.select(picked["order"], *(pl.col(f).alias(f"a_{f}") for f in fields)))
+    def add_frames(self, frames: list[pl.DataFrame]) -> None:
+        """Scanned rows' args: one frame per tier, `order` and its `a_<field>` columns."""
+        for parts, frame in zip(self.parts, frames):
+            parts.append(frame)
 
     def frames(self) -> tuple[pl.DataFrame, ...]:
         empty = [
