@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from decimal import Decimal
 from operator import attrgetter
@@ -246,7 +247,7 @@ def decode(source: bytes | Iterable[bytes], path: str) -> Decoded:
             n_events += events.n_events
             for reason, n in events.skipped.items():
                 skipped[reason] = skipped.get(reason, 0) + n
-            held += len(piece)
+            held += events.size
             if held >= SCANNED_BYTES:
                 _add_scanned(scanner, bases, metas, rare, skipped)
                 held = 0
@@ -362,7 +363,7 @@ def _drop_counted(events: list[Any], skipped: dict[str, int]) -> list[Any]:
 
 def _pieces(
     blocks: Iterator[bytes], path: str, warnings: list[str], skipped: dict[str, int], scanner: native.Scanner
-) -> Iterator[tuple[list[_Event] | native.Fed, dict[str, Any], bytes, bool]]:
+) -> Iterator[tuple[list[_Event] | native.Fed, dict[str, Any], bytes | None, bool]]:
     """Decode a streamed file in pieces of about CHUNK_BYTES, each made a complete JSON document.
 
     Only a few pieces' bytes are held at a time. Cuts fall between two events (`}, {` after the
@@ -374,14 +375,14 @@ def _pieces(
     head's end marker must be its last event, and a middle piece that crosses the array's end is
     not valid JSON; either way the rest of the file is decoded as one document, so objects of a
     later top-level list never become events. Files that fit in two pieces, or where the events
-    cannot be located, are decoded whole. Yields (events, top-level keys, the piece's bytes,
-    whether the piece is in Array form).
+    cannot be located, are decoded whole. Yields (events, top-level keys, the piece's bytes (None
+    for a scanned piece: only the msgspec path reads them again), whether the piece is in Array form).
     """
     buf = _Buffer(blocks)
     buf.fill(2 * CHUNK_BYTES)
     buf.strip_leading()
-    is_array = buf.data[:1] == b"["
-    start = _events_start(buf.data, is_array)
+    is_array = buf.view()[:1] == b"["
+    start = _events_start(buf.view(), is_array)
     if buf.eof or start is None:
         yield _rest(buf, path, is_array, warnings, skipped, scanner, head=True)
         return
@@ -389,18 +390,19 @@ def _pieces(
     while True:
         at = start + CHUNK_BYTES
         buf.fill(at + CHUNK_BYTES)
-        m = _BOUNDARY.search(buf.data, at)
+        m = _BOUNDARY.search(buf.view(), at)
         step = CHUNK_BYTES
         while m is not None:
-            body = memoryview(buf.data)[: m.start() + 1]
             if head:
-                piece, piece_is_array = b"".join((body, _HEAD_END[is_array])), is_array
-            else:
-                piece, piece_is_array = b"".join((b"[", body, b"]")), True
-            del body
+                piece: bytes | None = b"".join((buf.view(0, m.start() + 1), _HEAD_END[is_array]))
+                fed = scanner.feed(piece, is_array, _END_NAME)
+            else:  # `[` + the events + `]`, in place
+                with buf.opened(b"[", m.start() + 1, b"]") as doc:
+                    fed = scanner.feed(doc, True)
+                    piece = None if fed is not None else bytes(doc)
+            piece_is_array = is_array if head else True
             piece_warnings: list[str] = []
             piece_skipped: dict[str, int] = {}  # counted only once the piece is accepted
-            fed = scanner.feed(piece, piece_is_array, _END_NAME if head else None)
             if fed is not None:
                 events, top = fed, fed.top
                 if head and not fed.ended:
@@ -413,7 +415,7 @@ def _pieces(
                 if "truncated" in str(e).lower():  # the cut fell inside a string or an event's args
                     step *= 2
                     buf.fill(m.end() + step + CHUNK_BYTES)
-                    m = _BOUNDARY.search(buf.data, m.end() + step)
+                    m = _BOUNDARY.search(buf.view(), m.end() + step)
                     continue
                 m = None  # the piece crosses the end of the events (or the JSON is bad): read the rest whole
                 break
@@ -455,14 +457,15 @@ def _rest(
     scanner: native.Scanner,
     *,
     head: bool,
-) -> tuple[list[_Event] | native.Fed, dict[str, Any], bytes, bool]:
+) -> tuple[list[_Event] | native.Fed, dict[str, Any], bytes | None, bool]:
     """Decode everything not yet decoded as one document (the whole file when nothing was)."""
     buf.fill(None)
-    piece = bytes(buf.data) if head else b"".join((b"[" if is_array else b'{"traceEvents":[', buf.data))
-    buf.data.clear()
-    fed = scanner.feed(piece, is_array)
+    with buf.opened(b"" if head else b"[" if is_array else b'{"traceEvents":[', buf.size, b"") as doc:
+        fed = scanner.feed(doc, is_array)
+        piece = None if fed is not None else bytes(doc)
+    buf.release()
     if fed is not None:
-        return fed, fed.top, piece, is_array
+        return fed, fed.top, None, is_array
     events, top = _decode_doc(piece, path, is_array, warnings, skipped, repair=True, whole=head)
     return events, top, piece, is_array
 
@@ -471,44 +474,93 @@ _LEADING_SPACE = re.compile(rb"[ \t\r\n]*")
 
 
 class _Buffer:
-    """The not yet decoded bytes of a streamed file."""
+    """The not yet decoded bytes of a streamed file: `buf[lo:hi]`.
+
+    Dropping bytes moves `lo`; a block is copied in after `hi`, and the held bytes move to the front
+    only when it does not fit (the buffer is replaced, never resized, when it must grow: views of it
+    stay valid). So each byte of the file is copied about once, whatever the piece size. `ROOM` bytes
+    before `lo` are free, for the prefix `opened` writes there.
+    """
+
+    ROOM = 16
 
     def __init__(self, blocks: Iterator[bytes]) -> None:
         self.blocks = blocks
-        self.data = bytearray()
+        self.buf = bytearray()
+        self.lo = self.hi = self.ROOM
         self.eof = False
-        self.consumed = 0
+
+    @property
+    def size(self) -> int:
+        return self.hi - self.lo
+
+    def view(self, start: int = 0, stop: int | None = None) -> memoryview:
+        """The held bytes from `start` to `stop` (offsets from `lo`)."""
+        return memoryview(self.buf)[self.lo + start : self.hi if stop is None else self.lo + stop]
 
     def fill(self, size: int | None) -> None:
         """Read blocks until `size` bytes are held (None: to the end of the file)."""
-        while not self.eof and (size is None or len(self.data) < size):
+        while not self.eof and (size is None or self.hi - self.lo < size):
             block = next(self.blocks, None)
             if block is None:
                 self.eof = True
-            else:
-                self.data += block
+                break
+            n = len(block)
+            if self.hi + n > len(self.buf):
+                self._make_room(n)
+            self.buf[self.hi : self.hi + n] = block
+            self.hi += n
+
+    def _make_room(self, n: int) -> None:
+        held = self.hi - self.lo
+        need = self.ROOM + held + n
+        # in place when the held bytes, moved to the front, leave room enough; else a buffer twice as large
+        target = self.buf if need * 2 <= len(self.buf) else bytearray(max(need * 2, 2 * len(self.buf)))
+        # memoryview to memoryview: a memmove where the two overlap (bytearray slice assignment memcpys)
+        memoryview(target)[self.ROOM : self.ROOM + held] = memoryview(self.buf)[self.lo : self.hi]
+        self.buf, self.lo, self.hi = target, self.ROOM, self.ROOM + held
+
+    @contextmanager
+    def opened(self, prefix: bytes, end: int, suffix: bytes) -> Iterator[memoryview]:
+        """`prefix` + the held bytes up to `end` + `suffix`, without copying them: the prefix is
+        written in the free bytes before `lo`, the suffix over the bytes at `end` (put back after)."""
+        start, stop = self.lo - len(prefix), self.lo + end
+        saved = bytes(self.buf[stop : stop + len(suffix)])
+        if len(saved) < len(suffix):  # no byte held there (the file's end): one copy
+            with memoryview(b"".join((prefix, self.view(0, end), suffix))) as doc:
+                yield doc
+            return
+        self.buf[start : self.lo] = prefix
+        self.buf[stop : stop + len(suffix)] = suffix
+        try:
+            with memoryview(self.buf)[start : stop + len(suffix)] as doc:
+                yield doc
+        finally:
+            self.buf[stop : stop + len(suffix)] = saved
+
+    def release(self) -> None:
+        """Hold nothing more."""
+        self.buf, self.lo, self.hi = bytearray(), self.ROOM, self.ROOM
 
     def strip_leading(self) -> None:
         """Drop a UTF-8 byte-order mark and the whitespace before the document."""
-        if self.data.startswith(b"\xef\xbb\xbf"):
-            del self.data[:3]
+        if self.view(0, 3) == b"\xef\xbb\xbf":
+            self.drop(3)
         while True:
-            n = _LEADING_SPACE.match(self.data).end()
-            del self.data[:n]
-            self.consumed += n
-            if self.data or self.eof:
+            self.drop(_LEADING_SPACE.match(self.view()).end())
+            if self.size or self.eof:
                 return
             self.fill(CHUNK_BYTES)
 
     def drop(self, n: int) -> None:
-        del self.data[:n]
-        self.consumed += n
+        self.lo += n
 
 
-def _events_start(data: bytes | bytearray, is_array: bool) -> int | None:
-    """Offset just after the `[` that opens the events, or None if it cannot be found."""
+def _events_start(data: memoryview, is_array: bool) -> int | None:
+    """Offset just after the `[` that opens the events (the first byte in Array form), or None if it
+    cannot be found."""
     if is_array:
-        return data.find(b"[") + 1
+        return 1
     m = _EVENTS_KEY.search(data)
     return m.end() if m else None
 

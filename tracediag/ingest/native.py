@@ -44,6 +44,8 @@ class Fed:
     """The top-level keys tracediag reads (Object form)."""
     ended: bool
     """The document's last event was the `marker` given to `feed` (and was left out)."""
+    size: int
+    """The document's bytes."""
 
 
 class Scanner:
@@ -77,7 +79,7 @@ class Scanner:
         self.pieces += 1
         self.next_order += kept
         self._last_kept = kept
-        return Fed(n_events, kept, skipped, top, ended)
+        return Fed(n_events, kept, skipped, top, ended, len(doc))
 
     def drop_last(self) -> None:
         """Forget the document `feed` accepted last."""
