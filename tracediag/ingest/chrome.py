@@ -390,14 +390,14 @@ def _pieces(
     while True:
         at = start + CHUNK_BYTES
         buf.fill(at + CHUNK_BYTES)
-        m = _BOUNDARY.search(buf.view(), at)
+        m = _boundary(buf, at)
         step = CHUNK_BYTES
         while m is not None:
             if head:
-                piece: bytes | None = b"".join((buf.view(0, m.start() + 1), _HEAD_END[is_array]))
+                piece: bytes | None = b"".join((buf.view(0, m[0] + 1), _HEAD_END[is_array]))
                 fed = scanner.feed(piece, is_array, _END_NAME)
             else:  # `[` + the events + `]`, in place
-                with buf.opened(b"[", m.start() + 1, b"]") as doc:
+                with buf.opened(b"[", m[0] + 1, b"]") as doc:
                     fed = scanner.feed(doc, True)
                     piece = None if fed is not None else bytes(doc)
             piece_is_array = is_array if head else True
@@ -414,8 +414,8 @@ def _pieces(
             except msgspec.DecodeError as e:
                 if "truncated" in str(e).lower():  # the cut fell inside a string or an event's args
                     step *= 2
-                    buf.fill(m.end() + step + CHUNK_BYTES)
-                    m = _BOUNDARY.search(buf.view(), m.end() + step)
+                    buf.fill(m[1] + step + CHUNK_BYTES)
+                    m = _boundary(buf, m[1] + step)
                     continue
                 m = None  # the piece crosses the end of the events (or the JSON is bad): read the rest whole
                 break
@@ -425,12 +425,18 @@ def _pieces(
         if m is None:
             yield _rest(buf, path, is_array, warnings, skipped, scanner, head=head)
             return
-        buf.drop(m.end() - 1)
+        buf.drop(m[1] - 1)
         warnings.extend(piece_warnings)
         for reason, n in piece_skipped.items():
             skipped[reason] = skipped.get(reason, 0) + n
         yield events, top, piece, piece_is_array
         start, head = 0, False
+
+
+def _boundary(buf: _Buffer, at: int) -> tuple[int, int] | None:
+    """(start, end) of the first cut between two events at or after `at` (offsets from `buf.lo`)."""
+    m = _BOUNDARY.search(buf.view(), at)
+    return (m.start(), m.end()) if m else None
 
 
 _END_NAME = "\x00tracediag: end of piece"
@@ -477,16 +483,15 @@ class _Buffer:
     """The not yet decoded bytes of a streamed file: `buf[lo:hi]`.
 
     Dropping bytes moves `lo`; a block is copied in after `hi`, and the held bytes move to the front
-    only when it does not fit (the buffer is replaced, never resized, when it must grow: views of it
-    stay valid). So each byte of the file is copied about once, whatever the piece size. `ROOM` bytes
-    before `lo` are free, for the prefix `opened` writes there.
+    only when it does not fit. So each byte of the file is copied about once, whatever the piece
+    size. `ROOM` bytes before `lo` are free, for the prefix `opened` writes there.
     """
 
     ROOM = 16
 
     def __init__(self, blocks: Iterator[bytes]) -> None:
         self.blocks = blocks
-        self.buf = bytearray()
+        self.buf = bytearray(self.ROOM)
         self.lo = self.hi = self.ROOM
         self.eof = False
 
@@ -506,19 +511,17 @@ class _Buffer:
                 self.eof = True
                 break
             n = len(block)
+            if self.hi + n > len(self.buf) and (self.hi - self.lo + n) * 2 <= len(self.buf):
+                # the held bytes to the front; memoryview to memoryview is a memmove (bytearray slice
+                # assignment memcpys, wrong where the two overlap)
+                memoryview(self.buf)[self.ROOM : self.ROOM + self.size] = memoryview(self.buf)[self.lo : self.hi]
+                self.lo, self.hi = self.ROOM, self.ROOM + self.size
             if self.hi + n > len(self.buf):
-                self._make_room(n)
-            self.buf[self.hi : self.hi + n] = block
+                del self.buf[self.hi :]
+                self.buf += block  # grows in place (realloc): no view of the buffer lives across `fill`
+            else:
+                self.buf[self.hi : self.hi + n] = block
             self.hi += n
-
-    def _make_room(self, n: int) -> None:
-        held = self.hi - self.lo
-        need = self.ROOM + held + n
-        # in place when the held bytes, moved to the front, leave room enough; else a buffer twice as large
-        target = self.buf if need * 2 <= len(self.buf) else bytearray(max(need * 2, 2 * len(self.buf)))
-        # memoryview to memoryview: a memmove where the two overlap (bytearray slice assignment memcpys)
-        memoryview(target)[self.ROOM : self.ROOM + held] = memoryview(self.buf)[self.lo : self.hi]
-        self.buf, self.lo, self.hi = target, self.ROOM, self.ROOM + held
 
     @contextmanager
     def opened(self, prefix: bytes, end: int, suffix: bytes) -> Iterator[memoryview]:
@@ -540,7 +543,7 @@ class _Buffer:
 
     def release(self) -> None:
         """Hold nothing more."""
-        self.buf, self.lo, self.hi = bytearray(), self.ROOM, self.ROOM
+        self.buf, self.lo, self.hi = bytearray(self.ROOM), self.ROOM, self.ROOM
 
     def strip_leading(self) -> None:
         """Drop a UTF-8 byte-order mark and the whitespace before the document."""
