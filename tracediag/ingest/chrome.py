@@ -511,7 +511,7 @@ class _Buffer:
                 self.eof = True
                 break
             n = len(block)
-            if self.hi + n > len(self.buf) and (self.hi - self.lo + n) * 2 <= len(self.buf):
+            if self.hi + n > len(self.buf) and self.ROOM + self.size + n <= len(self.buf):
                 # the held bytes to the front; memoryview to memoryview is a memmove (bytearray slice
                 # assignment memcpys, wrong where the two overlap)
                 memoryview(self.buf)[self.ROOM : self.ROOM + self.size] = memoryview(self.buf)[self.lo : self.hi]
