@@ -23,6 +23,7 @@ from polars.testing import assert_frame_equal
 from tracediag.errors import TracediagError
 from tracediag.ingest import chrome, native
 from tracediag.ingest.read import read_file
+from tracediag.ingest.sniff import map_plain
 
 SOURCES = sorted(p for p in FIXTURES.rglob("*") if p.name.endswith((".json", ".json.gz")) and "manifest" not in p.name)
 KINETO = [
@@ -97,6 +98,25 @@ def test_same_table_when_read_in_pieces(path: Path, tmp_path: Path, monkeypatch:
     scanned, decoded = _both(path, monkeypatch)
     _assert_same(scanned, decoded, path.name)
     _assert_same(scanned, whole, path.name)
+
+
+@pytest.mark.parametrize("chunk", [3000, 40_000])
+def test_a_mapped_file_reads_as_its_streamed_bytes(chunk: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A plain local file is read through a copy-on-write mapping (pieces bracketed in place, pages
+    dropped behind the cut); the same bytes streamed as blocks give the same table. The file is left
+    as it was."""
+    text = _text(KINETO[1])
+    path = tmp_path / "plain.json"
+    path.write_bytes(text)
+    assert map_plain(path) is not None and map_plain(KINETO[1]) is None  # gzipped: streamed
+    monkeypatch.setattr(chrome, "CHUNK_BYTES", chunk)
+    monkeypatch.setattr(chrome, "SCANNED_BYTES", 2 * chunk)
+    mapped = read_file(path, default_rank=0)
+    monkeypatch.setattr("tracediag.ingest.read.map_plain", lambda p: None)
+    streamed = read_file(path, default_rank=0)
+    assert_frame_equal(mapped.events, streamed.events)
+    assert mapped.meta == streamed.meta and mapped.events.height > 1000
+    assert path.read_bytes() == text
 
 
 def test_three_decimal_times_are_exact_ns(tmp_path: Path) -> None:

@@ -355,10 +355,14 @@ static int64_t digits_value(const unsigned char *s, Py_ssize_t n, int neg, int *
     uint64_t v = 0;
     *ok = 0;
     if (n > 19) return 0;
-    for (Py_ssize_t k = 0; k < n; k++) {
-        uint64_t d = (uint64_t)(s[k] - '0');
-        if (v > (UINT64_MAX - d) / 10) return 0;
-        v = v * 10 + d;
+    if (n <= 18) { /* below 10**18: no overflow to check */
+        for (Py_ssize_t k = 0; k < n; k++) v = v * 10 + (uint64_t)(s[k] - '0');
+    } else {
+        for (Py_ssize_t k = 0; k < n; k++) {
+            uint64_t d = (uint64_t)(s[k] - '0');
+            if (v > (UINT64_MAX - d) / 10) return 0;
+            v = v * 10 + d;
+        }
     }
     if (neg) {
         if (v > (uint64_t)INT64_MAX) return 0; /* INT64_MIN is the null marker */

@@ -11,10 +11,11 @@ time units, B/E pairing and the rule that every input event is a row or a counte
 
 from __future__ import annotations
 
+import mmap
 import re
 from collections import Counter
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from decimal import Decimal
 from operator import attrgetter
@@ -233,7 +234,8 @@ def decode(source: bytes | Iterable[bytes], path: str) -> Decoded:
     """
     warnings: list[str] = []
     skipped: dict[str, int] = {}
-    blocks = iter([source] if isinstance(source, (bytes, bytearray)) else source)
+    mapped = source if isinstance(source, mmap.mmap) else None
+    blocks = iter([] if mapped is not None else [source] if isinstance(source, (bytes, bytearray)) else source)
     top: dict[str, Any] = {}
     bases: list[pl.DataFrame] = []
     metas: list[pl.DataFrame] = []
@@ -241,7 +243,8 @@ def decode(source: bytes | Iterable[bytes], path: str) -> Decoded:
     n_events = 0  # input events seen
     scanner = native.Scanner()  # its `next_order`: the `order` of the next row reaching the frame
     held = 0  # bytes of the documents whose rows the scanner holds
-    for events, piece_top, piece, piece_is_array in _pieces(blocks, path, warnings, skipped, scanner):
+    buffer = _Buffer(blocks) if mapped is None else _Mapped(mapped)
+    for events, piece_top, piece, piece_is_array in _pieces(buffer, path, warnings, skipped, scanner):
         top.update({k: v for k, v in piece_top.items() if v is not None})
         if isinstance(events, native.Fed):
             n_events += events.n_events
@@ -362,7 +365,7 @@ def _drop_counted(events: list[Any], skipped: dict[str, int]) -> list[Any]:
 
 
 def _pieces(
-    blocks: Iterator[bytes], path: str, warnings: list[str], skipped: dict[str, int], scanner: native.Scanner
+    buf: _Buffer, path: str, warnings: list[str], skipped: dict[str, int], scanner: native.Scanner
 ) -> Iterator[tuple[list[_Event] | native.Fed, dict[str, Any], bytes | None, bool]]:
     """Decode a streamed file in pieces of about CHUNK_BYTES, each made a complete JSON document.
 
@@ -378,7 +381,6 @@ def _pieces(
     cannot be located, are decoded whole. Yields (events, top-level keys, the piece's bytes (None
     for a scanned piece: only the msgspec path reads them again), whether the piece is in Array form).
     """
-    buf = _Buffer(blocks)
     buf.fill(2 * CHUNK_BYTES)
     buf.strip_leading()
     is_array = buf.view()[:1] == b"["
@@ -557,6 +559,32 @@ class _Buffer:
 
     def drop(self, n: int) -> None:
         self.lo += n
+
+
+class _Mapped(_Buffer):
+    """A file mapped copy-on-write, read as a `_Buffer`: bytes are held without a copy, and the pages
+    below the cut are dropped as the pieces go (so the process never holds the whole file)."""
+
+    def __init__(self, mapped: mmap.mmap) -> None:
+        self.buf = mapped
+        self.lo = self.hi = self.dropped = 0
+        self.eof = False
+
+    def fill(self, size: int | None) -> None:
+        end = len(self.buf)
+        self.hi = end if size is None else min(end, max(self.hi, self.lo + size))
+        self.eof = self.hi == end
+
+    def drop(self, n: int) -> None:
+        self.lo += n
+        below = (self.lo - self.ROOM) // mmap.PAGESIZE * mmap.PAGESIZE  # `opened` writes just before `lo`
+        if below - self.dropped >= CHUNK_BYTES and hasattr(mmap, "MADV_DONTNEED"):
+            self.buf.madvise(mmap.MADV_DONTNEED, self.dropped, below - self.dropped)
+            self.dropped = below
+
+    def release(self) -> None:
+        with suppress(BufferError):  # a view still alive: the mapping goes with it
+            self.buf.close()
 
 
 def _events_start(data: memoryview, is_array: bool) -> int | None:
