@@ -18,6 +18,9 @@
 #include <string.h>
 #include <math.h>
 #include <stddef.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #define MAX_DEPTH 64
 #define NULL_INT INT64_MIN
@@ -257,6 +260,18 @@ static int scan_string(State *st, const unsigned char **s, Py_ssize_t *len, int 
     int esc = 0;
     *s = p;
     while (1) {
+#if defined(__SSE2__) && defined(__GNUC__)
+        /* 16 bytes at a time while none is a quote, a backslash, < 0x20 or >= 0x80 (negative as signed) */
+        while (end - p >= 16) {
+            __m128i x = _mm_loadu_si128((const __m128i *)p);
+            __m128i stop = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(x, _mm_set1_epi8('"')),
+                                                     _mm_cmpeq_epi8(x, _mm_set1_epi8('\\'))),
+                                        _mm_cmplt_epi8(x, _mm_set1_epi8(0x20)));
+            int hit = _mm_movemask_epi8(stop);
+            if (hit) { p += __builtin_ctz((unsigned)hit); goto stop; }
+            p += 16;
+        }
+#endif
         while (end - p >= 8) { /* 8 bytes at a time while none is a quote, a backslash, < 0x20 or >= 0x80 */
             uint64_t x;
             memcpy(&x, p, 8);
@@ -267,12 +282,14 @@ static int scan_string(State *st, const unsigned char **s, Py_ssize_t *len, int 
             if (hit) {
 #if defined(__GNUC__) && defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
                 p += __builtin_ctzll(hit) >> 3; /* the lowest flagged byte is a true hit (borrows only run upward) */
+                goto stop;
 #endif
                 break;
             }
             p += 8;
         }
         while (p < end && !STRING_STOP[*p]) p++;
+    stop:
         if (p >= end) FAIL(st, "string runs past the end");
         unsigned char c = *p;
         if (c == '"') break;
@@ -315,6 +332,7 @@ typedef struct {
     int is_int, neg, has_exp;
     const unsigned char *int_s, *frac_s;
     Py_ssize_t int_n, frac_n;
+    uint64_t int_v; /* the integer part's value, when int_n <= 18 (no overflow possible) */
 } Number;
 
 static int scan_number(State *st, Number *n) {
@@ -324,7 +342,11 @@ static int scan_number(State *st, Number *n) {
     if (p >= end) FAIL(st, "number runs past the end");
     n->int_s = p;
     if (*p == '0') p++;
-    else if (*p >= '1' && *p <= '9') { while (p < end && *p >= '0' && *p <= '9') p++; }
+    else if (*p >= '1' && *p <= '9') {
+        uint64_t v = 0;
+        while (p < end && *p >= '0' && *p <= '9') v = v * 10 + (uint64_t)(*p++ - '0'); /* wraps past 18 digits: unused */
+        n->int_v = v;
+    }
     else FAIL(st, "bad number");
     n->int_n = p - n->int_s;
     n->is_int = 1;
@@ -486,7 +508,8 @@ static int read_val(State *st, Val *v, int how) {
             v->quoted = 0;
             return 0;
         }
-        v->i = digits_value(n.int_s, n.int_n, n.neg, &ok);
+        if (n.int_n <= 18) { v->i = n.neg ? -(int64_t)n.int_v : (int64_t)n.int_v; ok = 1; }
+        else v->i = digits_value(n.int_s, n.int_n, n.neg, &ok);
         v->kind = ok ? V_INT : V_BAD;
         return 0;
     }
@@ -528,12 +551,11 @@ static int read_time(State *st, Val *v, int is_ts) {
     }
     const unsigned char *start = st->p;
     Number n;
-    int ok;
     double d;
     if (scan_number(st, &n)) return -1;
     if (n.int_n > 16) { v->kind = V_BAD; return 0; }
-    int64_t whole = digits_value(n.int_s, n.int_n, 0, &ok);
-    if (!ok || whole >= (INT64_C(1) << 53)) { v->kind = V_BAD; return 0; }
+    int64_t whole = (int64_t)n.int_v; /* at most 16 digits */
+    if (whole >= (INT64_C(1) << 53)) { v->kind = V_BAD; return 0; }
     if (is_ts && !n.is_int
         && (whole >= EXACT_LIMIT_US
             || (whole == EXACT_LIMIT_US - 1 && text_double(start, st->p, &d) && fabs(d) >= (double)EXACT_LIMIT_US)))
