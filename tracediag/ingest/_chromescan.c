@@ -167,6 +167,7 @@ typedef struct {
      * free them on any thread) */
     int64_t *cols[NCOLS];
     Py_ssize_t n_rows, cap_rows;
+    Py_ssize_t filled; /* rows below hold nulls in the args columns, or what `emit` wrote there */
     unsigned char *raw; /* the raw args values, copied (their documents are gone by the end) */
     Py_ssize_t raw_len, raw_cap;
     /* interned strings: their bytes in `arena`, each one's (offset, length) in `spans` */
@@ -343,8 +344,8 @@ static int scan_number(State *st, Number *n) {
     n->int_s = p;
     if (*p == '0') p++;
     else if (*p >= '1' && *p <= '9') {
-        uint64_t v = 0;
-        while (p < end && *p >= '0' && *p <= '9') v = v * 10 + (uint64_t)(*p++ - '0'); /* wraps past 18 digits: unused */
+        uint64_t v = 0; /* wraps past 18 digits: unused there */
+        while (p < end && *p >= '0' && *p <= '9') v = v * 10 + (uint64_t)(*p++ - '0');
         n->int_v = v;
     }
     else FAIL(st, "bad number");
@@ -631,12 +632,25 @@ static inline int each_member(State *st, MemberFn member, void *ctx) {
     return more;
 }
 
+/* Whether the n bytes at `a` spell `key` (n long): two 8-byte compares for the usual lengths. */
+static inline int same_key(const unsigned char *a, const char *key, Py_ssize_t n) {
+    if (n >= 8 && n <= 16) {
+        uint64_t x, y, u, v;
+        memcpy(&x, a, 8);
+        memcpy(&y, key, 8);
+        memcpy(&u, a + n - 8, 8);
+        memcpy(&v, key + n - 8, 8);
+        return x == y && u == v;
+    }
+    return !memcmp(a, key, (size_t)n);
+}
+
 static int args_member(State *st, const unsigned char *k, Py_ssize_t klen, void *ctx) {
     Event *ev = ctx;
     int found = -1;
     if (klen > 0 && klen < MAX_KEY_LEN)
         for (const signed char *a = KEYS_BY_LEN[klen]; *a >= 0; a++)
-            if (k[0] == (unsigned char)ARG_KEYS[*a].key[0] && !memcmp(k, ARG_KEYS[*a].key, (size_t)klen)) {
+            if (k[0] == (unsigned char)ARG_KEYS[*a].key[0] && same_key(k, ARG_KEYS[*a].key, klen)) {
                 found = *a;
                 break;
             }
@@ -694,6 +708,24 @@ static int reserve_rows(State *st, Py_ssize_t cap) {
     }
     st->cap_rows = cap;
     return 0;
+}
+
+/* Nulls in the args columns of the next rows (a block at a time: absent args are then never written). */
+static void fill_nulls(State *st) {
+    Py_ssize_t from = st->filled, to = from + 4096 < st->cap_rows ? from + 4096 : st->cap_rows;
+    for (int a = 0; a < N_ARG_KEYS; a++) {
+        int64_t null = ARG_KEYS[a].how == A_STR ? -1 : ARG_KEYS[a].how == A_RAW ? 0 : NULL_INT;
+        int64_t *c = st->cols[ARG_KEYS[a].col], *len = ARG_KEYS[a].how == A_RAW ? st->cols[ARG_KEYS[a].col + 1] : NULL;
+        for (Py_ssize_t r = from; r < to; r++) c[r] = null;
+        if (len) memset(len + from, 0, (size_t)(to - from) * sizeof(int64_t));
+    }
+    st->filled = to;
+}
+
+/* Back to `rows` rows: the args columns of the rows dropped get nulls again when reached. */
+static void truncate_rows(State *st, Py_ssize_t rows) {
+    st->n_rows = rows;
+    if (st->filled > rows) st->filled = rows;
 }
 
 static int grow_rows(State *st) { return reserve_rows(st, st->cap_rows ? st->cap_rows * 2 : 4096); }
@@ -852,10 +884,7 @@ static int emit(State *st, Event *ev, int phase) {
     c[C_HAS_ARGS][r] = ev->has_args;
     c[C_PID_STR][r] = ev->pid.kind == V_STR ? str_code(st, &ev->pid, &err) : -1; /* tid strings: null */
     if (err) return err == 2 ? -1 : PY_FAILED;
-    for (int a = 0; a < N_ARG_KEYS; a++) { /* absent: null */
-        c[ARG_KEYS[a].col][r] = ARG_KEYS[a].how == A_STR ? -1 : ARG_KEYS[a].how == A_RAW ? 0 : NULL_INT;
-        if (ARG_KEYS[a].how == A_RAW) c[ARG_KEYS[a].col + 1][r] = 0;
-    }
+    if (r >= st->filled) fill_nulls(st);
     for (uint32_t set = ev->args_set; set; set &= set - 1) {
         int a = ctz32(set);
         const Val *v = &ev->args[a];
@@ -1261,7 +1290,7 @@ done:
     shared_drop(raw);
     /* start afresh: the strings' indexes and the raw values' places belong to the rows just taken */
     for (int c = 0; c < NCOLS; c++) { free(st->cols[c]); st->cols[c] = NULL; }
-    st->n_rows = st->cap_rows = 0;
+    st->n_rows = st->cap_rows = st->filled = 0;
     st->raw_len = st->raw_cap = 0;
     st->arena_len = st->arena_cap = 0;
     st->n_strings = 0;
@@ -1385,7 +1414,7 @@ static int drop_marker(State *st, const char *marker, Py_ssize_t marker_len, Py_
     int64_t code = st->cols[C_NAME][r];
     if (st->spans[2 * code + 1] != marker_len || memcmp(st->arena + st->spans[2 * code], marker, (size_t)marker_len))
         return 0;
-    st->n_rows--;
+    truncate_rows(st, st->n_rows - 1);
     st->n_events--;
     return 1;
 }
@@ -1427,7 +1456,7 @@ static PyObject *Scanner_feed(Scanner *self, PyObject *args) {
     start_doc(st, &view);
     int rc = parse_doc(st, is_array);
     if (rc == RESTART) {
-        st->n_rows = rows_before;
+        truncate_rows(st, rows_before);
         st->raw_len = raw_before;
         st->plain = 1;
         start_doc(st, &view);
@@ -1447,7 +1476,7 @@ static PyObject *Scanner_feed(Scanner *self, PyObject *args) {
         res = PyUnicode_FromString(st->fail ? st->fail : "unsupported");
     }
     if (rc || !res) { /* nothing of a declined document stays (its new strings are unused, and harmless) */
-        st->n_rows = rows_before;
+        truncate_rows(st, rows_before);
         st->raw_len = raw_before;
     }
     st->base = st->p = st->end = NULL;
@@ -1458,7 +1487,7 @@ static PyObject *Scanner_feed(Scanner *self, PyObject *args) {
 static PyObject *Scanner_drop_last(Scanner *self, PyObject *noargs) {
     State *st = &self->st;
     if (st->can_drop) {
-        st->n_rows = st->last_rows;
+        truncate_rows(st, st->last_rows);
         st->raw_len = st->last_raw;
         st->can_drop = 0;
     }
