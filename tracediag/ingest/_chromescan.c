@@ -1061,12 +1061,14 @@ typedef struct {
     const void *buffers[4];
     void *own[3]; /* freed with the column: validity, values or views, the views' buffer sizes */
     Shared *data; /* the bytes a view column points into */
+    Shared *zeros; /* an all-null view column's validity and views: zeros shared by every such column */
 } ColumnData;
 
 static void release_column(struct ArrowArray *a) {
     ColumnData *d = a->private_data;
     for (int k = 0; k < 3; k++) free(d->own[k]);
     shared_drop(d->data);
+    shared_drop(d->zeros);
     free(d);
     a->release = NULL;
 }
@@ -1199,7 +1201,16 @@ static int views(State *st, const OutCol *oc, const unsigned char *data, uint8_t
 }
 
 /* One exported column from the stored one(s) of OUT_COLS[k]; frees what the column does not keep. */
-static int make_column(State *st, int k, Shared *arena, Shared *raw, struct ArrowArray *a) {
+/* Whether a view column (K_STR or K_RAW) holds no value at all (the rare args: most files have none). */
+static int all_null(State *st, const OutCol *oc) {
+    const int64_t *v = st->cols[oc->kind == K_RAW ? oc->col + 1 : oc->col];
+    int64_t none = oc->kind == K_RAW ? 0 : -1;
+    for (Py_ssize_t r = 0; r < st->n_rows; r++)
+        if (v[r] != none) return 0;
+    return 1;
+}
+
+static int make_column(State *st, int k, Shared *arena, Shared *raw, Shared **zeros, struct ArrowArray *a) {
     const OutCol *oc = &OUT_COLS[k];
     Py_ssize_t n = st->n_rows;
     ColumnData *d = calloc(1, sizeof(ColumnData));
@@ -1227,10 +1238,22 @@ static int make_column(State *st, int k, Shared *arena, Shared *raw, struct Arro
         d->own[1] = bits;
     } else {
         Shared *data = oc->kind == K_STR ? arena : raw;
-        uint8_t *vw;
-        if (views(st, oc, (const unsigned char *)data->ptr, &vw, &bits, &a->null_count)) goto fail;
-        d->own[0] = bits;
-        d->own[1] = vw;
+        if (all_null(st, oc)) { /* zero views, every validity bit 0: one block of zeros serves them all */
+            if (!*zeros) {
+                void *z = calloc((size_t)(n ? n : 1), 16);
+                if (!z) { PyErr_NoMemory(); goto fail; }
+                if (!(*zeros = shared_new(z))) goto fail;
+            }
+            __atomic_add_fetch(&(*zeros)->refs, 1, __ATOMIC_RELAXED);
+            d->zeros = *zeros;
+            d->buffers[0] = d->buffers[1] = (*zeros)->ptr;
+            a->null_count = n;
+        } else {
+            uint8_t *vw;
+            if (views(st, oc, (const unsigned char *)data->ptr, &vw, &bits, &a->null_count)) goto fail;
+            d->own[0] = bits;
+            d->own[1] = vw;
+        }
         int64_t *sizes = malloc(sizeof(int64_t));
         if (!sizes) { PyErr_NoMemory(); goto fail; }
         *sizes = oc->kind == K_STR ? st->arena_len : st->raw_len;
@@ -1240,6 +1263,7 @@ static int make_column(State *st, int k, Shared *arena, Shared *raw, struct Arro
         d->buffers[2] = data->ptr;
         d->buffers[3] = sizes;
         a->n_buffers = 4;
+        if (d->zeros) return 0;
     }
     d->buffers[0] = d->own[0];
     d->buffers[1] = d->own[1];
@@ -1256,7 +1280,7 @@ static int take_rows(State *st, struct ArrowArray *out) {
     /* the bytes views point into: never NULL, even when empty */
     if (!st->arena && !(st->arena = malloc(1))) { PyErr_NoMemory(); return -1; }
     if (!st->raw && !(st->raw = malloc(1))) { PyErr_NoMemory(); return -1; }
-    Shared *arena = shared_new(st->arena), *raw = NULL;
+    Shared *arena = shared_new(st->arena), *raw = NULL, *zeros = NULL;
     st->arena = NULL;
     if (arena) raw = shared_new(st->raw);
     st->raw = NULL;
@@ -1279,7 +1303,7 @@ static int take_rows(State *st, struct ArrowArray *out) {
     out->release = release_struct;
     for (int k = 0; k < N_OUT; k++) {
         d->pointers[k] = &d->children[k];
-        if (make_column(st, k, arena, raw, &d->children[k])) { /* it released itself; the later ones are empty */
+        if (make_column(st, k, arena, raw, &zeros, &d->children[k])) { /* it released itself; the later ones are empty */
             release_struct(out);
             goto done;
         }
@@ -1288,6 +1312,7 @@ static int take_rows(State *st, struct ArrowArray *out) {
 done:
     shared_drop(arena);
     shared_drop(raw);
+    shared_drop(zeros);
     /* start afresh: the strings' indexes and the raw values' places belong to the rows just taken */
     for (int c = 0; c < NCOLS; c++) { free(st->cols[c]); st->cols[c] = NULL; }
     st->n_rows = st->cap_rows = st->filled = 0;
