@@ -168,6 +168,7 @@ typedef struct {
     int64_t *cols[NCOLS];
     Py_ssize_t n_rows, cap_rows;
     Py_ssize_t filled; /* rows below hold nulls in the args columns, or what `emit` wrote there */
+    Py_ssize_t bytes_seen, rows_seen; /* of the documents accepted (kept by `take`): to size reservations */
     unsigned char *raw; /* the raw args values, copied (their documents are gone by the end) */
     Py_ssize_t raw_len, raw_cap;
     /* interned strings: their bytes in `arena`, each one's (offset, length) in `spans` */
@@ -1410,7 +1411,7 @@ static void Scanner_dealloc(Scanner *self) {
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-static PyObject *piece_result(State *st, int ended) {
+static PyObject *piece_result(State *st, int ended, Py_ssize_t rows) {
     PyObject *reasons = PyDict_New(), *top = PyDict_New();
     if (!reasons || !top) goto fail;
     for (int k = 0; k < N_REASONS; k++) {
@@ -1425,7 +1426,7 @@ static PyObject *piece_result(State *st, int ended) {
         if (!v || PyDict_SetItemString(top, TOP_KEYS[t], v)) { Py_XDECREF(v); goto fail; }
         Py_DECREF(v);
     }
-    return Py_BuildValue("(nnNNO)", st->n_events, st->n_kept, reasons, top, ended ? Py_True : Py_False);
+    return Py_BuildValue("(nnNNOn)", st->n_events, st->n_kept, reasons, top, ended ? Py_True : Py_False, rows);
 fail:
     Py_XDECREF(reasons);
     Py_XDECREF(top);
@@ -1473,9 +1474,11 @@ static PyObject *Scanner_feed(Scanner *self, PyObject *args) {
         return NULL;
     }
     Py_ssize_t rows_before = st->n_rows, raw_before = st->raw_len;
-    /* room for the document's rows up front (an event takes over 128 bytes in the traces seen; the
-     * pages a reservation leaves unused are never touched): growing by copies cost a tenth of the scan */
-    if (reserve_rows(st, st->n_rows + view.len / 128 + 1)) { PyBuffer_Release(&view); return NULL; }
+    /* room for the document's rows up front, at the bytes per row seen so far (growing by copies cost
+     * a tenth of the scan; reserving too much, memory: a compact trace has 3x the rows per MB) */
+    Py_ssize_t per_row = st->rows_seen ? st->bytes_seen / st->rows_seen : 256;
+    if (per_row < 16) per_row = 16;
+    if (reserve_rows(st, st->n_rows + view.len / per_row * 9 / 8 + 64)) { PyBuffer_Release(&view); return NULL; }
     st->plain = 0;
     st->first_order = first_order;
     start_doc(st, &view);
@@ -1491,8 +1494,10 @@ static PyObject *Scanner_feed(Scanner *self, PyObject *args) {
     int ended = 0;
     if (rc == 0 && marker_s) ended = drop_marker(st, marker_s, marker_len, rows_before);
     if (rc == 0) {
-        res = piece_result(st, ended);
+        res = piece_result(st, ended, st->n_rows - rows_before);
         if (res) {
+            st->bytes_seen += view.len;
+            st->rows_seen += st->n_rows - rows_before;
             st->last_rows = rows_before;
             st->last_raw = raw_before;
             st->can_drop = 1;
@@ -1531,11 +1536,12 @@ static PyObject *Scanner_take(Scanner *self, PyObject *noargs) {
 
 static PyMethodDef SCANNER_METHODS[] = {
     {"feed", (PyCFunction)Scanner_feed, METH_VARARGS,
-     "feed(document, is_array, marker=None, first_order=0) -> (n_events, n_kept, skipped, top, ended) or\n"
+     "feed(document, is_array, marker=None, first_order=0) -> (n_events, n_kept, skipped, top, ended, rows) or\n"
      "the reason it is declined (str).\n\n"
      "Adds an accepted document's X/B/E/M rows; a declined one adds nothing. Its X/B/E rows are\n"
      "numbered (`order`) from first_order. top: {key: (offset, length)} of the top-level keys read, in\n"
-     "the document. ended: the last event was an M event named `marker` (a str), and it was left out."},
+     "the document. ended: the last event was an M event named `marker` (a str), and it was left out.\n"
+     "rows: the rows it added (X/B/E and M)."},
     {"drop_last", (PyCFunction)Scanner_drop_last, METH_NOARGS,
      "drop_last() -> None: forget the last accepted document (once)."},
     {"take", (PyCFunction)Scanner_take, METH_NOARGS,
