@@ -23,6 +23,7 @@ from polars.testing import assert_frame_equal
 from tracediag.errors import TracediagError
 from tracediag.ingest import chrome, native
 from tracediag.ingest.read import read_file
+from tracediag.ingest.sniff import map_plain
 
 SOURCES = sorted(p for p in FIXTURES.rglob("*") if p.name.endswith((".json", ".json.gz")) and "manifest" not in p.name)
 KINETO = [
@@ -85,7 +86,7 @@ def test_the_scanner_reads_real_kineto_traces(path: Path) -> None:
     fed, scanner = _scan(text, False)
     assert fed is not None
     assert fed.n_events == text.count(b'"ph"')  # every event has one ph key in these files
-    rows = scanner.take().table
+    rows = scanner.take()
     assert rows.height == fed.n_events - sum(fed.skipped.values())
     assert rows.filter(pl.col("order") >= 0).height == fed.kept  # order -1: an M row
 
@@ -97,6 +98,25 @@ def test_same_table_when_read_in_pieces(path: Path, tmp_path: Path, monkeypatch:
     scanned, decoded = _both(path, monkeypatch)
     _assert_same(scanned, decoded, path.name)
     _assert_same(scanned, whole, path.name)
+
+
+@pytest.mark.parametrize("chunk", [3000, 40_000])
+def test_a_mapped_file_reads_as_its_streamed_bytes(chunk: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A plain local file is read through a copy-on-write mapping (pieces bracketed in place, pages
+    dropped behind the cut); the same bytes streamed as blocks give the same table. The file is left
+    as it was."""
+    text = _text(KINETO[1])
+    path = tmp_path / "plain.json"
+    path.write_bytes(text)
+    assert map_plain(path) is not None and map_plain(KINETO[1]) is None  # gzipped: streamed
+    monkeypatch.setattr(chrome, "CHUNK_BYTES", chunk)
+    monkeypatch.setattr(chrome, "SCANNED_ROWS", 200)
+    mapped = read_file(path, default_rank=0)
+    monkeypatch.setattr("tracediag.ingest.read.map_plain", lambda p: None)
+    streamed = read_file(path, default_rank=0)
+    assert_frame_equal(mapped.events, streamed.events)
+    assert mapped.meta == streamed.meta and mapped.events.height > 1000
+    assert path.read_bytes() == text
 
 
 def test_three_decimal_times_are_exact_ns(tmp_path: Path) -> None:
@@ -198,7 +218,7 @@ def test_declines_what_it_does_not_read_exactly() -> None:
     ):
         fed, scanner = _scan(bad, True)
         assert fed is None, bad
-        assert scanner.take().table.height == 0  # a declined document leaves no rows
+        assert scanner.take().height == 0  # a declined document leaves no rows
 
 
 def test_a_missing_or_unknown_phase_makes_every_event_a_row() -> None:
@@ -208,8 +228,7 @@ def test_a_missing_or_unknown_phase_makes_every_event_a_row() -> None:
           b' {"ph": "M", "name": "process_name"}, {}]'
     fed, scanner = _scan(doc, True)
     assert fed is not None and (fed.n_events, fed.kept, fed.skipped) == (5, 4, {})
-    columns = scanner.take()
-    rows = columns.typed(columns.table, ["ph"])
+    rows = scanner.take()
     assert rows["ph"].to_list() == ["f", "X", "Q", "M", None] and rows["order"].to_list() == [0, 1, 2, -1, 3]
 
 
@@ -218,8 +237,7 @@ def test_times_with_more_decimals_as_float64_reads_them() -> None:
     doc = b'[{"ph": "X", "name": "a", "ts": 20.841000000000001, "dur": 1e3}, {"ph": "X", "name": "b", "ts": -0.0005}]'
     fed, scanner = _scan(doc, True)
     assert fed is not None
-    columns = scanner.take()
-    rows = columns.typed(columns.table, ["ts", "dur"])
+    rows = scanner.take()
     assert rows["ts"].to_list() == [20841, 0] and rows["dur"].to_list() == [1_000_000, None]
 
 
@@ -234,10 +252,11 @@ def test_reads_the_columns_it_promises() -> None:
     assert fed is not None
     assert (fed.n_events, fed.kept, fed.skipped) == (3, 1, {"flow": 1})
     assert fed.top == {"distributedInfo": {"rank": 3}}
-    columns = scanner.take()
-    fields = ("ph", "name", "ts", "dur", "pid", "pid_str", "tid", "device", "stream", "step_num", "external_id",
-              "input_dims", "label")
-    rows = columns.typed(columns.table, fields)
+    rows = scanner.take()
+    assert rows.columns == list(native.COLUMNS)
+    types = {pl.String: "str", pl.Int64: "int", pl.Boolean: "bool", pl.Binary: "raw"}
+    assert {c: types[t] for c, t in rows.schema.items() if c in ("ph", "pid", "pid_str", "has_args", "input_dims")} == {
+        "ph": "str", "pid": "int", "pid_str": "str", "has_args": "bool", "input_dims": "raw"}
     row = rows.row(0, named=True)
     assert (row["ph"], row["name"], row["ts"], row["dur"]) == ("X", "n\u00e9\n", 1500, 250)
     assert (row["pid"], row["pid_str"], row["tid"]) == (None, "Spans", None)
@@ -253,8 +272,7 @@ def test_a_top_level_value_msgspec_refuses_declines_the_document() -> None:
     assert scanner.feed(b'[{"ph": "X", "name": "a", "ts": 1, "dur": 1}]', True) is not None
     assert scanner.feed(b'{"traceEvents": [{"ph": "X", "name": "b"}], "metadata": 1e400}', False) is None
     assert scanner.pieces == 1
-    columns = scanner.take()
-    assert columns.typed(columns.table, ["name"])["name"].to_list() == ["a"]
+    assert scanner.take()["name"].to_list() == ["a"]
 
 
 def test_a_declined_piece_between_scanned_ones(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

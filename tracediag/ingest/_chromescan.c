@@ -18,6 +18,9 @@
 #include <string.h>
 #include <math.h>
 #include <stddef.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #define MAX_DEPTH 64
 #define NULL_INT INT64_MIN
@@ -30,19 +33,36 @@ enum {
     C_SRC_RANK, C_DST_RANK, C_DEVICE_ORDINAL,
     C_COLL_NAME, C_DTYPE, C_PG_NAME, C_STEP_NUM, C_HLO_OP, C_HLO_MODULE, C_RUN_ID, C_LABEL, C_LABELS,
     C_INPUT_DIMS_AT, C_INPUT_DIMS_LEN, C_INPUT_TYPE_AT, C_INPUT_TYPE_LEN, C_CONCRETE_AT, C_CONCRETE_LEN,
-    C_PIECE, C_ORDER,
+    C_ORDER,
     NCOLS
 };
 
-static const char *COLUMN_NAMES[NCOLS] = {
-    "ph", "cat", "name", "pid", "pid_str", "tid", "ts", "dur", "has_args",
-    "external_id", "correlation",
-    "device", "stream", "nbytes", "in_nelems", "out_nelems", "group_size", "pg_id", "seq",
-    "src_rank", "dst_rank", "device_ordinal",
-    "coll_name", "dtype", "pg_name", "step_num", "hlo_op", "hlo_module", "run_id", "label", "labels",
-    "input_dims_at", "input_dims_len", "input_type_at", "input_type_len", "concrete_inputs_at",
-    "concrete_inputs_len", "piece", "order",
+/* The exported columns (exported as COLUMNS), one per stored column but for the raw args, whose
+ * (_AT, _LEN) pair becomes one binary column. Kinds: K_STR a string (stored: an index into the
+ * interned strings, -1 null), K_INT int64 (stored: NULL_INT null), K_BOOL, K_RAW binary (stored: the
+ * value's place in `raw`, length 0 null). */
+enum { K_STR, K_INT, K_BOOL, K_RAW };
+typedef struct {
+    const char *name;
+    int col;
+    int kind;
+} OutCol;
+
+static const OutCol OUT_COLS[] = {
+    {"ph", C_PH, K_STR}, {"cat", C_CAT, K_STR}, {"name", C_NAME, K_STR}, {"pid", C_PID, K_INT},
+    {"pid_str", C_PID_STR, K_STR}, {"tid", C_TID, K_INT}, {"ts", C_TS, K_INT}, {"dur", C_DUR, K_INT},
+    {"has_args", C_HAS_ARGS, K_BOOL}, {"external_id", C_EXTERNAL_ID, K_INT}, {"correlation", C_CORRELATION, K_INT},
+    {"device", C_DEVICE, K_INT}, {"stream", C_STREAM, K_INT}, {"nbytes", C_NBYTES, K_INT},
+    {"in_nelems", C_IN_NELEMS, K_INT}, {"out_nelems", C_OUT_NELEMS, K_INT}, {"group_size", C_GROUP_SIZE, K_INT},
+    {"pg_id", C_PG_ID, K_INT}, {"seq", C_SEQ, K_INT}, {"src_rank", C_SRC_RANK, K_INT},
+    {"dst_rank", C_DST_RANK, K_INT}, {"device_ordinal", C_DEVICE_ORDINAL, K_INT},
+    {"coll_name", C_COLL_NAME, K_STR}, {"dtype", C_DTYPE, K_STR}, {"pg_name", C_PG_NAME, K_STR},
+    {"step_num", C_STEP_NUM, K_STR}, {"hlo_op", C_HLO_OP, K_STR}, {"hlo_module", C_HLO_MODULE, K_STR},
+    {"run_id", C_RUN_ID, K_STR}, {"label", C_LABEL, K_STR}, {"labels", C_LABELS, K_STR},
+    {"input_dims", C_INPUT_DIMS_AT, K_RAW}, {"input_type", C_INPUT_TYPE_AT, K_RAW},
+    {"concrete_inputs", C_CONCRETE_AT, K_RAW}, {"order", C_ORDER, K_INT},
 };
+#define N_OUT ((int)(sizeof(OUT_COLS) / sizeof(OUT_COLS[0])))
 
 /* How an args value is read: an integer (A_ANY_INT also from a string, as polars casts one), a
  * string (an integer literal is kept as its text, as str(int) would), or the value's raw JSON text. */
@@ -138,22 +158,26 @@ typedef struct {
     const unsigned char *base, *p, *end;
     const char *fail; /* why the document is left to the msgspec path */
     int depth;
-    Py_ssize_t n_pieces, n_kept; /* documents accepted so far; X/B/E rows of this one */
+    Py_ssize_t n_kept;              /* X/B/E rows of the document */
+    int64_t first_order;            /* the `order` of the document's first X/B/E row */
     Py_ssize_t last_rows, last_raw; /* n_rows and raw_len before the last accepted document */
     int can_drop;                   /* drop_last() has that document to drop */
     Py_ssize_t last_event_row;      /* the row of the document's last event, -1 when it made none */
-    /* columns of every accepted document, each in a bytearray that `columns` hands over */
-    PyObject *col_objs[NCOLS];
+    /* columns of every accepted document (malloc'd: `take` hands them to Arrow arrays, which may
+     * free them on any thread) */
     int64_t *cols[NCOLS];
     Py_ssize_t n_rows, cap_rows;
+    Py_ssize_t filled; /* rows below hold nulls in the args columns, or what `emit` wrote there */
+    Py_ssize_t bytes_seen, rows_seen; /* of the documents accepted (kept by `take`): to size reservations */
     unsigned char *raw; /* the raw args values, copied (their documents are gone by the end) */
     Py_ssize_t raw_len, raw_cap;
-    /* interned strings */
+    /* interned strings: their bytes in `arena`, each one's (offset, length) in `spans` */
     Slot *slots;
     Py_ssize_t n_slots;
     unsigned char *arena;
     Py_ssize_t arena_len, arena_cap;
-    PyObject *strings; /* list of str */
+    Py_ssize_t *spans;
+    Py_ssize_t n_strings, spans_cap;
     unsigned char *scratch;
     Py_ssize_t scratch_cap;
     /* counts */
@@ -172,8 +196,32 @@ static const char *TOP_KEYS[5] = {"baseTimeNanoseconds", "distributedInfo", "dev
 
 static unsigned char IS_WS[256]; /* filled at import */
 
+static inline int ctz32(uint32_t x) { /* x != 0 */
+#if defined(__GNUC__)
+    return __builtin_ctz(x);
+#else
+    int n = 0;
+    while (!(x & 1)) { x >>= 1; n++; }
+    return n;
+#endif
+}
+
 static inline void skip_ws(State *st) {
     const unsigned char *p = st->p, *end = st->end;
+    if (p < end && *p > ' ') return; /* most often: nothing to skip */
+    if (end - p >= 2 && p[0] == ' ' && p[1] > ' ') { st->p = p + 1; return; } /* or one space */
+#if defined(__GNUC__) && defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    /* pretty-printed traces indent with runs of spaces: 8 bytes at a time */
+    while (end - p >= 8 && IS_WS[*p]) {
+        uint64_t x;
+        memcpy(&x, p, 8);
+        uint64_t not_space = x ^ UINT64_C(0x2020202020202020);
+        if (!not_space) { p += 8; continue; }
+        p += __builtin_ctzll(not_space) >> 3; /* the first byte that is not a space */
+        if (!IS_WS[*p]) { st->p = p; return; }
+        p++; /* a newline, tab or carriage return */
+    }
+#endif
     while (p < end && IS_WS[*p]) p++;
     st->p = p;
 }
@@ -214,16 +262,36 @@ static int scan_string(State *st, const unsigned char **s, Py_ssize_t *len, int 
     int esc = 0;
     *s = p;
     while (1) {
+#if defined(__SSE2__) && defined(__GNUC__)
+        /* 16 bytes at a time while none is a quote, a backslash, < 0x20 or >= 0x80 (negative as signed) */
+        while (end - p >= 16) {
+            __m128i x = _mm_loadu_si128((const __m128i *)p);
+            __m128i stop = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(x, _mm_set1_epi8('"')),
+                                                     _mm_cmpeq_epi8(x, _mm_set1_epi8('\\'))),
+                                        _mm_cmplt_epi8(x, _mm_set1_epi8(0x20)));
+            int hit = _mm_movemask_epi8(stop);
+            if (hit) { p += __builtin_ctz((unsigned)hit); goto stop; }
+            p += 16;
+        }
+#endif
         while (end - p >= 8) { /* 8 bytes at a time while none is a quote, a backslash, < 0x20 or >= 0x80 */
             uint64_t x;
             memcpy(&x, p, 8);
             uint64_t q = x ^ UINT64_C(0x2222222222222222), b = x ^ UINT64_C(0x5C5C5C5C5C5C5C5C);
             uint64_t hit = ((q - UINT64_C(0x0101010101010101)) & ~q) | ((b - UINT64_C(0x0101010101010101)) & ~b)
                            | (x - UINT64_C(0x2020202020202020)) | x;
-            if (hit & UINT64_C(0x8080808080808080)) break;
+            hit &= UINT64_C(0x8080808080808080);
+            if (hit) {
+#if defined(__GNUC__) && defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+                p += __builtin_ctzll(hit) >> 3; /* the lowest flagged byte is a true hit (borrows only run upward) */
+                goto stop;
+#endif
+                break;
+            }
             p += 8;
         }
         while (p < end && !STRING_STOP[*p]) p++;
+    stop:
         if (p >= end) FAIL(st, "string runs past the end");
         unsigned char c = *p;
         if (c == '"') break;
@@ -266,6 +334,7 @@ typedef struct {
     int is_int, neg, has_exp;
     const unsigned char *int_s, *frac_s;
     Py_ssize_t int_n, frac_n;
+    uint64_t int_v; /* the integer part's value, when int_n <= 18 (no overflow possible) */
 } Number;
 
 static int scan_number(State *st, Number *n) {
@@ -275,7 +344,11 @@ static int scan_number(State *st, Number *n) {
     if (p >= end) FAIL(st, "number runs past the end");
     n->int_s = p;
     if (*p == '0') p++;
-    else if (*p >= '1' && *p <= '9') { while (p < end && *p >= '0' && *p <= '9') p++; }
+    else if (*p >= '1' && *p <= '9') {
+        uint64_t v = 0; /* wraps past 18 digits: unused there */
+        while (p < end && *p >= '0' && *p <= '9') v = v * 10 + (uint64_t)(*p++ - '0');
+        n->int_v = v;
+    }
     else FAIL(st, "bad number");
     n->int_n = p - n->int_s;
     n->is_int = 1;
@@ -306,10 +379,14 @@ static int64_t digits_value(const unsigned char *s, Py_ssize_t n, int neg, int *
     uint64_t v = 0;
     *ok = 0;
     if (n > 19) return 0;
-    for (Py_ssize_t k = 0; k < n; k++) {
-        uint64_t d = (uint64_t)(s[k] - '0');
-        if (v > (UINT64_MAX - d) / 10) return 0;
-        v = v * 10 + d;
+    if (n <= 18) { /* below 10**18: no overflow to check */
+        for (Py_ssize_t k = 0; k < n; k++) v = v * 10 + (uint64_t)(s[k] - '0');
+    } else {
+        for (Py_ssize_t k = 0; k < n; k++) {
+            uint64_t d = (uint64_t)(s[k] - '0');
+            if (v > (UINT64_MAX - d) / 10) return 0;
+            v = v * 10 + d;
+        }
     }
     if (neg) {
         if (v > (uint64_t)INT64_MAX) return 0; /* INT64_MIN is the null marker */
@@ -433,7 +510,8 @@ static int read_val(State *st, Val *v, int how) {
             v->quoted = 0;
             return 0;
         }
-        v->i = digits_value(n.int_s, n.int_n, n.neg, &ok);
+        if (n.int_n <= 18) { v->i = n.neg ? -(int64_t)n.int_v : (int64_t)n.int_v; ok = 1; }
+        else v->i = digits_value(n.int_s, n.int_n, n.neg, &ok);
         v->kind = ok ? V_INT : V_BAD;
         return 0;
     }
@@ -475,12 +553,11 @@ static int read_time(State *st, Val *v, int is_ts) {
     }
     const unsigned char *start = st->p;
     Number n;
-    int ok;
     double d;
     if (scan_number(st, &n)) return -1;
     if (n.int_n > 16) { v->kind = V_BAD; return 0; }
-    int64_t whole = digits_value(n.int_s, n.int_n, 0, &ok);
-    if (!ok || whole >= (INT64_C(1) << 53)) { v->kind = V_BAD; return 0; }
+    int64_t whole = (int64_t)n.int_v; /* at most 16 digits */
+    if (whole >= (INT64_C(1) << 53)) { v->kind = V_BAD; return 0; }
     if (is_ts && !n.is_int
         && (whole >= EXACT_LIMIT_US
             || (whole == EXACT_LIMIT_US - 1 && text_double(start, st->p, &d) && fabs(d) >= (double)EXACT_LIMIT_US)))
@@ -556,12 +633,25 @@ static inline int each_member(State *st, MemberFn member, void *ctx) {
     return more;
 }
 
+/* Whether the n bytes at `a` spell `key` (n long): two 8-byte compares for the usual lengths. */
+static inline int same_key(const unsigned char *a, const char *key, Py_ssize_t n) {
+    if (n >= 8 && n <= 16) {
+        uint64_t x, y, u, v;
+        memcpy(&x, a, 8);
+        memcpy(&y, key, 8);
+        memcpy(&u, a + n - 8, 8);
+        memcpy(&v, key + n - 8, 8);
+        return x == y && u == v;
+    }
+    return !memcmp(a, key, (size_t)n);
+}
+
 static int args_member(State *st, const unsigned char *k, Py_ssize_t klen, void *ctx) {
     Event *ev = ctx;
     int found = -1;
     if (klen > 0 && klen < MAX_KEY_LEN)
         for (const signed char *a = KEYS_BY_LEN[klen]; *a >= 0; a++)
-            if (k[0] == (unsigned char)ARG_KEYS[*a].key[0] && !memcmp(k, ARG_KEYS[*a].key, (size_t)klen)) {
+            if (k[0] == (unsigned char)ARG_KEYS[*a].key[0] && same_key(k, ARG_KEYS[*a].key, klen)) {
                 found = *a;
                 break;
             }
@@ -610,24 +700,52 @@ static int parse_event(State *st, Event *ev) {
     return each_member(st, event_member, ev);
 }
 
-static int grow_rows(State *st) {
-    Py_ssize_t cap = st->cap_rows ? st->cap_rows * 2 : 4096;
+static int reserve_rows(State *st, Py_ssize_t cap) {
+    if (cap <= st->cap_rows) return 0;
     for (int c = 0; c < NCOLS; c++) {
-        if (!st->col_objs[c]) {
-            st->col_objs[c] = PyByteArray_FromStringAndSize(NULL, 0);
-            if (!st->col_objs[c]) return -1;
-        }
-        if (PyByteArray_Resize(st->col_objs[c], cap * (Py_ssize_t)sizeof(int64_t))) return -1;
-        st->cols[c] = (int64_t *)PyByteArray_AS_STRING(st->col_objs[c]);
+        int64_t *m = realloc(st->cols[c], (size_t)cap * sizeof(int64_t));
+        if (!m) { PyErr_NoMemory(); return -1; }
+        st->cols[c] = m;
     }
     st->cap_rows = cap;
     return 0;
 }
 
-static uint64_t fnv1a(const unsigned char *s, Py_ssize_t n) {
-    uint64_t h = 1469598103934665603ULL;
-    for (Py_ssize_t k = 0; k < n; k++) { h ^= s[k]; h *= 1099511628211ULL; }
-    return h;
+/* Nulls in the args columns of the next rows (a block at a time: absent args are then never written). */
+static void fill_nulls(State *st) {
+    Py_ssize_t from = st->filled, to = from + 4096 < st->cap_rows ? from + 4096 : st->cap_rows;
+    for (int a = 0; a < N_ARG_KEYS; a++) {
+        int64_t null = ARG_KEYS[a].how == A_STR ? -1 : ARG_KEYS[a].how == A_RAW ? 0 : NULL_INT;
+        int64_t *c = st->cols[ARG_KEYS[a].col], *len = ARG_KEYS[a].how == A_RAW ? st->cols[ARG_KEYS[a].col + 1] : NULL;
+        for (Py_ssize_t r = from; r < to; r++) c[r] = null;
+        if (len) memset(len + from, 0, (size_t)(to - from) * sizeof(int64_t));
+    }
+    st->filled = to;
+}
+
+/* Back to `rows` rows: the args columns of the rows dropped get nulls again when reached. */
+static void truncate_rows(State *st, Py_ssize_t rows) {
+    st->n_rows = rows;
+    if (st->filled > rows) st->filled = rows;
+}
+
+static int grow_rows(State *st) { return reserve_rows(st, st->cap_rows ? st->cap_rows * 2 : 4096); }
+
+/* A string's hash, 8 bytes at a time. */
+static uint64_t str_hash(const unsigned char *s, Py_ssize_t n) {
+    uint64_t h = UINT64_C(0x9E3779B97F4A7C15) ^ (uint64_t)n;
+    while (n >= 8) {
+        uint64_t x;
+        memcpy(&x, s, 8);
+        h = (h ^ x) * UINT64_C(0xFF51AFD7ED558CCD);
+        h ^= h >> 29;
+        s += 8;
+        n -= 8;
+    }
+    uint64_t x = 0;
+    memcpy(&x, s, (size_t)n);
+    h = (h ^ x) * UINT64_C(0xC4CEB9FE1A85EC53);
+    return h ^ (h >> 32);
 }
 
 static int unescape(State *st, const unsigned char *s, Py_ssize_t len, Py_ssize_t *out_len) {
@@ -670,7 +788,7 @@ static int unescape(State *st, const unsigned char *s, Py_ssize_t len, Py_ssize_
     return 0;
 }
 
-/* The index of a string in st->strings, adding it when new. */
+/* The index of a string among the interned ones, adding it when new. */
 static int64_t intern(State *st, const unsigned char *s, Py_ssize_t len, int escaped) {
     if (escaped) {
         Py_ssize_t n;
@@ -678,8 +796,8 @@ static int64_t intern(State *st, const unsigned char *s, Py_ssize_t len, int esc
         s = st->scratch;
         len = n;
     }
-    uint64_t h = fnv1a(s, len);
-    if (st->n_slots == 0 || (PyList_GET_SIZE(st->strings) + 1) * 2 > st->n_slots) {
+    uint64_t h = str_hash(s, len);
+    if (st->n_slots == 0 || (st->n_strings + 1) * 2 > st->n_slots) {
         Py_ssize_t n_new = st->n_slots ? st->n_slots * 2 : 1024;
         Slot *m = PyMem_Calloc((size_t)n_new, sizeof(Slot));
         if (!m) { PyErr_NoMemory(); return -1; }
@@ -700,36 +818,44 @@ static int64_t intern(State *st, const unsigned char *s, Py_ssize_t len, int esc
             return sl->index - 1;
         j = (j + 1) & (st->n_slots - 1);
     }
+    if (st->arena_len + len > INT32_MAX) { /* Arrow views address 2 GiB: the msgspec path reads it */
+        st->fail = "over 2 GiB of distinct strings";
+        return -2;
+    }
     if (st->arena_len + len > st->arena_cap) {
         Py_ssize_t cap = st->arena_cap ? st->arena_cap : 65536;
         while (cap < st->arena_len + len) cap *= 2;
-        unsigned char *m = PyMem_Realloc(st->arena, (size_t)cap);
+        unsigned char *m = realloc(st->arena, (size_t)cap);
         if (!m) { PyErr_NoMemory(); return -1; }
         st->arena = m;
         st->arena_cap = cap;
     }
-    PyObject *u = PyUnicode_DecodeUTF8((const char *)s, len, "strict");
-    if (!u) return -1;
-    int rc = PyList_Append(st->strings, u);
-    Py_DECREF(u);
-    if (rc) return -1;
+    if (st->n_strings == st->spans_cap) {
+        Py_ssize_t cap = st->spans_cap ? st->spans_cap * 2 : 1024;
+        Py_ssize_t *m = PyMem_Realloc(st->spans, (size_t)cap * 2 * sizeof(Py_ssize_t));
+        if (!m) { PyErr_NoMemory(); return -1; }
+        st->spans = m;
+        st->spans_cap = cap;
+    }
     if (len) memcpy(st->arena + st->arena_len, s, (size_t)len);
+    st->spans[2 * st->n_strings] = st->arena_len;
+    st->spans[2 * st->n_strings + 1] = len;
     Slot *sl = &st->slots[j];
     sl->hash = h;
     sl->at = st->arena_len;
     sl->len = len;
-    sl->index = PyList_GET_SIZE(st->strings);
+    sl->index = ++st->n_strings;
     st->arena_len += len;
     return sl->index - 1;
 }
 
 #define PY_FAILED (-2)
 
-/* String column value: an index, or -1 for null. */
+/* String column value: an index, or -1 for null. `err`: 1 a Python error, 2 the document is declined. */
 static int64_t str_code(State *st, const Val *v, int *err) {
     if (v->kind != V_STR) return -1;
     int64_t c = intern(st, v->s, v->len, v->escaped);
-    if (c < 0) *err = 1;
+    if (c < 0) *err = c == -2 ? 2 : 1;
     return c;
 }
 
@@ -740,10 +866,11 @@ static int emit(State *st, Event *ev, int phase) {
         || (ev->name.kind == V_STR && !ev->name.quoted) || (ev->cat.kind == V_STR && !ev->cat.quoted))
         FAIL(st, "an event field of another type");
     if (ev->pid.kind == V_BAD || ev->tid.kind == V_BAD) FAIL(st, "an id of another type");
-    for (int a = 0; a < N_ARG_KEYS; a++)
-        if ((ev->args_set >> a & 1)
-            && (ev->args[a].kind == V_BAD || (ARG_KEYS[a].how <= A_ANY_INT && ev->args[a].kind == V_STR)))
+    for (uint32_t set = ev->args_set; set; set &= set - 1) {
+        int a = ctz32(set);
+        if (ev->args[a].kind == V_BAD || (ARG_KEYS[a].how <= A_ANY_INT && ev->args[a].kind == V_STR))
             FAIL(st, "an args field of another type");
+    }
     if (st->n_rows == st->cap_rows && grow_rows(st)) return PY_FAILED;
     Py_ssize_t r = st->n_rows;
     int err = 0;
@@ -757,23 +884,23 @@ static int emit(State *st, Event *ev, int phase) {
     c[C_DUR][r] = ev->dur.kind == V_INT ? ev->dur.i : NULL_INT;
     c[C_HAS_ARGS][r] = ev->has_args;
     c[C_PID_STR][r] = ev->pid.kind == V_STR ? str_code(st, &ev->pid, &err) : -1; /* tid strings: null */
-    if (err) return PY_FAILED;
-    static const Val ABSENT = {0};
-    for (int a = 0; a < N_ARG_KEYS; a++) {
-        const Val *v = (ev->args_set >> a & 1) ? &ev->args[a] : &ABSENT;
+    if (err) return err == 2 ? -1 : PY_FAILED;
+    if (r >= st->filled) fill_nulls(st);
+    for (uint32_t set = ev->args_set; set; set &= set - 1) {
+        int a = ctz32(set);
+        const Val *v = &ev->args[a];
         int col = ARG_KEYS[a].col;
         switch (ARG_KEYS[a].how) {
         case A_INT:
         case A_ANY_INT: c[col][r] = v->kind == V_INT ? v->i : NULL_INT; break;
         case A_STR: c[col][r] = str_code(st, v, &err); break;
         default:
-            c[col][r] = 0;
-            c[col + 1][r] = 0;
             if (v->kind == V_RAW) {
+                if (st->raw_len + v->len > INT32_MAX) FAIL(st, "over 2 GiB of raw args values"); /* Arrow views */
                 if (st->raw_len + v->len > st->raw_cap) {
                     Py_ssize_t cap = st->raw_cap ? st->raw_cap : 65536;
                     while (cap < st->raw_len + v->len) cap *= 2;
-                    unsigned char *m = PyMem_Realloc(st->raw, (size_t)cap);
+                    unsigned char *m = realloc(st->raw, (size_t)cap);
                     if (!m) { PyErr_NoMemory(); return PY_FAILED; }
                     st->raw = m;
                     st->raw_cap = cap;
@@ -784,10 +911,9 @@ static int emit(State *st, Event *ev, int phase) {
                 st->raw_len += v->len;
             }
         }
-        if (err) return PY_FAILED;
+        if (err) return err == 2 ? -1 : PY_FAILED;
     }
-    c[C_PIECE][r] = st->n_pieces;
-    c[C_ORDER][r] = phase == 3 ? -1 : st->n_kept++;
+    c[C_ORDER][r] = phase == 3 ? -1 : st->first_order + st->n_kept++;
     st->n_rows++;
     return 0;
 }
@@ -872,14 +998,401 @@ static int parse_doc(State *st, int is_array) {
 }
 
 static void free_state(State *st) {
-    for (int c = 0; c < NCOLS; c++) Py_CLEAR(st->col_objs[c]);
+    for (int c = 0; c < NCOLS; c++) free(st->cols[c]);
     PyMem_Free(st->slots);
-    PyMem_Free(st->arena);
+    free(st->arena);
+    PyMem_Free(st->spans);
     PyMem_Free(st->scratch);
-    PyMem_Free(st->raw);
-    Py_CLEAR(st->strings);
+    free(st->raw);
     memset(st, 0, sizeof(*st));
 }
+
+/* ---- the rows as Arrow arrays (the C data interface: arrow.apache.org/docs/format/CDataInterface.html) ---- */
+
+struct ArrowSchema {
+    const char *format;
+    const char *name;
+    const char *metadata;
+    int64_t flags;
+    int64_t n_children;
+    struct ArrowSchema **children;
+    struct ArrowSchema *dictionary;
+    void (*release)(struct ArrowSchema *);
+    void *private_data;
+};
+
+struct ArrowArray {
+    int64_t length;
+    int64_t null_count;
+    int64_t offset;
+    int64_t n_buffers;
+    int64_t n_children;
+    const void **buffers;
+    struct ArrowArray **children;
+    struct ArrowArray *dictionary;
+    void (*release)(struct ArrowArray *);
+    void *private_data;
+};
+
+#define ARROW_FLAG_NULLABLE 2
+
+/* Bytes shared by several columns (the interned strings, the raw args values): freed with the last
+ * column that points into them, on whatever thread releases it. */
+typedef struct {
+    int64_t refs;
+    void *ptr;
+} Shared;
+
+static Shared *shared_new(void *ptr) {
+    Shared *b = malloc(sizeof(Shared));
+    if (!b) { free(ptr); PyErr_NoMemory(); return NULL; }
+    b->refs = 1;
+    b->ptr = ptr;
+    return b;
+}
+
+static void shared_drop(Shared *b) {
+    if (b && __atomic_sub_fetch(&b->refs, 1, __ATOMIC_ACQ_REL) == 0) {
+        free(b->ptr);
+        free(b);
+    }
+}
+
+typedef struct {
+    const void *buffers[4];
+    void *own[3]; /* freed with the column: validity, values or views, the views' buffer sizes */
+    Shared *data; /* the bytes a view column points into */
+    Shared *zeros; /* an all-null view column's validity and views: zeros shared by every such column */
+} ColumnData;
+
+static void release_column(struct ArrowArray *a) {
+    ColumnData *d = a->private_data;
+    for (int k = 0; k < 3; k++) free(d->own[k]);
+    shared_drop(d->data);
+    shared_drop(d->zeros);
+    free(d);
+    a->release = NULL;
+}
+
+typedef struct {
+    const void *buffers[1];
+    struct ArrowArray *children;
+    struct ArrowArray **pointers;
+} StructData;
+
+/* A consumer may have moved some children out (their release is then NULL). */
+static void release_struct(struct ArrowArray *a) {
+    StructData *d = a->private_data;
+    for (int64_t k = 0; k < a->n_children; k++)
+        if (d->children[k].release) d->children[k].release(&d->children[k]);
+    free(d->children);
+    free(d->pointers);
+    free(d);
+    a->release = NULL;
+}
+
+typedef struct {
+    struct ArrowSchema *children;
+    struct ArrowSchema **pointers;
+} SchemaData;
+
+static void release_child_schema(struct ArrowSchema *s) { s->release = NULL; } /* static strings only */
+
+static void release_schema(struct ArrowSchema *s) {
+    SchemaData *d = s->private_data;
+    for (int64_t k = 0; k < s->n_children; k++)
+        if (d->children[k].release) d->children[k].release(&d->children[k]);
+    free(d->children);
+    free(d->pointers);
+    free(d);
+    s->release = NULL;
+}
+
+static const char *FORMATS[] = {"vu", "l", "b", "vz"}; /* by kind: utf8 view, int64, bool, binary view */
+
+static int make_schema(struct ArrowSchema *s) {
+    SchemaData *d = calloc(1, sizeof(SchemaData));
+    if (d) d->children = calloc(N_OUT, sizeof(struct ArrowSchema));
+    if (d) d->pointers = calloc(N_OUT, sizeof(struct ArrowSchema *));
+    if (!d || !d->children || !d->pointers) {
+        if (d) { free(d->children); free(d->pointers); free(d); }
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (int k = 0; k < N_OUT; k++) {
+        struct ArrowSchema *c = &d->children[k];
+        c->format = FORMATS[OUT_COLS[k].kind];
+        c->name = OUT_COLS[k].name;
+        c->flags = ARROW_FLAG_NULLABLE;
+        c->release = release_child_schema;
+        d->pointers[k] = c;
+    }
+    memset(s, 0, sizeof(*s));
+    s->format = "+s";
+    s->name = "";
+    s->n_children = N_OUT;
+    s->children = d->pointers;
+    s->release = release_schema;
+    s->private_data = d;
+    return 0;
+}
+
+/* A validity bitmap (bit set: valid) of n rows, or NULL when every row is valid. */
+static int validity(const int64_t *v, Py_ssize_t n, int64_t null_value, uint8_t **out, int64_t *nulls) {
+    uint8_t *bits = malloc((size_t)(n / 8 + 1));
+    if (!bits) { PyErr_NoMemory(); return -1; }
+    int64_t valid = 0;
+    Py_ssize_t r = 0;
+    for (; r + 8 <= n; r += 8) { /* a byte at a time, without branches */
+        unsigned b = 0;
+        for (int k = 0; k < 8; k++) b |= (unsigned)(v[r + k] != null_value) << k;
+        bits[r >> 3] = (uint8_t)b;
+        valid += __builtin_popcount(b);
+    }
+    if (r < n) {
+        unsigned b = 0;
+        for (int k = 0; r + k < n; k++) b |= (unsigned)(v[r + k] != null_value) << k;
+        bits[r >> 3] = (uint8_t)b;
+        valid += __builtin_popcount(b);
+    }
+    if (valid == n) { free(bits); bits = NULL; }
+    *out = bits;
+    *nulls = n - valid;
+    return 0;
+}
+
+/* Arrow views (and their validity) of the strings (K_STR: interned indexes, -1 null) or raw values
+ * (K_RAW: offsets and lengths, length 0 null) of a stored column, into `data`. */
+static int views(State *st, const OutCol *oc, const unsigned char *data, uint8_t **views_out, uint8_t **bits_out,
+                 int64_t *nulls) {
+    Py_ssize_t n = st->n_rows;
+    const int64_t *v = st->cols[oc->col], *lens = oc->kind == K_RAW ? st->cols[oc->col + 1] : NULL;
+    uint8_t *out = calloc((size_t)(n ? n : 1), 16), *bits = calloc((size_t)(n / 8 + 1), 1);
+    if (!out || !bits) { free(out); free(bits); PyErr_NoMemory(); return -1; }
+    int64_t valid = 0;
+    for (Py_ssize_t r = 0; r < n; r++) {
+        int64_t at, len;
+        if (lens) {
+            len = lens[r];
+            at = v[r];
+            if (!len) continue; /* a JSON value is never empty */
+        } else {
+            if (v[r] < 0) continue;
+            at = st->spans[2 * v[r]];
+            len = st->spans[2 * v[r] + 1];
+        }
+        bits[r >> 3] |= (uint8_t)(1u << (r & 7));
+        valid++;
+        uint8_t *w = out + 16 * r;
+        int32_t size = (int32_t)len, offset = (int32_t)at, buffer = 0;
+        memcpy(w, &size, 4);
+        if (size <= 12) {
+            if (size) memcpy(w + 4, data + at, (size_t)size);
+        } else {
+            memcpy(w + 4, data + at, 4);
+            memcpy(w + 8, &buffer, 4);
+            memcpy(w + 12, &offset, 4);
+        }
+    }
+    if (valid == n) { free(bits); bits = NULL; }
+    *views_out = out;
+    *bits_out = bits;
+    *nulls = n - valid;
+    return 0;
+}
+
+/* One exported column from the stored one(s) of OUT_COLS[k]; frees what the column does not keep. */
+/* Whether a view column (K_STR or K_RAW) holds no value at all (the rare args: most files have none). */
+static int all_null(State *st, const OutCol *oc) {
+    const int64_t *v = st->cols[oc->kind == K_RAW ? oc->col + 1 : oc->col];
+    int64_t none = oc->kind == K_RAW ? 0 : -1;
+    for (Py_ssize_t r = 0; r < st->n_rows; r++)
+        if (v[r] != none) return 0;
+    return 1;
+}
+
+static int make_column(State *st, int k, Shared *arena, Shared *raw, Shared **zeros, struct ArrowArray *a) {
+    const OutCol *oc = &OUT_COLS[k];
+    Py_ssize_t n = st->n_rows;
+    ColumnData *d = calloc(1, sizeof(ColumnData));
+    if (!d) { PyErr_NoMemory(); return -1; }
+    memset(a, 0, sizeof(*a));
+    a->length = n;
+    a->n_buffers = 2;
+    a->buffers = d->buffers;
+    a->private_data = d;
+    a->release = release_column;
+    int64_t *v = st->cols[oc->col];
+    uint8_t *bits = NULL;
+    if (oc->kind == K_INT) {
+        if (validity(v, n, NULL_INT, &bits, &a->null_count)) goto fail;
+        d->own[0] = bits;
+        /* the values as stored: the column keeps them, less the room reserved for rows never read */
+        int64_t *fit = n ? realloc(v, (size_t)n * sizeof(int64_t)) : NULL;
+        d->own[1] = fit ? fit : v;
+        st->cols[oc->col] = NULL;
+    } else if (oc->kind == K_BOOL) {
+        bits = calloc((size_t)(n / 8 + 1), 1);
+        if (!bits) { PyErr_NoMemory(); goto fail; }
+        for (Py_ssize_t r = 0; r < n; r++)
+            if (v[r]) bits[r >> 3] |= (uint8_t)(1u << (r & 7));
+        d->own[1] = bits;
+    } else {
+        Shared *data = oc->kind == K_STR ? arena : raw;
+        if (all_null(st, oc)) { /* zero views, every validity bit 0: one block of zeros serves them all */
+            if (!*zeros) {
+                void *z = calloc((size_t)(n ? n : 1), 16);
+                if (!z) { PyErr_NoMemory(); goto fail; }
+                if (!(*zeros = shared_new(z))) goto fail;
+            }
+            __atomic_add_fetch(&(*zeros)->refs, 1, __ATOMIC_RELAXED);
+            d->zeros = *zeros;
+            d->buffers[0] = d->buffers[1] = (*zeros)->ptr;
+            a->null_count = n;
+        } else {
+            uint8_t *vw;
+            if (views(st, oc, (const unsigned char *)data->ptr, &vw, &bits, &a->null_count)) goto fail;
+            d->own[0] = bits;
+            d->own[1] = vw;
+        }
+        int64_t *sizes = malloc(sizeof(int64_t));
+        if (!sizes) { PyErr_NoMemory(); goto fail; }
+        *sizes = oc->kind == K_STR ? st->arena_len : st->raw_len;
+        d->own[2] = sizes;
+        __atomic_add_fetch(&data->refs, 1, __ATOMIC_RELAXED);
+        d->data = data;
+        d->buffers[2] = data->ptr;
+        d->buffers[3] = sizes;
+        a->n_buffers = 4;
+        if (d->zeros) return 0;
+    }
+    d->buffers[0] = d->own[0];
+    d->buffers[1] = d->own[1];
+    return 0;
+fail:
+    release_column(a);
+    return -1;
+}
+
+/* The scanner's rows as an Arrow struct array; the scanner then holds no rows and no strings. */
+static int take_rows(State *st, struct ArrowArray *out) {
+    Py_ssize_t n = st->n_rows;
+    if (!st->cap_rows && grow_rows(st)) return -1; /* no row yet: every column empty */
+    /* the bytes views point into: never NULL, even when empty */
+    if (!st->arena && !(st->arena = malloc(1))) { PyErr_NoMemory(); return -1; }
+    if (!st->raw && !(st->raw = malloc(1))) { PyErr_NoMemory(); return -1; }
+    Shared *arena = shared_new(st->arena), *raw = NULL, *zeros = NULL;
+    st->arena = NULL;
+    if (arena) raw = shared_new(st->raw);
+    st->raw = NULL;
+    StructData *d = calloc(1, sizeof(StructData));
+    if (d) d->children = calloc(N_OUT, sizeof(struct ArrowArray));
+    if (d) d->pointers = calloc(N_OUT, sizeof(struct ArrowArray *));
+    int rc = -1;
+    if (!arena || !raw || !d || !d->children || !d->pointers) {
+        if (!PyErr_Occurred()) PyErr_NoMemory();
+        if (d) { free(d->children); free(d->pointers); free(d); }
+        goto done;
+    }
+    memset(out, 0, sizeof(*out));
+    out->length = n;
+    out->n_buffers = 1;
+    out->buffers = d->buffers;
+    out->n_children = N_OUT;
+    out->children = d->pointers;
+    out->private_data = d;
+    out->release = release_struct;
+    for (int k = 0; k < N_OUT; k++) {
+        d->pointers[k] = &d->children[k];
+        if (make_column(st, k, arena, raw, &zeros, &d->children[k])) { /* it released itself; the later ones are empty */
+            release_struct(out);
+            goto done;
+        }
+    }
+    rc = 0;
+done:
+    shared_drop(arena);
+    shared_drop(raw);
+    shared_drop(zeros);
+    /* start afresh: the strings' indexes and the raw values' places belong to the rows just taken */
+    for (int c = 0; c < NCOLS; c++) { free(st->cols[c]); st->cols[c] = NULL; }
+    st->n_rows = st->cap_rows = st->filled = 0;
+    st->raw_len = st->raw_cap = 0;
+    st->arena_len = st->arena_cap = 0;
+    st->n_strings = 0;
+    PyMem_Free(st->slots);
+    st->slots = NULL;
+    st->n_slots = 0;
+    st->can_drop = 0;
+    return rc;
+}
+
+/* ---- Python types ---- */
+
+typedef struct {
+    PyObject_HEAD
+    struct ArrowArray array; /* released (release NULL) once exported */
+    Py_ssize_t length;
+} Rows;
+
+static void Rows_dealloc(Rows *self) {
+    if (self->array.release) self->array.release(&self->array);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static void schema_capsule_free(PyObject *capsule) {
+    struct ArrowSchema *s = PyCapsule_GetPointer(capsule, "arrow_schema");
+    if (!s) { PyErr_Clear(); return; }
+    if (s->release) s->release(s);
+    free(s);
+}
+
+static void array_capsule_free(PyObject *capsule) {
+    struct ArrowArray *a = PyCapsule_GetPointer(capsule, "arrow_array");
+    if (!a) { PyErr_Clear(); return; }
+    if (a->release) a->release(a);
+    free(a);
+}
+
+static PyObject *Rows_arrow_c_array(Rows *self, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"requested_schema", NULL};
+    PyObject *requested = Py_None; /* a producer may ignore it */
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|O", kwlist, &requested)) return NULL;
+    if (!self->array.release) { PyErr_SetString(PyExc_ValueError, "the rows were already exported"); return NULL; }
+    struct ArrowSchema *s = malloc(sizeof(*s));
+    struct ArrowArray *a = malloc(sizeof(*a));
+    if (!s || !a) { free(s); free(a); return PyErr_NoMemory(); }
+    if (make_schema(s)) { free(s); free(a); return NULL; }
+    PyObject *sc = PyCapsule_New(s, "arrow_schema", schema_capsule_free);
+    if (!sc) { s->release(s); free(s); free(a); return NULL; }
+    *a = self->array; /* moved: the capsule owns the rows now */
+    PyObject *ac = PyCapsule_New(a, "arrow_array", array_capsule_free);
+    if (!ac) { a->release = NULL; free(a); Py_DECREF(sc); return NULL; }
+    self->array.release = NULL;
+    return Py_BuildValue("(NN)", sc, ac);
+}
+
+static Py_ssize_t Rows_len(Rows *self) { return self->length; }
+
+static PyMethodDef ROWS_METHODS[] = {
+    {"__arrow_c_array__", (PyCFunction)(void (*)(void))Rows_arrow_c_array, METH_VARARGS | METH_KEYWORDS,
+     "__arrow_c_array__(requested_schema=None) -> (schema capsule, array capsule): the rows as an Arrow\n"
+     "struct array (the PyCapsule interface), once."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PySequenceMethods ROWS_SEQUENCE = {.sq_length = (lenfunc)Rows_len};
+
+static PyTypeObject RowsType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "tracediag.ingest._chromescan.Rows",
+    .tp_basicsize = sizeof(Rows),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Scanned rows, typed, exported once through the Arrow PyCapsule interface (`pl.DataFrame(rows)`).",
+    .tp_dealloc = (destructor)Rows_dealloc,
+    .tp_methods = ROWS_METHODS,
+    .tp_as_sequence = &ROWS_SEQUENCE,
+};
 
 typedef struct {
     PyObject_HEAD
@@ -890,8 +1403,7 @@ static int Scanner_init(Scanner *self, PyObject *args, PyObject *kwds) {
     static char *kwlist[] = {NULL};
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "", kwlist)) return -1;
     free_state(&self->st);
-    self->st.strings = PyList_New(0);
-    return self->st.strings ? 0 : -1;
+    return 0;
 }
 
 static void Scanner_dealloc(Scanner *self) {
@@ -899,7 +1411,7 @@ static void Scanner_dealloc(Scanner *self) {
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-static PyObject *piece_result(State *st, int ended) {
+static PyObject *piece_result(State *st, int ended, Py_ssize_t rows) {
     PyObject *reasons = PyDict_New(), *top = PyDict_New();
     if (!reasons || !top) goto fail;
     for (int k = 0; k < N_REASONS; k++) {
@@ -914,24 +1426,23 @@ static PyObject *piece_result(State *st, int ended) {
         if (!v || PyDict_SetItemString(top, TOP_KEYS[t], v)) { Py_XDECREF(v); goto fail; }
         Py_DECREF(v);
     }
-    return Py_BuildValue("(nnNNO)", st->n_events, st->n_kept, reasons, top, ended ? Py_True : Py_False);
+    return Py_BuildValue("(nnNNOn)", st->n_events, st->n_kept, reasons, top, ended ? Py_True : Py_False, rows);
 fail:
     Py_XDECREF(reasons);
     Py_XDECREF(top);
     return NULL;
 }
 
-/* Whether the document's last event is an M row named `marker`; if so it is removed. */
-static int drop_marker(State *st, PyObject *marker, Py_ssize_t rows_before) {
+/* Whether the document's last event is an M row named `marker` (UTF-8); if so it is removed. */
+static int drop_marker(State *st, const char *marker, Py_ssize_t marker_len, Py_ssize_t rows_before) {
     Py_ssize_t r = st->last_event_row;
     if (r < rows_before || r != st->n_rows - 1 || st->cols[C_ORDER][r] != -1 || st->cols[C_NAME][r] < 0) return 0;
-    PyObject *name = PyList_GET_ITEM(st->strings, st->cols[C_NAME][r]);
-    int same = PyObject_RichCompareBool(name, marker, Py_EQ);
-    if (same == 1) {
-        st->n_rows--;
-        st->n_events--;
-    }
-    return same;
+    int64_t code = st->cols[C_NAME][r];
+    if (st->spans[2 * code + 1] != marker_len || memcmp(st->arena + st->spans[2 * code], marker, (size_t)marker_len))
+        return 0;
+    truncate_rows(st, st->n_rows - 1);
+    st->n_events--;
+    return 1;
 }
 
 /* Per-document state, at the start of `view`. */
@@ -953,15 +1464,27 @@ static PyObject *Scanner_feed(Scanner *self, PyObject *args) {
     Py_buffer view;
     int is_array;
     PyObject *marker = Py_None;
+    long long first_order = 0;
+    const char *marker_s = NULL;
+    Py_ssize_t marker_len = 0;
     State *st = &self->st;
-    if (!st->strings) { PyErr_SetString(PyExc_RuntimeError, "Scanner not initialised"); return NULL; }
-    if (!PyArg_ParseTuple(args, "y*p|O", &view, &is_array, &marker)) return NULL;
+    if (!PyArg_ParseTuple(args, "y*p|OL", &view, &is_array, &marker, &first_order)) return NULL;
+    if (marker != Py_None && !(marker_s = PyUnicode_AsUTF8AndSize(marker, &marker_len))) {
+        PyBuffer_Release(&view);
+        return NULL;
+    }
     Py_ssize_t rows_before = st->n_rows, raw_before = st->raw_len;
+    /* room for the document's rows up front, at the bytes per row seen so far (growing by copies cost
+     * a tenth of the scan; reserving too much, memory: a compact trace has 3x the rows per MB) */
+    Py_ssize_t per_row = st->rows_seen ? st->bytes_seen / st->rows_seen : 256;
+    if (per_row < 16) per_row = 16;
+    if (reserve_rows(st, st->n_rows + view.len / per_row * 9 / 8 + 64)) { PyBuffer_Release(&view); return NULL; }
     st->plain = 0;
+    st->first_order = first_order;
     start_doc(st, &view);
     int rc = parse_doc(st, is_array);
     if (rc == RESTART) {
-        st->n_rows = rows_before;
+        truncate_rows(st, rows_before);
         st->raw_len = raw_before;
         st->plain = 1;
         start_doc(st, &view);
@@ -969,14 +1492,12 @@ static PyObject *Scanner_feed(Scanner *self, PyObject *args) {
     }
     PyObject *res = NULL;
     int ended = 0;
-    if (rc == 0 && marker != Py_None) {
-        ended = drop_marker(st, marker, rows_before);
-        if (ended < 0) rc = PY_FAILED;
-    }
+    if (rc == 0 && marker_s) ended = drop_marker(st, marker_s, marker_len, rows_before);
     if (rc == 0) {
-        res = piece_result(st, ended);
+        res = piece_result(st, ended, st->n_rows - rows_before);
         if (res) {
-            st->n_pieces++;
+            st->bytes_seen += view.len;
+            st->rows_seen += st->n_rows - rows_before;
             st->last_rows = rows_before;
             st->last_raw = raw_before;
             st->can_drop = 1;
@@ -985,7 +1506,7 @@ static PyObject *Scanner_feed(Scanner *self, PyObject *args) {
         res = PyUnicode_FromString(st->fail ? st->fail : "unsupported");
     }
     if (rc || !res) { /* nothing of a declined document stays (its new strings are unused, and harmless) */
-        st->n_rows = rows_before;
+        truncate_rows(st, rows_before);
         st->raw_len = raw_before;
     }
     st->base = st->p = st->end = NULL;
@@ -996,52 +1517,37 @@ static PyObject *Scanner_feed(Scanner *self, PyObject *args) {
 static PyObject *Scanner_drop_last(Scanner *self, PyObject *noargs) {
     State *st = &self->st;
     if (st->can_drop) {
-        st->n_rows = st->last_rows;
+        truncate_rows(st, st->last_rows);
         st->raw_len = st->last_raw;
-        st->n_pieces--;
         st->can_drop = 0;
     }
     Py_RETURN_NONE;
 }
 
-static PyObject *Scanner_columns(Scanner *self, PyObject *noargs) {
+static PyObject *Scanner_take(Scanner *self, PyObject *noargs) {
     State *st = &self->st;
-    if (!st->strings) { PyErr_SetString(PyExc_RuntimeError, "Scanner not initialised"); return NULL; }
-    Py_ssize_t n = st->n_rows;
-    if (!st->cap_rows && grow_rows(st)) return NULL; /* no row yet: empty columns all the same */
-    PyObject *cols = PyList_New(NCOLS);
-    if (!cols) return NULL;
-    for (int c = 0; c < NCOLS; c++) {
-        if (PyByteArray_Resize(st->col_objs[c], n * (Py_ssize_t)sizeof(int64_t))) { Py_DECREF(cols); return NULL; }
-        Py_INCREF(st->col_objs[c]);
-        PyList_SET_ITEM(cols, c, st->col_objs[c]);
-    }
-    PyObject *raw = PyBytes_FromStringAndSize((const char *)st->raw, st->raw_len);
-    PyObject *res = raw ? Py_BuildValue("(NON)", cols, st->strings, raw) : NULL;
-    if (!res) { Py_XDECREF(cols); return NULL; }
-    /* the columns now belong to the caller: the scanner starts again with none */
-    for (int c = 0; c < NCOLS; c++) { Py_CLEAR(st->col_objs[c]); st->cols[c] = NULL; }
-    st->n_rows = st->cap_rows = 0;
-    st->raw_len = 0;
-    st->can_drop = 0;
-    return res;
+    Rows *rows = PyObject_New(Rows, &RowsType);
+    if (!rows) return NULL;
+    rows->array.release = NULL;
+    rows->length = st->n_rows;
+    if (take_rows(st, &rows->array)) { Py_DECREF(rows); return NULL; }
+    return (PyObject *)rows;
 }
 
 static PyMethodDef SCANNER_METHODS[] = {
     {"feed", (PyCFunction)Scanner_feed, METH_VARARGS,
-     "feed(document, is_array, marker=None) -> (n_events, n_kept, skipped, top, ended) or the reason\n"
-     "it is declined (str).\n\n"
-     "Adds an accepted document's X/B/E/M rows to the columns; a declined one adds nothing.\n"
-     "top: {key: (offset, length)} of the top-level keys read, in the document. ended: the last\n"
-     "event was an M event named `marker` (a str), and it was left out."},
+     "feed(document, is_array, marker=None, first_order=0) -> (n_events, n_kept, skipped, top, ended, rows) or\n"
+     "the reason it is declined (str).\n\n"
+     "Adds an accepted document's X/B/E/M rows; a declined one adds nothing. Its X/B/E rows are\n"
+     "numbered (`order`) from first_order. top: {key: (offset, length)} of the top-level keys read, in\n"
+     "the document. ended: the last event was an M event named `marker` (a str), and it was left out.\n"
+     "rows: the rows it added (X/B/E and M)."},
     {"drop_last", (PyCFunction)Scanner_drop_last, METH_NOARGS,
      "drop_last() -> None: forget the last accepted document (once)."},
-    {"columns", (PyCFunction)Scanner_columns, METH_NOARGS,
-     "columns() -> (columns, strings, raw), and the scanner keeps no rows.\n\n"
-     "columns: a bytearray of int64 per column, in COLUMNS order. String columns hold indexes into `strings`\n"
-     "(-1: null); integer columns INT64_MIN for null; `*_at`/`*_len` a value's place in `raw`;\n"
-     "piece: the accepted document's number; order: the row's number among the X/B/E rows of its\n"
-     "document (-1 on M rows)."},
+    {"take", (PyCFunction)Scanner_take, METH_NOARGS,
+     "take() -> Rows: the rows so far, typed, in COLUMNS order (strings utf8, ids and times int64,\n"
+     "has_args bool, raw args values binary: their JSON text; order -1 on M rows); the scanner then\n"
+     "holds none."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1074,12 +1580,12 @@ PyMODINIT_FUNC PyInit__chromescan(void) {
         STRING_STOP[c] = c == '"' || c == '\\' || c < 0x20 || c >= 0x80;
         IS_WS[c] = c == ' ' || c == '\n' || c == '\r' || c == '\t';
     }
-    if (PyType_Ready(&ScannerType) < 0) return NULL;
+    if (PyType_Ready(&ScannerType) < 0 || PyType_Ready(&RowsType) < 0) return NULL;
     PyObject *m = PyModule_Create(&MODULE);
     if (!m) return NULL;
-    PyObject *names = PyTuple_New(NCOLS);
+    PyObject *names = PyTuple_New(N_OUT);
     if (!names) { Py_DECREF(m); return NULL; }
-    for (int c = 0; c < NCOLS; c++) PyTuple_SET_ITEM(names, c, PyUnicode_FromString(COLUMN_NAMES[c]));
+    for (int c = 0; c < N_OUT; c++) PyTuple_SET_ITEM(names, c, PyUnicode_FromString(OUT_COLS[c].name));
     if (PyModule_AddObject(m, "COLUMNS", names)) { Py_DECREF(names); Py_DECREF(m); return NULL; }
     Py_INCREF(&ScannerType);
     if (PyModule_AddObject(m, "Scanner", (PyObject *)&ScannerType)) {

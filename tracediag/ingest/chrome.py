@@ -11,9 +11,11 @@ time units, B/E pairing and the rule that every input event is a row or a counte
 
 from __future__ import annotations
 
+import mmap
 import re
 from collections import Counter
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from decimal import Decimal
 from operator import attrgetter
@@ -182,9 +184,10 @@ _EXACT_LIMIT_US = float(2**43)
 CHUNK_BYTES = 4 << 20
 """Files are decoded in pieces of about this size, so a worker holds the file's bytes plus the
 columns, never the Python objects of the whole file at once."""
-SCANNED_BYTES = 8 << 20
-"""The scanner's raw columns are typed (and released) after about this much JSON: fewer, larger
-conversions cost less CPU, smaller ones less memory (8 MB: a file read at 2.1x its size, 16 MB: 2.7x)."""
+SCANNED_ROWS = 50_000
+"""The scanner's rows go to polars (and are released) once it holds about this many: fewer, larger
+batches cost less CPU, smaller ones less memory. Counted in rows, not bytes: a compact trace holds
+three times the rows of a pretty-printed one per MB."""
 _EVENTS_KEY = re.compile(rb'(?<!\\)"traceEvents"\s*:\s*\[')
 _BOUNDARY = re.compile(rb"\}\s*,\s*\{")
 
@@ -232,41 +235,41 @@ def decode(source: bytes | Iterable[bytes], path: str) -> Decoded:
     """
     warnings: list[str] = []
     skipped: dict[str, int] = {}
-    blocks = iter([source] if isinstance(source, (bytes, bytearray)) else source)
+    mapped = source if isinstance(source, mmap.mmap) else None
+    blocks = iter([] if mapped is not None else [source] if isinstance(source, (bytes, bytearray)) else source)
     top: dict[str, Any] = {}
     bases: list[pl.DataFrame] = []
     metas: list[pl.DataFrame] = []
     rare = _RareArgs()
-    n_events = n_kept = 0  # input events seen; events that reached the frame (their `order`)
-    scanner, offsets = native.Scanner(), []  # offsets: `order` of the first row of each scanned piece
-    held = 0  # bytes of the documents whose rows the scanner holds
-    for events, piece_top, piece, piece_is_array in _pieces(blocks, path, warnings, skipped, scanner):
+    n_events = 0  # input events seen
+    scanner = native.Scanner()  # its `next_order`: the `order` of the next row reaching the frame
+    held = 0  # rows the scanner holds
+    buffer = _Buffer(blocks) if mapped is None else _Mapped(mapped)
+    for events, piece_top, piece, piece_is_array in _pieces(buffer, path, warnings, skipped, scanner):
         top.update({k: v for k, v in piece_top.items() if v is not None})
         if isinstance(events, native.Fed):
             n_events += events.n_events
             for reason, n in events.skipped.items():
                 skipped[reason] = skipped.get(reason, 0) + n
-            offsets.append(n_kept)
-            n_kept += events.kept
-            held += len(piece)
-            if held >= SCANNED_BYTES:
-                _add_scanned(scanner, offsets, bases, metas, rare, skipped)
-                offsets, held = [], 0
+            held += events.rows
+            if held >= SCANNED_ROWS:
+                _add_scanned(scanner, bases, metas, rare, skipped)
+                held = 0
             continue
-        if offsets:  # a piece the scanner declined: the rows scanned before it come first
-            _add_scanned(scanner, offsets, bases, metas, rare, skipped)
-            offsets, held = [], 0
+        if held:  # a piece the scanner declined: the rows scanned before it come first
+            _add_scanned(scanner, bases, metas, rare, skipped)
+            held = 0
         n_events += len(events)
         kept, meta = _split_metadata(_drop_counted(events, skipped))
         if meta:
             skipped["metadata"] = skipped.get("metadata", 0) + len(meta)
             metas.append(_metadata_frame(meta))
-        base, args = _piece_frame(kept, n_kept, piece, piece_is_array, warnings)
-        rare.add(base, args, n_kept)
-        n_kept += len(kept)
+        base, args = _piece_frame(kept, scanner.next_order, piece, piece_is_array, warnings)
+        rare.add(base, args, scanner.next_order)
+        scanner.next_order += len(kept)
         bases.append(base)
-    if offsets:
-        _add_scanned(scanner, offsets, bases, metas, rare, skipped)
+    if held:
+        _add_scanned(scanner, bases, metas, rare, skipped)
     frame = _contiguous(bases)
     # events dropped while decoding (cut off, or not convertible) never reached the frame
     events_in = n_events + skipped.get("malformed", 0) + skipped.get("truncated", 0)
@@ -287,29 +290,33 @@ _META_COLUMNS = ("name", "pid", "pid_str", "tid", "label", "labels")
 
 def _add_scanned(
     scanner: native.Scanner,
-    offsets: list[int],
     bases: list[pl.DataFrame],
     metas: list[pl.DataFrame],
     rare: _RareArgs,
     skipped: dict[str, int],
 ) -> None:
-    """The scanner's rows as a base frame (`order` from each piece's offset) and a metadata frame,
-    appended to `bases` and `metas`; their rare args go to `rare`."""
-    columns = scanner.take()
-    is_meta = pl.col("order") < 0
-    fields = ("ph", "cat", "name", "pid", "tid", "pid_str", "ts", "dur", "has_args", "external_id", "correlation")
-    kept = columns.table.with_row_index("_row").select("_row", *fields, "piece", "order")
-    kept = columns.typed(kept.filter(~is_meta), fields).with_columns(
-        order=pl.lit(pl.Series(offsets, dtype=pl.Int64)).gather(pl.col("piece")) + pl.col("order"),
-        a_external_id="external_id",
-        a_correlation="correlation",
-    )
-    rare.add_scanned(kept, columns)
-    bases.append(kept.select(_BASE_COLUMNS))
-    meta = columns.table.filter(is_meta)
+    """The scanner's rows as a base frame and a metadata frame, appended to `bases` and `metas`;
+    their rare args go to `rare`. One polars call for all of them."""
+    rows = scanner.take().lazy()
+    kept = pl.col("order") >= 0  # `M` rows have -1
+    # each query selects its columns before it filters: a filter shared by all would be computed once
+    # over every column (common subplans are cached), a copy of the whole batch
+    base = rows.select(
+        *_BASE_COLUMNS[:-2], a_external_id=pl.col("external_id"), a_correlation=pl.col("correlation")
+    ).filter(kept)
+    tiers = [
+        rows.select("order", "ph", "cat", "name", "has_args", *fields)
+        .filter(kept & pl.col("has_args") & mask)
+        .select("order", *(pl.col(f).alias(f"a_{f}") for f in fields))
+        for mask, fields in _ARG_TIERS
+    ]
+    meta = rows.select(*_META_COLUMNS, "order").filter(~kept).drop("order")
+    base_frame, meta, *tier_frames = pl.collect_all([base, meta, *tiers])
+    bases.append(base_frame)
+    rare.add_frames(tier_frames)
     if meta.height:
         skipped["metadata"] = skipped.get("metadata", 0) + meta.height
-        metas.append(columns.typed(meta, _META_COLUMNS).select(_META_COLUMNS))
+        metas.append(meta)
 
 
 def _contiguous(parts: list[pl.DataFrame]) -> pl.DataFrame:
@@ -363,8 +370,8 @@ def _drop_counted(events: list[Any], skipped: dict[str, int]) -> list[Any]:
 
 
 def _pieces(
-    blocks: Iterator[bytes], path: str, warnings: list[str], skipped: dict[str, int], scanner: native.Scanner
-) -> Iterator[tuple[list[_Event] | native.Fed, dict[str, Any], bytes, bool]]:
+    buf: _Buffer, path: str, warnings: list[str], skipped: dict[str, int], scanner: native.Scanner
+) -> Iterator[tuple[list[_Event] | native.Fed, dict[str, Any], bytes | None, bool]]:
     """Decode a streamed file in pieces of about CHUNK_BYTES, each made a complete JSON document.
 
     Only a few pieces' bytes are held at a time. Cuts fall between two events (`}, {` after the
@@ -376,14 +383,13 @@ def _pieces(
     head's end marker must be its last event, and a middle piece that crosses the array's end is
     not valid JSON; either way the rest of the file is decoded as one document, so objects of a
     later top-level list never become events. Files that fit in two pieces, or where the events
-    cannot be located, are decoded whole. Yields (events, top-level keys, the piece's bytes,
-    whether the piece is in Array form).
+    cannot be located, are decoded whole. Yields (events, top-level keys, the piece's bytes (None
+    for a scanned piece: only the msgspec path reads them again), whether the piece is in Array form).
     """
-    buf = _Buffer(blocks)
     buf.fill(2 * CHUNK_BYTES)
     buf.strip_leading()
-    is_array = buf.data[:1] == b"["
-    start = _events_start(buf.data, is_array)
+    is_array = buf.view()[:1] == b"["
+    start = _events_start(buf.view(), is_array)
     if buf.eof or start is None:
         yield _rest(buf, path, is_array, warnings, skipped, scanner, head=True)
         return
@@ -391,18 +397,19 @@ def _pieces(
     while True:
         at = start + CHUNK_BYTES
         buf.fill(at + CHUNK_BYTES)
-        m = _BOUNDARY.search(buf.data, at)
+        m = _boundary(buf, at)
         step = CHUNK_BYTES
         while m is not None:
-            body = memoryview(buf.data)[: m.start() + 1]
             if head:
-                piece, piece_is_array = b"".join((body, _HEAD_END[is_array])), is_array
-            else:
-                piece, piece_is_array = b"".join((b"[", body, b"]")), True
-            del body
+                piece: bytes | None = b"".join((buf.view(0, m[0] + 1), _HEAD_END[is_array]))
+                fed = scanner.feed(piece, is_array, _END_NAME)
+            else:  # `[` + the events + `]`, in place
+                with buf.opened(b"[", m[0] + 1, b"]") as doc:
+                    fed = scanner.feed(doc, True)
+                    piece = None if fed is not None else bytes(doc)
+            piece_is_array = is_array if head else True
             piece_warnings: list[str] = []
             piece_skipped: dict[str, int] = {}  # counted only once the piece is accepted
-            fed = scanner.feed(piece, piece_is_array, _END_NAME if head else None)
             if fed is not None:
                 events, top = fed, fed.top
                 if head and not fed.ended:
@@ -414,8 +421,8 @@ def _pieces(
             except msgspec.DecodeError as e:
                 if "truncated" in str(e).lower():  # the cut fell inside a string or an event's args
                     step *= 2
-                    buf.fill(m.end() + step + CHUNK_BYTES)
-                    m = _BOUNDARY.search(buf.data, m.end() + step)
+                    buf.fill(m[1] + step + CHUNK_BYTES)
+                    m = _boundary(buf, m[1] + step)
                     continue
                 m = None  # the piece crosses the end of the events (or the JSON is bad): read the rest whole
                 break
@@ -425,12 +432,18 @@ def _pieces(
         if m is None:
             yield _rest(buf, path, is_array, warnings, skipped, scanner, head=head)
             return
-        buf.drop(m.end() - 1)
+        buf.drop(m[1] - 1)
         warnings.extend(piece_warnings)
         for reason, n in piece_skipped.items():
             skipped[reason] = skipped.get(reason, 0) + n
         yield events, top, piece, piece_is_array
         start, head = 0, False
+
+
+def _boundary(buf: _Buffer, at: int) -> tuple[int, int] | None:
+    """(start, end) of the first cut between two events at or after `at` (offsets from `buf.lo`)."""
+    m = _BOUNDARY.search(buf.view(), at)
+    return (m.start(), m.end()) if m else None
 
 
 _END_NAME = "\x00tracediag: end of piece"
@@ -457,14 +470,15 @@ def _rest(
     scanner: native.Scanner,
     *,
     head: bool,
-) -> tuple[list[_Event] | native.Fed, dict[str, Any], bytes, bool]:
+) -> tuple[list[_Event] | native.Fed, dict[str, Any], bytes | None, bool]:
     """Decode everything not yet decoded as one document (the whole file when nothing was)."""
     buf.fill(None)
-    piece = bytes(buf.data) if head else b"".join((b"[" if is_array else b'{"traceEvents":[', buf.data))
-    buf.data.clear()
-    fed = scanner.feed(piece, is_array)
+    with buf.opened(b"" if head else b"[" if is_array else b'{"traceEvents":[', buf.size, b"") as doc:
+        fed = scanner.feed(doc, is_array)
+        piece = None if fed is not None else bytes(doc)
+    buf.release()
     if fed is not None:
-        return fed, fed.top, piece, is_array
+        return fed, fed.top, None, is_array
     events, top = _decode_doc(piece, path, is_array, warnings, skipped, repair=True, whole=head)
     return events, top, piece, is_array
 
@@ -473,44 +487,116 @@ _LEADING_SPACE = re.compile(rb"[ \t\r\n]*")
 
 
 class _Buffer:
-    """The not yet decoded bytes of a streamed file."""
+    """The not yet decoded bytes of a streamed file: `buf[lo:hi]`.
+
+    Dropping bytes moves `lo`; a block is copied in after `hi`, and the held bytes move to the front
+    only when it does not fit. So each byte of the file is copied about once, whatever the piece
+    size. `ROOM` bytes before `lo` are free, for the prefix `opened` writes there.
+    """
+
+    ROOM = 16
 
     def __init__(self, blocks: Iterator[bytes]) -> None:
         self.blocks = blocks
-        self.data = bytearray()
+        self.buf = bytearray(self.ROOM)
+        self.lo = self.hi = self.ROOM
         self.eof = False
-        self.consumed = 0
+
+    @property
+    def size(self) -> int:
+        return self.hi - self.lo
+
+    def view(self, start: int = 0, stop: int | None = None) -> memoryview:
+        """The held bytes from `start` to `stop` (offsets from `lo`)."""
+        return memoryview(self.buf)[self.lo + start : self.hi if stop is None else self.lo + stop]
 
     def fill(self, size: int | None) -> None:
         """Read blocks until `size` bytes are held (None: to the end of the file)."""
-        while not self.eof and (size is None or len(self.data) < size):
+        while not self.eof and (size is None or self.hi - self.lo < size):
             block = next(self.blocks, None)
             if block is None:
                 self.eof = True
+                break
+            n = len(block)
+            if self.hi + n > len(self.buf) and self.ROOM + self.size + n <= len(self.buf):
+                # the held bytes to the front; memoryview to memoryview is a memmove (bytearray slice
+                # assignment memcpys, wrong where the two overlap)
+                memoryview(self.buf)[self.ROOM : self.ROOM + self.size] = memoryview(self.buf)[self.lo : self.hi]
+                self.lo, self.hi = self.ROOM, self.ROOM + self.size
+            if self.hi + n > len(self.buf):
+                del self.buf[self.hi :]
+                self.buf += block  # grows in place (realloc): no view of the buffer lives across `fill`
             else:
-                self.data += block
+                self.buf[self.hi : self.hi + n] = block
+            self.hi += n
+
+    @contextmanager
+    def opened(self, prefix: bytes, end: int, suffix: bytes) -> Iterator[memoryview]:
+        """`prefix` + the held bytes up to `end` + `suffix`, without copying them: the prefix is
+        written in the free bytes before `lo`, the suffix over the bytes at `end` (put back after)."""
+        start, stop = self.lo - len(prefix), self.lo + end
+        saved = bytes(self.buf[stop : stop + len(suffix)])
+        if len(saved) < len(suffix):  # no byte held there (the file's end): one copy
+            with memoryview(b"".join((prefix, self.view(0, end), suffix))) as doc:
+                yield doc
+            return
+        self.buf[start : self.lo] = prefix
+        self.buf[stop : stop + len(suffix)] = suffix
+        try:
+            with memoryview(self.buf)[start : stop + len(suffix)] as doc:
+                yield doc
+        finally:
+            self.buf[stop : stop + len(suffix)] = saved
+
+    def release(self) -> None:
+        """Hold nothing more."""
+        self.buf, self.lo, self.hi = bytearray(self.ROOM), self.ROOM, self.ROOM
 
     def strip_leading(self) -> None:
         """Drop a UTF-8 byte-order mark and the whitespace before the document."""
-        if self.data.startswith(b"\xef\xbb\xbf"):
-            del self.data[:3]
+        if self.view(0, 3) == b"\xef\xbb\xbf":
+            self.drop(3)
         while True:
-            n = _LEADING_SPACE.match(self.data).end()
-            del self.data[:n]
-            self.consumed += n
-            if self.data or self.eof:
+            self.drop(_LEADING_SPACE.match(self.view()).end())
+            if self.size or self.eof:
                 return
             self.fill(CHUNK_BYTES)
 
     def drop(self, n: int) -> None:
-        del self.data[:n]
-        self.consumed += n
+        self.lo += n
 
 
-def _events_start(data: bytes | bytearray, is_array: bool) -> int | None:
-    """Offset just after the `[` that opens the events, or None if it cannot be found."""
+class _Mapped(_Buffer):
+    """A file mapped copy-on-write, read as a `_Buffer`: bytes are held without a copy, and the pages
+    below the cut are dropped as the pieces go (so the process never holds the whole file)."""
+
+    def __init__(self, mapped: mmap.mmap) -> None:
+        self.buf = mapped
+        self.lo = self.hi = self.dropped = 0
+        self.eof = False
+
+    def fill(self, size: int | None) -> None:
+        end = len(self.buf)
+        self.hi = end if size is None else min(end, max(self.hi, self.lo + size))
+        self.eof = self.hi == end
+
+    def drop(self, n: int) -> None:
+        self.lo += n
+        below = (self.lo - self.ROOM) // mmap.PAGESIZE * mmap.PAGESIZE  # `opened` writes just before `lo`
+        if below - self.dropped >= CHUNK_BYTES and hasattr(mmap, "MADV_DONTNEED"):
+            self.buf.madvise(mmap.MADV_DONTNEED, self.dropped, below - self.dropped)
+            self.dropped = below
+
+    def release(self) -> None:
+        with suppress(BufferError):  # a view still alive: the mapping goes with it
+            self.buf.close()
+
+
+def _events_start(data: memoryview, is_array: bool) -> int | None:
+    """Offset just after the `[` that opens the events (the first byte in Array form), or None if it
+    cannot be found."""
     if is_array:
-        return data.find(b"[") + 1
+        return 1
     m = _EVENTS_KEY.search(data)
     return m.end() if m else None
 
@@ -750,17 +836,10 @@ class _RareArgs:
                 columns.append(_arg_series(fname, list(values)).alias(f"a_{fname}"))
             self.parts[i].append(pl.DataFrame(columns))
 
-    def add_scanned(self, rows: pl.DataFrame, columns: native.Columns) -> None:
-        """Scanned rows: `rows` with ph/cat/name typed, `has_args`, `order` and `_row` (the row of
-        `columns.table` that holds their args)."""
-        tiers = rows.select(
-            "_row", "order", *((mask & pl.col("has_args")).alias(f"_t{i}") for i, (mask, _) in enumerate(_ARG_TIERS))
-        )
-        for i, (_, fields) in enumerate(_ARG_TIERS):
-            picked = tiers.filter(f"_t{i}")
-            stored = [c for f in fields for c in ((f"{f}_at", f"{f}_len") if f in native.RAW_FIELDS else (f,))]
-            args = columns.typed(columns.table.select(stored)[picked["_row"]], fields)
-            self.parts[i].append(args.select(picked["order"], *(pl.col(f).alias(f"a_{f}") for f in fields)))
+    def add_frames(self, frames: list[pl.DataFrame]) -> None:
+        """Scanned rows' args: one frame per tier, `order` and its `a_<field>` columns."""
+        for parts, frame in zip(self.parts, frames):
+            parts.append(frame)
 
     def frames(self) -> tuple[pl.DataFrame, ...]:
         empty = [

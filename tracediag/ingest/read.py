@@ -11,7 +11,7 @@ from typing import Any
 from tracediag.errors import NotATraceError, RankError, TracediagError, TraceError
 from tracediag.ingest import chrome, kineto
 from tracediag.ingest.remote import expand, is_remote, local_copy
-from tracediag.ingest.sniff import iter_blocks, peek_head, sniff
+from tracediag.ingest.sniff import iter_blocks, map_plain, peek_head, sniff
 from tracediag.ingest.trace import FileTrace
 
 
@@ -53,7 +53,10 @@ def read_file(
         return read_nsys(path, rank=rank, default_rank=default_rank)
     if fmt != "json":
         raise NotATraceError(path, f"a {fmt} file is not a trace; pass it on its own to load a saved run")
-    decoded = chrome.decode(blocks, path)
+    mapped = map_plain(path)
+    if mapped is not None:
+        blocks.close()
+    decoded = chrome.decode(blocks if mapped is None else mapped, path)
     if _is_jax(decoded):
         from tracediag.ingest import jax
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import mmap
 import os
 import stat
 import zlib
@@ -50,6 +51,23 @@ def open_input(path: str | Path) -> BinaryIO:
         raise TraceError(str(path), f"cannot read file ({e.strerror or e})") from None
     kind = "a directory" if stat.S_ISDIR(st.st_mode) else "a device or socket"
     raise TraceError(str(path), f"not a regular file ({kind})")
+
+
+def map_plain(path: str | Path) -> mmap.mmap | None:
+    """A local, regular, uncompressed, non-empty file mapped copy-on-write (the reader then neither
+    copies its bytes nor holds them: it drops the pages it is done with), else None (read it as a
+    stream of blocks)."""
+    if is_remote(str(path)):
+        return None
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):  # a pipe is opened once, by `iter_blocks`
+            return None
+        with open(path, "rb") as fh:
+            if os.fstat(fh.fileno()).st_size < 2 or fh.read(2) == GZIP_MAGIC:
+                return None
+            return mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_COPY)
+    except (OSError, ValueError):  # unmappable (a special file system): read as a stream
+        return None
 
 
 def is_stream(path: str | Path) -> bool:
