@@ -67,8 +67,15 @@ print(json.dumps({k: statistics.median(r.get(k, 0.0) for r in runs) for k in run
 
 def _measure(checkout: Path, folder: Path, repeat: int) -> dict[str, float]:
     env = {**os.environ, "PYTHONPATH": str(checkout)}
+    # run in the checkout: `python -c` puts the working directory first on sys.path, so from another
+    # checkout's root both runs would import that one's tracediag
     out = subprocess.run(
-        [sys.executable, "-c", WORKER, str(folder), str(repeat)], env=env, capture_output=True, text=True, check=True
+        [sys.executable, "-c", WORKER, str(folder.resolve()), str(repeat)],
+        env=env,
+        cwd=checkout,
+        capture_output=True,
+        text=True,
+        check=True,
     )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
