@@ -17,7 +17,7 @@ tracediag installed in another environment, as its users install it (`pip instal
 only its own dependencies: a development environment's editable-install hook and the test and
 engine extras' start-up hooks cost about 0.07 CPU-s per process), as HTA runs from its own:
 
-    python3 -m venv /tmp/td-venv && /tmp/td-venv/bin/pip install .   # again after each change
+    python3 -m venv "$VENV" && "$VENV"/bin/pip install .   # again after each change
 """
 
 from __future__ import annotations
