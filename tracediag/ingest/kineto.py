@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import numpy as np
 import orjson
 import polars as pl
 
@@ -155,27 +156,69 @@ def _absolute_times(dec: Decoded, path: str, warnings: list[str]) -> tuple[pl.Da
 
 
 def _classify(s: pl.DataFrame) -> pl.DataFrame:
-    cat = pl.col("cat")
-    name = pl.col("name")
-    base_kind = cat.replace_strict(_KIND_BY_CAT, default="other", return_dtype=Kind)  # Enum: 1 B/row, not a string
-    is_comm_kernel = (cat == "kernel") & (name.str.contains(COMM_KERNEL) | pl.col("a_coll_name").is_not_null())
+    """Kind, device and stream of every row, and `name` made Categorical (the event table's dtype).
+
+    The category and name tests run once per distinct value (`_per_distinct`): a trace's 75k rows
+    hold a few hundred names and a dozen categories, so a row pays a lookup, not a pattern match.
+    """
+    names = s["name"].cast(pl.Categorical)
+    by_cat = _per_distinct(
+        s["cat"].cast(pl.Categorical),
+        _base_kind=pl.col("value").replace_strict(_KIND_BY_CAT, default="other", return_dtype=Kind),
+        _any_annotation=pl.col("value").is_in(["user_annotation", "gpu_user_annotation"]),
+        _user_annotation=pl.col("value") == "user_annotation",
+        _kernel=pl.col("value") == "kernel",
+        _on_device=pl.col("value").is_in(DEVICE_CATS),
+    )
+    by_name = _per_distinct(
+        names,
+        _step_marker=pl.col("value").str.contains(STEP_MARKER),
+        _gloo=pl.col("value").str.starts_with("gloo:"),
+        _comm_kernel=pl.col("value").str.contains(COMM_KERNEL),
+        _host_collective=pl.col("value").str.contains(HOST_COLLECTIVE),
+    )
+    c = {k: pl.col(k) for k in (*by_cat.columns, *by_name.columns)}
+    is_comm_kernel = c["_kernel"] & (c["_comm_kernel"] | pl.col("a_coll_name").is_not_null())
     kind = (
-        pl.when(cat.is_in(["user_annotation", "gpu_user_annotation"]) & name.str.contains(STEP_MARKER))
+        pl.when(c["_any_annotation"] & c["_step_marker"])
         .then(pl.lit("step", dtype=Kind))
-        .when((cat == "user_annotation") & name.str.starts_with("gloo:"))
+        .when(c["_user_annotation"] & c["_gloo"])
         .then(pl.lit("comm", dtype=Kind))
         .when(is_comm_kernel)
         .then(pl.lit("comm", dtype=Kind))
-        .otherwise(base_kind)
+        .otherwise(c["_base_kind"])
     )
-    on_device = cat.is_in(DEVICE_CATS)
-    return s.with_columns(
+    on_device = c["_on_device"]
+    return s.with_columns(names, *by_cat, *by_name).with_columns(
         kind=kind,
         device=pl.when(on_device).then(pl.coalesce("a_device", "pid")).otherwise(-1),
         stream=pl.when(on_device).then(pl.coalesce("a_stream", "tid")),
         correlation=pl.col("a_correlation"),
         external_id=pl.col("a_external_id"),
     )
+
+
+def _per_distinct(values: pl.Series, **columns: pl.Expr) -> pl.DataFrame:
+    """`columns` (expressions over a String column `value`) evaluated once per distinct value of the
+    Categorical `values`, then given to every row: one frame, row for row with `values`.
+
+    Each value is evaluated itself (nulls included), so the result equals the expressions over the
+    rows. Distinct values are found from the category codes by array indexing, not hashing.
+    """
+    codes = values.to_physical()
+    row_code = (codes.fill_null((codes.max() or 0) + 1) if codes.null_count() else codes).to_numpy()
+    size = int(row_code.max()) + 1 if len(row_code) else 0
+    if size > 4 * len(row_code) + 4096:  # the codes of a long-lived process's many names: compact them
+        row_code = np.unique(row_code, return_inverse=True)[1].reshape(-1)
+        size = int(row_code.max()) + 1
+    some_row = np.zeros(size, dtype=np.int64)
+    some_row[row_code] = np.arange(len(row_code))
+    distinct = np.flatnonzero(np.bincount(row_code, minlength=size))
+    table = pl.DataFrame({"value": values.gather(some_row[distinct]).cast(pl.String)}).select(**columns)
+    slot = np.zeros(size, dtype=np.uint32)
+    slot[distinct] = np.arange(len(distinct), dtype=np.uint32)
+    at = pl.Series(slot[row_code])
+    return table.select(pl.all().gather(at))
 
 
 _COLL_ARGS = [
@@ -195,10 +238,11 @@ _COLL_ARGS = [
 def _fill_collectives(ev: pl.DataFrame, dec: Decoded, warnings: list[str]) -> pl.DataFrame:
     """Collective columns, computed on the few rows that can be collectives (comm kind or a
     collective's host-side name); the other rows keep them null."""
-    idx = ev.select(pl.arg_where((pl.col("kind") == "comm") | pl.col("name").str.contains(HOST_COLLECTIVE))).to_series()
+    idx = ev.select(pl.arg_where((pl.col("kind") == "comm") | pl.col("_host_collective"))).to_series()
     extra = [c for c in _COLL_ARGS if c != "a_coll_name"] + ["a_input_dims", "a_input_type", "a_concrete_inputs"]
-    coll = _collective_columns(dec.with_args(ev[idx], *extra), warnings).select(COLL_COLUMNS)
-    return ev.select(pl.exclude("^a_.*$")).with_columns(
+    rows = ev[idx].with_columns(pl.col("name").cast(pl.String))
+    coll = _collective_columns(dec.with_args(rows, *extra), warnings).select(COLL_COLUMNS)
+    return ev.select(pl.exclude("^a_.*$", "^_.*$")).with_columns(
         pl.repeat(None, ev.height, dtype=coll[c].dtype, eager=True).alias(c).scatter(idx, coll[c])
         for c in COLL_COLUMNS
     )
