@@ -106,7 +106,7 @@ def to_events(dec: Decoded, path: str, *, rank: int | None, default_rank: int | 
     )
     check_rank(rank, path)
     slices, time_base = _absolute_times(dec, path, warnings)
-    events = _classify(dec.with_args(slices, "a_device", "a_stream", "a_coll_name"))
+    events = _classify(_with_args(dec, slices, "a_device", "a_stream", "a_coll_name"))
     events = _fill_collectives(events, dec, warnings)
     events = events.with_columns(rank=pl.lit(rank, dtype=pl.Int32))
     events = conform(events, skipped=dec.skipped, warnings=warnings)
@@ -153,6 +153,27 @@ def _absolute_times(dec: Decoded, path: str, warnings: list[str]) -> tuple[pl.Da
     if slices.height:
         warnings.append("times are relative (no baseTimeNanoseconds): not comparable across hosts")
     return slices, "relative"
+
+
+def _with_args(dec: Decoded, frame: pl.DataFrame, *fields: str) -> pl.DataFrame:
+    """`dec.with_args(frame, *fields)`, each tier row placed by a binary search on `order` rather
+    than a hash join of every row. Decode writes `order` strictly increasing; otherwise the join."""
+    order = frame["order"].to_numpy()
+    if frame.height < 2 or frame["order"].null_count() or not (order[1:] > order[:-1]).all():
+        return dec.with_args(frame, *fields)
+    columns = []
+    for tier in dec.rare:
+        wanted = [f for f in fields if f in tier.columns]
+        if not wanted:
+            continue
+        keys = tier["order"].to_numpy()
+        at = np.minimum(np.searchsorted(order, keys), len(order) - 1)
+        found = order[at] == keys
+        if not found.all():
+            tier, at = tier.filter(found), at[found]
+        for f in wanted:
+            columns.append(pl.repeat(None, frame.height, dtype=tier[f].dtype, eager=True).alias(f).scatter(at, tier[f]))
+    return frame.with_columns(columns)
 
 
 def _classify(s: pl.DataFrame) -> pl.DataFrame:
