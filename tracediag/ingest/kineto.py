@@ -179,38 +179,37 @@ def _with_args(dec: Decoded, frame: pl.DataFrame, *fields: str) -> pl.DataFrame:
 def _classify(s: pl.DataFrame) -> pl.DataFrame:
     """Kind, device and stream of every row, and `name` made Categorical (the event table's dtype).
 
-    The category and name tests run once per distinct value (`_per_distinct`): a trace's 75k rows
-    hold a few hundred names and a dozen categories, so a row pays a lookup, not a pattern match.
+    A row's kind follows from its (category, name) pair, and a trace's 75k rows hold a few hundred
+    pairs: the rules run once per pair (`_per_distinct`) and each row looks its pair up.
     """
-    names = s["name"].cast(pl.Categorical)
-    by_cat = _per_distinct(
-        s["cat"].cast(pl.Categorical),
-        _base_kind=pl.col("value").replace_strict(_KIND_BY_CAT, default="other", return_dtype=Kind),
-        _any_annotation=pl.col("value").is_in(["user_annotation", "gpu_user_annotation"]),
-        _user_annotation=pl.col("value") == "user_annotation",
-        _kernel=pl.col("value") == "kernel",
-        _on_device=pl.col("value").is_in(DEVICE_CATS),
-    )
-    by_name = _per_distinct(
-        names,
-        _step_marker=pl.col("value").str.contains(STEP_MARKER),
-        _gloo=pl.col("value").str.starts_with("gloo:"),
-        _comm_kernel=pl.col("value").str.contains(COMM_KERNEL),
-        _host_collective=pl.col("value").str.contains(HOST_COLLECTIVE),
-    )
-    c = {k: pl.col(k) for k in (*by_cat.columns, *by_name.columns)}
-    is_comm_kernel = c["_kernel"] & (c["_comm_kernel"] | pl.col("a_coll_name").is_not_null())
+    cat, name = pl.col("cat"), pl.col("name")
+    base_kind = cat.replace_strict(_KIND_BY_CAT, default="other", return_dtype=Kind)  # Enum: 1 B/row, not a string
     kind = (
-        pl.when(c["_any_annotation"] & c["_step_marker"])
+        pl.when(cat.is_in(["user_annotation", "gpu_user_annotation"]) & name.str.contains(STEP_MARKER))
         .then(pl.lit("step", dtype=Kind))
-        .when(c["_user_annotation"] & c["_gloo"])
+        .when((cat == "user_annotation") & name.str.starts_with("gloo:"))
         .then(pl.lit("comm", dtype=Kind))
-        .when(is_comm_kernel)
+        .when((cat == "kernel") & name.str.contains(COMM_KERNEL))
         .then(pl.lit("comm", dtype=Kind))
-        .otherwise(c["_base_kind"])
+        .otherwise(base_kind)
     )
-    on_device = c["_on_device"]
-    return s.with_columns(names, *by_cat, *by_name).with_columns(
+    names = s["name"].cast(pl.Categorical)
+    pairs = _per_distinct(
+        s["cat"].cast(pl.Categorical),
+        names,
+        kind=kind,
+        _on_device=cat.is_in(DEVICE_CATS),
+        _host_collective=name.str.contains(HOST_COLLECTIVE),
+    )
+    # a kernel whose args name a collective is communication too; its pair's kind is "kernel"
+    # exactly when its category is (every other rule gives a kernel "comm")
+    kind = (
+        pl.when((pl.col("kind") == "kernel") & pl.col("a_coll_name").is_not_null())
+        .then(pl.lit("comm", dtype=Kind))
+        .otherwise(pl.col("kind"))
+    )
+    on_device = pl.col("_on_device")
+    return s.with_columns(names, *pairs).with_columns(
         kind=kind,
         device=pl.when(on_device).then(pl.coalesce("a_device", "pid")).otherwise(-1),
         stream=pl.when(on_device).then(pl.coalesce("a_stream", "tid")),
@@ -219,27 +218,38 @@ def _classify(s: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def _per_distinct(values: pl.Series, **columns: pl.Expr) -> pl.DataFrame:
-    """`columns` (expressions over a String column `value`) evaluated once per distinct value of the
-    Categorical `values`, then given to every row: one frame, row for row with `values`.
+def _per_distinct(*keys: pl.Series, **columns: pl.Expr) -> pl.DataFrame:
+    """`columns`, expressions over String columns named as the Categorical `keys`, evaluated once
+    per distinct combination of the keys and given to every row: a frame row for row with them.
 
-    Each value is evaluated itself (nulls included), so the result equals the expressions over the
-    rows. Distinct values are found from the category codes by array indexing, not hashing.
+    Each combination is evaluated as itself (nulls included), so the result equals the expressions
+    over the rows; combinations are found by array indexing on the category codes, not hashing.
     """
-    codes = values.to_physical()
+    combined, n_combined = np.zeros(len(keys[0]), dtype=np.int64), 1
+    for key in keys:
+        dense, n = _dense_codes(key)
+        combined, n_combined = combined * n + dense, n_combined * n
+    present = np.bincount(combined, minlength=n_combined) > 0
+    some_row = np.zeros(n_combined, dtype=np.int64)
+    some_row[combined] = np.arange(len(combined))
+    rows = some_row[present]
+    table = pl.DataFrame([key.gather(rows).cast(pl.String) for key in keys]).select(**columns)
+    slot = np.cumsum(present, dtype=np.int64) - 1
+    return table.select(pl.all().gather(slot[combined]))
+
+
+def _dense_codes(key: pl.Series) -> tuple[np.ndarray, int]:
+    """Each row's Categorical code renumbered 0..n-1 over the codes present (null as one more), and n."""
+    codes = key.to_physical()
     row_code = (codes.fill_null((codes.max() or 0) + 1) if codes.null_count() else codes).to_numpy()
-    size = int(row_code.max()) + 1 if len(row_code) else 0
-    if size > 4 * len(row_code) + 4096:  # the codes of a long-lived process's many names: compact them
-        row_code = np.unique(row_code, return_inverse=True)[1].reshape(-1)
-        size = int(row_code.max()) + 1
-    some_row = np.zeros(size, dtype=np.int64)
-    some_row[row_code] = np.arange(len(row_code))
-    distinct = np.flatnonzero(np.bincount(row_code, minlength=size))
-    table = pl.DataFrame({"value": values.gather(some_row[distinct]).cast(pl.String)}).select(**columns)
-    slot = np.zeros(size, dtype=np.uint32)
-    slot[distinct] = np.arange(len(distinct), dtype=np.uint32)
-    at = pl.Series(slot[row_code])
-    return table.select(pl.all().gather(at))
+    if not len(row_code):
+        return row_code.astype(np.int64), 0
+    if row_code.max() > 4 * len(row_code) + 4096:  # the codes of a long-lived process's many names
+        dense = np.unique(row_code, return_inverse=True)[1].reshape(-1)
+        return dense, int(dense.max()) + 1
+    present = np.bincount(row_code) > 0
+    slot = np.cumsum(present, dtype=np.int64) - 1
+    return slot[row_code], int(slot[-1]) + 1
 
 
 _COLL_ARGS = [
