@@ -140,10 +140,11 @@ def conform(
     """
     skipped = skipped if skipped is not None else {}
     exprs, lost = [], []
+    have = df.schema  # built anew on every access: once, not once per column
     for col, dtype in EVENT_SCHEMA.items():
-        if col not in df.columns:
+        if col not in have:
             exprs.append(pl.lit(None, dtype=dtype).alias(col))
-        elif dtype.is_integer() and df.schema[col] != dtype:
+        elif dtype.is_integer() and have[col] != dtype:
             exprs.append(pl.col(col).cast(dtype, strict=False))
             lost.append((pl.col(col).is_not_null() & pl.col(col).cast(dtype, strict=False).is_null()).alias(col))
         else:

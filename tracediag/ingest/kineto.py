@@ -17,7 +17,7 @@ import polars as pl
 
 from tracediag.ingest.chrome import Decoded
 from tracediag.ingest.trace import FileMeta, FileTrace, ProcessGroup
-from tracediag.schema import MAX_NS, Kind, check_base_ns, check_rank, conform, shifted
+from tracediag.schema import MAX_NS, CollOp, Kind, check_base_ns, check_rank, conform, shifted
 from tracediag.vocab import (
     COLLECTIVE_PREFIX,
     COMM_KERNEL,
@@ -172,7 +172,7 @@ def _with_args(dec: Decoded, frame: pl.DataFrame, *fields: str) -> pl.DataFrame:
         if not found.all():
             tier, at = tier.filter(found), at[found]
         for f in wanted:
-            columns.append(pl.repeat(None, frame.height, dtype=tier[f].dtype, eager=True).alias(f).scatter(at, tier[f]))
+            columns.append(_nulls(f, tier[f].dtype, frame.height).scatter(at, tier[f]))
     return frame.with_columns(columns)
 
 
@@ -273,10 +273,15 @@ def _fill_collectives(ev: pl.DataFrame, dec: Decoded, warnings: list[str]) -> pl
     extra = [c for c in _COLL_ARGS if c != "a_coll_name"] + ["a_input_dims", "a_input_type", "a_concrete_inputs"]
     rows = ev[idx].with_columns(pl.col("name").cast(pl.String))
     coll = _collective_columns(dec.with_args(rows, *extra), warnings).select(COLL_COLUMNS)
+    coll = coll.with_columns(pl.col("coll_op").cast(CollOp))  # here, on a few rows, not on every row in `conform`
     return ev.select(pl.exclude("^a_.*$", "^_.*$")).with_columns(
-        pl.repeat(None, ev.height, dtype=coll[c].dtype, eager=True).alias(c).scatter(idx, coll[c])
-        for c in COLL_COLUMNS
+        _nulls(c, coll[c].dtype, ev.height).scatter(idx, coll[c]) for c in COLL_COLUMNS
     )
+
+
+def _nulls(name: str, dtype: pl.DataType, n: int) -> pl.Series:
+    """A column of `n` nulls (`pl.repeat(..., eager=True)` costs a query; this a copy of one value)."""
+    return pl.Series(name, [None], dtype=dtype).new_from_index(0, n)
 
 
 COLL_COLUMNS = ("coll_op", "coll_bytes", "coll_group", "coll_group_size", "coll_seq", "coll_peer")
