@@ -288,21 +288,19 @@ COLL_COLUMNS = ("coll_op", "coll_bytes", "coll_group", "coll_group_size", "coll_
 
 
 def _collective_columns(ev: pl.DataFrame, warnings: list[str] | None = None) -> pl.DataFrame:
-    """Collective columns from the row's own args, else from its `record_param_comms` CPU op."""
+    """Collective columns from the row's own args, else from its `record_param_comms` CPU op.
+
+    One query (the rows are few: its cost is per operation, not per row), in memory: the
+    streaming engine's start costs more than these rows.
+    """
     params = (
-        ev.filter((pl.col("name") == "record_param_comms") & pl.col("external_id").is_not_null())
+        ev.lazy()
+        .filter((pl.col("name") == "record_param_comms") & pl.col("external_id").is_not_null())
         .select("external_id", *_COLL_ARGS)
         .unique("external_id", keep="first")
         .rename({c: f"{c}_op" for c in _COLL_ARGS})
     )
-    ev = ev.join(params, on="external_id", how="left")
     linked = pl.col("kind") == "comm"
-    ev = ev.with_columns(
-        [
-            pl.when(pl.col(c).is_null() & linked).then(pl.col(f"{c}_op")).otherwise(pl.col(c)).alias(c)
-            for c in _COLL_ARGS
-        ]
-    ).drop([f"{c}_op" for c in _COLL_ARGS])
     name = pl.col("name")
     host = pl.col("kind").is_in(["cpu_op", "annotation"]) & name.str.contains(COLLECTIVE_PREFIX)
     op_text = pl.coalesce(
@@ -312,48 +310,65 @@ def _collective_columns(ev: pl.DataFrame, warnings: list[str] | None = None) -> 
     nelems = pl.max_horizontal("a_in_nelems", "a_out_nelems")
     elem_size = pl.col("a_dtype").replace_strict(DTYPE_BYTES, default=None, return_dtype=pl.Int64)
     fits = nelems.is_between(0, MAX_NS // 16)  # elements x element size stays far inside Int64
-    n_huge = ev.select((nelems.is_not_null() & ~fits).sum()).item()
+    ev = (
+        ev.lazy()
+        .join(params, on="external_id", how="left", maintain_order="left")
+        .with_columns(
+            pl.when(pl.col(c).is_null() & linked).then(pl.col(f"{c}_op")).otherwise(pl.col(c)).alias(c)
+            for c in _COLL_ARGS
+        )
+        .drop([f"{c}_op" for c in _COLL_ARGS])
+        .with_columns(
+            coll_op=coll_op(op_text),
+            coll_bytes=pl.when(fits).then(nelems * elem_size),
+            coll_group=pl.coalesce("a_pg_name", pl.col("a_pg_id").cast(pl.String)),
+            coll_group_size=pl.col("a_group_size"),
+            coll_seq=pl.col("a_seq"),
+            _huge=(nelems.is_not_null() & ~fits).sum(),
+        )
+        .with_columns(
+            coll_peer=pl.when(pl.col("coll_op") == "send")
+            .then(pl.col("a_dst_rank"))
+            .when(pl.col("coll_op") == "recv")
+            .then(pl.col("a_src_rank"))
+        )
+        .with_columns(_gloo=_GLOO_SHAPES, _p2p=_P2P_INPUTS)
+        .collect(engine="in-memory")
+    )
+    n_huge = ev["_huge"][0] if ev.height else 0
     if n_huge and warnings is not None:
         warnings.append(f"{n_huge:,} collectives with an element count out of range (0..2^58); bytes left unknown")
-    ev = ev.with_columns(
-        coll_op=coll_op(op_text),
-        coll_bytes=pl.when(fits).then(nelems * elem_size),
-        coll_group=pl.coalesce("a_pg_name", pl.col("a_pg_id").cast(pl.String)),
-        coll_group_size=pl.col("a_group_size"),
-        coll_seq=pl.col("a_seq"),
-    )
-    ev = ev.with_columns(
-        coll_peer=pl.when(pl.col("coll_op") == "send")
-        .then(pl.col("a_dst_rank"))
-        .when(pl.col("coll_op") == "recv")
-        .then(pl.col("a_src_rank"))
-    )
-    return _from_recorded_shapes(ev)
+    return _from_recorded_shapes(ev).drop("_huge", "_gloo", "_p2p")
+
+
+_GLOO_SHAPES = (
+    (pl.col("kind") == "comm")
+    & pl.col("name").str.starts_with("gloo:")
+    & pl.col("coll_bytes").is_null()
+    & pl.col("a_input_dims").is_not_null()
+)
+"""`gloo:*` ops whose bytes come from their recorded input shapes."""
+_P2P_INPUTS = (
+    pl.col("name").is_in(["c10d::send", "c10d::recv_", "c10d::recv"])
+    & pl.col("coll_peer").is_null()
+    & pl.col("a_concrete_inputs").is_not_null()
+)
+"""`c10d::send/recv` ops whose peer comes from their recorded concrete inputs."""
 
 
 def _from_recorded_shapes(ev: pl.DataFrame) -> pl.DataFrame:
-    """Bytes of `gloo:*` ops and peers of `c10d::send/recv` from recorded shapes and inputs.
+    """Bytes of `gloo:*` ops and peers of `c10d::send/recv` from recorded shapes and inputs
+    (the rows flagged `_gloo` and `_p2p`).
 
     These rows are few (one per collective call), so their JSON snippets are parsed one by one.
     """
-    gloo = (
-        (pl.col("kind") == "comm")
-        & pl.col("name").str.starts_with("gloo:")
-        & pl.col("coll_bytes").is_null()
-        & pl.col("a_input_dims").is_not_null()
-    )
-    p2p = (
-        pl.col("name").is_in(["c10d::send", "c10d::recv_", "c10d::recv"])
-        & pl.col("coll_peer").is_null()
-        & pl.col("a_concrete_inputs").is_not_null()
-    )
-    idx = ev.select(pl.arg_where(gloo)).to_series()
-    if idx.len():
+    if ev["_gloo"].any():
+        idx = ev.select(pl.arg_where("_gloo")).to_series()
         rows = ev[idx]
         sizes = [_tensor_bytes(d, t) for d, t in zip(rows["a_input_dims"].to_list(), rows["a_input_type"].to_list())]
         ev = ev.with_columns(coll_bytes=ev["coll_bytes"].scatter(idx, pl.Series(sizes, dtype=pl.Int64)))
-    idx = ev.select(pl.arg_where(p2p)).to_series()
-    if idx.len():
+    if ev["_p2p"].any():
+        idx = ev.select(pl.arg_where("_p2p")).to_series()
         peers = [_p2p_peer(c) for c in ev[idx]["a_concrete_inputs"].to_list()]
         ev = ev.with_columns(coll_peer=ev["coll_peer"].cast(pl.Int64).scatter(idx, pl.Series(peers, dtype=pl.Int64)))
     return _peer_from_enclosing_op(ev)
