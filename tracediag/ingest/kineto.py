@@ -182,40 +182,39 @@ def _classify(s: pl.DataFrame) -> pl.DataFrame:
     A row's kind follows from its (category, name) pair, and a trace's 75k rows hold a few hundred
     pairs: the rules run once per pair (`_per_distinct`) and each row looks its pair up.
     """
-    cat, name = pl.col("cat"), pl.col("name")
-    base_kind = cat.replace_strict(_KIND_BY_CAT, default="other", return_dtype=Kind)  # Enum: 1 B/row, not a string
-    kind = (
-        pl.when(cat.is_in(["user_annotation", "gpu_user_annotation"]) & name.str.contains(STEP_MARKER))
-        .then(pl.lit("step", dtype=Kind))
-        .when((cat == "user_annotation") & name.str.starts_with("gloo:"))
-        .then(pl.lit("comm", dtype=Kind))
-        .when((cat == "kernel") & name.str.contains(COMM_KERNEL))
-        .then(pl.lit("comm", dtype=Kind))
-        .otherwise(base_kind)
-    )
     names = s["name"].cast(pl.Categorical)
-    pairs = _per_distinct(
-        s["cat"].cast(pl.Categorical),
-        names,
-        kind=kind,
-        _on_device=cat.is_in(DEVICE_CATS),
-        _host_collective=name.str.contains(HOST_COLLECTIVE),
-    )
+    pairs = _per_distinct(s["cat"].cast(pl.Categorical), names, **_PAIR_RULES)
+    return s.with_columns(names, *pairs).with_columns(**_ROW_RULES)
+
+
+_CAT, _NAME = pl.col("cat"), pl.col("name")
+_PAIR_RULES: dict[str, pl.Expr] = {
+    "kind": pl.when(_CAT.is_in(["user_annotation", "gpu_user_annotation"]) & _NAME.str.contains(STEP_MARKER))
+    .then(pl.lit("step", dtype=Kind))
+    .when((_CAT == "user_annotation") & _NAME.str.starts_with("gloo:"))
+    .then(pl.lit("comm", dtype=Kind))
+    .when((_CAT == "kernel") & _NAME.str.contains(COMM_KERNEL))
+    .then(pl.lit("comm", dtype=Kind))
+    .otherwise(_CAT.replace_strict(_KIND_BY_CAT, default="other", return_dtype=Kind)),  # Enum: 1 B/row
+    "_on_device": _CAT.is_in(DEVICE_CATS),
+    "_host_collective": _NAME.str.contains(HOST_COLLECTIVE),
+}
+"""What a (category, name) pair says: the row's kind as far as its args leave it, whether it lies on
+a device timeline, and whether it may be a collective's host-side row. Built once: an expression
+costs as much to build as to run on a few hundred pairs."""
+_ON_DEVICE = pl.col("_on_device")
+_ROW_RULES: dict[str, pl.Expr] = {
     # a kernel whose args name a collective is communication too; its pair's kind is "kernel"
     # exactly when its category is (every other rule gives a kernel "comm")
-    kind = (
-        pl.when((pl.col("kind") == "kernel") & pl.col("a_coll_name").is_not_null())
-        .then(pl.lit("comm", dtype=Kind))
-        .otherwise(pl.col("kind"))
-    )
-    on_device = pl.col("_on_device")
-    return s.with_columns(names, *pairs).with_columns(
-        kind=kind,
-        device=pl.when(on_device).then(pl.coalesce("a_device", "pid")).otherwise(-1),
-        stream=pl.when(on_device).then(pl.coalesce("a_stream", "tid")),
-        correlation=pl.col("a_correlation"),
-        external_id=pl.col("a_external_id"),
-    )
+    "kind": pl.when((pl.col("kind") == "kernel") & pl.col("a_coll_name").is_not_null())
+    .then(pl.lit("comm", dtype=Kind))
+    .otherwise(pl.col("kind")),
+    "device": pl.when(_ON_DEVICE).then(pl.coalesce("a_device", "pid")).otherwise(-1),
+    "stream": pl.when(_ON_DEVICE).then(pl.coalesce("a_stream", "tid")),
+    "correlation": pl.col("a_correlation"),
+    "external_id": pl.col("a_external_id"),
+}
+"""Each row's kind, device and stream from its pair's rules and its own args."""
 
 
 def _per_distinct(*keys: pl.Series, **columns: pl.Expr) -> pl.DataFrame:
@@ -300,38 +299,13 @@ def _collective_columns(ev: pl.DataFrame, warnings: list[str] | None = None) -> 
         .unique("external_id", keep="first")
         .rename({c: f"{c}_op" for c in _COLL_ARGS})
     )
-    linked = pl.col("kind") == "comm"
-    name = pl.col("name")
-    host = pl.col("kind").is_in(["cpu_op", "annotation"]) & name.str.contains(COLLECTIVE_PREFIX)
-    op_text = pl.coalesce(
-        pl.col("a_coll_name"),
-        pl.when((pl.col("kind") == "comm") | host).then(name),
-    )
-    nelems = pl.max_horizontal("a_in_nelems", "a_out_nelems")
-    elem_size = pl.col("a_dtype").replace_strict(DTYPE_BYTES, default=None, return_dtype=pl.Int64)
-    fits = nelems.is_between(0, MAX_NS // 16)  # elements x element size stays far inside Int64
     ev = (
         ev.lazy()
         .join(params, on="external_id", how="left", maintain_order="left")
-        .with_columns(
-            pl.when(pl.col(c).is_null() & linked).then(pl.col(f"{c}_op")).otherwise(pl.col(c)).alias(c)
-            for c in _COLL_ARGS
-        )
+        .with_columns(_ARGS_OR_OPS)
         .drop([f"{c}_op" for c in _COLL_ARGS])
-        .with_columns(
-            coll_op=coll_op(op_text),
-            coll_bytes=pl.when(fits).then(nelems * elem_size),
-            coll_group=pl.coalesce("a_pg_name", pl.col("a_pg_id").cast(pl.String)),
-            coll_group_size=pl.col("a_group_size"),
-            coll_seq=pl.col("a_seq"),
-            _huge=(nelems.is_not_null() & ~fits).sum(),
-        )
-        .with_columns(
-            coll_peer=pl.when(pl.col("coll_op") == "send")
-            .then(pl.col("a_dst_rank"))
-            .when(pl.col("coll_op") == "recv")
-            .then(pl.col("a_src_rank"))
-        )
+        .with_columns(**_COLL_RULES)
+        .with_columns(coll_peer=_PEER)
         .with_columns(_gloo=_GLOO_SHAPES, _p2p=_P2P_INPUTS)
         .collect(engine="in-memory")
     )
@@ -341,6 +315,32 @@ def _collective_columns(ev: pl.DataFrame, warnings: list[str] | None = None) -> 
     return _from_recorded_shapes(ev).drop("_huge", "_gloo", "_p2p")
 
 
+# The expressions of `_collective_columns`, built once (building them costs as much as running them).
+_ARGS_OR_OPS = [
+    pl.when(pl.col(c).is_null() & (pl.col("kind") == "comm")).then(pl.col(f"{c}_op")).otherwise(pl.col(c)).alias(c)
+    for c in _COLL_ARGS
+]
+"""A communication row's arg, else its `record_param_comms` op's."""
+_HOST = pl.col("kind").is_in(["cpu_op", "annotation"]) & _NAME.str.contains(COLLECTIVE_PREFIX)
+_OP_TEXT = pl.coalesce(pl.col("a_coll_name"), pl.when((pl.col("kind") == "comm") | _HOST).then(_NAME))
+_NELEMS = pl.max_horizontal("a_in_nelems", "a_out_nelems")
+_FITS = _NELEMS.is_between(0, MAX_NS // 16)  # elements x element size stays far inside Int64
+_COLL_RULES: dict[str, pl.Expr] = {
+    "coll_op": coll_op(_OP_TEXT),
+    "coll_bytes": pl.when(_FITS).then(
+        _NELEMS * pl.col("a_dtype").replace_strict(DTYPE_BYTES, default=None, return_dtype=pl.Int64)
+    ),
+    "coll_group": pl.coalesce("a_pg_name", pl.col("a_pg_id").cast(pl.String)),
+    "coll_group_size": pl.col("a_group_size"),
+    "coll_seq": pl.col("a_seq"),
+    "_huge": (_NELEMS.is_not_null() & ~_FITS).sum(),
+}
+_PEER = (
+    pl.when(pl.col("coll_op") == "send")
+    .then(pl.col("a_dst_rank"))
+    .when(pl.col("coll_op") == "recv")
+    .then(pl.col("a_src_rank"))
+)
 _GLOO_SHAPES = (
     (pl.col("kind") == "comm")
     & pl.col("name").str.starts_with("gloo:")
