@@ -289,8 +289,8 @@ COLL_COLUMNS = ("coll_op", "coll_bytes", "coll_group", "coll_group_size", "coll_
 def _collective_columns(ev: pl.DataFrame, warnings: list[str] | None = None) -> pl.DataFrame:
     """Collective columns from the row's own args, else from its `record_param_comms` CPU op.
 
-    One query (the rows are few: its cost is per operation, not per row), in memory: the
-    streaming engine's start costs more than these rows.
+    One query (the rows are few: its cost is per operation, not per row), in memory and as
+    written: the streaming engine's start, or the optimiser's rewrites, cost more than these rows.
     """
     params = (
         ev.lazy()
@@ -307,7 +307,7 @@ def _collective_columns(ev: pl.DataFrame, warnings: list[str] | None = None) -> 
         .with_columns(**_COLL_RULES)
         .with_columns(coll_peer=_PEER)
         .with_columns(_gloo=_GLOO_SHAPES, _p2p=_P2P_INPUTS)
-        .collect(engine="in-memory")
+        .collect(engine="in-memory", optimizations=_NO_REWRITES)
     )
     n_huge = ev["_huge"][0] if ev.height else 0
     if n_huge and warnings is not None:
@@ -315,6 +315,8 @@ def _collective_columns(ev: pl.DataFrame, warnings: list[str] | None = None) -> 
     return _from_recorded_shapes(ev).drop("_huge", "_gloo", "_p2p")
 
 
+_NO_REWRITES = pl.QueryOptFlags.none()
+"""For a query on a few rows: rewriting the plan costs more than running it as written."""
 # The expressions of `_collective_columns`, built once (building them costs as much as running them).
 _ARGS_OR_OPS = [
     pl.when(pl.col(c).is_null() & (pl.col("kind") == "comm")).then(pl.col(f"{c}_op")).otherwise(pl.col(c)).alias(c)
