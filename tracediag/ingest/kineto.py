@@ -225,9 +225,9 @@ def _per_distinct(*keys: pl.Series, **columns: pl.Expr) -> pl.DataFrame:
     over the rows; combinations are found by array indexing on the category codes, not hashing.
     """
     combined, n_combined = np.zeros(len(keys[0]), dtype=np.int64), 1
-    for key in keys:
-        dense, n = _dense_codes(key)
-        combined, n_combined = combined * n + dense, n_combined * n
+    for i, key in enumerate(keys):
+        codes, n = _codes(key, dense=i < len(keys) - 1)  # the last key's codes index the table as they are
+        combined, n_combined = combined * n + codes, n_combined * n
     present = np.bincount(combined, minlength=n_combined) > 0
     some_row = np.zeros(n_combined, dtype=np.int64)
     some_row[combined] = np.arange(len(combined))
@@ -237,15 +237,19 @@ def _per_distinct(*keys: pl.Series, **columns: pl.Expr) -> pl.DataFrame:
     return table[pl.Series(slot[combined])]  # a row gather: a third of the cost of a gather per column
 
 
-def _dense_codes(key: pl.Series) -> tuple[np.ndarray, int]:
-    """Each row's Categorical code renumbered 0..n-1 over the codes present (null as one more), and n."""
+def _codes(key: pl.Series, *, dense: bool) -> tuple[np.ndarray, int]:
+    """Each row's Categorical code (null as one more code) and the number of codes; `dense`:
+    renumbered 0..n-1 over the codes present. Codes spread far beyond the rows (a long-lived
+    process's many names) are always renumbered."""
     codes = key.to_physical()
     row_code = (codes.fill_null((codes.max() or 0) + 1) if codes.null_count() else codes).to_numpy()
     if not len(row_code):
         return row_code.astype(np.int64), 0
-    if row_code.max() > 4 * len(row_code) + 4096:  # the codes of a long-lived process's many names
-        dense = np.unique(row_code, return_inverse=True)[1].reshape(-1)
-        return dense, int(dense.max()) + 1
+    if row_code.max() > 4 * len(row_code) + 4096:
+        renumbered = np.unique(row_code, return_inverse=True)[1].reshape(-1)
+        return renumbered, int(renumbered.max()) + 1
+    if not dense:
+        return row_code, int(row_code.max()) + 1
     present = np.bincount(row_code) > 0
     slot = np.cumsum(present, dtype=np.int64) - 1
     return slot[row_code], int(slot[-1]) + 1
