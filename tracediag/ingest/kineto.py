@@ -148,11 +148,22 @@ def _absolute_times(dec: Decoded, path: str, warnings: list[str]) -> tuple[pl.Da
     if base is not None:
         check_base_ns(base, path, "baseTimeNanoseconds")
         return slices.with_columns(ts=shifted("ts", base)), "epoch"
-    if slices.height and (slices["ts"].median() or 0) > EPOCH_FLOOR_NS:
+    if slices.height and _median_past_floor(slices["ts"]):
         return slices, "epoch"
     if slices.height:
         warnings.append("times are relative (no baseTimeNanoseconds): not comparable across hosts")
     return slices, "relative"
+
+
+def _median_past_floor(ts: pl.Series) -> bool:
+    """Whether the median time is above `EPOCH_FLOOR_NS`; told by the extremes when all times lie
+    well on one side of it (the usual case: a median costs a selection over every row)."""
+    lo, hi = ts.min(), ts.max()
+    if lo is not None and lo > EPOCH_FLOOR_NS + 1024:  # the margin covers the median's float rounding
+        return True
+    if hi is not None and hi < EPOCH_FLOOR_NS - 1024:
+        return False
+    return (ts.median() or 0) > EPOCH_FLOOR_NS
 
 
 def _with_args(dec: Decoded, frame: pl.DataFrame, *fields: str) -> pl.DataFrame:
