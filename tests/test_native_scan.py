@@ -110,7 +110,7 @@ def test_a_mapped_file_reads_as_its_streamed_bytes(chunk: int, tmp_path: Path, m
     path.write_bytes(text)
     assert map_plain(path) is not None and map_plain(KINETO[1]) is None  # gzipped: streamed
     monkeypatch.setattr(chrome, "CHUNK_BYTES", chunk)
-    monkeypatch.setattr(chrome, "SCANNED_BYTES", 2 * chunk)
+    monkeypatch.setattr(chrome, "SCANNED_ROWS", 200)
     mapped = read_file(path, default_rank=0)
     monkeypatch.setattr("tracediag.ingest.read.map_plain", lambda p: None)
     streamed = read_file(path, default_rank=0)

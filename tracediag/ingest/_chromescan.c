@@ -18,6 +18,9 @@
 #include <string.h>
 #include <math.h>
 #include <stddef.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #define MAX_DEPTH 64
 #define NULL_INT INT64_MIN
@@ -164,6 +167,8 @@ typedef struct {
      * free them on any thread) */
     int64_t *cols[NCOLS];
     Py_ssize_t n_rows, cap_rows;
+    Py_ssize_t filled; /* rows below hold nulls in the args columns, or what `emit` wrote there */
+    Py_ssize_t bytes_seen, rows_seen; /* of the documents accepted (kept by `take`): to size reservations */
     unsigned char *raw; /* the raw args values, copied (their documents are gone by the end) */
     Py_ssize_t raw_len, raw_cap;
     /* interned strings: their bytes in `arena`, each one's (offset, length) in `spans` */
@@ -257,6 +262,18 @@ static int scan_string(State *st, const unsigned char **s, Py_ssize_t *len, int 
     int esc = 0;
     *s = p;
     while (1) {
+#if defined(__SSE2__) && defined(__GNUC__)
+        /* 16 bytes at a time while none is a quote, a backslash, < 0x20 or >= 0x80 (negative as signed) */
+        while (end - p >= 16) {
+            __m128i x = _mm_loadu_si128((const __m128i *)p);
+            __m128i stop = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(x, _mm_set1_epi8('"')),
+                                                     _mm_cmpeq_epi8(x, _mm_set1_epi8('\\'))),
+                                        _mm_cmplt_epi8(x, _mm_set1_epi8(0x20)));
+            int hit = _mm_movemask_epi8(stop);
+            if (hit) { p += __builtin_ctz((unsigned)hit); goto stop; }
+            p += 16;
+        }
+#endif
         while (end - p >= 8) { /* 8 bytes at a time while none is a quote, a backslash, < 0x20 or >= 0x80 */
             uint64_t x;
             memcpy(&x, p, 8);
@@ -267,12 +284,14 @@ static int scan_string(State *st, const unsigned char **s, Py_ssize_t *len, int 
             if (hit) {
 #if defined(__GNUC__) && defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
                 p += __builtin_ctzll(hit) >> 3; /* the lowest flagged byte is a true hit (borrows only run upward) */
+                goto stop;
 #endif
                 break;
             }
             p += 8;
         }
         while (p < end && !STRING_STOP[*p]) p++;
+    stop:
         if (p >= end) FAIL(st, "string runs past the end");
         unsigned char c = *p;
         if (c == '"') break;
@@ -315,6 +334,7 @@ typedef struct {
     int is_int, neg, has_exp;
     const unsigned char *int_s, *frac_s;
     Py_ssize_t int_n, frac_n;
+    uint64_t int_v; /* the integer part's value, when int_n <= 18 (no overflow possible) */
 } Number;
 
 static int scan_number(State *st, Number *n) {
@@ -324,7 +344,11 @@ static int scan_number(State *st, Number *n) {
     if (p >= end) FAIL(st, "number runs past the end");
     n->int_s = p;
     if (*p == '0') p++;
-    else if (*p >= '1' && *p <= '9') { while (p < end && *p >= '0' && *p <= '9') p++; }
+    else if (*p >= '1' && *p <= '9') {
+        uint64_t v = 0; /* wraps past 18 digits: unused there */
+        while (p < end && *p >= '0' && *p <= '9') v = v * 10 + (uint64_t)(*p++ - '0');
+        n->int_v = v;
+    }
     else FAIL(st, "bad number");
     n->int_n = p - n->int_s;
     n->is_int = 1;
@@ -486,7 +510,8 @@ static int read_val(State *st, Val *v, int how) {
             v->quoted = 0;
             return 0;
         }
-        v->i = digits_value(n.int_s, n.int_n, n.neg, &ok);
+        if (n.int_n <= 18) { v->i = n.neg ? -(int64_t)n.int_v : (int64_t)n.int_v; ok = 1; }
+        else v->i = digits_value(n.int_s, n.int_n, n.neg, &ok);
         v->kind = ok ? V_INT : V_BAD;
         return 0;
     }
@@ -528,12 +553,11 @@ static int read_time(State *st, Val *v, int is_ts) {
     }
     const unsigned char *start = st->p;
     Number n;
-    int ok;
     double d;
     if (scan_number(st, &n)) return -1;
     if (n.int_n > 16) { v->kind = V_BAD; return 0; }
-    int64_t whole = digits_value(n.int_s, n.int_n, 0, &ok);
-    if (!ok || whole >= (INT64_C(1) << 53)) { v->kind = V_BAD; return 0; }
+    int64_t whole = (int64_t)n.int_v; /* at most 16 digits */
+    if (whole >= (INT64_C(1) << 53)) { v->kind = V_BAD; return 0; }
     if (is_ts && !n.is_int
         && (whole >= EXACT_LIMIT_US
             || (whole == EXACT_LIMIT_US - 1 && text_double(start, st->p, &d) && fabs(d) >= (double)EXACT_LIMIT_US)))
@@ -609,12 +633,25 @@ static inline int each_member(State *st, MemberFn member, void *ctx) {
     return more;
 }
 
+/* Whether the n bytes at `a` spell `key` (n long): two 8-byte compares for the usual lengths. */
+static inline int same_key(const unsigned char *a, const char *key, Py_ssize_t n) {
+    if (n >= 8 && n <= 16) {
+        uint64_t x, y, u, v;
+        memcpy(&x, a, 8);
+        memcpy(&y, key, 8);
+        memcpy(&u, a + n - 8, 8);
+        memcpy(&v, key + n - 8, 8);
+        return x == y && u == v;
+    }
+    return !memcmp(a, key, (size_t)n);
+}
+
 static int args_member(State *st, const unsigned char *k, Py_ssize_t klen, void *ctx) {
     Event *ev = ctx;
     int found = -1;
     if (klen > 0 && klen < MAX_KEY_LEN)
         for (const signed char *a = KEYS_BY_LEN[klen]; *a >= 0; a++)
-            if (k[0] == (unsigned char)ARG_KEYS[*a].key[0] && !memcmp(k, ARG_KEYS[*a].key, (size_t)klen)) {
+            if (k[0] == (unsigned char)ARG_KEYS[*a].key[0] && same_key(k, ARG_KEYS[*a].key, klen)) {
                 found = *a;
                 break;
             }
@@ -672,6 +709,24 @@ static int reserve_rows(State *st, Py_ssize_t cap) {
     }
     st->cap_rows = cap;
     return 0;
+}
+
+/* Nulls in the args columns of the next rows (a block at a time: absent args are then never written). */
+static void fill_nulls(State *st) {
+    Py_ssize_t from = st->filled, to = from + 4096 < st->cap_rows ? from + 4096 : st->cap_rows;
+    for (int a = 0; a < N_ARG_KEYS; a++) {
+        int64_t null = ARG_KEYS[a].how == A_STR ? -1 : ARG_KEYS[a].how == A_RAW ? 0 : NULL_INT;
+        int64_t *c = st->cols[ARG_KEYS[a].col], *len = ARG_KEYS[a].how == A_RAW ? st->cols[ARG_KEYS[a].col + 1] : NULL;
+        for (Py_ssize_t r = from; r < to; r++) c[r] = null;
+        if (len) memset(len + from, 0, (size_t)(to - from) * sizeof(int64_t));
+    }
+    st->filled = to;
+}
+
+/* Back to `rows` rows: the args columns of the rows dropped get nulls again when reached. */
+static void truncate_rows(State *st, Py_ssize_t rows) {
+    st->n_rows = rows;
+    if (st->filled > rows) st->filled = rows;
 }
 
 static int grow_rows(State *st) { return reserve_rows(st, st->cap_rows ? st->cap_rows * 2 : 4096); }
@@ -830,10 +885,7 @@ static int emit(State *st, Event *ev, int phase) {
     c[C_HAS_ARGS][r] = ev->has_args;
     c[C_PID_STR][r] = ev->pid.kind == V_STR ? str_code(st, &ev->pid, &err) : -1; /* tid strings: null */
     if (err) return err == 2 ? -1 : PY_FAILED;
-    for (int a = 0; a < N_ARG_KEYS; a++) { /* absent: null */
-        c[ARG_KEYS[a].col][r] = ARG_KEYS[a].how == A_STR ? -1 : ARG_KEYS[a].how == A_RAW ? 0 : NULL_INT;
-        if (ARG_KEYS[a].how == A_RAW) c[ARG_KEYS[a].col + 1][r] = 0;
-    }
+    if (r >= st->filled) fill_nulls(st);
     for (uint32_t set = ev->args_set; set; set &= set - 1) {
         int a = ctz32(set);
         const Val *v = &ev->args[a];
@@ -1010,12 +1062,14 @@ typedef struct {
     const void *buffers[4];
     void *own[3]; /* freed with the column: validity, values or views, the views' buffer sizes */
     Shared *data; /* the bytes a view column points into */
+    Shared *zeros; /* an all-null view column's validity and views: zeros shared by every such column */
 } ColumnData;
 
 static void release_column(struct ArrowArray *a) {
     ColumnData *d = a->private_data;
     for (int k = 0; k < 3; k++) free(d->own[k]);
     shared_drop(d->data);
+    shared_drop(d->zeros);
     free(d);
     a->release = NULL;
 }
@@ -1085,41 +1139,79 @@ static int make_schema(struct ArrowSchema *s) {
 
 /* A validity bitmap (bit set: valid) of n rows, or NULL when every row is valid. */
 static int validity(const int64_t *v, Py_ssize_t n, int64_t null_value, uint8_t **out, int64_t *nulls) {
-    uint8_t *bits = calloc((size_t)(n / 8 + 1), 1);
+    uint8_t *bits = malloc((size_t)(n / 8 + 1));
     if (!bits) { PyErr_NoMemory(); return -1; }
-    int64_t count = 0;
-    for (Py_ssize_t r = 0; r < n; r++) {
-        if (v[r] == null_value) count++;
-        else bits[r >> 3] |= (uint8_t)(1u << (r & 7));
+    int64_t valid = 0;
+    Py_ssize_t r = 0;
+    for (; r + 8 <= n; r += 8) { /* a byte at a time, without branches */
+        unsigned b = 0;
+        for (int k = 0; k < 8; k++) b |= (unsigned)(v[r + k] != null_value) << k;
+        bits[r >> 3] = (uint8_t)b;
+        valid += __builtin_popcount(b);
     }
-    if (!count) { free(bits); bits = NULL; }
+    if (r < n) {
+        unsigned b = 0;
+        for (int k = 0; r + k < n; k++) b |= (unsigned)(v[r + k] != null_value) << k;
+        bits[r >> 3] = (uint8_t)b;
+        valid += __builtin_popcount(b);
+    }
+    if (valid == n) { free(bits); bits = NULL; }
     *out = bits;
-    *nulls = count;
+    *nulls = n - valid;
     return 0;
 }
 
-/* Arrow views of (offset, length) spans into `data`; a negative length is a null. */
-static uint8_t *views(const int64_t *at, const int64_t *len, Py_ssize_t n, const unsigned char *data) {
-    uint8_t *out = calloc((size_t)(n ? n : 1), 16);
-    if (!out) { PyErr_NoMemory(); return NULL; }
+/* Arrow views (and their validity) of the strings (K_STR: interned indexes, -1 null) or raw values
+ * (K_RAW: offsets and lengths, length 0 null) of a stored column, into `data`. */
+static int views(State *st, const OutCol *oc, const unsigned char *data, uint8_t **views_out, uint8_t **bits_out,
+                 int64_t *nulls) {
+    Py_ssize_t n = st->n_rows;
+    const int64_t *v = st->cols[oc->col], *lens = oc->kind == K_RAW ? st->cols[oc->col + 1] : NULL;
+    uint8_t *out = calloc((size_t)(n ? n : 1), 16), *bits = calloc((size_t)(n / 8 + 1), 1);
+    if (!out || !bits) { free(out); free(bits); PyErr_NoMemory(); return -1; }
+    int64_t valid = 0;
     for (Py_ssize_t r = 0; r < n; r++) {
-        if (len[r] < 0) continue;
-        uint8_t *v = out + 16 * r;
-        int32_t size = (int32_t)len[r], offset = (int32_t)at[r], buffer = 0;
-        memcpy(v, &size, 4);
-        if (size <= 12) {
-            if (size) memcpy(v + 4, data + at[r], (size_t)size);
+        int64_t at, len;
+        if (lens) {
+            len = lens[r];
+            at = v[r];
+            if (!len) continue; /* a JSON value is never empty */
         } else {
-            memcpy(v + 4, data + at[r], 4);
-            memcpy(v + 8, &buffer, 4);
-            memcpy(v + 12, &offset, 4);
+            if (v[r] < 0) continue;
+            at = st->spans[2 * v[r]];
+            len = st->spans[2 * v[r] + 1];
+        }
+        bits[r >> 3] |= (uint8_t)(1u << (r & 7));
+        valid++;
+        uint8_t *w = out + 16 * r;
+        int32_t size = (int32_t)len, offset = (int32_t)at, buffer = 0;
+        memcpy(w, &size, 4);
+        if (size <= 12) {
+            if (size) memcpy(w + 4, data + at, (size_t)size);
+        } else {
+            memcpy(w + 4, data + at, 4);
+            memcpy(w + 8, &buffer, 4);
+            memcpy(w + 12, &offset, 4);
         }
     }
-    return out;
+    if (valid == n) { free(bits); bits = NULL; }
+    *views_out = out;
+    *bits_out = bits;
+    *nulls = n - valid;
+    return 0;
 }
 
 /* One exported column from the stored one(s) of OUT_COLS[k]; frees what the column does not keep. */
-static int make_column(State *st, int k, Shared *arena, Shared *raw, struct ArrowArray *a) {
+/* Whether a view column (K_STR or K_RAW) holds no value at all (the rare args: most files have none). */
+static int all_null(State *st, const OutCol *oc) {
+    const int64_t *v = st->cols[oc->kind == K_RAW ? oc->col + 1 : oc->col];
+    int64_t none = oc->kind == K_RAW ? 0 : -1;
+    for (Py_ssize_t r = 0; r < st->n_rows; r++)
+        if (v[r] != none) return 0;
+    return 1;
+}
+
+static int make_column(State *st, int k, Shared *arena, Shared *raw, Shared **zeros, struct ArrowArray *a) {
     const OutCol *oc = &OUT_COLS[k];
     Py_ssize_t n = st->n_rows;
     ColumnData *d = calloc(1, sizeof(ColumnData));
@@ -1146,27 +1238,23 @@ static int make_column(State *st, int k, Shared *arena, Shared *raw, struct Arro
             if (v[r]) bits[r >> 3] |= (uint8_t)(1u << (r & 7));
         d->own[1] = bits;
     } else {
-        /* views: (offset, length) per row from the string's span or the raw value's place */
-        int64_t *at = malloc((size_t)(n ? n : 1) * sizeof(int64_t)), *len = malloc((size_t)(n ? n : 1) * sizeof(int64_t));
-        if (!at || !len) { free(at); free(len); PyErr_NoMemory(); goto fail; }
-        for (Py_ssize_t r = 0; r < n; r++) {
-            if (oc->kind == K_STR) {
-                int64_t code = v[r];
-                at[r] = code < 0 ? 0 : st->spans[2 * code];
-                len[r] = code < 0 ? -1 : st->spans[2 * code + 1];
-            } else {
-                at[r] = v[r];
-                len[r] = st->cols[oc->col + 1][r] ? st->cols[oc->col + 1][r] : -1; /* a JSON value is never empty */
-            }
-        }
         Shared *data = oc->kind == K_STR ? arena : raw;
-        int rc = validity(len, n, -1, &bits, &a->null_count);
-        uint8_t *vw = rc ? NULL : views(at, len, n, (const unsigned char *)data->ptr);
-        free(at);
-        free(len);
-        d->own[0] = bits;
-        if (!vw) goto fail;
-        d->own[1] = vw;
+        if (all_null(st, oc)) { /* zero views, every validity bit 0: one block of zeros serves them all */
+            if (!*zeros) {
+                void *z = calloc((size_t)(n ? n : 1), 16);
+                if (!z) { PyErr_NoMemory(); goto fail; }
+                if (!(*zeros = shared_new(z))) goto fail;
+            }
+            __atomic_add_fetch(&(*zeros)->refs, 1, __ATOMIC_RELAXED);
+            d->zeros = *zeros;
+            d->buffers[0] = d->buffers[1] = (*zeros)->ptr;
+            a->null_count = n;
+        } else {
+            uint8_t *vw;
+            if (views(st, oc, (const unsigned char *)data->ptr, &vw, &bits, &a->null_count)) goto fail;
+            d->own[0] = bits;
+            d->own[1] = vw;
+        }
         int64_t *sizes = malloc(sizeof(int64_t));
         if (!sizes) { PyErr_NoMemory(); goto fail; }
         *sizes = oc->kind == K_STR ? st->arena_len : st->raw_len;
@@ -1176,6 +1264,7 @@ static int make_column(State *st, int k, Shared *arena, Shared *raw, struct Arro
         d->buffers[2] = data->ptr;
         d->buffers[3] = sizes;
         a->n_buffers = 4;
+        if (d->zeros) return 0;
     }
     d->buffers[0] = d->own[0];
     d->buffers[1] = d->own[1];
@@ -1192,7 +1281,7 @@ static int take_rows(State *st, struct ArrowArray *out) {
     /* the bytes views point into: never NULL, even when empty */
     if (!st->arena && !(st->arena = malloc(1))) { PyErr_NoMemory(); return -1; }
     if (!st->raw && !(st->raw = malloc(1))) { PyErr_NoMemory(); return -1; }
-    Shared *arena = shared_new(st->arena), *raw = NULL;
+    Shared *arena = shared_new(st->arena), *raw = NULL, *zeros = NULL;
     st->arena = NULL;
     if (arena) raw = shared_new(st->raw);
     st->raw = NULL;
@@ -1215,7 +1304,7 @@ static int take_rows(State *st, struct ArrowArray *out) {
     out->release = release_struct;
     for (int k = 0; k < N_OUT; k++) {
         d->pointers[k] = &d->children[k];
-        if (make_column(st, k, arena, raw, &d->children[k])) { /* it released itself; the later ones are empty */
+        if (make_column(st, k, arena, raw, &zeros, &d->children[k])) { /* it released itself; the later ones are empty */
             release_struct(out);
             goto done;
         }
@@ -1224,9 +1313,10 @@ static int take_rows(State *st, struct ArrowArray *out) {
 done:
     shared_drop(arena);
     shared_drop(raw);
+    shared_drop(zeros);
     /* start afresh: the strings' indexes and the raw values' places belong to the rows just taken */
     for (int c = 0; c < NCOLS; c++) { free(st->cols[c]); st->cols[c] = NULL; }
-    st->n_rows = st->cap_rows = 0;
+    st->n_rows = st->cap_rows = st->filled = 0;
     st->raw_len = st->raw_cap = 0;
     st->arena_len = st->arena_cap = 0;
     st->n_strings = 0;
@@ -1321,7 +1411,7 @@ static void Scanner_dealloc(Scanner *self) {
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-static PyObject *piece_result(State *st, int ended) {
+static PyObject *piece_result(State *st, int ended, Py_ssize_t rows) {
     PyObject *reasons = PyDict_New(), *top = PyDict_New();
     if (!reasons || !top) goto fail;
     for (int k = 0; k < N_REASONS; k++) {
@@ -1336,7 +1426,7 @@ static PyObject *piece_result(State *st, int ended) {
         if (!v || PyDict_SetItemString(top, TOP_KEYS[t], v)) { Py_XDECREF(v); goto fail; }
         Py_DECREF(v);
     }
-    return Py_BuildValue("(nnNNO)", st->n_events, st->n_kept, reasons, top, ended ? Py_True : Py_False);
+    return Py_BuildValue("(nnNNOn)", st->n_events, st->n_kept, reasons, top, ended ? Py_True : Py_False, rows);
 fail:
     Py_XDECREF(reasons);
     Py_XDECREF(top);
@@ -1350,7 +1440,7 @@ static int drop_marker(State *st, const char *marker, Py_ssize_t marker_len, Py_
     int64_t code = st->cols[C_NAME][r];
     if (st->spans[2 * code + 1] != marker_len || memcmp(st->arena + st->spans[2 * code], marker, (size_t)marker_len))
         return 0;
-    st->n_rows--;
+    truncate_rows(st, st->n_rows - 1);
     st->n_events--;
     return 1;
 }
@@ -1384,15 +1474,17 @@ static PyObject *Scanner_feed(Scanner *self, PyObject *args) {
         return NULL;
     }
     Py_ssize_t rows_before = st->n_rows, raw_before = st->raw_len;
-    /* room for the document's rows up front (an event takes over 128 bytes in the traces seen; the
-     * pages a reservation leaves unused are never touched): growing by copies cost a tenth of the scan */
-    if (reserve_rows(st, st->n_rows + view.len / 128 + 1)) { PyBuffer_Release(&view); return NULL; }
+    /* room for the document's rows up front, at the bytes per row seen so far (growing by copies cost
+     * a tenth of the scan; reserving too much, memory: a compact trace has 3x the rows per MB) */
+    Py_ssize_t per_row = st->rows_seen ? st->bytes_seen / st->rows_seen : 256;
+    if (per_row < 16) per_row = 16;
+    if (reserve_rows(st, st->n_rows + view.len / per_row * 9 / 8 + 64)) { PyBuffer_Release(&view); return NULL; }
     st->plain = 0;
     st->first_order = first_order;
     start_doc(st, &view);
     int rc = parse_doc(st, is_array);
     if (rc == RESTART) {
-        st->n_rows = rows_before;
+        truncate_rows(st, rows_before);
         st->raw_len = raw_before;
         st->plain = 1;
         start_doc(st, &view);
@@ -1402,8 +1494,10 @@ static PyObject *Scanner_feed(Scanner *self, PyObject *args) {
     int ended = 0;
     if (rc == 0 && marker_s) ended = drop_marker(st, marker_s, marker_len, rows_before);
     if (rc == 0) {
-        res = piece_result(st, ended);
+        res = piece_result(st, ended, st->n_rows - rows_before);
         if (res) {
+            st->bytes_seen += view.len;
+            st->rows_seen += st->n_rows - rows_before;
             st->last_rows = rows_before;
             st->last_raw = raw_before;
             st->can_drop = 1;
@@ -1412,7 +1506,7 @@ static PyObject *Scanner_feed(Scanner *self, PyObject *args) {
         res = PyUnicode_FromString(st->fail ? st->fail : "unsupported");
     }
     if (rc || !res) { /* nothing of a declined document stays (its new strings are unused, and harmless) */
-        st->n_rows = rows_before;
+        truncate_rows(st, rows_before);
         st->raw_len = raw_before;
     }
     st->base = st->p = st->end = NULL;
@@ -1423,7 +1517,7 @@ static PyObject *Scanner_feed(Scanner *self, PyObject *args) {
 static PyObject *Scanner_drop_last(Scanner *self, PyObject *noargs) {
     State *st = &self->st;
     if (st->can_drop) {
-        st->n_rows = st->last_rows;
+        truncate_rows(st, st->last_rows);
         st->raw_len = st->last_raw;
         st->can_drop = 0;
     }
@@ -1442,11 +1536,12 @@ static PyObject *Scanner_take(Scanner *self, PyObject *noargs) {
 
 static PyMethodDef SCANNER_METHODS[] = {
     {"feed", (PyCFunction)Scanner_feed, METH_VARARGS,
-     "feed(document, is_array, marker=None, first_order=0) -> (n_events, n_kept, skipped, top, ended) or\n"
+     "feed(document, is_array, marker=None, first_order=0) -> (n_events, n_kept, skipped, top, ended, rows) or\n"
      "the reason it is declined (str).\n\n"
      "Adds an accepted document's X/B/E/M rows; a declined one adds nothing. Its X/B/E rows are\n"
      "numbered (`order`) from first_order. top: {key: (offset, length)} of the top-level keys read, in\n"
-     "the document. ended: the last event was an M event named `marker` (a str), and it was left out."},
+     "the document. ended: the last event was an M event named `marker` (a str), and it was left out.\n"
+     "rows: the rows it added (X/B/E and M)."},
     {"drop_last", (PyCFunction)Scanner_drop_last, METH_NOARGS,
      "drop_last() -> None: forget the last accepted document (once)."},
     {"take", (PyCFunction)Scanner_take, METH_NOARGS,

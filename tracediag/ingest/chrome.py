@@ -184,9 +184,10 @@ _EXACT_LIMIT_US = float(2**43)
 CHUNK_BYTES = 4 << 20
 """Files are decoded in pieces of about this size, so a worker holds the file's bytes plus the
 columns, never the Python objects of the whole file at once."""
-SCANNED_BYTES = 8 << 20
-"""The scanner's raw columns are typed (and released) after about this much JSON: fewer, larger
-conversions cost less CPU, smaller ones less memory (8 MB: a file read at 2.1x its size, 16 MB: 2.7x)."""
+SCANNED_ROWS = 50_000
+"""The scanner's rows go to polars (and are released) once it holds about this many: fewer, larger
+batches cost less CPU, smaller ones less memory. Counted in rows, not bytes: a compact trace holds
+three times the rows of a pretty-printed one per MB."""
 _EVENTS_KEY = re.compile(rb'(?<!\\)"traceEvents"\s*:\s*\[')
 _BOUNDARY = re.compile(rb"\}\s*,\s*\{")
 
@@ -242,7 +243,7 @@ def decode(source: bytes | Iterable[bytes], path: str) -> Decoded:
     rare = _RareArgs()
     n_events = 0  # input events seen
     scanner = native.Scanner()  # its `next_order`: the `order` of the next row reaching the frame
-    held = 0  # bytes of the documents whose rows the scanner holds
+    held = 0  # rows the scanner holds
     buffer = _Buffer(blocks) if mapped is None else _Mapped(mapped)
     for events, piece_top, piece, piece_is_array in _pieces(buffer, path, warnings, skipped, scanner):
         top.update({k: v for k, v in piece_top.items() if v is not None})
@@ -250,8 +251,8 @@ def decode(source: bytes | Iterable[bytes], path: str) -> Decoded:
             n_events += events.n_events
             for reason, n in events.skipped.items():
                 skipped[reason] = skipped.get(reason, 0) + n
-            held += events.size
-            if held >= SCANNED_BYTES:
+            held += events.rows
+            if held >= SCANNED_ROWS:
                 _add_scanned(scanner, bases, metas, rare, skipped)
                 held = 0
             continue
@@ -297,16 +298,20 @@ def _add_scanned(
     """The scanner's rows as a base frame and a metadata frame, appended to `bases` and `metas`;
     their rare args go to `rare`. One polars call for all of them."""
     rows = scanner.take().lazy()
-    is_meta = pl.col("order") < 0
-    kept = rows.filter(~is_meta)
-    base = kept.select(
+    kept = pl.col("order") >= 0  # `M` rows have -1
+    # each query selects its columns before it filters: a filter shared by all would be computed once
+    # over every column (common subplans are cached), a copy of the whole batch
+    base = rows.select(
         *_BASE_COLUMNS[:-2], a_external_id=pl.col("external_id"), a_correlation=pl.col("correlation")
-    )
+    ).filter(kept)
     tiers = [
-        kept.filter(mask & pl.col("has_args")).select("order", *(pl.col(f).alias(f"a_{f}") for f in fields))
+        rows.select("order", "ph", "cat", "name", "has_args", *fields)
+        .filter(kept & pl.col("has_args") & mask)
+        .select("order", *(pl.col(f).alias(f"a_{f}") for f in fields))
         for mask, fields in _ARG_TIERS
     ]
-    base_frame, meta, *tier_frames = pl.collect_all([base, rows.filter(is_meta).select(_META_COLUMNS), *tiers])
+    meta = rows.select(*_META_COLUMNS, "order").filter(~kept).drop("order")
+    base_frame, meta, *tier_frames = pl.collect_all([base, meta, *tiers])
     bases.append(base_frame)
     rare.add_frames(tier_frames)
     if meta.height:

@@ -44,8 +44,8 @@ class Fed:
     """The top-level keys tracediag reads (Object form)."""
     ended: bool
     """The document's last event was the `marker` given to `feed` (and was left out)."""
-    size: int
-    """The document's bytes."""
+    rows: int
+    """Rows it added (its X/B/E rows and its `M` metadata)."""
 
 
 class Scanner:
@@ -70,7 +70,7 @@ class Scanner:
         result = self._scanner.feed(doc, is_array, marker, self.next_order)
         if isinstance(result, str):  # the reason the scanner declined
             return None
-        n_events, kept, skipped, spans, ended = result
+        n_events, kept, skipped, spans, ended, rows = result
         try:
             top = {key: msgspec.json.decode(doc[at : at + size]) for key, (at, size) in spans.items()}
         except msgspec.MsgspecError:  # valid JSON that msgspec refuses (a number out of range)
@@ -79,7 +79,7 @@ class Scanner:
         self.pieces += 1
         self.next_order += kept
         self._last_kept = kept
-        return Fed(n_events, kept, skipped, top, ended, len(doc))
+        return Fed(n_events, kept, skipped, top, ended, rows)
 
     def drop_last(self) -> None:
         """Forget the document `feed` accepted last."""

@@ -13,7 +13,7 @@ Rules (What-if analysis, Lin et al., OSDI'25, on a finer op model):
 Per rank the state after each block is (replayed time, local progress); any mark's time is the state
 of the last block before it on that rank + the local progress since. Operations are replayed in the
 order of their observed end, so the blocks a mark depends on are replayed before it. The loop runs
-once per operation (numpy over its participants), never per event. What no edit changes (which
+once per operation (Series arithmetic over its participants), never per event. What no edit changes (which
 segment each mark lies on, the governing blocks, the participations) is found once per graph
 (`Plan`), so pricing many findings replays the same plan.
 """
@@ -23,7 +23,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-import numpy as np
 import polars as pl
 
 from tracediag.whatif.rank import LOCAL_CATEGORIES, LOCAL_COLUMNS
@@ -36,34 +35,34 @@ if TYPE_CHECKING:
 class Plan:
     """What every replay of one graph shares, computed once (`Graph.plan`): an edit changes only the
     segments' lengths and the transfer times, so the marks' segments, the governing blocks and the
-    participations are found here, and a replay is numpy over these arrays plus the operation loop."""
+    participations are found here, and a replay is Series arithmetic over these plus the operation loop.
+    (polars, not numpy: a replay is small next to numpy's start-up, whose BLAS threads alone cost more.)"""
 
-    seg_ns: np.ndarray
-    """Per segment (sorted by rank, ts), its time per category (`rank.LOCAL_COLUMNS`)."""
-    seg_key: np.ndarray
-    """Per segment, the row of its (rank, step) in `keys`."""
+    seg: pl.DataFrame
+    """Per segment (sorted by rank, ts): ``rank``, ``_k`` (the row of its (rank, step) in `keys`) and its
+    time per category (`rank.LOCAL_COLUMNS`, Float64)."""
     keys: pl.DataFrame
     """``rank, step, _k``: the segments' (rank, step) pairs."""
-    rank_cuts: np.ndarray
-    """Where each rank's segments start, and the end (one running sum per rank)."""
-    mark_seg: np.ndarray
-    """Per mark (by ``mid``), the last segment of its rank starting at or before it (-1: none)."""
-    mark_share: np.ndarray
+    mark_seg: pl.Series
+    """Per mark (by ``mid``), the last segment of its rank starting at or before it (null: none)."""
+    mark_share: pl.Series
     """Per mark, the share of that segment elapsed at the mark (0 or 1: marks lie on segment edges)."""
-    gov: np.ndarray
-    ri: np.ndarray
-    lag: np.ndarray
-    is_block: np.ndarray
-    t_end: np.ndarray
-    c0: np.ndarray
+    gov: pl.Series
+    """Per mark, its governing block's ``mid`` (-1: none)."""
+    c0: pl.Series
+    """Per mark, its rank's window start (where a mark without a governing block counts from)."""
+    lag: pl.Series
+    is_block: pl.Series
+    t_end: pl.Series
     parts: pl.DataFrame
     """Per participation (``pid`` order): ``op, rank, pid``, to apply transfer edits."""
-    order: np.ndarray
-    arr_mid: np.ndarray
-    blk_mid: np.ndarray
-    prev_pid: np.ndarray
-    transfer: np.ndarray
-    dep: np.ndarray
+    cuts: tuple[int, ...]
+    """Where each operation's participations start (they are sorted by operation order), and the end."""
+    arr_mid: pl.Series
+    blk_mid: pl.Series
+    prev_pid: pl.Series
+    transfer: pl.Series
+    dep: pl.Series
     bounds: pl.DataFrame
     """The boundary marks: ``rank, step, mid``."""
 
@@ -72,8 +71,7 @@ def plan(graph: Graph) -> Plan:
     """The replay plan of `graph` (see `Plan`)."""
     seg = graph.segments.sort("rank", "ts").with_row_index("_j")
     keys = seg.select("rank", "step").unique(maintain_order=True).with_row_index("_k")
-    seg_key = seg.join(keys, on=["rank", "step"], how="left").sort("_j")["_k"].to_numpy()
-    firsts = seg.group_by("rank").agg(pl.col("_j").min())["_j"].sort().to_numpy()
+    seg = seg.join(keys, on=["rank", "step"], how="left", maintain_order="left")
     marks = graph.marks.with_row_index("mid")
     at = (
         marks.sort("t")
@@ -90,11 +88,7 @@ def plan(graph: Graph) -> Plan:
         )
         .sort("mid")
     )
-    ranks = sorted(graph.steps["rank"].unique().to_list())
-    rank_ix = {r: i for i, r in enumerate(ranks)}
-    c0 = np.zeros(len(ranks))
-    for r, s in graph.steps.group_by("rank").agg(pl.col("start_ns").min()).iter_rows():
-        c0[rank_ix[r]] = s
+    starts = dict(graph.steps.group_by("rank").agg(pl.col("start_ns").min().cast(pl.Float64)).iter_rows())
     # the governing block of each mark: the last block that ended before it on its rank
     blocks = marks.filter(pl.col("kind") == "block").select("rank", _bmid="mid", _bend="t_end").sort("_bend")
     marks = (
@@ -102,11 +96,10 @@ def plan(graph: Graph) -> Plan:
         .join_asof(blocks, left_on="t", right_on="_bend", by="rank", strategy="backward", check_sortedness=False)
         .with_columns(
             _gov=pl.when(pl.col("_bmid") != pl.col("mid")).then(pl.col("_bmid")),
-            _ri=pl.col("rank").replace_strict(rank_ix, return_dtype=pl.Int64),
+            _c0=pl.col("rank").replace_strict(starts, return_dtype=pl.Float64),  # a rank without steps: an error
         )
         .sort("mid")
     )
-    is_block = (marks["kind"] == "block").to_numpy()
     # one row per participation: its arrival mark, its block mark (or -1), the stream predecessor
     ids = marks.filter(pl.col("op").is_not_null()).select("mid", "op", "rank", "kind")
     parts = (
@@ -119,50 +112,57 @@ def plan(graph: Graph) -> Plan:
     prev = parts.select("rank", "prev_op").join(
         parts.select("rank", prev_op="op", _pp="pid"), on=["rank", "prev_op"], how="left", maintain_order="left"
     )["_pp"]
+    firsts = parts.select(pl.arg_where(pl.col("order").diff().fill_null(1) != 0))
     return Plan(
-        seg_ns=seg.select(LOCAL_COLUMNS).to_numpy().astype(float).reshape(seg.height, len(LOCAL_COLUMNS)),
-        seg_key=seg_key,
+        seg=seg.select("rank", "_k", *(pl.col(c).cast(pl.Float64) for c in LOCAL_COLUMNS)),
         keys=keys,
-        rank_cuts=np.append(firsts, seg.height).astype(np.int64),
-        mark_seg=at["_j"].fill_null(-1).to_numpy().astype(np.int64),
-        mark_share=at["_share"].fill_null(0.0).to_numpy().astype(float),
-        gov=marks["_gov"].fill_null(-1).to_numpy(),
-        ri=marks["_ri"].to_numpy(),
-        lag=marks["lag_ns"].to_numpy().astype(float),
-        is_block=is_block,
-        t_end=marks["t_end"].to_numpy().astype(float),
-        c0=c0,
+        mark_seg=at["_j"],
+        mark_share=at["_share"].fill_null(0.0).cast(pl.Float64),
+        gov=marks["_gov"].fill_null(-1).cast(pl.Int64),
+        c0=marks["_c0"],
+        lag=marks["lag_ns"].cast(pl.Float64),
+        is_block=marks["kind"] == "block",
+        t_end=marks["t_end"].cast(pl.Float64),
         parts=parts.select("op", "rank", "pid"),
-        order=parts["order"].to_numpy(),
-        arr_mid=parts["_a"].to_numpy(),
-        blk_mid=parts["_b"].fill_null(-1).to_numpy(),
-        prev_pid=prev.fill_null(-1).to_numpy(),
-        transfer=parts["transfer_ns"].to_numpy().astype(float),
-        dep=parts["dep"].to_numpy(),
+        cuts=(*firsts.to_series().to_list(), parts.height),
+        arr_mid=parts["_a"].cast(pl.Int64),
+        blk_mid=parts["_b"].fill_null(-1).cast(pl.Int64),
+        prev_pid=prev.fill_null(-1).cast(pl.Int64),
+        transfer=parts["transfer_ns"].cast(pl.Float64),
+        dep=parts["dep"],
         bounds=marks.filter(pl.col("kind") == "boundary").select("rank", "step", "mid"),
     )
 
 
-def _progress(p: Plan, factors: pl.DataFrame | None) -> np.ndarray:
+def _progress(p: Plan, factors: pl.DataFrame | None) -> pl.Series:
     """Per mark, ``L``: the rank's edited local progress at the mark (ns since its window start).
 
     A segment's edited length is the sum over categories of its time in that category times the
     category's factor on its (rank, step) (missing: 1, never below 0). Marks lie on segment edges,
     so a mark inside a segment (none by construction) would read the segment's share by elapsed time."""
-    f = np.ones((p.keys.height, len(LOCAL_CATEGORIES)))
+    length = pl.Series(values=[0.0] * p.seg.height, dtype=pl.Float64)
+    on = None
     if factors is not None and factors.height:
-        cats = {c: i for i, c in enumerate(LOCAL_CATEGORIES)}
-        on = factors.filter(pl.col("cat").is_in(list(cats))).join(p.keys, on=["rank", "step"], how="inner")
-        ci = on["cat"].replace_strict(cats, return_dtype=pl.Int64).to_numpy()
-        f[on["_k"].to_numpy(), ci] = np.clip(on["factor"].fill_null(1.0).to_numpy(), 0.0, None)
-    length = np.zeros(len(p.seg_key))
-    for c in range(len(LOCAL_CATEGORIES)):
-        length = length + p.seg_ns[:, c] * f[p.seg_key, c]
-    before = np.empty_like(length)
-    for a, b in zip(p.rank_cuts[:-1], p.rank_cuts[1:]):
-        before[a:b] = np.cumsum(length[a:b]) - length[a:b]
-    j = np.where(p.mark_seg >= 0, p.mark_seg, 0)
-    return np.where(p.mark_seg >= 0, before[j] + p.mark_share * length[j], 0.0)
+        on = (
+            factors.filter(pl.col("cat").is_in(list(LOCAL_CATEGORIES)))
+            .join(p.keys, on=["rank", "step"], how="inner")
+            .unique(["_k", "cat"], keep="last", maintain_order=True)  # the last edit of a (rank, step, cat) holds
+            .with_columns(pl.col("factor").fill_null(1.0).clip(lower_bound=0.0).cast(pl.Float64))
+        )
+    for cat, col in zip(LOCAL_CATEGORIES, LOCAL_COLUMNS):
+        f = pl.Series(values=[1.0] * p.keys.height, dtype=pl.Float64)
+        if on is not None:
+            mine = on.filter(pl.col("cat") == cat)
+            f = f.scatter(mine["_k"], mine["factor"])
+        length = length + p.seg[col] * f.gather(p.seg["_k"])
+    before = pl.DataFrame({"rank": p.seg["rank"], "x": length}).select(
+        pl.col("x").cum_sum().over("rank") - pl.col("x")
+    )["x"]
+    return (before.gather(p.mark_seg) + p.mark_share * length.gather(p.mark_seg)).fill_null(0.0)
+
+
+def _where(mask: pl.Series, yes: pl.Series, no: pl.Series) -> pl.Series:
+    return yes.zip_with(mask, no)
 
 
 def replay(
@@ -181,35 +181,38 @@ def replay(
     tr = p.transfer
     if transfer is not None and transfer.height:
         new = p.parts.join(transfer, on=["op", "rank"], how="inner").filter(pl.col("transfer_ns").is_not_null())
-        tr = tr.copy()
-        tr[new["pid"].to_numpy()] = new["transfer_ns"].to_numpy().astype(float)
-    gov, ri, lag = p.gov, p.ri, p.lag
-    # replayed time at which each block releases its rank; observed until replayed
-    after_t = np.where(p.is_block, p.t_end, np.nan)
+        tr = tr.clone().scatter(new["pid"], new["transfer_ns"].cast(pl.Float64))
+    # replayed time at which each block releases its rank; observed until replayed (null: not a block)
+    after_t = p.t_end.clone().set(~p.is_block, None)
 
-    def time_at(idx: np.ndarray) -> np.ndarray:
-        g = gov[idx]
+    def time_at(idx: pl.Series) -> pl.Series:
+        g = p.gov.gather(idx)
         has = g >= 0
-        gi = np.where(has, g, 0)
-        return np.where(has, after_t[gi], p.c0[ri[idx]]) + L[idx] - np.where(has, L[gi], 0.0)
+        gi = _where(has, g, pl.Series([0] * len(g), dtype=pl.Int64))
+        zero = pl.Series([0.0] * len(g), dtype=pl.Float64)
+        return _where(has, after_t.gather(gi), p.c0.gather(idx)) + L.gather(idx) - _where(has, L.gather(gi), zero)
 
-    order, arr_mid, blk_mid, prev_pid, dep = p.order, p.arr_mid, p.blk_mid, p.prev_pid, p.dep
-    end_of = np.full(len(order), np.nan)
-    cuts = np.flatnonzero(np.diff(order)) + 1
-    for a, b in zip(np.concatenate([[0], cuts]), np.concatenate([cuts, [len(order)]])):
-        if b <= a:
-            continue
-        arrive = time_at(arr_mid[a:b])
-        pp = prev_pid[a:b]
-        if (pp >= 0).any():
-            arrive = np.where(pp >= 0, np.fmax(arrive, end_of[np.where(pp >= 0, pp, 0)]), arrive)
-        end = np.where(dep[a:b], arrive.max(), arrive) + tr[a:b]
-        end_of[a:b] = end
-        bm = blk_mid[a:b]
+    end_of = pl.Series([None] * p.parts.height, dtype=pl.Float64)
+    for a, b in zip(p.cuts[:-1], p.cuts[1:]):
+        arrive = time_at(p.arr_mid.slice(a, b - a))
+        pp = p.prev_pid.slice(a, b - a)
+        waits = pp >= 0
+        if waits.any():  # after its stream predecessor's end (none yet: its own arrival)
+            before = end_of.gather(_where(waits, pp, pl.Series([0] * len(pp), dtype=pl.Int64))).set(~waits, None)
+            arrive = pl.select(pl.max_horizontal(pl.lit(arrive), pl.lit(before))).to_series()
+        last = arrive.max()
+        end = _where(p.dep.slice(a, b - a), pl.Series([last] * len(arrive), dtype=pl.Float64), arrive) + tr.slice(
+            a, b - a
+        )
+        end_of.scatter(range(a, b), end)
+        bm = p.blk_mid.slice(a, b - a)
         sel = bm >= 0
         if sel.any():
-            after_t[bm[sel]] = np.maximum(time_at(bm[sel]), end[sel] + lag[bm[sel]])
-    times = p.bounds.select("rank", "step").with_columns(T=pl.Series(time_at(p.bounds["mid"].to_numpy())))
+            blk = bm.filter(sel)
+            resume = end.filter(sel) + p.lag.gather(blk)
+            own = time_at(blk)
+            after_t.scatter(blk, _where(own >= resume, own, resume))
+    times = p.bounds.select("rank", "step").with_columns(T=time_at(p.bounds["mid"].cast(pl.Int64)))
     per = times.sort("rank", "step").with_columns(replay_ns=pl.col("T").shift(-1).over("rank") - pl.col("T"))
     return (
         graph.steps.select("rank", "step", "dur_ns")
