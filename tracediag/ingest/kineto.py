@@ -11,7 +11,6 @@ from __future__ import annotations
 import re
 from typing import Any
 
-import numpy as np
 import orjson
 import polars as pl
 
@@ -167,24 +166,31 @@ def _median_past_floor(ts: pl.Series) -> bool:
 
 
 def _with_args(dec: Decoded, frame: pl.DataFrame, *fields: str) -> pl.DataFrame:
-    """`dec.with_args(frame, *fields)`, each tier row placed by a binary search on `order` rather
-    than a hash join of every row. Decode writes `order` strictly increasing; otherwise the join."""
-    order = frame["order"].to_numpy()
-    if frame.height < 2 or frame["order"].null_count() or not (order[1:] > order[:-1]).all():
+    """`dec.with_args(frame, *fields)`, each tier row placed through a table from `order` to row
+    (an `order` is an index in the file: small and unique) rather than a hash join of every row."""
+    tiers = [(tier, [f for f in fields if f in tier.columns]) for tier in dec.rare]
+    tiers = [(tier, wanted) for tier, wanted in tiers if wanted]
+    top = max([frame["order"].max() or 0, *(tier["order"].max() or 0 for tier, _ in tiers)])
+    row_of = _row_of(frame["order"], top + 1)
+    if row_of is None:
         return dec.with_args(frame, *fields)
     columns = []
-    for tier in dec.rare:
-        wanted = [f for f in fields if f in tier.columns]
-        if not wanted:
-            continue
-        keys = tier["order"].to_numpy()
-        at = np.minimum(np.searchsorted(order, keys), len(order) - 1)
-        found = order[at] == keys
-        if not found.all():
-            tier, at = tier.filter(found), at[found]
-        for f in wanted:
-            columns.append(_nulls(f, tier[f].dtype, frame.height).scatter(at, tier[f]))
+    for tier, wanted in tiers:
+        at = row_of.gather(tier["order"])
+        if at.null_count():  # tier rows that are not slices (instants, dropped rows)
+            tier, at = tier.filter(at.is_not_null()), at.drop_nulls()
+        columns += [_nulls(f, tier[f].dtype, frame.height).scatter(at, tier[f]) for f in wanted]
     return frame.with_columns(columns)
+
+
+def _row_of(values: pl.Series, size: int) -> pl.Series | None:
+    """A table from each value (0..size-1) to its row (null where none); None unless the values
+    are distinct non-negative integers in a range not much wider than the rows."""
+    n = len(values)
+    if n < 2 or values.null_count() or values.min() < 0 or size > 4 * n + 4096:
+        return None
+    table = _nulls("row", pl.UInt32, size).scatter(values, pl.int_range(n, eager=True, dtype=pl.UInt32))
+    return table if table.null_count() == size - n else None  # fewer rows than values: some repeat
 
 
 def _classify(s: pl.DataFrame) -> pl.DataFrame:
@@ -233,37 +239,39 @@ def _per_distinct(*keys: pl.Series, **columns: pl.Expr) -> pl.DataFrame:
     per distinct combination of the keys and given to every row: a frame row for row with them.
 
     Each combination is evaluated as itself (nulls included), so the result equals the expressions
-    over the rows; combinations are found by array indexing on the category codes, not hashing.
+    over the rows. A combination is a number from the category codes, and a row finds its
+    combination's result by indexing, not hashing.
     """
-    combined, n_combined = np.zeros(len(keys[0]), dtype=np.int64), 1
+    combined, n_combined = pl.Series("key", [0], dtype=pl.UInt64).new_from_index(0, len(keys[0])), 1
     for i, key in enumerate(keys):
         codes, n = _codes(key, dense=i < len(keys) - 1)  # the last key's codes index the table as they are
         combined, n_combined = combined * n + codes, n_combined * n
-    present = np.bincount(combined, minlength=n_combined) > 0
-    some_row = np.zeros(n_combined, dtype=np.int64)
-    some_row[combined] = np.arange(len(combined))
-    rows = some_row[present]
+    rows = combined.arg_unique()  # a row of each combination
+    slot = _nulls("slot", pl.UInt32, n_combined).scatter(
+        combined.gather(rows), pl.int_range(len(rows), eager=True, dtype=pl.UInt32)
+    )
     table = pl.DataFrame([key.gather(rows).cast(pl.String) for key in keys]).select(**columns)
-    slot = (np.cumsum(present) - 1).astype(np.uint32)  # polars' row index type
-    return table[pl.Series(slot[combined])]  # a row gather: a third of the cost of a gather per column
+    return table[slot.gather(combined)]  # a row gather: a third of the cost of a gather per column
 
 
-def _codes(key: pl.Series, *, dense: bool) -> tuple[np.ndarray, int]:
+def _codes(key: pl.Series, *, dense: bool) -> tuple[pl.Series, int]:
     """Each row's Categorical code (null as one more code) and the number of codes; `dense`:
     renumbered 0..n-1 over the codes present. Codes spread far beyond the rows (a long-lived
     process's many names) are always renumbered."""
     codes = key.to_physical()
-    row_code = (codes.fill_null((codes.max() or 0) + 1) if codes.null_count() else codes).to_numpy()
-    if not len(row_code):
-        return row_code.astype(np.int64), 0
-    if row_code.max() > 4 * len(row_code) + 4096:
-        renumbered = np.unique(row_code, return_inverse=True)[1].reshape(-1)
-        return renumbered, int(renumbered.max()) + 1
-    if not dense:
-        return row_code, int(row_code.max()) + 1
-    present = np.bincount(row_code) > 0
-    slot = np.cumsum(present, dtype=np.int64) - 1
-    return slot[row_code], int(slot[-1]) + 1
+    if codes.null_count():
+        codes = codes.fill_null((codes.max() or 0) + 1)
+    if not len(codes):
+        return codes, 0
+    size = codes.max() + 1
+    spread = size > 4 * len(codes) + 4096
+    if not dense and not spread:
+        return codes, size
+    present = codes.unique()
+    number = pl.int_range(len(present), eager=True, dtype=pl.UInt32)
+    if spread:
+        return codes.replace_strict(present, number), len(present)
+    return _nulls("slot", pl.UInt32, size).scatter(present, number).gather(codes), len(present)
 
 
 _COLL_ARGS = [
