@@ -8,6 +8,7 @@ columns from `record_param_comms` args, NCCL kernel names, `nccl:*`/`gloo:*` ann
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any
 
@@ -242,10 +243,14 @@ def _per_distinct(*keys: pl.Series, **columns: pl.Expr) -> pl.DataFrame:
     over the rows. A combination is a number from the category codes, and a row finds its
     combination's result by indexing, not hashing.
     """
-    combined, n_combined = pl.Series("key", [0], dtype=pl.UInt64).new_from_index(0, len(keys[0])), 1
-    for i, key in enumerate(keys):
-        codes, n = _codes(key, dense=i < len(keys) - 1)  # the last key's codes index the table as they are
-        combined, n_combined = combined * n + codes, n_combined * n
+    coded = [_codes(key) for key in keys]
+    if math.prod(size for _, size in coded) > 8 * len(keys[0]) + 65536:  # too sparse to index: renumber
+        coded = [_renumbered(codes) for codes, _ in coded[:-1]] + coded[-1:]
+    n_combined = math.prod(size for _, size in coded)
+    wide = pl.UInt32 if n_combined < 2**32 else pl.UInt64
+    combined = coded[0][0].cast(wide)
+    for codes, size in coded[1:]:
+        combined = combined * size + codes
     rows = combined.arg_unique()  # a row of each combination
     slot = _nulls("slot", pl.UInt32, n_combined).scatter(
         combined.gather(rows), pl.int_range(len(rows), eager=True, dtype=pl.UInt32)
@@ -254,24 +259,24 @@ def _per_distinct(*keys: pl.Series, **columns: pl.Expr) -> pl.DataFrame:
     return table[slot.gather(combined)]  # a row gather: a third of the cost of a gather per column
 
 
-def _codes(key: pl.Series, *, dense: bool) -> tuple[pl.Series, int]:
-    """Each row's Categorical code (null as one more code) and the number of codes; `dense`:
-    renumbered 0..n-1 over the codes present. Codes spread far beyond the rows (a long-lived
-    process's many names) are always renumbered."""
+def _codes(key: pl.Series) -> tuple[pl.Series, int]:
+    """Each row's Categorical code (null as one more code) and the number of codes; codes spread
+    far beyond the rows (a long-lived process's many names) renumbered over those present."""
     codes = key.to_physical()
     if codes.null_count():
         codes = codes.fill_null((codes.max() or 0) + 1)
-    if not len(codes):
-        return codes, 0
-    size = codes.max() + 1
-    spread = size > 4 * len(codes) + 4096
-    if not dense and not spread:
-        return codes, size
+    size = (codes.max() + 1) if len(codes) else 0
+    if size > 4 * len(codes) + 4096:
+        present = codes.unique()
+        return codes.replace_strict(present, pl.int_range(len(present), eager=True, dtype=pl.UInt32)), len(present)
+    return codes, size
+
+
+def _renumbered(codes: pl.Series) -> tuple[pl.Series, int]:
+    """`codes` (0..size-1) renumbered 0..n-1 over those present, and n."""
     present = codes.unique()
     number = pl.int_range(len(present), eager=True, dtype=pl.UInt32)
-    if spread:
-        return codes.replace_strict(present, number), len(present)
-    return _nulls("slot", pl.UInt32, size).scatter(present, number).gather(codes), len(present)
+    return _nulls("slot", pl.UInt32, (codes.max() or 0) + 1).scatter(present, number).gather(codes), len(present)
 
 
 _COLL_ARGS = [
