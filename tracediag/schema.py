@@ -143,12 +143,12 @@ def conform(
     have = df.schema  # built anew on every access: once, not once per column
     for col, dtype in EVENT_SCHEMA.items():
         if col not in have:
-            exprs.append(pl.lit(None, dtype=dtype).alias(col))
+            exprs.append(_AS_NULL[col])
         elif dtype.is_integer() and have[col] != dtype:
-            exprs.append(pl.col(col).cast(dtype, strict=False))
+            exprs.append(_LENIENT[col])
             narrowed.append(col)
         else:
-            exprs.append(pl.col(col).cast(dtype))
+            exprs.append(_STRICT[col])
     out = df.select(exprs)
     # a non-strict cast turns only the values that do not fit into nulls: null counts tell how many
     lost = {col: out[col].null_count() - df[col].null_count() for col in narrowed}
@@ -164,6 +164,12 @@ def conform(
         if n and col != "device" and warnings is not None:
             warnings.append(f"{n:,} {col} values out of range for {EVENT_SCHEMA[col]}; left unknown")
     return out
+
+
+# `conform`'s expressions, built once: building them costs about as much as running them.
+_AS_NULL = {col: pl.lit(None, dtype=dtype).alias(col) for col, dtype in EVENT_SCHEMA.items()}
+_LENIENT = {col: pl.col(col).cast(dtype, strict=False) for col, dtype in EVENT_SCHEMA.items()}
+_STRICT = {col: pl.col(col).cast(dtype) for col, dtype in EVENT_SCHEMA.items()}
 
 
 def _all_in_range(events: pl.DataFrame) -> bool:
