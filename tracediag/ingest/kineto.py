@@ -329,9 +329,10 @@ def _collective_columns(ev: pl.DataFrame, warnings: list[str] | None = None) -> 
     )
     ev = (
         ev.lazy()
-        .join(params, on="external_id", how="left", maintain_order="left")
+        .with_columns(_link=pl.when(pl.col("kind") == "comm").then(pl.col("external_id")))
+        .join(params, left_on="_link", right_on="external_id", how="left", maintain_order="left")
         .with_columns(_ARGS_OR_OPS)
-        .drop([f"{c}_op" for c in _COLL_ARGS])
+        .drop("_link", *(f"{c}_op" for c in _COLL_ARGS))
         .with_columns(**_COLL_RULES)
         .with_columns(coll_peer=_PEER)
         .with_columns(_gloo=_GLOO_SHAPES, _p2p=_P2P_INPUTS)
@@ -346,11 +347,8 @@ def _collective_columns(ev: pl.DataFrame, warnings: list[str] | None = None) -> 
 _NO_REWRITES = pl.QueryOptFlags.none()
 """For a query on a few rows: rewriting the plan costs more than running it as written."""
 # The expressions of `_collective_columns`, built once (building them costs as much as running them).
-_ARGS_OR_OPS = [
-    pl.when(pl.col(c).is_null() & (pl.col("kind") == "comm")).then(pl.col(f"{c}_op")).otherwise(pl.col(c)).alias(c)
-    for c in _COLL_ARGS
-]
-"""A communication row's arg, else its `record_param_comms` op's."""
+_ARGS_OR_OPS = [pl.coalesce(c, f"{c}_op").alias(c) for c in _COLL_ARGS]
+"""A row's arg, else (a communication row, linked by `_link`) its `record_param_comms` op's."""
 _HOST = pl.col("kind").is_in(["cpu_op", "annotation"]) & _NAME.str.contains(COLLECTIVE_PREFIX)
 _OP_TEXT = pl.coalesce(pl.col("a_coll_name"), pl.when((pl.col("kind") == "comm") | _HOST).then(_NAME))
 _NELEMS = pl.max_horizontal("a_in_nelems", "a_out_nelems")
