@@ -295,14 +295,17 @@ _COLL_ARGS = [
 
 def _fill_collectives(ev: pl.DataFrame, dec: Decoded, warnings: list[str]) -> pl.DataFrame:
     """Collective columns, computed on the few rows that can be collectives (comm kind or a
-    collective's host-side name); the other rows keep them null."""
+    collective's host-side name); the other rows keep them null. A column with no value at all is
+    left out: `conform` adds it as nulls."""
     idx = ev.select(pl.arg_where((pl.col("kind") == "comm") | pl.col("_host_collective"))).to_series()
     extra = [c for c in _COLL_ARGS if c != "a_coll_name"] + ["a_input_dims", "a_input_type", "a_concrete_inputs"]
     rows = ev[idx].with_columns(pl.col("name").cast(pl.String))
     coll = _collective_columns(dec.with_args(rows, *extra), warnings).select(COLL_COLUMNS)
     coll = coll.with_columns(pl.col("coll_op").cast(CollOp))  # here, on a few rows, not on every row in `conform`
     return ev.select(pl.exclude("^a_.*$", "^_.*$")).with_columns(
-        _nulls(c, coll[c].dtype, ev.height).scatter(idx, coll[c]) for c in COLL_COLUMNS
+        _nulls(c, coll[c].dtype, ev.height).scatter(idx, coll[c])
+        for c in COLL_COLUMNS
+        if coll[c].null_count() < coll.height
     )
 
 
