@@ -14,7 +14,7 @@ import pytest
 from conftest import ROOT
 
 import tracediag
-from tracediag.ingest.workers import map_in_workers
+from tracediag.ingest.workers import _Worker, map_in_workers
 
 RUN = "fixtures/runs/straggler_persistent/"
 
@@ -141,3 +141,22 @@ def test_what_a_task_raises_in_a_worker_is_raised_in_the_caller():
     with pytest.raises(ValueError, match="invalid literal for int"):
         map_in_workers(int, ["7", "x"], 2, crashed=lambda task, why: (task, why))
     assert map_in_workers(int, ["7", "8"], 2, crashed=lambda task, why: (task, why)) == [7, 8]
+
+
+def test_workers_share_the_cpus_among_their_polars_threads(monkeypatch):
+    """N workers at once get the CPUs' share each (N polars pools of every CPU would oversubscribe the
+    machine), unless POLARS_MAX_THREADS says otherwise."""
+    monkeypatch.delenv("POLARS_MAX_THREADS", raising=False)
+    cpus = os.cpu_count() or 1
+    for of, threads in ((1, cpus), (2 * cpus, 1)):
+        worker = _Worker(of=of)
+        try:
+            assert worker.call(os.getenv, "POLARS_MAX_THREADS") == str(threads)
+        finally:
+            worker.close()
+    monkeypatch.setenv("POLARS_MAX_THREADS", "3")
+    worker = _Worker(of=2 * cpus)
+    try:
+        assert worker.call(os.getenv, "POLARS_MAX_THREADS") == "3"
+    finally:
+        worker.close()

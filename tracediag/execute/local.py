@@ -58,7 +58,7 @@ class LocalExecutor:
 
     def _start(self) -> _Worker | None:
         try:
-            return _Worker()
+            return _Worker(of=self.workers)
         except WorkerError as e:
             if self._warned.acquire(blocking=False):
                 warnings.warn(f"tracediag: {e}; running tasks in this process", RuntimeWarning, stacklevel=2)

@@ -96,13 +96,16 @@ def serve() -> None:
 
 
 class _Worker:
-    """One worker subprocess."""
+    """One worker subprocess, one of `of` running at once: its polars thread pool gets its share of the
+    CPUs (unless POLARS_MAX_THREADS is set), so `of` workers never run `of` times as many threads as
+    there are CPUs (each thread idles and wakes at a cost)."""
 
-    def __init__(self) -> None:
+    def __init__(self, of: int = 1) -> None:
         if not sys.executable:
             raise WorkerError("no Python executable to start workers with (sys.executable is empty)")
         path = os.environ.get("PYTHONPATH")
         env = {**os.environ, "PYTHONPATH": _PACKAGE_ROOT + (os.pathsep + path if path else "")}
+        env.setdefault("POLARS_MAX_THREADS", str(max(1, (os.cpu_count() or 1) // max(1, of))))
         try:
             self.proc = subprocess.Popen(
                 [sys.executable, "-c", _ENTRY], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env
@@ -163,9 +166,11 @@ def map_in_workers(
     finished: queue.SimpleQueue[tuple[int, Any] | None] = queue.SimpleQueue()
     failures: list[str] = []
 
+    n = max(1, min(jobs, len(tasks)))
+
     def drive() -> None:
         try:
-            worker = _Worker()
+            worker = _Worker(of=n)
         except WorkerError as e:
             failures.append(str(e))
             finished.put(None)
@@ -186,7 +191,6 @@ def map_in_workers(
             worker.close()
             finished.put(None)
 
-    n = max(1, min(jobs, len(tasks)))
     threads = [threading.Thread(target=drive, name=f"tracediag-worker-{k}", daemon=True) for k in range(n)]
     for t in threads:
         t.start()
