@@ -302,7 +302,7 @@ def _fill_collectives(ev: pl.DataFrame, dec: Decoded, warnings: list[str]) -> pl
     rows = ev[idx].with_columns(pl.col("name").cast(pl.String))
     coll = _collective_columns(dec.with_args(rows, *extra), warnings).select(COLL_COLUMNS)
     coll = coll.with_columns(pl.col("coll_op").cast(CollOp))  # here, on a few rows, not on every row in `conform`
-    return ev.select(pl.exclude("^a_.*$", "^_.*$")).with_columns(
+    return ev.with_columns(  # the args and helper columns stay: `conform` keeps only the table's
         _nulls(c, coll[c].dtype, ev.height).scatter(idx, coll[c])
         for c in COLL_COLUMNS
         if coll[c].null_count() < coll.height
