@@ -1,6 +1,7 @@
 """One machine, side by side: `tracediag analyze` (in-memory and `--executor local`) against HTA (issue 12, item 5).
 
     python benchmarks/bench_vs_hta.py [--hta-python PATH] [--copies 8] [--workers 0] [--baseline DIR]
+                                      [--installed-python PATH]
 
 The set: --copies copies of HTA's trace_diff/control trace (34.8 MB, A100 + NCCL) with
 ``distributedInfo.rank`` rewritten, uncompressed, in benchmarks/data/a100x8/ (279 MB for 8). Each
@@ -11,7 +12,12 @@ the /proc samples. `--baseline DIR` also runs the tracediag of another checkout 
 `git worktree` of an older commit) in the same run, so a change is measured against what it
 replaces under the same load. HTA (HolisticTraceAnalysis, in its own environment given by
 --hta-python) does what its users run for this question: load + temporal breakdown +
-communication/computation overlap + idle time breakdown.
+communication/computation overlap + idle time breakdown. `--installed-python PATH` also runs the
+tracediag installed in another environment, as its users install it (`pip install .`, not editable,
+only its own dependencies: a development environment's editable-install hook and the test and
+engine extras' start-up hooks cost about 0.07 CPU-s per process), as HTA runs from its own:
+
+    python3 -m venv /tmp/td-venv && /tmp/td-venv/bin/pip install .   # again after each change
 """
 
 from __future__ import annotations
@@ -101,6 +107,7 @@ def main() -> None:
     ap.add_argument("--workers", type=int, nargs="+", default=[0, 1], help="tracediag workers (0: one per CPU)")
     ap.add_argument("--hta-python", help="python of an environment with HolisticTraceAnalysis installed")
     ap.add_argument("--baseline", help="a checkout of an older tracediag, run in the same session for comparison")
+    ap.add_argument("--installed-python", help="python of an environment where tracediag is installed (not editable)")
     args = ap.parse_args()
     folder = build(args.copies)
     size = sum(p.stat().st_size for p in folder.glob("*.json"))
@@ -109,9 +116,11 @@ def main() -> None:
     print("|---|---:|---:|---:|---:|---:|---|")
     rows = []
     sources = [("tracediag", None)] + ([("baseline", str(Path(args.baseline).resolve()))] if args.baseline else [])
+    pythons = [("", sys.executable)] + ([(" [installed]", args.installed_python)] if args.installed_python else [])
     runs = [
-        (f"{tool} {label} -j {w}", TRACEDIAG, [str(folder), mode, str(w)], sys.executable, path)
+        (f"{tool}{where} {label} -j {w}", TRACEDIAG, [str(folder), mode, str(w)], python, path)
         for tool, path in sources
+        for where, python in (pythons if path is None else pythons[:1])
         for w in args.workers
         for label, mode in (("(in-memory load)", "memory"), ("--executor local", "local"))
     ]
