@@ -139,27 +139,45 @@ def conform(
     surfaces here rather than as a silently wrong value.
     """
     skipped = skipped if skipped is not None else {}
-    exprs, lost = [], []
+    exprs, narrowed = [], []
+    have = df.schema  # built anew on every access: once, not once per column
     for col, dtype in EVENT_SCHEMA.items():
-        if col not in df.columns:
-            exprs.append(pl.lit(None, dtype=dtype).alias(col))
-        elif dtype.is_integer() and df.schema[col] != dtype:
-            exprs.append(pl.col(col).cast(dtype, strict=False))
-            lost.append((pl.col(col).is_not_null() & pl.col(col).cast(dtype, strict=False).is_null()).alias(col))
+        if col not in have:
+            exprs.append(_AS_NULL[col])
+        elif dtype.is_integer() and have[col] != dtype:
+            exprs.append(_LENIENT[col])
+            narrowed.append(col)
         else:
-            exprs.append(pl.col(col).cast(dtype))
-    out = df.select(*exprs, *[e.name.suffix("\x00lost") for e in lost])
-    lost_cols = [c for c in out.columns if c.endswith("\x00lost")]
+            exprs.append(_STRICT[col])
+    out = df.select(exprs)
+    # a non-strict cast turns only the values that do not fit into nulls: null counts tell how many
+    lost = {col: out[col].null_count() - df[col].null_count() for col in narrowed}
     ts, dur = pl.col("ts"), pl.col("dur")
     bad = ts.is_null() | dur.is_null() | ~ts.is_between(-MAX_NS, MAX_NS) | ~dur.is_between(0, MAX_NS)
-    if "device\x00lost" in lost_cols:
-        bad = bad | pl.col("device\x00lost")
-    counts = out.select(bad.sum().alias("\x00bad"), *[pl.col(c).sum() for c in lost_cols]).row(0, named=True)
-    if counts["\x00bad"]:
-        skipped["malformed"] = skipped.get("malformed", 0) + counts["\x00bad"]
+    if lost.get("device"):
+        bad = bad | (pl.lit(df["device"].is_not_null()) & pl.col("device").is_null())
+    n_bad = 0 if not lost.get("device") and _all_in_range(out) else out.select(bad.sum()).item()
+    if n_bad:
+        skipped["malformed"] = skipped.get("malformed", 0) + n_bad
         out = out.filter(~bad)
-    for c in lost_cols:
-        col = c.removesuffix("\x00lost")
-        if counts[c] and col != "device" and warnings is not None:
-            warnings.append(f"{counts[c]:,} {col} values out of range for {EVENT_SCHEMA[col]}; left unknown")
-    return out.select(list(EVENT_SCHEMA))
+    for col, n in lost.items():
+        if n and col != "device" and warnings is not None:
+            warnings.append(f"{n:,} {col} values out of range for {EVENT_SCHEMA[col]}; left unknown")
+    return out
+
+
+# `conform`'s expressions, built once: building them costs about as much as running them.
+_AS_NULL = {col: pl.lit(None, dtype=dtype).alias(col) for col, dtype in EVENT_SCHEMA.items()}
+_LENIENT = {col: pl.col(col).cast(dtype, strict=False) for col, dtype in EVENT_SCHEMA.items()}
+_STRICT = {col: pl.col(col).cast(dtype) for col, dtype in EVENT_SCHEMA.items()}
+
+
+def _all_in_range(events: pl.DataFrame) -> bool:
+    """No `ts`/`dur` null or out of range, told by null counts and four extremes rather than a
+    test of every row (the common case)."""
+    ts, dur = events.get_column("ts"), events.get_column("dur")
+    if ts.null_count() or dur.null_count():
+        return False
+    if events.height == 0:
+        return True
+    return ts.min() >= -MAX_NS and ts.max() <= MAX_NS and dur.min() >= 0 and dur.max() <= MAX_NS

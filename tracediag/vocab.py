@@ -69,13 +69,20 @@ HLO_COLLECTIVES: dict[str, str] = {
 
 def coll_op(text: pl.Expr, *, default: str | None = "other") -> pl.Expr:
     """The `coll_op` of collective text (`ncclDevKernel_AllReduce_Sum_f32`, `nccl:_reduce_scatter_base`,
-    `allreduce`, `gloo:broadcast`); `default` when no rule matches, null when the text is null."""
+    `allreduce`, `gloo:broadcast`); `default` when no rule matches, null when the text is null.
+
+    All rule texts are found in one pass (Aho-Corasick, overlapping so `reduce` inside `allreduce`
+    counts too) and the lowest rule wins: one normalisation, not one per rule.
+    """
     norm = text.str.to_lowercase().str.replace_all(r"[^a-z]", "")
-    (first, first_op), *rest = OP_RULES
-    expr = pl.when(norm.str.contains(first, literal=True)).then(pl.lit(first_op))
-    for needle, op in rest:
-        expr = expr.when(norm.str.contains(needle, literal=True)).then(pl.lit(op))
-    return pl.when(text.is_null()).then(None).otherwise(expr.otherwise(pl.lit(default, pl.String)))
+    needles = [needle for needle, _ in OP_RULES]
+    first = (
+        norm.str.extract_many(needles, overlapping=True)
+        .list.eval(pl.element().replace_strict(needles, range(len(needles)), return_dtype=pl.UInt32))
+        .list.min()
+    )
+    op = first.replace_strict(range(len(OP_RULES)), [op for _, op in OP_RULES], default=None, return_dtype=pl.String)
+    return pl.when(text.is_null()).then(None).otherwise(op.fill_null(pl.lit(default, pl.String)))
 
 
 def hlo_stem(text: pl.Expr) -> pl.Expr:

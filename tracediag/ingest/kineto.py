@@ -8,6 +8,7 @@ columns from `record_param_comms` args, NCCL kernel names, `nccl:*`/`gloo:*` ann
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any
 
@@ -16,7 +17,7 @@ import polars as pl
 
 from tracediag.ingest.chrome import Decoded
 from tracediag.ingest.trace import FileMeta, FileTrace, ProcessGroup
-from tracediag.schema import MAX_NS, Kind, check_base_ns, check_rank, conform, shifted
+from tracediag.schema import MAX_NS, CollOp, Kind, check_base_ns, check_rank, conform, shifted
 from tracediag.vocab import (
     COLLECTIVE_PREFIX,
     COMM_KERNEL,
@@ -105,7 +106,7 @@ def to_events(dec: Decoded, path: str, *, rank: int | None, default_rank: int | 
     )
     check_rank(rank, path)
     slices, time_base = _absolute_times(dec, path, warnings)
-    events = _classify(dec.with_args(slices, "a_device", "a_stream", "a_coll_name"))
+    events = _classify(_with_args(dec, slices, "a_device", "a_stream", "a_coll_name"))
     events = _fill_collectives(events, dec, warnings)
     events = events.with_columns(rank=pl.lit(rank, dtype=pl.Int32))
     events = conform(events, skipped=dec.skipped, warnings=warnings)
@@ -147,35 +148,135 @@ def _absolute_times(dec: Decoded, path: str, warnings: list[str]) -> tuple[pl.Da
     if base is not None:
         check_base_ns(base, path, "baseTimeNanoseconds")
         return slices.with_columns(ts=shifted("ts", base)), "epoch"
-    if slices.height and (slices["ts"].median() or 0) > EPOCH_FLOOR_NS:
+    if slices.height and _median_past_floor(slices["ts"]):
         return slices, "epoch"
     if slices.height:
         warnings.append("times are relative (no baseTimeNanoseconds): not comparable across hosts")
     return slices, "relative"
 
 
+def _median_past_floor(ts: pl.Series) -> bool:
+    """Whether the median time is above `EPOCH_FLOOR_NS`; told by the extremes when all times lie
+    well on one side of it (the usual case: a median costs a selection over every row)."""
+    lo, hi = ts.min(), ts.max()
+    if lo is not None and lo > EPOCH_FLOOR_NS + 1024:  # the margin covers the median's float rounding
+        return True
+    if hi is not None and hi < EPOCH_FLOOR_NS - 1024:
+        return False
+    return (ts.median() or 0) > EPOCH_FLOOR_NS
+
+
+def _with_args(dec: Decoded, frame: pl.DataFrame, *fields: str) -> pl.DataFrame:
+    """`dec.with_args(frame, *fields)`, each tier row placed through a table from `order` to row
+    (an `order` is an index in the file: small and unique) rather than a hash join of every row."""
+    tiers = [(tier, [f for f in fields if f in tier.columns]) for tier in dec.rare]
+    tiers = [(tier, wanted) for tier, wanted in tiers if wanted]
+    top = max([frame["order"].max() or 0, *(tier["order"].max() or 0 for tier, _ in tiers)])
+    row_of = _row_of(frame["order"], top + 1)
+    if row_of is None:
+        return dec.with_args(frame, *fields)
+    columns = []
+    for tier, wanted in tiers:
+        at = row_of.gather(tier["order"])
+        if at.null_count():  # tier rows that are not slices (instants, dropped rows)
+            tier, at = tier.filter(at.is_not_null()), at.drop_nulls()
+        columns += [_nulls(f, tier[f].dtype, frame.height).scatter(at, tier[f]) for f in wanted]
+    return frame.with_columns(columns)
+
+
+def _row_of(values: pl.Series, size: int) -> pl.Series | None:
+    """A table from each value (0..size-1) to its row (null where none); None unless the values
+    are distinct non-negative integers in a range not much wider than the rows."""
+    n = len(values)
+    if n < 2 or values.null_count() or values.min() < 0 or size > 4 * n + 4096:
+        return None
+    table = _nulls("row", pl.UInt32, size).scatter(values, pl.int_range(n, eager=True, dtype=pl.UInt32))
+    return table if table.null_count() == size - n else None  # fewer rows than values: some repeat
+
+
 def _classify(s: pl.DataFrame) -> pl.DataFrame:
-    cat = pl.col("cat")
-    name = pl.col("name")
-    base_kind = cat.replace_strict(_KIND_BY_CAT, default="other", return_dtype=Kind)  # Enum: 1 B/row, not a string
-    is_comm_kernel = (cat == "kernel") & (name.str.contains(COMM_KERNEL) | pl.col("a_coll_name").is_not_null())
-    kind = (
-        pl.when(cat.is_in(["user_annotation", "gpu_user_annotation"]) & name.str.contains(STEP_MARKER))
-        .then(pl.lit("step", dtype=Kind))
-        .when((cat == "user_annotation") & name.str.starts_with("gloo:"))
-        .then(pl.lit("comm", dtype=Kind))
-        .when(is_comm_kernel)
-        .then(pl.lit("comm", dtype=Kind))
-        .otherwise(base_kind)
+    """Kind, device and stream of every row, and `name` made Categorical (the event table's dtype).
+
+    A row's kind follows from its (category, name) pair, and a trace's 75k rows hold a few hundred
+    pairs: the rules run once per pair (`_per_distinct`) and each row looks its pair up.
+    """
+    names = s["name"].cast(pl.Categorical)
+    pairs = _per_distinct(s["cat"].cast(pl.Categorical), names, **_PAIR_RULES)
+    return s.with_columns(names, *pairs).with_columns(**_ROW_RULES)
+
+
+_CAT, _NAME = pl.col("cat"), pl.col("name")
+_PAIR_RULES: dict[str, pl.Expr] = {
+    "kind": pl.when(_CAT.is_in(["user_annotation", "gpu_user_annotation"]) & _NAME.str.contains(STEP_MARKER))
+    .then(pl.lit("step", dtype=Kind))
+    .when((_CAT == "user_annotation") & _NAME.str.starts_with("gloo:"))
+    .then(pl.lit("comm", dtype=Kind))
+    .when((_CAT == "kernel") & _NAME.str.contains(COMM_KERNEL))
+    .then(pl.lit("comm", dtype=Kind))
+    .otherwise(_CAT.replace_strict(_KIND_BY_CAT, default="other", return_dtype=Kind)),  # Enum: 1 B/row
+    "_on_device": _CAT.is_in(DEVICE_CATS),
+    "_host_collective": _NAME.str.contains(HOST_COLLECTIVE),
+}
+"""What a (category, name) pair says: the row's kind as far as its args leave it, whether it lies on
+a device timeline, and whether it may be a collective's host-side row. Built once: an expression
+costs as much to build as to run on a few hundred pairs."""
+_ON_DEVICE = pl.col("_on_device")
+_ROW_RULES: dict[str, pl.Expr] = {
+    # a kernel whose args name a collective is communication too; its pair's kind is "kernel"
+    # exactly when its category is (every other rule gives a kernel "comm")
+    "kind": pl.when((pl.col("kind") == "kernel") & pl.col("a_coll_name").is_not_null())
+    .then(pl.lit("comm", dtype=Kind))
+    .otherwise(pl.col("kind")),
+    "device": pl.when(_ON_DEVICE).then(pl.coalesce("a_device", "pid")).otherwise(-1),
+    "stream": pl.when(_ON_DEVICE).then(pl.coalesce("a_stream", "tid")),
+    "correlation": pl.col("a_correlation"),
+    "external_id": pl.col("a_external_id"),
+}
+"""Each row's kind, device and stream from its pair's rules and its own args."""
+
+
+def _per_distinct(*keys: pl.Series, **columns: pl.Expr) -> pl.DataFrame:
+    """`columns`, expressions over String columns named as the Categorical `keys`, evaluated once
+    per distinct combination of the keys and given to every row: a frame row for row with them.
+
+    Each combination is evaluated as itself (nulls included), so the result equals the expressions
+    over the rows. A combination is a number from the category codes, and a row finds its
+    combination's result by indexing, not hashing.
+    """
+    coded = [_codes(key) for key in keys]
+    if math.prod(size for _, size in coded) > 8 * len(keys[0]) + 65536:  # too sparse to index: renumber
+        coded = [_renumbered(codes) for codes, _ in coded[:-1]] + coded[-1:]
+    n_combined = math.prod(size for _, size in coded)
+    wide = pl.UInt32 if n_combined < 2**32 else pl.UInt64
+    combined = coded[0][0].cast(wide)
+    for codes, size in coded[1:]:
+        combined = combined * size + codes
+    rows = combined.arg_unique()  # a row of each combination
+    slot = _nulls("slot", pl.UInt32, n_combined).scatter(
+        combined.gather(rows), pl.int_range(len(rows), eager=True, dtype=pl.UInt32)
     )
-    on_device = cat.is_in(DEVICE_CATS)
-    return s.with_columns(
-        kind=kind,
-        device=pl.when(on_device).then(pl.coalesce("a_device", "pid")).otherwise(-1),
-        stream=pl.when(on_device).then(pl.coalesce("a_stream", "tid")),
-        correlation=pl.col("a_correlation"),
-        external_id=pl.col("a_external_id"),
-    )
+    table = pl.DataFrame([key.gather(rows).cast(pl.String) for key in keys]).select(**columns)
+    return table[slot.gather(combined)]  # a row gather: a third of the cost of a gather per column
+
+
+def _codes(key: pl.Series) -> tuple[pl.Series, int]:
+    """Each row's Categorical code (null as one more code) and the number of codes; codes spread
+    far beyond the rows (a long-lived process's many names) renumbered over those present."""
+    codes = key.to_physical()
+    if codes.null_count():
+        codes = codes.fill_null((codes.max() or 0) + 1)
+    size = (codes.max() + 1) if len(codes) else 0
+    if size > 4 * len(codes) + 4096:
+        present = codes.unique()
+        return codes.replace_strict(present, pl.int_range(len(present), eager=True, dtype=pl.UInt32)), len(present)
+    return codes, size
+
+
+def _renumbered(codes: pl.Series) -> tuple[pl.Series, int]:
+    """`codes` (0..size-1) renumbered 0..n-1 over those present, and n."""
+    present = codes.unique()
+    number = pl.int_range(len(present), eager=True, dtype=pl.UInt32)
+    return _nulls("slot", pl.UInt32, (codes.max() or 0) + 1).scatter(present, number).gather(codes), len(present)
 
 
 _COLL_ARGS = [
@@ -194,86 +295,111 @@ _COLL_ARGS = [
 
 def _fill_collectives(ev: pl.DataFrame, dec: Decoded, warnings: list[str]) -> pl.DataFrame:
     """Collective columns, computed on the few rows that can be collectives (comm kind or a
-    collective's host-side name); the other rows keep them null."""
-    idx = ev.select(pl.arg_where((pl.col("kind") == "comm") | pl.col("name").str.contains(HOST_COLLECTIVE))).to_series()
+    collective's host-side name); the other rows keep them null. A column with no value at all is
+    left out: `conform` adds it as nulls."""
+    idx = ev.select(pl.arg_where((pl.col("kind") == "comm") | pl.col("_host_collective"))).to_series()
     extra = [c for c in _COLL_ARGS if c != "a_coll_name"] + ["a_input_dims", "a_input_type", "a_concrete_inputs"]
-    coll = _collective_columns(dec.with_args(ev[idx], *extra), warnings).select(COLL_COLUMNS)
-    return ev.select(pl.exclude("^a_.*$")).with_columns(
-        pl.repeat(None, ev.height, dtype=coll[c].dtype, eager=True).alias(c).scatter(idx, coll[c])
+    rows = ev[idx].with_columns(pl.col("name").cast(pl.String))
+    coll = _collective_columns(dec.with_args(rows, *extra), warnings).select(COLL_COLUMNS)
+    coll = coll.with_columns(pl.col("coll_op").cast(CollOp))  # here, on a few rows, not on every row in `conform`
+    return ev.with_columns(  # the args and helper columns stay: `conform` keeps only the table's
+        _nulls(c, coll[c].dtype, ev.height).scatter(idx, coll[c])
         for c in COLL_COLUMNS
+        if coll[c].null_count() < coll.height
     )
+
+
+def _nulls(name: str, dtype: pl.DataType, n: int) -> pl.Series:
+    """A column of `n` nulls (`pl.repeat(..., eager=True)` costs a query; this a copy of one value)."""
+    return pl.Series(name, [None], dtype=dtype).new_from_index(0, n)
 
 
 COLL_COLUMNS = ("coll_op", "coll_bytes", "coll_group", "coll_group_size", "coll_seq", "coll_peer")
 
 
 def _collective_columns(ev: pl.DataFrame, warnings: list[str] | None = None) -> pl.DataFrame:
-    """Collective columns from the row's own args, else from its `record_param_comms` CPU op."""
+    """Collective columns from the row's own args, else from its `record_param_comms` CPU op.
+
+    One query (the rows are few: its cost is per operation, not per row), in memory and as
+    written: the streaming engine's start, or the optimiser's rewrites, cost more than these rows.
+    """
     params = (
-        ev.filter((pl.col("name") == "record_param_comms") & pl.col("external_id").is_not_null())
+        ev.lazy()
+        .filter((pl.col("name") == "record_param_comms") & pl.col("external_id").is_not_null())
         .select("external_id", *_COLL_ARGS)
         .unique("external_id", keep="first")
         .rename({c: f"{c}_op" for c in _COLL_ARGS})
     )
-    ev = ev.join(params, on="external_id", how="left")
-    linked = pl.col("kind") == "comm"
-    ev = ev.with_columns(
-        [
-            pl.when(pl.col(c).is_null() & linked).then(pl.col(f"{c}_op")).otherwise(pl.col(c)).alias(c)
-            for c in _COLL_ARGS
-        ]
-    ).drop([f"{c}_op" for c in _COLL_ARGS])
-    name = pl.col("name")
-    host = pl.col("kind").is_in(["cpu_op", "annotation"]) & name.str.contains(COLLECTIVE_PREFIX)
-    op_text = pl.coalesce(
-        pl.col("a_coll_name"),
-        pl.when((pl.col("kind") == "comm") | host).then(name),
+    ev = (
+        ev.lazy()
+        .with_columns(_link=pl.when(pl.col("kind") == "comm").then(pl.col("external_id")))
+        .join(params, left_on="_link", right_on="external_id", how="left", maintain_order="left")
+        .with_columns(_ARGS_OR_OPS)
+        .drop("_link", *(f"{c}_op" for c in _COLL_ARGS))
+        .with_columns(**_COLL_RULES)
+        .with_columns(coll_peer=_PEER)
+        .with_columns(_gloo=_GLOO_SHAPES, _p2p=_P2P_INPUTS)
+        .collect(engine="in-memory", optimizations=_NO_REWRITES)
     )
-    nelems = pl.max_horizontal("a_in_nelems", "a_out_nelems")
-    elem_size = pl.col("a_dtype").replace_strict(DTYPE_BYTES, default=None, return_dtype=pl.Int64)
-    fits = nelems.is_between(0, MAX_NS // 16)  # elements x element size stays far inside Int64
-    n_huge = ev.select((nelems.is_not_null() & ~fits).sum()).item()
+    n_huge = ev["_huge"][0] if ev.height else 0
     if n_huge and warnings is not None:
         warnings.append(f"{n_huge:,} collectives with an element count out of range (0..2^58); bytes left unknown")
-    ev = ev.with_columns(
-        coll_op=coll_op(op_text),
-        coll_bytes=pl.when(fits).then(nelems * elem_size),
-        coll_group=pl.coalesce("a_pg_name", pl.col("a_pg_id").cast(pl.String)),
-        coll_group_size=pl.col("a_group_size"),
-        coll_seq=pl.col("a_seq"),
-    )
-    ev = ev.with_columns(
-        coll_peer=pl.when(pl.col("coll_op") == "send")
-        .then(pl.col("a_dst_rank"))
-        .when(pl.col("coll_op") == "recv")
-        .then(pl.col("a_src_rank"))
-    )
-    return _from_recorded_shapes(ev)
+    return _from_recorded_shapes(ev).drop("_huge", "_gloo", "_p2p")
+
+
+_NO_REWRITES = pl.QueryOptFlags.none()
+"""For a query on a few rows: rewriting the plan costs more than running it as written."""
+# The expressions of `_collective_columns`, built once (building them costs as much as running them).
+_ARGS_OR_OPS = [pl.coalesce(c, f"{c}_op").alias(c) for c in _COLL_ARGS]
+"""A row's arg, else (a communication row, linked by `_link`) its `record_param_comms` op's."""
+_HOST = pl.col("kind").is_in(["cpu_op", "annotation"]) & _NAME.str.contains(COLLECTIVE_PREFIX)
+_OP_TEXT = pl.coalesce(pl.col("a_coll_name"), pl.when((pl.col("kind") == "comm") | _HOST).then(_NAME))
+_NELEMS = pl.max_horizontal("a_in_nelems", "a_out_nelems")
+_FITS = _NELEMS.is_between(0, MAX_NS // 16)  # elements x element size stays far inside Int64
+_COLL_RULES: dict[str, pl.Expr] = {
+    "coll_op": coll_op(_OP_TEXT),
+    "coll_bytes": pl.when(_FITS).then(
+        _NELEMS * pl.col("a_dtype").replace_strict(DTYPE_BYTES, default=None, return_dtype=pl.Int64)
+    ),
+    "coll_group": pl.coalesce("a_pg_name", pl.col("a_pg_id").cast(pl.String)),
+    "coll_group_size": pl.col("a_group_size"),
+    "coll_seq": pl.col("a_seq"),
+    "_huge": (_NELEMS.is_not_null() & ~_FITS).sum(),
+}
+_PEER = (
+    pl.when(pl.col("coll_op") == "send")
+    .then(pl.col("a_dst_rank"))
+    .when(pl.col("coll_op") == "recv")
+    .then(pl.col("a_src_rank"))
+)
+_GLOO_SHAPES = (
+    (pl.col("kind") == "comm")
+    & pl.col("name").str.starts_with("gloo:")
+    & pl.col("coll_bytes").is_null()
+    & pl.col("a_input_dims").is_not_null()
+)
+"""`gloo:*` ops whose bytes come from their recorded input shapes."""
+_P2P_INPUTS = (
+    pl.col("name").is_in(["c10d::send", "c10d::recv_", "c10d::recv"])
+    & pl.col("coll_peer").is_null()
+    & pl.col("a_concrete_inputs").is_not_null()
+)
+"""`c10d::send/recv` ops whose peer comes from their recorded concrete inputs."""
 
 
 def _from_recorded_shapes(ev: pl.DataFrame) -> pl.DataFrame:
-    """Bytes of `gloo:*` ops and peers of `c10d::send/recv` from recorded shapes and inputs.
+    """Bytes of `gloo:*` ops and peers of `c10d::send/recv` from recorded shapes and inputs
+    (the rows flagged `_gloo` and `_p2p`).
 
     These rows are few (one per collective call), so their JSON snippets are parsed one by one.
     """
-    gloo = (
-        (pl.col("kind") == "comm")
-        & pl.col("name").str.starts_with("gloo:")
-        & pl.col("coll_bytes").is_null()
-        & pl.col("a_input_dims").is_not_null()
-    )
-    p2p = (
-        pl.col("name").is_in(["c10d::send", "c10d::recv_", "c10d::recv"])
-        & pl.col("coll_peer").is_null()
-        & pl.col("a_concrete_inputs").is_not_null()
-    )
-    idx = ev.select(pl.arg_where(gloo)).to_series()
-    if idx.len():
+    if ev["_gloo"].any():
+        idx = ev.select(pl.arg_where("_gloo")).to_series()
         rows = ev[idx]
         sizes = [_tensor_bytes(d, t) for d, t in zip(rows["a_input_dims"].to_list(), rows["a_input_type"].to_list())]
         ev = ev.with_columns(coll_bytes=ev["coll_bytes"].scatter(idx, pl.Series(sizes, dtype=pl.Int64)))
-    idx = ev.select(pl.arg_where(p2p)).to_series()
-    if idx.len():
+    if ev["_p2p"].any():
+        idx = ev.select(pl.arg_where("_p2p")).to_series()
         peers = [_p2p_peer(c) for c in ev[idx]["a_concrete_inputs"].to_list()]
         ev = ev.with_columns(coll_peer=ev["coll_peer"].cast(pl.Int64).scatter(idx, pl.Series(peers, dtype=pl.Int64)))
     return _peer_from_enclosing_op(ev)

@@ -1,0 +1,75 @@
+"""The Kineto reader's shortcuts give what the direct computation gives, on the real fixtures:
+rules run once per distinct (category, name) pair, args placed by `order`, `coll_op` in one pass."""
+
+from __future__ import annotations
+
+import re
+
+import polars as pl
+import pytest
+from conftest import KINETO
+from polars.testing import assert_frame_equal
+
+from tracediag.ingest import chrome, kineto
+from tracediag.ingest.sniff import iter_blocks
+from tracediag.vocab import OP_RULES, coll_op
+
+TRACES = sorted(p for p in KINETO.iterdir() if p.name.endswith((".json", ".json.gz")))
+
+
+def _decoded(path) -> chrome.Decoded:
+    return chrome.decode(iter_blocks(str(path)), str(path))
+
+
+@pytest.mark.parametrize("path", TRACES, ids=lambda p: p.name)
+def test_pair_rules_equal_the_rules_on_every_row(path) -> None:
+    slices = _decoded(path).slices
+    keys = (slices["cat"].cast(pl.Categorical), slices["name"].cast(pl.Categorical))
+    got = kineto._per_distinct(*keys, **kineto._PAIR_RULES)
+    assert_frame_equal(got, slices.select(**kineto._PAIR_RULES))
+    assert got["kind"].n_unique() > 1
+
+
+def test_pair_rules_when_the_codes_are_spread_far() -> None:
+    """In a long-lived process the category codes run far past a file's rows: they are renumbered
+    (and a null category or name is a combination of its own)."""
+    many = pl.Series([f"other-file-name-{i}" for i in range(50_000)]).cast(pl.Categorical)
+    rows = pl.DataFrame(
+        {
+            "cat": ["kernel", None, "user_annotation", "kernel", "cpu_op", "gpu_user_annotation"] * 5,
+            "name": ["ncclDevKernel_AllReduce", "x", "ProfilerStep#7", None, "c10d::send", "ProfilerStep#7"] * 5,
+        }
+    )
+    for frame in (rows, pl.concat([rows] * 500)):  # codes far past the rows; then within reach, their pairs not
+        keys = (frame["cat"].cast(pl.Categorical), frame["name"].cast(pl.Categorical))
+        assert_frame_equal(kineto._per_distinct(*keys, **kineto._PAIR_RULES), frame.select(**kineto._PAIR_RULES))
+    assert many.len() == 50_000
+
+
+@pytest.mark.parametrize("path", TRACES, ids=lambda p: p.name)
+def test_args_placed_by_order_equal_the_join(path) -> None:
+    dec = _decoded(path)
+    fields = ("a_device", "a_stream", "a_coll_name", "a_input_dims")
+    for frame in (dec.slices, dec.slices[::3], dec.slices.head(1)):
+        assert_frame_equal(kineto._with_args(dec, frame, *fields), dec.with_args(frame, *fields))
+
+
+def _first_rule(text: str | None, default: str | None) -> str | None:
+    """`coll_op` as its rule says: the first rule whose text the normalised name contains."""
+    if text is None:
+        return None
+    norm = re.sub(r"[^a-z]", "", text.lower())
+    return next((op for needle, op in OP_RULES if needle in norm), default)
+
+
+def test_coll_op_is_the_first_rule_that_matches() -> None:
+    names = set()
+    for path in TRACES:
+        names.update(_decoded(path).slices["name"].unique().drop_nulls().to_list())
+    nested = ["allreduce_sendrecv", "ReduceScatter", "gatherallreduce", "recvsend", "Send", "bcast_reduce", "nccl:_x"]
+    texts = [*sorted(names), *nested, None]
+    frame = pl.DataFrame({"t": pl.Series(texts, dtype=pl.String)})
+    for default in ("other", None):
+        got = frame.select(coll_op(pl.col("t"), default=default)).to_series().to_list()
+        assert got == [_first_rule(t, default) for t in texts]
+    assert _first_rule("allreduce_sendrecv", None) == "other"  # sendrecv is the first rule
