@@ -228,15 +228,18 @@ class Decoded:
         return frame
 
 
-def decode(source: bytes | Iterable[bytes], path: str) -> Decoded:
-    """Decode Chrome-trace JSON (its bytes, or a stream of byte blocks) into columns.
+def decode(source: bytes | Iterable[bytes] | mmap.mmap, path: str) -> Decoded:
+    """Decode Chrome-trace JSON (its bytes, a stream of byte blocks, or the file mapped copy-on-write by
+    `sniff.map_plain`, which is then closed) into columns.
 
     Every event is a slice or a counted skip.
     """
     warnings: list[str] = []
     skipped: dict[str, int] = {}
-    mapped = source if isinstance(source, mmap.mmap) else None
-    blocks = iter([] if mapped is not None else [source] if isinstance(source, (bytes, bytearray)) else source)
+    if isinstance(source, mmap.mmap):
+        buffer: _Buffer = _Mapped(source)
+    else:
+        buffer = _Buffer(iter([source] if isinstance(source, (bytes, bytearray)) else source))
     top: dict[str, Any] = {}
     bases: list[pl.DataFrame] = []
     metas: list[pl.DataFrame] = []
@@ -244,7 +247,6 @@ def decode(source: bytes | Iterable[bytes], path: str) -> Decoded:
     n_events = 0  # input events seen
     scanner = native.Scanner()  # its `next_order`: the `order` of the next row reaching the frame
     held = 0  # rows the scanner holds
-    buffer = _Buffer(blocks) if mapped is None else _Mapped(mapped)
     for events, piece_top, piece, piece_is_array in _pieces(buffer, path, warnings, skipped, scanner):
         top.update({k: v for k, v in piece_top.items() if v is not None})
         if isinstance(events, native.Fed):
