@@ -144,15 +144,6 @@ def _chain(first: bytes, rest: Iterator[bytes]) -> Iterator[bytes]:
             close()
 
 
-def read_head(path: str | Path, size: int = 64, *, storage_options: dict[str, Any] | None = None) -> bytes:
-    """The first `size` bytes of the file's content (after gunzip, BOM and leading whitespace)."""
-    blocks = iter_blocks(path, storage_options=storage_options)
-    try:
-        return peek_head(blocks, size)[0]
-    finally:
-        blocks.close()
-
-
 def sniff(path: str | Path, head: bytes) -> str:
     """The format of a file from its first bytes (after gunzip): "json", "sqlite" or "parquet".
 
