@@ -329,3 +329,31 @@ def test_events_with_values_of_every_json_type_read_the_same(
         path.write_bytes(text)
         _assert_same(*_both(path, monkeypatch), f"seed {seed} doc {i}")
     assert scanned >= 5
+
+
+@pytest.mark.parametrize("suffix", ["", ".125", "e2"])
+def test_integers_of_every_length_read_the_same(suffix: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Times, ids and args numbers of 1 to 20 integer digits (the scanner reads up to 8 at a time),
+    signed or not, with a fraction or an exponent, followed by every kind of byte, the last ones near
+    the document's end: read as msgspec reads them; the scanner reads every document of integers
+    of up to 15 digits."""
+    rng = random.Random(len(suffix))
+    for digits in range(1, 21):
+        events = []
+        for _ in range(40):
+            n = str(rng.randrange(10 ** (digits - 1), 10**digits)) if digits > 1 else str(rng.randrange(10))
+            text = rng.choice(["-", ""]) + n + suffix
+            key = rng.choice(["ts", "dur", "pid", "tid", "External id", "Seq", "bytes"])
+            fields = {"ph": '"X"', "name": '"k"', "ts": "1", "dur": "2", "pid": "3", "tid": "4"}
+            args = {"External id": "5", "Seq": "6", "bytes": "7"}
+            (args if key in args else fields)[key] = text
+            fields["args"] = "{" + ",".join(f'"{k}":{v}' for k, v in args.items()) + "}"
+            body = [f'"{k}":{v}' for k, v in fields.items()]
+            rng.shuffle(body)
+            events.append("{" + rng.choice([",", ", ", ",\n  "]).join(body) + "}")
+        doc = ('{"traceEvents":[' + ",".join(events) + "]}").encode()
+        if not suffix and digits <= 15:  # longer times are left to msgspec (2**62 ns)
+            assert _scan(doc, False)[0] is not None, digits
+        path = tmp_path / f"n{digits}.json"
+        path.write_bytes(doc)
+        _assert_same(*_both(path, monkeypatch), f"{suffix} digits {digits}")

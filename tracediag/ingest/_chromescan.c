@@ -164,7 +164,8 @@ typedef struct {
     int can_drop;                   /* drop_last() has that document to drop */
     Py_ssize_t last_event_row;      /* the row of the document's last event, -1 when it made none */
     /* columns of every accepted document (malloc'd: `take` hands them to Arrow arrays, which may
-     * free them on any thread) */
+     * free them on any thread); an args column is NULL until a row holds a value in it (most hold
+     * none in a file: those are never allocated, filled or scanned) */
     int64_t *cols[NCOLS];
     Py_ssize_t n_rows, cap_rows;
     Py_ssize_t filled; /* rows below hold nulls in the args columns, or what `emit` wrote there */
@@ -700,9 +701,12 @@ static int parse_event(State *st, Event *ev) {
     return each_member(st, event_member, ev);
 }
 
+static unsigned char IS_ARGS_COL[NCOLS]; /* filled at import */
+
 static int reserve_rows(State *st, Py_ssize_t cap) {
     if (cap <= st->cap_rows) return 0;
     for (int c = 0; c < NCOLS; c++) {
+        if (IS_ARGS_COL[c] && !st->cols[c]) continue; /* still all null */
         int64_t *m = realloc(st->cols[c], (size_t)cap * sizeof(int64_t));
         if (!m) { PyErr_NoMemory(); return -1; }
         st->cols[c] = m;
@@ -711,16 +715,32 @@ static int reserve_rows(State *st, Py_ssize_t cap) {
     return 0;
 }
 
-/* Nulls in the args columns of the next rows (a block at a time: absent args are then never written). */
+/* Nulls in rows [from, to) of the args column(s) of ARG_KEYS[a]. */
+static void null_args(State *st, int a, Py_ssize_t from, Py_ssize_t to) {
+    int64_t null = ARG_KEYS[a].how == A_STR ? -1 : ARG_KEYS[a].how == A_RAW ? 0 : NULL_INT;
+    int64_t *c = st->cols[ARG_KEYS[a].col], *len = ARG_KEYS[a].how == A_RAW ? st->cols[ARG_KEYS[a].col + 1] : NULL;
+    for (Py_ssize_t r = from; r < to; r++) c[r] = null;
+    if (len) memset(len + from, 0, (size_t)(to - from) * sizeof(int64_t));
+}
+
+/* Nulls in the allocated args columns of the next rows (a block at a time: absent args are then
+ * never written). */
 static void fill_nulls(State *st) {
     Py_ssize_t from = st->filled, to = from + 4096 < st->cap_rows ? from + 4096 : st->cap_rows;
-    for (int a = 0; a < N_ARG_KEYS; a++) {
-        int64_t null = ARG_KEYS[a].how == A_STR ? -1 : ARG_KEYS[a].how == A_RAW ? 0 : NULL_INT;
-        int64_t *c = st->cols[ARG_KEYS[a].col], *len = ARG_KEYS[a].how == A_RAW ? st->cols[ARG_KEYS[a].col + 1] : NULL;
-        for (Py_ssize_t r = from; r < to; r++) c[r] = null;
-        if (len) memset(len + from, 0, (size_t)(to - from) * sizeof(int64_t));
-    }
+    for (int a = 0; a < N_ARG_KEYS; a++)
+        if (st->cols[ARG_KEYS[a].col]) null_args(st, a, from, to);
     st->filled = to;
+}
+
+/* The first value of ARG_KEYS[a] among the rows: its column(s), null up to where rows are filled. */
+static int args_column(State *st, int a) {
+    int n = ARG_KEYS[a].how == A_RAW ? 2 : 1;
+    for (int k = 0; k < n; k++) {
+        st->cols[ARG_KEYS[a].col + k] = malloc((size_t)st->cap_rows * sizeof(int64_t));
+        if (!st->cols[ARG_KEYS[a].col + k]) { PyErr_NoMemory(); return -1; }
+    }
+    null_args(st, a, 0, st->filled);
+    return 0;
 }
 
 /* Back to `rows` rows: the args columns of the rows dropped get nulls again when reached. */
@@ -890,6 +910,7 @@ static int emit(State *st, Event *ev, int phase) {
         int a = ctz32(set);
         const Val *v = &ev->args[a];
         int col = ARG_KEYS[a].col;
+        if (!c[col] && args_column(st, a)) return PY_FAILED;
         switch (ARG_KEYS[a].how) {
         case A_INT:
         case A_ANY_INT: c[col][r] = v->kind == V_INT ? v->i : NULL_INT; break;
@@ -1211,6 +1232,17 @@ static int all_null(State *st, const OutCol *oc) {
     return 1;
 }
 
+/* A reference to the block of zeros all-null columns share (16 bytes a row: a view, or less), made once. */
+static int zero_block(State *st, Shared **zeros) {
+    if (!*zeros) {
+        void *z = calloc((size_t)(st->n_rows ? st->n_rows : 1), 16);
+        if (!z) { PyErr_NoMemory(); return -1; }
+        if (!(*zeros = shared_new(z))) return -1;
+    }
+    __atomic_add_fetch(&(*zeros)->refs, 1, __ATOMIC_RELAXED);
+    return 0;
+}
+
 static int make_column(State *st, int k, Shared *arena, Shared *raw, Shared **zeros, struct ArrowArray *a) {
     const OutCol *oc = &OUT_COLS[k];
     Py_ssize_t n = st->n_rows;
@@ -1224,6 +1256,13 @@ static int make_column(State *st, int k, Shared *arena, Shared *raw, Shared **ze
     a->release = release_column;
     int64_t *v = st->cols[oc->col];
     uint8_t *bits = NULL;
+    if (!v && oc->kind == K_INT) { /* an args column no row set: zero validity bits (the values unread) */
+        if (zero_block(st, zeros)) goto fail;
+        d->zeros = *zeros;
+        d->buffers[0] = d->buffers[1] = (*zeros)->ptr;
+        a->null_count = n;
+        return 0;
+    }
     if (oc->kind == K_INT) {
         if (validity(v, n, NULL_INT, &bits, &a->null_count)) goto fail;
         d->own[0] = bits;
@@ -1239,13 +1278,8 @@ static int make_column(State *st, int k, Shared *arena, Shared *raw, Shared **ze
         d->own[1] = bits;
     } else {
         Shared *data = oc->kind == K_STR ? arena : raw;
-        if (all_null(st, oc)) { /* zero views, every validity bit 0: one block of zeros serves them all */
-            if (!*zeros) {
-                void *z = calloc((size_t)(n ? n : 1), 16);
-                if (!z) { PyErr_NoMemory(); goto fail; }
-                if (!(*zeros = shared_new(z))) goto fail;
-            }
-            __atomic_add_fetch(&(*zeros)->refs, 1, __ATOMIC_RELAXED);
+        if (!v || all_null(st, oc)) { /* zero views, every validity bit 0: one block of zeros serves them all */
+            if (zero_block(st, zeros)) goto fail;
             d->zeros = *zeros;
             d->buffers[0] = d->buffers[1] = (*zeros)->ptr;
             a->null_count = n;
@@ -1575,6 +1609,8 @@ PyMODINIT_FUNC PyInit__chromescan(void) {
             return NULL;
         }
         KEYS_BY_LEN[n][k] = (signed char)a;
+        IS_ARGS_COL[ARG_KEYS[a].col] = 1;
+        if (ARG_KEYS[a].how == A_RAW) IS_ARGS_COL[ARG_KEYS[a].col + 1] = 1;
     }
     for (int c = 0; c < 256; c++) {
         STRING_STOP[c] = c == '"' || c == '\\' || c < 0x20 || c >= 0x80;
