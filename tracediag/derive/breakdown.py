@@ -37,8 +37,9 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from tracediag.derive.intervals import covered, sweep, union_intervals
+from tracediag.derive.intervals import asof_by_rank, covered, sweep, union_intervals
 from tracediag.derive.names import distinct_names, name_matches
+from tracediag.derive.ranked import keep_ranked
 from tracediag.derive.steps import Launches, launches
 from tracediag.vocab import HOST_COMM_OP as COMM_OP_REGEX
 
@@ -136,9 +137,8 @@ def _device_timeline(events: pl.LazyFrame, spans: pl.DataFrame, names: _Names) -
     has_gpu, has_cpu = spans.select(
         (pl.col("device") >= 0).any().alias("gpu"), (pl.col("device") < 0).any().alias("cpu")
     ).row(0)
+    dev = keep_ranked(events.filter(pl.col("device") >= 0), spans.filter(pl.col("device") >= 0), "device")
     spans = spans.lazy()
-    gpu = spans.filter(pl.col("device") >= 0).select("rank", "device").unique()
-    dev = events.filter(pl.col("device") >= 0).join(gpu, on=["rank", "device"], how="semi")
     dev_cat = (
         pl.when(pl.col("kind") == "kernel")
         .then(pl.lit("compute"))
@@ -218,15 +218,16 @@ def _names(names: pl.DataFrame | pl.Series) -> _Names:
     return _Names(comm_op=name_matches(names, COMM_OP_REGEX), input=name_matches(names, INPUT_REGEX))
 
 
-def _host_agg(events: pl.LazyFrame, spans: pl.LazyFrame, names: _Names, ordered: bool) -> pl.LazyFrame:
+def _host_agg(events: pl.LazyFrame, spans: pl.DataFrame, names: _Names, ordered: bool) -> pl.LazyFrame:
     """Per (rank, step) of `spans`, on the host step span: ``host_gap_ns``, the training thread (the
     marker thread) in no CPU operator or runtime call, and ``input_ns``, data loading on any thread
     (`ordered`: `events` are sorted by rank then ts)."""
     host = events.filter(pl.col("device") == -1)
-    train = host.join(spans.select("rank", "tid").unique(), on=["rank", "tid"], how="semi", maintain_order="left")
-    busy = train.filter(pl.col("kind").is_in(["cpu_op", "runtime"])).select("rank", "ts", end=_end())
+    busy = keep_ranked(host.filter(pl.col("kind").is_in(["cpu_op", "runtime"])), spans, "tid").select(
+        "rank", "ts", end=_end()
+    )
     loading = host.filter(names.input).select("rank", "ts", end=_end())
-    windows = spans.select("rank", "step", ts="host_start", end="host_end")
+    windows = spans.lazy().select("rank", "step", ts="host_start", end="host_end")
     inputs = covered(loading, windows, "rank", ordered=ordered).select("rank", "step", input_ns="covered")
     return (
         covered(busy, windows, "rank", ordered=ordered)
@@ -235,19 +236,17 @@ def _host_agg(events: pl.LazyFrame, spans: pl.LazyFrame, names: _Names, ordered:
     )
 
 
-def _next_work(links: pl.LazyFrame, spans: pl.LazyFrame) -> pl.LazyFrame:
+def _next_work(links: pl.LazyFrame, spans: pl.DataFrame) -> pl.LazyFrame:
     """GPU ranks: per start time of device work on the main device, the earliest return of a host
     launch call of the work starting then (``next_ts``, ``next_launch``; launch null when the trace
     links none). `links`: `derive.steps.Launches.links`."""
-    gpu = spans.filter(pl.col("device") >= 0).select("rank", "device").unique()
+    work = links.filter(pl.col("kind").is_in(["kernel", "comm", "memcpy", "memset"]))
     # every launch call of the work (the minimum is taken once, over the work starting at each time)
     return (
-        links.filter(pl.col("kind").is_in(["kernel", "comm", "memcpy", "memset"]))
-        .join(gpu, on=["rank", "device"], how="semi")
+        keep_ranked(work, spans.filter(pl.col("device") >= 0), "device")
         .group_by("rank", "ts")
         .agg(next_launch=pl.col("_call_end").min())
         .select("rank", next_ts="ts", next_launch="next_launch")
-        .sort("next_ts")
     )
 
 
@@ -261,7 +260,7 @@ def _split_idle(idle: pl.LazyFrame, nxt: pl.LazyFrame) -> pl.LazyFrame:
     the trace does not link to a launch) is other. A gap with no device work after it (the end of
     the window) waits on the host.
     """
-    j = idle.join_asof(nxt, left_on="end", right_on="next_ts", by="rank", strategy="forward", check_sortedness=False)
+    j = asof_by_rank(idle, nxt, "end", "next_ts", strategy="forward", ordered=True)
     host = (
         pl.when(pl.col("next_ts").is_null())
         .then(pl.col("len"))
@@ -281,11 +280,10 @@ def _split_idle(idle: pl.LazyFrame, nxt: pl.LazyFrame) -> pl.LazyFrame:
 
 def _by_step(segments: pl.LazyFrame, spans: pl.LazyFrame, start: str) -> pl.LazyFrame:
     """Attach the step whose span (starting at column `start`) holds each in-step segment (`segments`:
-    a `intervals.sweep`, whose order, by ts within each rank, is what join_asof asks for and is kept)."""
-    keys = spans.filter(pl.col(start).is_not_null()).select("rank", pl.col(start).alias("_s"), "step").sort("_s")
+    a `intervals.sweep`, whose order, by rank then ts, is what the as-of join asks for and is kept)."""
+    keys = spans.filter(pl.col(start).is_not_null()).select("rank", pl.col(start).alias("_s"), "step")
     return (
-        segments.filter(pl.col("n_step") > 0)
-        .join_asof(keys, left_on="ts", right_on="_s", by="rank", check_sortedness=False)
+        asof_by_rank(segments.filter(pl.col("n_step") > 0), keys, "ts", "_s", ordered=True)
         .with_columns(len=pl.col("end") - pl.col("ts"))
     )
 
@@ -342,14 +340,14 @@ def breakdown(
         .agg(pl.col("step").first(), pl.col("ts").first(), pl.col("end").last())
         .select("rank", "step", "ts", "end", len=pl.col("end") - pl.col("ts"))
     )
-    idle = _split_idle(gaps, _next_work(launched.links.lazy(), sp))
+    idle = _split_idle(gaps, _next_work(launched.links.lazy(), spans))
     cpu = sp.filter(pl.col("device") < 0).select("rank").unique()
     idle_agg = (
         idle.join(cpu, on="rank", how="anti")
         .group_by("rank", "step")
         .agg(idle_host_ns=pl.col("_host").sum(), idle_kernel_ns=pl.col("_kernel").sum())
     )
-    host_agg = _host_agg(lf, sp, names, ordered)
+    host_agg = _host_agg(lf, spans, names, ordered)
     out = (
         sp.join(dev_agg, on=["rank", "step"], how="left")
         .join(host_agg, on=["rank", "step"], how="left")

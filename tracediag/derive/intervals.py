@@ -65,6 +65,45 @@ def time_order(group: str, t: str, tiebreak: pl.Expr | None = None) -> pl.Expr:
     return g.cast(pl.Int128) * pl.lit(2**66, pl.Int128) + at * 2 + bit
 
 
+def _rank_time(t: str) -> pl.Expr:
+    """(``rank``, `t`) as one Int128 that orders like the pair (null where either is null)."""
+    return pl.col("rank").cast(pl.Int128) * pl.lit(2**64, pl.Int128) + pl.col(t).cast(pl.Int128)
+
+
+def asof_by_rank(
+    left: pl.LazyFrame,
+    right: pl.LazyFrame,
+    left_on: str,
+    right_on: str,
+    *,
+    strategy: str = "backward",
+    ordered: bool = False,
+) -> pl.LazyFrame:
+    """``left.join_asof(right, left_on=left_on, right_on=right_on, by="rank", strategy=strategy)``
+    (``backward`` or ``forward``; Int64 times, ``rank`` a `NARROW_INTS` column) through one Int128
+    key of (rank, time) on each side: polars merges one sorted key on about half the CPU of its
+    as-of join by group (measured on the 520k host rows of 8 ranks of an A100 trace).
+
+    The rows come in (``rank``, `left_on`) order (`ordered`: `left` is sorted so already, no sort),
+    with `right`'s columns but ``rank``; a match of another rank is no match (nulls)."""
+    if strategy not in ("backward", "forward"):
+        raise ValueError(f"asof_by_rank: strategy {strategy!r} is not backward or forward")
+    kept = [c for c in right.collect_schema().names() if c != "rank"]
+    keyed = left.with_columns(_asof=_rank_time(left_on))
+    same = pl.col("_asof_rank") == pl.col("rank")
+    return (
+        (keyed if ordered else keyed.sort("_asof"))
+        .join_asof(
+            right.select(_rank_time(right_on).alias("_asof"), pl.col("rank").alias("_asof_rank"), *kept).sort("_asof"),
+            on="_asof",
+            strategy=strategy,
+            check_sortedness=False,
+        )
+        .with_columns(pl.when(same).then(pl.col(c)).alias(c) for c in kept)
+        .drop("_asof", "_asof_rank")
+    )
+
+
 def in_time_order(df: pl.DataFrame, group: str, t: str) -> bool:
     """Whether `df` is sorted by `group` then `t` (no nulls in either): a `Run`'s events are, and the
     functions told so (``ordered=True``) skip their sorts of those rows. One pass, no sort."""

@@ -15,6 +15,7 @@ import polars as pl
 from tracediag.analysis import KERNEL_CATEGORY_SCHEMA, KERNEL_SCHEMA
 from tracediag.derive.breakdown import COMM_OP_REGEX
 from tracediag.derive.names import distinct_names, name_matches
+from tracediag.derive.ranked import keep_ranked
 
 TOP_STORED = 50
 """Rows kept per rank in the analysis (the JSON stays small on traces with thousands of kernels)."""
@@ -93,16 +94,16 @@ def kernel_steps(events: pl.DataFrame, devices: pl.DataFrame, *, names: pl.Serie
     main = devices.lazy().select("rank", "device")
     # the rows of each rank's main device (GPU ranks) or of the host (CPU-only ranks), filtered
     # before the join to the few ranks: no column of the main device on every row
-    gpu = (
-        lf.filter(pl.col("device") >= 0, pl.col("kind").is_in(["kernel", "comm", "memcpy", "memset"]))
-        .join(main.filter(pl.col("device") >= 0), on=["rank", "device"], how="semi")
-        .with_columns(
-            category=pl.when(pl.col("kind") == "kernel")
-            .then(pl.lit("compute"))
-            .when(pl.col("kind") == "comm")
-            .then(pl.lit("communication"))
-            .otherwise(pl.lit("memory"))
-        )
+    gpu = keep_ranked(
+        lf.filter(pl.col("device") >= 0, pl.col("kind").is_in(["kernel", "comm", "memcpy", "memset"])),
+        devices.filter(pl.col("device") >= 0),
+        "device",
+    ).with_columns(
+        category=pl.when(pl.col("kind") == "kernel")
+        .then(pl.lit("compute"))
+        .when(pl.col("kind") == "comm")
+        .then(pl.lit("communication"))
+        .otherwise(pl.lit("memory"))
     )
     cpu = (
         lf.filter(pl.col("device") == -1, pl.col("kind").is_in(["cpu_op", "comm"]))

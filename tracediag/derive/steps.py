@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from tracediag.derive.intervals import asof_by_rank
 from tracediag.derive.names import distinct_names, name_matches
 from tracediag.regex import user_regex
 from tracediag.vocab import STEP_NUMBER as DEFAULT_STEP_REGEX
@@ -86,12 +87,11 @@ def find_markers(events: pl.DataFrame, *, step_regex: str | None = None) -> pl.D
 
 
 def _host_step(lf: pl.LazyFrame, markers: pl.DataFrame, ts: str = "ts", *, ordered: bool = False) -> pl.LazyFrame:
-    """Add ``step``: the marker of the same rank whose host span contains column `ts` (`ordered`:
-    `lf` is sorted by rank then `ts` already, as the as-of join asks)."""
+    """Add ``_step``: the marker of the same rank whose host span contains column `ts`, the rows in
+    (rank, `ts`) order (`ordered`: `lf` is sorted so already, as the as-of join asks)."""
     m = markers.lazy().select("rank", pl.col("host_start").alias("_ms"), "host_end", pl.col("step").alias("_step"))
     return (
-        (lf if ordered else lf.sort(ts))
-        .join_asof(m.sort("_ms"), left_on=ts, right_on="_ms", by="rank", strategy="backward", check_sortedness=False)
+        asof_by_rank(lf, m, ts, "_ms", ordered=ordered)
         .with_columns(
             _step=pl.when(pl.col(ts) < pl.col("host_end")).then(pl.col("_step")).otherwise(pl.lit(None, pl.Int32))
         )

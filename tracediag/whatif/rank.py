@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from tracediag.derive.intervals import asof_by_rank
 from tracediag.derive.names import distinct_names, name_matches
 
 SYNC_SCHEMA: dict[str, pl.DataType] = {
@@ -179,15 +180,16 @@ def segments(device: pl.DataFrame, spans: pl.DataFrame, sync: pl.DataFrame) -> p
     `derive.breakdown.device_sweep` of `spans` and `sync`, the rank's `sync_ends`)."""
     sp = spans.lazy().filter(~pl.col("partial"), pl.col("start").is_not_null())
     exposed = ((pl.col("n_comm") > 0) | (pl.col("n_p2p") > 0)) & (pl.col("n_compute") == 0)
-    starts = sp.select("rank", "step", _s="start").sort("_s")
+    starts = sp.select("rank", "step", _s="start")
     at_cut = sync.lazy().select("rank", "ts").unique().with_columns(_cut=pl.lit(True))
     elementary = (
         device.lazy()
         .filter(pl.col("n_complete") > 0)
         .with_columns(cat=_CATEGORY, exposed=exposed, len=pl.col("end") - pl.col("ts"))
-        # the sweep's order (rank, ts) is kept throughout: sorted by ts within each rank is what
-        # join_asof asks for
-        .join_asof(starts, left_on="ts", right_on="_s", by="rank", check_sortedness=False)
+    )
+    # the sweep's order (rank, ts) is kept throughout: it is what the as-of join asks for
+    elementary = (
+        asof_by_rank(elementary, starts, "ts", "_s", ordered=True)
         .filter(pl.col("step").is_not_null())
         .join(at_cut, on=["rank", "ts"], how="left", maintain_order="left")
     )
