@@ -332,13 +332,18 @@ def breakdown(
         _last_active=pl.col("end").filter(computing | communicating | (pl.col("n_copy") > 0)).max(),
     )
     # the idle gaps of the breakdown's own timeline: its segments are cut into pieces at the other
-    # cuts of the sweep, which the split of a gap must not see (its launch latency is of the whole gap)
+    # cuts of the sweep, which the split of a gap must not see (its launch latency is of the whole gap).
+    # A gap is a run of consecutive idle rows (a rank's rows are in time order): its step and start
+    # are its first row's, its end its last row's; shifts and a gather, no group_by
+    gap, rank = pl.col("_gap"), pl.col("rank")
+    opens = (gap.ne_missing(gap.shift(1)) | rank.ne_missing(rank.shift(1))).fill_null(True)
     gaps = (
         dev.filter(~computing, ~communicating, ~copying)
         .with_columns(_gap=pl.col("breakdown_cut").cum_sum())
-        .group_by("rank", "_gap", maintain_order=True)
-        .agg(pl.col("step").first(), pl.col("ts").first(), pl.col("end").last())
-        .select("rank", "step", "ts", "end", len=pl.col("end") - pl.col("ts"))
+        .with_columns(_first=pl.when(opens).then(pl.int_range(pl.len(), dtype=pl.UInt32)).forward_fill())
+        .with_columns(_step=pl.col("step").gather("_first"), _ts=pl.col("ts").gather("_first"))
+        .filter(pl.col("_first").ne_missing(pl.col("_first").shift(-1)))
+        .select("rank", step="_step", ts="_ts", end="end", len=pl.col("end") - pl.col("_ts"))
     )
     idle = _split_idle(gaps, _next_work(launched.links.lazy(), spans))
     cpu = sp.filter(pl.col("device") < 0).select("rank").unique()
