@@ -190,7 +190,7 @@ def covered(lf: pl.LazyFrame, windows: pl.LazyFrame, group: str, *, ordered: boo
     Parameters
     ----------
     lf
-        Columns `group` (one of `NARROW_INTS`), ``ts`` and ``end`` (ns, ``end >= ts``).
+        Columns `group`, ``ts`` and ``end`` (ns, ``end >= ts``).
     windows
         Columns `group`, ``ts`` and ``end`` (ns, ``end >= ts``) and any others, kept.
     ordered
@@ -201,10 +201,10 @@ def covered(lf: pl.LazyFrame, windows: pl.LazyFrame, group: str, *, ordered: boo
     `windows` with ``covered`` (Int64 ns), in no particular order.
 
     The same sum as of `sweep`'s segments covered by at least one interval, without cutting the
-    timeline: the union is merged in one pass over one sort (one running maximum of the ends serves
-    every group: the group is the high half of an Int128 key), and a window's coverage is the time
-    covered before its end less the time covered before its start, each read with an as-of join.
-    Times are Int64 ns within ±2**62 and the groups have no nulls (as in the event table).
+    timeline: the union is merged in one pass over one sort (a running maximum of the ends per
+    group, on consecutive rows: a merged interval is a run of rows, no group_by), and a window's
+    coverage is the time covered before its end less the time covered before its start, each read
+    with an as-of join. Times are Int64 ns and the groups have no nulls (as in the event table).
 
     Examples
     --------
@@ -215,25 +215,21 @@ def covered(lf: pl.LazyFrame, windows: pl.LazyFrame, group: str, *, ordered: boo
     [6, 0]
     """
     g = pl.col(group)
-    # (group, end) as one Int128 that orders like the pair: a running maximum over all groups at once
-    base = g.cast(pl.Int128) * pl.lit(2**64, pl.Int128)
-    reach = (base + pl.col("end").cast(pl.Int128)).cum_max()
-    first = g.ne_missing(g.shift(1))
+    first = g.ne_missing(g.shift(1))  # a group's first row
     merged = (
         lf.select(group, "ts", "end")
         .pipe(lambda f: f if ordered else f.sort(group, "ts"))
-        .with_columns(_reach=reach.shift(1), _last=reach.last())
-        # the reach of the intervals before, as a time of the row's group (null at a group's first
-        # row: the reach of another group is out of range)
-        .with_columns(_prev=(pl.col("_reach") - base).cast(pl.Int64, strict=False))
-        # a merged interval starts where no earlier interval of its group reaches; it ends where the
-        # intervals before the next start reach
-        .filter(pl.col("_prev").is_null() | (pl.col("ts") > pl.col("_prev")))
-        .with_columns(_e=(pl.col("_reach").shift(-1).fill_null(pl.col("_last")) - base).cast(pl.Int64))
-        .with_columns(_len=pl.col("_e") - pl.col("ts"))
+        # how far the group's intervals up to each row reach
+        .with_columns(_reach=pl.col("end").cum_max().over(group))
+        # a merged interval starts where no earlier interval of its group reaches and ends at the reach
+        # of its last row (the row before the next start): its rows are consecutive
+        .with_columns(_start=first | (pl.col("ts") > pl.col("_reach").shift(1)))
+        .with_columns(_s=pl.when("_start").then(pl.col("ts")).forward_fill())
+        .filter(pl.col("_start").shift(-1).fill_null(True))
+        .with_columns(_len=pl.col("_reach") - pl.col("_s"))
         .with_columns(_before=pl.col("_len").cum_sum() - pl.col("_len"))
         # time covered before each merged interval, within its group
-        .select(group, _s="ts", _e="_e", _before=pl.col("_before") - pl.when(first).then("_before").forward_fill())
+        .select(group, "_s", _e="_reach", _before=pl.col("_before") - pl.when(first).then("_before").forward_fill())
     )
     upto = (pl.col("_before") + (pl.col("_t") - pl.col("_s")).clip(0, pl.col("_e") - pl.col("_s"))).fill_null(0)
     w = windows.with_row_index("_w")
