@@ -65,8 +65,9 @@ def time_order(group: str, t: str, tiebreak: pl.Expr | None = None) -> pl.Expr:
     return g.cast(pl.Int128) * pl.lit(2**66, pl.Int128) + at * 2 + bit
 
 
-def _rank_time(t: str) -> pl.Expr:
-    """(``rank``, `t`) as one Int128 that orders like the pair (null where either is null)."""
+def rank_time(t: str) -> pl.Expr:
+    """(``rank``, `t`) as one Int128 that orders like the pair and is equal where both are (null
+    where either is null): one key to sort, merge or look up instead of two."""
     return pl.col("rank").cast(pl.Int128) * pl.lit(2**64, pl.Int128) + pl.col(t).cast(pl.Int128)
 
 
@@ -89,12 +90,12 @@ def asof_by_rank(
     if strategy not in ("backward", "forward"):
         raise ValueError(f"asof_by_rank: strategy {strategy!r} is not backward or forward")
     kept = [c for c in right.collect_schema().names() if c != "rank"]
-    keyed = left.with_columns(_asof=_rank_time(left_on))
+    keyed = left.with_columns(_asof=rank_time(left_on))
     same = pl.col("_asof_rank") == pl.col("rank")
     return (
         (keyed if ordered else keyed.sort("_asof"))
         .join_asof(
-            right.select(_rank_time(right_on).alias("_asof"), pl.col("rank").alias("_asof_rank"), *kept).sort("_asof"),
+            right.select(rank_time(right_on).alias("_asof"), pl.col("rank").alias("_asof_rank"), *kept).sort("_asof"),
             on="_asof",
             strategy=strategy,
             check_sortedness=False,
