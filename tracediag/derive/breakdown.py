@@ -131,6 +131,18 @@ def _in_flight(host: pl.LazyFrame, names: _Names) -> pl.LazyFrame:
     )
 
 
+DEVICE_CATEGORIES = ("compute", "comm", "p2p", "copy", "step", "input", "complete")
+"""The counts of `device_sweep`: ``n_<cat>`` for each."""
+
+_CATEGORY = pl.Enum([*DEVICE_CATEGORIES, "cut"])
+"""The device timeline's ``cat``: an Enum, so the sweep's tests of each category compare small
+integers, not strings."""
+
+
+def _cat(name: str) -> pl.Expr:
+    return pl.lit(name, dtype=_CATEGORY)
+
+
 def _device_timeline(events: pl.LazyFrame, spans: pl.DataFrame, names: _Names) -> pl.LazyFrame:
     """(rank, ts, end, cat) with cat in compute/comm/p2p/copy/step on each rank's device timeline
     (the parts of GPU ranks and of CPU-only ranks planned only when `spans` has such ranks)."""
@@ -141,13 +153,13 @@ def _device_timeline(events: pl.LazyFrame, spans: pl.DataFrame, names: _Names) -
     spans = spans.lazy()
     dev_cat = (
         pl.when(pl.col("kind") == "kernel")
-        .then(pl.lit("compute"))
+        .then(_cat("compute"))
         .when((pl.col("kind") == "comm") & pl.col("coll_op").is_in(P2P_OPS))
-        .then(pl.lit("p2p"))
+        .then(_cat("p2p"))
         .when(pl.col("kind") == "comm")
-        .then(pl.lit("comm"))
+        .then(_cat("comm"))
         .when(pl.col("kind").is_in(["memcpy", "memset"]))
-        .then(pl.lit("copy"))
+        .then(_cat("copy"))
     )
     cpu_ranks = spans.filter(pl.col("device") < 0).select("rank").unique()
     host = events.filter(pl.col("device") == -1).join(cpu_ranks, on="rank", how="semi")
@@ -156,25 +168,23 @@ def _device_timeline(events: pl.LazyFrame, spans: pl.DataFrame, names: _Names) -
     )
     on_gpu = [dev.select("rank", "ts", end=_end(), cat=dev_cat).filter(pl.col("cat").is_not_null())]
     on_cpu = [
-        _host_compute(host, names).with_columns(cat=pl.lit("compute")),
+        _host_compute(host, names).with_columns(cat=_cat("compute")),
         host_comm.select(
             "rank",
             "ts",
             end=_end(),
-            cat=pl.when(pl.col("coll_op").is_in(P2P_OPS)).then(pl.lit("p2p")).otherwise(pl.lit("comm")),
+            cat=pl.when(pl.col("coll_op").is_in(P2P_OPS)).then(_cat("p2p")).otherwise(_cat("comm")),
         ),
-        _in_flight(host, names).with_columns(cat=pl.lit("comm")),
+        _in_flight(host, names).with_columns(cat=_cat("comm")),
     ]
     parts = [
         *(on_gpu if has_gpu else []),
         *(on_cpu if has_cpu else []),
-        spans.filter(pl.col("start").is_not_null()).select("rank", ts="start", end="end", cat=pl.lit("step")),
+        spans.filter(pl.col("start").is_not_null()).select("rank", ts="start", end="end", cat=_cat("step")),
     ]
     return pl.concat([p.select("rank", "ts", "end", "cat") for p in parts])
 
 
-DEVICE_CATEGORIES = ("compute", "comm", "p2p", "copy", "step", "input", "complete")
-"""The counts of `device_sweep`: ``n_<cat>`` for each."""
 
 
 def device_sweep(
@@ -196,15 +206,15 @@ def device_sweep(
     parts = [
         own.with_columns(breakdown_cut=pl.lit(True)),
         lf.filter(pl.col("device") == -1, name_matches(names, INPUT_REGEX)).select(
-            "rank", "ts", end=_end(), cat=pl.lit("input"), breakdown_cut=pl.lit(False)
+            "rank", "ts", end=_end(), cat=_cat("input"), breakdown_cut=pl.lit(False)
         ),
         sp.filter(~pl.col("partial"), pl.col("start").is_not_null()).select(
-            "rank", ts="start", end="end", cat=pl.lit("complete"), breakdown_cut=pl.lit(False)
+            "rank", ts="start", end="end", cat=_cat("complete"), breakdown_cut=pl.lit(False)
         ),
     ]
     if sync is not None:
         # a zero-length interval of no counted category only adds a cut point to the sweep
-        parts.append(sync.lazy().select("rank", "ts", end="ts", cat=pl.lit("cut"), breakdown_cut=pl.lit(False)))
+        parts.append(sync.lazy().select("rank", "ts", end="ts", cat=_cat("cut"), breakdown_cut=pl.lit(False)))
     return (
         sweep(pl.concat(parts), ["rank"], DEVICE_CATEGORIES, mark="breakdown_cut")
         .filter(pl.col("n_step") > 0)  # complete spans are spans with a start

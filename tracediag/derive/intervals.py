@@ -131,7 +131,8 @@ def sweep(lf: pl.LazyFrame, by: Sequence[str], categories: Sequence[str], *, mar
     Parameters
     ----------
     lf
-        Columns `by`, ``ts``, ``end`` and ``cat`` (String, one of `categories`).
+        Columns `by`, ``ts``, ``end`` and ``cat`` (String, or an Enum: cheaper to compare; one of
+        `categories`).
     by
         Independent timelines (e.g. ``rank``).
     categories
