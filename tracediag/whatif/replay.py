@@ -200,34 +200,37 @@ def replay(
     blk = p.blk_mid
     blk0 = _where(blk >= 0, blk, pl.Series([0] * n_parts, dtype=pl.Int64))
     at_arrival = marks[p.arr_mid]
-    at_block = marks[blk0].with_columns(lag=p.lag.gather(blk0))
+    at_block = marks[blk0].with_columns(lag=p.lag.gather(blk0)).get_columns()  # Series: filters are no queries
     prev0 = _where(p.prev_pid >= 0, p.prev_pid, pl.Series([0] * n_parts, dtype=pl.Int64))
     pids = pl.Series(range(n_parts), dtype=pl.Int64)
 
-    def time_of(rows: pl.DataFrame) -> pl.Series:
-        """The replayed time of the marks in `rows` (their ``xi, L, lg``)."""
-        return x.gather(rows["xi"]) + rows["L"] - rows["lg"]
+    def time_of(xi: pl.Series, progress: pl.Series, lg: pl.Series) -> pl.Series:
+        """The replayed time of marks from their ``xi, L, lg``."""
+        return x.gather(xi) + progress - lg
 
     end_of = pl.Series([None] * n_parts, dtype=pl.Float64)
     for a, b in zip(p.cuts[:-1], p.cuts[1:]):
         n = b - a
-        arrive = time_of(at_arrival.slice(a, n))
+        arrive = time_of(*at_arrival.slice(a, n).get_columns())
         pp = p.prev_pid.slice(a, n)
         waits = pp >= 0
         if waits.any():  # after its stream predecessor's end (none yet: its own arrival)
             before = end_of.gather(prev0.slice(a, n)).set(~waits, None)
-            arrive = pl.select(pl.max_horizontal(pl.lit(arrive), pl.lit(before))).to_series()
+            if arrive.has_nulls():  # the larger of the two, nulls ignored
+                arrive = pl.select(pl.max_horizontal(pl.lit(arrive), pl.lit(before))).to_series()
+            else:  # the same without a query (no predecessor: a null `before`, a null test, `arrive`)
+                arrive = _where(before > arrive, before, arrive)
         last = arrive.max()
         end = arrive.clone().set(p.dep.slice(a, n), last) + tr.slice(a, n)
         end_of.scatter(pids.slice(a, n), end)
         sel = blk.slice(a, n) >= 0
         if sel.any():
-            blocks = at_block.slice(a, n).filter(sel)
-            resume = end.filter(sel) + blocks["lag"]
-            own = time_of(blocks)
+            bxi, bl, blg, lag = (c.slice(a, n).filter(sel) for c in at_block)
+            resume = end.filter(sel) + lag
+            own = time_of(bxi, bl, blg)
             x.scatter(blk.slice(a, n).filter(sel), _where(own >= resume, own, resume))
     bounds = marks[p.bounds["mid"].cast(pl.Int64)]
-    times = p.bounds.select("rank", "step").with_columns(T=time_of(bounds))
+    times = p.bounds.select("rank", "step").with_columns(T=time_of(*bounds.get_columns()))
     per = times.sort("rank", "step").with_columns(replay_ns=pl.col("T").shift(-1).over("rank") - pl.col("T"))
     return (
         graph.steps.select("rank", "step", "dur_ns")
