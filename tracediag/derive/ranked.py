@@ -16,11 +16,11 @@ def rank_value(table: pl.DataFrame, column: str) -> pl.Expr | None:
     """`column` of `table` at each row's ``rank``: null where `table` has no row of that rank (or
     the row's rank is null). None when a rank of `table` has several values (or a rank is null or
     negative): no lookup by position then."""
-    keys = table.select("rank", column).unique()
+    keys = table.lazy().select("rank", column).unique().collect()  # one query
     if not keys.height:
         return pl.lit(None, table.schema[column])
     ranks = keys.get_column("rank")
-    if ranks.null_count() or not ranks.is_unique().all() or ranks.min() < 0:
+    if ranks.null_count() or ranks.n_unique() != keys.height or ranks.min() < 0:
         return None
     n = int(ranks.max()) + 1
     # position n holds null: every rank outside 0..n-1 (or null) reads it
