@@ -68,6 +68,14 @@ def _self_time(ops: pl.LazyFrame) -> pl.LazyFrame:
     )
 
 
+_CATEGORIES = pl.Enum(["compute", "communication", "memory"])
+
+
+def _category(name: str) -> pl.Expr:
+    """A category as the Enum the rows are grouped on (no string per row)."""
+    return pl.lit(name, dtype=_CATEGORIES)
+
+
 KERNEL_STEP_SCHEMA: dict[str, pl.DataType] = {
     "rank": pl.Int32(),
     "step": pl.Int32(),
@@ -100,10 +108,10 @@ def kernel_steps(events: pl.DataFrame, devices: pl.DataFrame, *, names: pl.Serie
         "device",
     ).with_columns(
         category=pl.when(pl.col("kind") == "kernel")
-        .then(pl.lit("compute"))
+        .then(_category("compute"))
         .when(pl.col("kind") == "comm")
-        .then(pl.lit("communication"))
-        .otherwise(pl.lit("memory"))
+        .then(_category("communication"))
+        .otherwise(_category("memory"))
     )
     cpu = (
         lf.filter(pl.col("device") == -1, pl.col("kind").is_in(["cpu_op", "comm"]))
@@ -112,12 +120,13 @@ def kernel_steps(events: pl.DataFrame, devices: pl.DataFrame, *, names: pl.Serie
             category=pl.when(
                 (pl.col("kind") == "comm") | pl.col("coll_op").is_not_null() | name_matches(names, COMM_OP_REGEX)
             )
-            .then(pl.lit("communication"))
-            .otherwise(pl.lit("compute"))
+            .then(_category("communication"))
+            .otherwise(_category("compute"))
         )
     )
     cpu = _self_time(cpu.select("rank", "step", "tid", "ts", "dur", "name", "category"))
-    # grouped on the Categorical names, made strings once per group (the two parts hold different ranks)
+    # grouped on the Categorical names and the Enum categories, made strings once per group (the two
+    # parts hold different ranks)
     keys = ("rank", "step", "name", "category")
     has_gpu, has_cpu = devices.select(
         (pl.col("device") >= 0).any().alias("gpu"), (pl.col("device") < 0).any().alias("cpu")
@@ -131,7 +140,7 @@ def kernel_steps(events: pl.DataFrame, devices: pl.DataFrame, *, names: pl.Serie
         return pl.DataFrame(schema=KERNEL_STEP_SCHEMA)
     return (
         pl.concat(per_name)
-        .with_columns(name.alias("name"))
+        .with_columns(name.alias("name"), pl.col("category").cast(pl.String))
         .sort("rank", "step", "name", "category")
         .select(list(KERNEL_STEP_SCHEMA))
         .collect()
