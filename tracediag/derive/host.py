@@ -73,7 +73,8 @@ def host_feed(
         name_matches(names, COPY_REGEX) & (pl.col("dur") >= BLOCKING_COPY_NS)
     )
     launch = name_matches(names, LAUNCH_REGEX)
-    host_agg = runtime.group_by("rank", "step").agg(
+    # only the rows counted below take part (a (rank, step) with none gets zeros from the join)
+    host_agg = runtime.filter(blocking | launch).group_by("rank", "step").agg(
         sync_n=blocking.sum(),
         sync_ns=pl.col("dur").filter(blocking).sum(),
         launch_n=launch.sum(),
