@@ -175,7 +175,9 @@ def sweep(lf: pl.LazyFrame, by: Sequence[str], categories: Sequence[str], *, mar
     last = pl.any_horizontal(pl.col(k).ne_missing(pl.col(k).shift(-1)) for k in [*by, "t"])
     same = pl.all_horizontal(pl.col(k).eq_missing(pl.col(k).shift(-1)) for k in by) if by else pl.lit(True)
     return (
-        _in_order(points.select(*by, "t", *deltas, *tally), by)
+        # the counts' columns made after the sort: it moves four columns, not one per category
+        _in_order(points.select(*by, "t", "cat", "_d", *tally), by)
+        .with_columns(*deltas)
         .with_columns(pl.col(c).cum_sum() for c in [*counts, *tally])
         .filter(last)
         .with_columns(*(pl.col(c).cast(pl.UInt32) for c in counts), *at_mark)
