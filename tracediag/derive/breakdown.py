@@ -37,8 +37,9 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from tracediag.derive.intervals import covered, sweep, union_intervals
+from tracediag.derive.intervals import asof_by_rank, covered, sweep, union_intervals
 from tracediag.derive.names import distinct_names, name_matches
+from tracediag.derive.ranked import keep_ranked
 from tracediag.derive.steps import Launches, launches
 from tracediag.vocab import HOST_COMM_OP as COMM_OP_REGEX
 
@@ -130,24 +131,35 @@ def _in_flight(host: pl.LazyFrame, names: _Names) -> pl.LazyFrame:
     )
 
 
+DEVICE_CATEGORIES = ("compute", "comm", "p2p", "copy", "step", "input", "complete")
+"""The counts of `device_sweep`: ``n_<cat>`` for each."""
+
+_CATEGORY = pl.Enum([*DEVICE_CATEGORIES, "cut"])
+"""The device timeline's ``cat``: an Enum, so the sweep's tests of each category compare small
+integers, not strings."""
+
+
+def _cat(name: str) -> pl.Expr:
+    return pl.lit(name, dtype=_CATEGORY)
+
+
 def _device_timeline(events: pl.LazyFrame, spans: pl.DataFrame, names: _Names) -> pl.LazyFrame:
     """(rank, ts, end, cat) with cat in compute/comm/p2p/copy/step on each rank's device timeline
     (the parts of GPU ranks and of CPU-only ranks planned only when `spans` has such ranks)."""
     has_gpu, has_cpu = spans.select(
         (pl.col("device") >= 0).any().alias("gpu"), (pl.col("device") < 0).any().alias("cpu")
     ).row(0)
+    dev = keep_ranked(events.filter(pl.col("device") >= 0), spans.filter(pl.col("device") >= 0), "device")
     spans = spans.lazy()
-    gpu = spans.filter(pl.col("device") >= 0).select("rank", "device").unique()
-    dev = events.filter(pl.col("device") >= 0).join(gpu, on=["rank", "device"], how="semi")
     dev_cat = (
         pl.when(pl.col("kind") == "kernel")
-        .then(pl.lit("compute"))
+        .then(_cat("compute"))
         .when((pl.col("kind") == "comm") & pl.col("coll_op").is_in(P2P_OPS))
-        .then(pl.lit("p2p"))
+        .then(_cat("p2p"))
         .when(pl.col("kind") == "comm")
-        .then(pl.lit("comm"))
+        .then(_cat("comm"))
         .when(pl.col("kind").is_in(["memcpy", "memset"]))
-        .then(pl.lit("copy"))
+        .then(_cat("copy"))
     )
     cpu_ranks = spans.filter(pl.col("device") < 0).select("rank").unique()
     host = events.filter(pl.col("device") == -1).join(cpu_ranks, on="rank", how="semi")
@@ -156,25 +168,23 @@ def _device_timeline(events: pl.LazyFrame, spans: pl.DataFrame, names: _Names) -
     )
     on_gpu = [dev.select("rank", "ts", end=_end(), cat=dev_cat).filter(pl.col("cat").is_not_null())]
     on_cpu = [
-        _host_compute(host, names).with_columns(cat=pl.lit("compute")),
+        _host_compute(host, names).with_columns(cat=_cat("compute")),
         host_comm.select(
             "rank",
             "ts",
             end=_end(),
-            cat=pl.when(pl.col("coll_op").is_in(P2P_OPS)).then(pl.lit("p2p")).otherwise(pl.lit("comm")),
+            cat=pl.when(pl.col("coll_op").is_in(P2P_OPS)).then(_cat("p2p")).otherwise(_cat("comm")),
         ),
-        _in_flight(host, names).with_columns(cat=pl.lit("comm")),
+        _in_flight(host, names).with_columns(cat=_cat("comm")),
     ]
     parts = [
         *(on_gpu if has_gpu else []),
         *(on_cpu if has_cpu else []),
-        spans.filter(pl.col("start").is_not_null()).select("rank", ts="start", end="end", cat=pl.lit("step")),
+        spans.filter(pl.col("start").is_not_null()).select("rank", ts="start", end="end", cat=_cat("step")),
     ]
     return pl.concat([p.select("rank", "ts", "end", "cat") for p in parts])
 
 
-DEVICE_CATEGORIES = ("compute", "comm", "p2p", "copy", "step", "input", "complete")
-"""The counts of `device_sweep`: ``n_<cat>`` for each."""
 
 
 def device_sweep(
@@ -196,15 +206,15 @@ def device_sweep(
     parts = [
         own.with_columns(breakdown_cut=pl.lit(True)),
         lf.filter(pl.col("device") == -1, name_matches(names, INPUT_REGEX)).select(
-            "rank", "ts", end=_end(), cat=pl.lit("input"), breakdown_cut=pl.lit(False)
+            "rank", "ts", end=_end(), cat=_cat("input"), breakdown_cut=pl.lit(False)
         ),
         sp.filter(~pl.col("partial"), pl.col("start").is_not_null()).select(
-            "rank", ts="start", end="end", cat=pl.lit("complete"), breakdown_cut=pl.lit(False)
+            "rank", ts="start", end="end", cat=_cat("complete"), breakdown_cut=pl.lit(False)
         ),
     ]
     if sync is not None:
         # a zero-length interval of no counted category only adds a cut point to the sweep
-        parts.append(sync.lazy().select("rank", "ts", end="ts", cat=pl.lit("cut"), breakdown_cut=pl.lit(False)))
+        parts.append(sync.lazy().select("rank", "ts", end="ts", cat=_cat("cut"), breakdown_cut=pl.lit(False)))
     return (
         sweep(pl.concat(parts), ["rank"], DEVICE_CATEGORIES, mark="breakdown_cut")
         .filter(pl.col("n_step") > 0)  # complete spans are spans with a start
@@ -218,15 +228,16 @@ def _names(names: pl.DataFrame | pl.Series) -> _Names:
     return _Names(comm_op=name_matches(names, COMM_OP_REGEX), input=name_matches(names, INPUT_REGEX))
 
 
-def _host_agg(events: pl.LazyFrame, spans: pl.LazyFrame, names: _Names, ordered: bool) -> pl.LazyFrame:
+def _host_agg(events: pl.LazyFrame, spans: pl.DataFrame, names: _Names, ordered: bool) -> pl.LazyFrame:
     """Per (rank, step) of `spans`, on the host step span: ``host_gap_ns``, the training thread (the
     marker thread) in no CPU operator or runtime call, and ``input_ns``, data loading on any thread
     (`ordered`: `events` are sorted by rank then ts)."""
     host = events.filter(pl.col("device") == -1)
-    train = host.join(spans.select("rank", "tid").unique(), on=["rank", "tid"], how="semi", maintain_order="left")
-    busy = train.filter(pl.col("kind").is_in(["cpu_op", "runtime"])).select("rank", "ts", end=_end())
+    busy = keep_ranked(host.filter(pl.col("kind").is_in(["cpu_op", "runtime"])), spans, "tid").select(
+        "rank", "ts", end=_end()
+    )
     loading = host.filter(names.input).select("rank", "ts", end=_end())
-    windows = spans.select("rank", "step", ts="host_start", end="host_end")
+    windows = spans.lazy().select("rank", "step", ts="host_start", end="host_end")
     inputs = covered(loading, windows, "rank", ordered=ordered).select("rank", "step", input_ns="covered")
     return (
         covered(busy, windows, "rank", ordered=ordered)
@@ -235,19 +246,17 @@ def _host_agg(events: pl.LazyFrame, spans: pl.LazyFrame, names: _Names, ordered:
     )
 
 
-def _next_work(links: pl.LazyFrame, spans: pl.LazyFrame) -> pl.LazyFrame:
+def _next_work(links: pl.LazyFrame, spans: pl.DataFrame) -> pl.LazyFrame:
     """GPU ranks: per start time of device work on the main device, the earliest return of a host
     launch call of the work starting then (``next_ts``, ``next_launch``; launch null when the trace
     links none). `links`: `derive.steps.Launches.links`."""
-    gpu = spans.filter(pl.col("device") >= 0).select("rank", "device").unique()
+    work = links.filter(pl.col("kind").is_in(["kernel", "comm", "memcpy", "memset"]))
     # every launch call of the work (the minimum is taken once, over the work starting at each time)
     return (
-        links.filter(pl.col("kind").is_in(["kernel", "comm", "memcpy", "memset"]))
-        .join(gpu, on=["rank", "device"], how="semi")
+        keep_ranked(work, spans.filter(pl.col("device") >= 0), "device")
         .group_by("rank", "ts")
         .agg(next_launch=pl.col("_call_end").min())
         .select("rank", next_ts="ts", next_launch="next_launch")
-        .sort("next_ts")
     )
 
 
@@ -261,7 +270,7 @@ def _split_idle(idle: pl.LazyFrame, nxt: pl.LazyFrame) -> pl.LazyFrame:
     the trace does not link to a launch) is other. A gap with no device work after it (the end of
     the window) waits on the host.
     """
-    j = idle.join_asof(nxt, left_on="end", right_on="next_ts", by="rank", strategy="forward", check_sortedness=False)
+    j = asof_by_rank(idle, nxt, "end", "next_ts", strategy="forward", ordered=True)
     host = (
         pl.when(pl.col("next_ts").is_null())
         .then(pl.col("len"))
@@ -281,11 +290,10 @@ def _split_idle(idle: pl.LazyFrame, nxt: pl.LazyFrame) -> pl.LazyFrame:
 
 def _by_step(segments: pl.LazyFrame, spans: pl.LazyFrame, start: str) -> pl.LazyFrame:
     """Attach the step whose span (starting at column `start`) holds each in-step segment (`segments`:
-    a `intervals.sweep`, whose order, by ts within each rank, is what join_asof asks for and is kept)."""
-    keys = spans.filter(pl.col(start).is_not_null()).select("rank", pl.col(start).alias("_s"), "step").sort("_s")
+    a `intervals.sweep`, whose order, by rank then ts, is what the as-of join asks for and is kept)."""
+    keys = spans.filter(pl.col(start).is_not_null()).select("rank", pl.col(start).alias("_s"), "step")
     return (
-        segments.filter(pl.col("n_step") > 0)
-        .join_asof(keys, left_on="ts", right_on="_s", by="rank", check_sortedness=False)
+        asof_by_rank(segments.filter(pl.col("n_step") > 0), keys, "ts", "_s", ordered=True)
         .with_columns(len=pl.col("end") - pl.col("ts"))
     )
 
@@ -334,22 +342,27 @@ def breakdown(
         _last_active=pl.col("end").filter(computing | communicating | (pl.col("n_copy") > 0)).max(),
     )
     # the idle gaps of the breakdown's own timeline: its segments are cut into pieces at the other
-    # cuts of the sweep, which the split of a gap must not see (its launch latency is of the whole gap)
+    # cuts of the sweep, which the split of a gap must not see (its launch latency is of the whole gap).
+    # A gap is a run of consecutive idle rows (a rank's rows are in time order): its step and start
+    # are its first row's, its end its last row's; shifts and a gather, no group_by
+    gap, rank = pl.col("_gap"), pl.col("rank")
+    opens = (gap.ne_missing(gap.shift(1)) | rank.ne_missing(rank.shift(1))).fill_null(True)
     gaps = (
         dev.filter(~computing, ~communicating, ~copying)
         .with_columns(_gap=pl.col("breakdown_cut").cum_sum())
-        .group_by("rank", "_gap", maintain_order=True)
-        .agg(pl.col("step").first(), pl.col("ts").first(), pl.col("end").last())
-        .select("rank", "step", "ts", "end", len=pl.col("end") - pl.col("ts"))
+        .with_columns(_first=pl.when(opens).then(pl.int_range(pl.len(), dtype=pl.UInt32)).forward_fill())
+        .with_columns(_step=pl.col("step").gather("_first"), _ts=pl.col("ts").gather("_first"))
+        .filter(pl.col("_first").ne_missing(pl.col("_first").shift(-1)))
+        .select("rank", step="_step", ts="_ts", end="end", len=pl.col("end") - pl.col("_ts"))
     )
-    idle = _split_idle(gaps, _next_work(launched.links.lazy(), sp))
+    idle = _split_idle(gaps, _next_work(launched.links.lazy(), spans))
     cpu = sp.filter(pl.col("device") < 0).select("rank").unique()
     idle_agg = (
         idle.join(cpu, on="rank", how="anti")
         .group_by("rank", "step")
         .agg(idle_host_ns=pl.col("_host").sum(), idle_kernel_ns=pl.col("_kernel").sum())
     )
-    host_agg = _host_agg(lf, sp, names, ordered)
+    host_agg = _host_agg(lf, spans, names, ordered)
     out = (
         sp.join(dev_agg, on=["rank", "step"], how="left")
         .join(host_agg, on=["rank", "step"], how="left")

@@ -24,6 +24,7 @@ import polars as pl
 
 from tracediag.derive.intervals import time_order
 from tracediag.derive.names import distinct_names, name_matches
+from tracediag.derive.ranked import keep_ranked
 from tracediag.derive.steps import Launches, launches
 
 SYNC_REGEX = r"(?i)synchronize|^(?:cuda|hip)Memcpy(?:WithStream)?$|^cuMemcpy(?:DtoH|HtoD)?(?:_v2)?$"
@@ -72,7 +73,8 @@ def host_feed(
         name_matches(names, COPY_REGEX) & (pl.col("dur") >= BLOCKING_COPY_NS)
     )
     launch = name_matches(names, LAUNCH_REGEX)
-    host_agg = runtime.group_by("rank", "step").agg(
+    # only the rows counted below take part (a (rank, step) with none gets zeros from the join)
+    host_agg = runtime.filter(blocking | launch).group_by("rank", "step").agg(
         sync_n=blocking.sum(),
         sync_ns=pl.col("dur").filter(blocking).sum(),
         launch_n=launch.sum(),
@@ -89,11 +91,9 @@ def host_feed(
     # the device rows' own steps, by position; their launch calls (runtime calls with a step)
     # come joined already
     is_launch = launch.fill_null(False) & pl.col("_launch_step").is_not_null()
+    steps_of = links.lazy().with_columns(step=events.get_column("step").gather(links.get_column("_row")))
     work = (
-        links.lazy()
-        .with_columns(step=events.get_column("step").gather(links.get_column("_row")))
-        .filter(pl.col("kind").is_in(["kernel", "comm", "memcpy", "memset"]))
-        .join(gpu.lazy(), on=["rank", "device"], how="semi")
+        keep_ranked(steps_of.filter(pl.col("kind").is_in(["kernel", "comm", "memcpy", "memset"])), gpu, "device")
         .with_columns(pl.col("_call").alias("name"))
         .with_columns(
             lts=pl.when(is_launch).then(pl.col("_call_ts")),

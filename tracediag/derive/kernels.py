@@ -15,6 +15,7 @@ import polars as pl
 from tracediag.analysis import KERNEL_CATEGORY_SCHEMA, KERNEL_SCHEMA
 from tracediag.derive.breakdown import COMM_OP_REGEX
 from tracediag.derive.names import distinct_names, name_matches
+from tracediag.derive.ranked import keep_ranked
 
 TOP_STORED = 50
 """Rows kept per rank in the analysis (the JSON stays small on traces with thousands of kernels)."""
@@ -67,6 +68,14 @@ def _self_time(ops: pl.LazyFrame) -> pl.LazyFrame:
     )
 
 
+_CATEGORIES = pl.Enum(["compute", "communication", "memory"])
+
+
+def _category(name: str) -> pl.Expr:
+    """A category as the Enum the rows are grouped on (no string per row)."""
+    return pl.lit(name, dtype=_CATEGORIES)
+
+
 KERNEL_STEP_SCHEMA: dict[str, pl.DataType] = {
     "rank": pl.Int32(),
     "step": pl.Int32(),
@@ -93,16 +102,16 @@ def kernel_steps(events: pl.DataFrame, devices: pl.DataFrame, *, names: pl.Serie
     main = devices.lazy().select("rank", "device")
     # the rows of each rank's main device (GPU ranks) or of the host (CPU-only ranks), filtered
     # before the join to the few ranks: no column of the main device on every row
-    gpu = (
-        lf.filter(pl.col("device") >= 0, pl.col("kind").is_in(["kernel", "comm", "memcpy", "memset"]))
-        .join(main.filter(pl.col("device") >= 0), on=["rank", "device"], how="semi")
-        .with_columns(
-            category=pl.when(pl.col("kind") == "kernel")
-            .then(pl.lit("compute"))
-            .when(pl.col("kind") == "comm")
-            .then(pl.lit("communication"))
-            .otherwise(pl.lit("memory"))
-        )
+    gpu = keep_ranked(
+        lf.filter(pl.col("device") >= 0, pl.col("kind").is_in(["kernel", "comm", "memcpy", "memset"])),
+        devices.filter(pl.col("device") >= 0),
+        "device",
+    ).with_columns(
+        category=pl.when(pl.col("kind") == "kernel")
+        .then(_category("compute"))
+        .when(pl.col("kind") == "comm")
+        .then(_category("communication"))
+        .otherwise(_category("memory"))
     )
     cpu = (
         lf.filter(pl.col("device") == -1, pl.col("kind").is_in(["cpu_op", "comm"]))
@@ -111,12 +120,13 @@ def kernel_steps(events: pl.DataFrame, devices: pl.DataFrame, *, names: pl.Serie
             category=pl.when(
                 (pl.col("kind") == "comm") | pl.col("coll_op").is_not_null() | name_matches(names, COMM_OP_REGEX)
             )
-            .then(pl.lit("communication"))
-            .otherwise(pl.lit("compute"))
+            .then(_category("communication"))
+            .otherwise(_category("compute"))
         )
     )
     cpu = _self_time(cpu.select("rank", "step", "tid", "ts", "dur", "name", "category"))
-    # grouped on the Categorical names, made strings once per group (the two parts hold different ranks)
+    # grouped on the Categorical names and the Enum categories, made strings once per group (the two
+    # parts hold different ranks)
     keys = ("rank", "step", "name", "category")
     has_gpu, has_cpu = devices.select(
         (pl.col("device") >= 0).any().alias("gpu"), (pl.col("device") < 0).any().alias("cpu")
@@ -130,7 +140,7 @@ def kernel_steps(events: pl.DataFrame, devices: pl.DataFrame, *, names: pl.Serie
         return pl.DataFrame(schema=KERNEL_STEP_SCHEMA)
     return (
         pl.concat(per_name)
-        .with_columns(name.alias("name"))
+        .with_columns(name.alias("name"), pl.col("category").cast(pl.String))
         .sort("rank", "step", "name", "category")
         .select(list(KERNEL_STEP_SCHEMA))
         .collect()

@@ -19,7 +19,9 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from tracediag.derive.intervals import asof_by_rank
 from tracediag.derive.names import distinct_names, name_matches
+from tracediag.derive.ranked import keep_ranked
 from tracediag.regex import user_regex
 from tracediag.vocab import STEP_NUMBER as DEFAULT_STEP_REGEX
 
@@ -86,12 +88,11 @@ def find_markers(events: pl.DataFrame, *, step_regex: str | None = None) -> pl.D
 
 
 def _host_step(lf: pl.LazyFrame, markers: pl.DataFrame, ts: str = "ts", *, ordered: bool = False) -> pl.LazyFrame:
-    """Add ``step``: the marker of the same rank whose host span contains column `ts` (`ordered`:
-    `lf` is sorted by rank then `ts` already, as the as-of join asks)."""
+    """Add ``_step``: the marker of the same rank whose host span contains column `ts`, the rows in
+    (rank, `ts`) order (`ordered`: `lf` is sorted so already, as the as-of join asks)."""
     m = markers.lazy().select("rank", pl.col("host_start").alias("_ms"), "host_end", pl.col("step").alias("_step"))
     return (
-        (lf if ordered else lf.sort(ts))
-        .join_asof(m.sort("_ms"), left_on=ts, right_on="_ms", by="rank", strategy="backward", check_sortedness=False)
+        asof_by_rank(lf, m, ts, "_ms", ordered=ordered)
         .with_columns(
             _step=pl.when(pl.col(ts) < pl.col("host_end")).then(pl.col("_step")).otherwise(pl.lit(None, pl.Int32))
         )
@@ -178,9 +179,11 @@ def step_spans(
         .sort("len", "device", descending=[True, False])
         .group_by("rank")
         .agg(pl.col("device").first().alias("main_device"))
+        .collect()
     )
-    on_main = dev.join(main_dev, on="rank").filter(pl.col("device") == pl.col("main_device"))
-    cols = ("rank", "device", "ts", "dur", "_launch_step")
+    # one device per rank: its rows kept by a lookup, no join (`ranked`)
+    on_main = keep_ranked(dev, main_dev.select("rank", device="main_device"), "device")
+    cols = ("rank", "ts", "dur", "_launch_step")
     dev_steps = (
         pl.concat(
             [
@@ -193,7 +196,7 @@ def step_spans(
             ]
         )
         .filter(pl.col("_launch_step").is_not_null())
-        .group_by("rank", "device", pl.col("_launch_step").alias("step"))
+        .group_by("rank", pl.col("_launch_step").alias("step"))
         .agg(dev_first=pl.col("ts").min(), dev_last=(pl.col("ts") + pl.col("dur")).max())
         .sort("rank", "step")
         .with_columns(
@@ -204,7 +207,7 @@ def step_spans(
     lost = (
         launched.calls.lazy()
         .filter(pl.col("_launch"), pl.col("_launch_step").is_not_null())
-        .join(main_dev, on="rank")
+        .filter(pl.col("rank").is_in(main_dev.get_column("rank").implode()))
         .join(seen, on=["rank", "correlation"], how="anti")
         .group_by("rank", pl.col("_launch_step").alias("step"))
         .agg(lost=pl.len())
@@ -213,7 +216,7 @@ def step_spans(
     last = pl.col("step") == pl.col("step").max().over("rank")
     out = (
         markers.lazy()
-        .join(main_dev, on="rank", how="left")
+        .join(main_dev.lazy(), on="rank", how="left")
         .join(dev_steps.select("rank", "step", "dev_first", "dev_end"), on=["rank", "step"], how="left")
         .join(lost, on=["rank", "step"], how="left")
         .with_columns(

