@@ -314,7 +314,7 @@ def _add_scanned(
         for mask, fields in _ARG_TIERS
     ]
     meta = rows.select(*_META_COLUMNS, "order").filter(~kept).drop("order")
-    base_frame, meta, *tier_frames = pl.collect_all([base, meta, *tiers])
+    base_frame, meta, *tier_frames = pl.collect_all([base, meta, *tiers], engine="in-memory")
     bases.append(base_frame)
     rare.add_frames(tier_frames)
     if meta.height:
