@@ -162,3 +162,29 @@ def test_clock_values_stay_per_file(tmp_path: Path) -> None:
     run = load([GLOO0, GLOO1], jobs=1)
     starts = run.events.group_by("rank").agg(pl.col("ts").min()).sort("rank")["ts"].to_list()
     assert abs(starts[0] - starts[1]) < 10**9  # same job, same second: both were made absolute
+
+
+@pytest.mark.parametrize("scanner", [True, False])
+def test_unknown_phase_is_counted_and_the_other_phases_as_before(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, scanner: bool
+) -> None:
+    """An unknown phase sends the file down the plain-event path, where every phase becomes a row
+    and is counted by phase after decoding: the counts must equal those of the file without it."""
+    if not scanner:
+        monkeypatch.setattr("tracediag.ingest.native._chromescan", None)
+    trace = json.loads(_text(GLOO0))
+    events = trace["traceEvents"]
+    plain = tmp_path / "plain.json"
+    plain.write_text(json.dumps(trace))
+    xs = [i for i, e in enumerate(events) if e["ph"] == "X"]
+    events[xs[5]]["ph"] = "Q"
+    events[xs[6]].pop("ph")
+    odd = tmp_path / "odd.json"
+    odd.write_text(json.dumps(trace))
+    before, after = read_file(plain), read_file(odd)
+    assert before.meta.skipped["flow"] > 0 and "other_phase" not in before.meta.skipped
+    expected = {**before.meta.skipped, "other_phase": 1}
+    expected["malformed"] = expected.get("malformed", 0) + 1  # no phase at all
+    assert after.meta.skipped == expected
+    assert after.events.height == before.events.height - 2
+    assert after.events.height + sum(after.meta.skipped.values()) == after.meta.events_in

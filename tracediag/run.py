@@ -311,9 +311,19 @@ def load(
     _check_unique_ranks(traces)
     # one rank per file: each file sorted by time, then the files in rank order, is the table sorted by
     # (rank, ts) with ties in file order, for less than a sort of the whole table
-    events = pl.concat([t.events.sort("ts", maintain_order=True) for t in sorted(traces, key=lambda t: t.meta.rank)])
+    events = pl.concat([_by_time(t.events) for t in sorted(traces, key=lambda t: t.meta.rank)])
     meta = RunMeta(files=tuple(t.meta for t in traces), errors=tuple(errors), ignored=tuple(ignored))
     return Run(events=events, meta=meta)
+
+
+_PARALLEL_SORT_ROWS = 1_000_000
+"""Below this many rows a file's events are sorted on one thread: the pool's parallel merge costs
+about a quarter more CPU there (75k rows: 4.2 against 3.4 ms) and finishes no sooner."""
+
+
+def _by_time(events: pl.DataFrame) -> pl.DataFrame:
+    """One file's events sorted by time, ties in file order."""
+    return events.sort("ts", maintain_order=True, multithreaded=events.height >= _PARALLEL_SORT_ROWS)
 
 
 def _map_files(
