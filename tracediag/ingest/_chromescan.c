@@ -737,7 +737,11 @@ static int args_column(State *st, int a) {
     int n = ARG_KEYS[a].how == A_RAW ? 2 : 1;
     for (int k = 0; k < n; k++) {
         st->cols[ARG_KEYS[a].col + k] = malloc((size_t)st->cap_rows * sizeof(int64_t));
-        if (!st->cols[ARG_KEYS[a].col + k]) { PyErr_NoMemory(); return -1; }
+        if (!st->cols[ARG_KEYS[a].col + k]) { /* none of them then: the column stays all null */
+            for (int j = 0; j < k; j++) { free(st->cols[ARG_KEYS[a].col + j]); st->cols[ARG_KEYS[a].col + j] = NULL; }
+            PyErr_NoMemory();
+            return -1;
+        }
     }
     null_args(st, a, 0, st->filled);
     return 0;
