@@ -403,13 +403,11 @@ def _pieces(
         m = _boundary(buf, at)
         step = CHUNK_BYTES
         while m is not None:
-            if head:
-                piece: bytes | None = b"".join((buf.view(0, m[0] + 1), _HEAD_END[is_array]))
-                fed = scanner.feed(piece, is_array, _END_NAME)
-            else:  # `[` + the events + `]`, in place
-                with buf.opened(b"[", m[0] + 1, b"]") as doc:
-                    fed = scanner.feed(doc, True)
-                    piece = None if fed is not None else bytes(doc)
+            # the head + its end marker, or `[` + the events + `]`: in place, never a copy of the piece
+            prefix, suffix = (b"", _HEAD_END[is_array]) if head else (b"[", b"]")
+            with buf.opened(prefix, m[0] + 1, suffix) as doc:
+                fed = scanner.feed(doc, is_array or not head, _END_NAME if head else None)
+                piece = None if fed is not None else bytes(doc)
             piece_is_array = is_array if head else True
             piece_warnings: list[str] = []
             piece_skipped: dict[str, int] = {}  # counted only once the piece is accepted
