@@ -147,6 +147,23 @@ typedef struct {
     Val args[N_ARG_KEYS]; /* only those in args_set are read */
 } Event;
 
+/* A member as met at one position of an object: its token (the bytes from the end of the previous
+ * value, or the object's '{', to its value: `,\n    "name": `) and what its key names. Producers
+ * write an event's keys in the same order event after event, so comparing the bytes at the next
+ * member with the token met there last time names most members with a few 8-byte compares, without
+ * scanning or looking the key up. A token is only recorded from a key without escapes, so its second
+ * quote is the key's end: the same bytes are the same separator and key. */
+#define MEMO_SLOTS 24
+#define MEMO_BYTES 40
+typedef struct {
+    unsigned char tok[MEMO_BYTES + 8]; /* zero-padded: compared 8 bytes at a time */
+    int len;                           /* 0: none yet */
+    int id;
+} KeyTok;
+typedef struct {
+    KeyTok at[MEMO_SLOTS];
+} KeyMemo;
+
 typedef struct {
     uint64_t hash;
     Py_ssize_t at, len; /* in the arena */
@@ -188,6 +205,7 @@ typedef struct {
     int has_events;
     int float_times, exact_times; /* a time read the float64 way; a ts that sends the msgspec path exact */
     int plain;                    /* plain mode: every event is a row (see parse_events) */
+    KeyMemo event_keys, args_keys; /* the keys met at each position of the last event and args */
 } State;
 
 static const char *TOP_KEYS[5] = {"baseTimeNanoseconds", "distributedInfo", "deviceProperties", "metadata",
@@ -399,6 +417,34 @@ static int64_t digits_value(const unsigned char *s, Py_ssize_t n, int neg, int *
     return (int64_t)v;
 }
 
+/* A number at st->p checked as `scan_number` checks it, its value unread (a skipped value). */
+static int skip_number(State *st) {
+    const unsigned char *p = st->p, *end = st->end;
+    if (p < end && *p == '-') p++;
+    if (p >= end) FAIL(st, "number runs past the end");
+    if (*p == '0') p++;
+    else if (*p >= '1' && *p <= '9') {
+        p++;
+        while (p < end && *p >= '0' && *p <= '9') p++;
+    }
+    else FAIL(st, "bad number");
+    if (p < end && *p == '.') {
+        const unsigned char *d = ++p;
+        while (p < end && *p >= '0' && *p <= '9') p++;
+        if (p == d) FAIL(st, "bad number");
+    }
+    if (p < end && (*p == 'e' || *p == 'E')) {
+        p++;
+        if (p < end && (*p == '+' || *p == '-')) p++;
+        const unsigned char *d = p;
+        while (p < end && *p >= '0' && *p <= '9') p++;
+        if (p == d) FAIL(st, "bad number");
+    }
+    if (p >= end) FAIL(st, "number at the end of the document"); /* a truncated piece */
+    st->p = p;
+    return 0;
+}
+
 static int skip_value(State *st);
 
 static int skip_container(State *st, unsigned char close) {
@@ -436,7 +482,6 @@ static int skip_value(State *st) {
     if (st->p >= st->end) FAIL(st, "value runs past the end");
     unsigned char c = *st->p;
     const unsigned char *s; Py_ssize_t len; int esc;
-    Number n;
     switch (c) {
     case '{': return skip_container(st, '}');
     case '[': return skip_container(st, ']');
@@ -445,7 +490,7 @@ static int skip_value(State *st) {
     case 'f': return match_literal(st, "false", 5);
     case 'n': return match_literal(st, "null", 4);
     default:
-        if (c == '-' || (c >= '0' && c <= '9')) return scan_number(st, &n);
+        if (c == '-' || (c >= '0' && c <= '9')) return skip_number(st);
         FAIL(st, "bad value");
     }
 }
@@ -647,50 +692,126 @@ static inline int same_key(const unsigned char *a, const char *key, Py_ssize_t n
     return !memcmp(a, key, (size_t)n);
 }
 
-static int args_member(State *st, const unsigned char *k, Py_ssize_t klen, void *ctx) {
-    Event *ev = ctx;
-    int found = -1;
-    if (klen > 0 && klen < MAX_KEY_LEN)
-        for (const signed char *a = KEYS_BY_LEN[klen]; *a >= 0; a++)
-            if (k[0] == (unsigned char)ARG_KEYS[*a].key[0] && same_key(k, ARG_KEYS[*a].key, klen)) {
-                found = *a;
-                break;
-            }
-    if (found >= 0) {
-        if (ev->args_set & (UINT32_C(1) << found)) FAIL(st, "duplicate key");
-        ev->args_set |= UINT32_C(1) << found;
-        ev->args[found].kind = V_ABSENT;
-        if (read_val(st, &ev->args[found], ARG_KEYS[found].how)) return -1;
-    } else if (skip_value(st)) {
-        return -1;
-    }
-    return 0;
+/* What an event's member key names. */
+enum { E_PH, E_NAME, E_CAT, E_TS, E_DUR, E_PID, E_TID, E_ARGS, E_OTHER };
+
+static int event_key_id(const unsigned char *k, Py_ssize_t klen) {
+    if (key_is(k, klen, "ph")) return E_PH;
+    if (key_is(k, klen, "name")) return E_NAME;
+    if (key_is(k, klen, "cat")) return E_CAT;
+    if (key_is(k, klen, "ts")) return E_TS;
+    if (key_is(k, klen, "dur")) return E_DUR;
+    if (key_is(k, klen, "pid")) return E_PID;
+    if (key_is(k, klen, "tid")) return E_TID;
+    if (key_is(k, klen, "args")) return E_ARGS;
+    return E_OTHER;
 }
 
-static int event_member(State *st, const unsigned char *k, Py_ssize_t klen, void *ctx) {
-    Event *ev = ctx;
+/* The ARG_KEYS index an args key names, -1 for the others. */
+static int args_key_id(const unsigned char *k, Py_ssize_t klen) {
+    if (klen > 0 && klen < MAX_KEY_LEN)
+        for (const signed char *a = KEYS_BY_LEN[klen]; *a >= 0; a++)
+            if (k[0] == (unsigned char)ARG_KEYS[*a].key[0] && same_key(k, ARG_KEYS[*a].key, klen)) return *a;
+    return -1;
+}
+
+/* Whether the n (<= MEMO_BYTES) bytes at p are the token t (p has MEMO_BYTES + 8 bytes readable). */
+static inline int tok_match(const unsigned char *p, const unsigned char *t, int n) {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    uint64_t a, b;
+    int k = 0;
+    for (; k + 8 <= n; k += 8) {
+        memcpy(&a, p + k, 8);
+        memcpy(&b, t + k, 8);
+        if (a != b) return 0;
+    }
+    if (k == n) return 1;
+    memcpy(&a, p + k, 8);
+    memcpy(&b, t + k, 8);
+    return !((a ^ b) & ((UINT64_C(1) << (8 * (n - k))) - 1));
+#else
+    return !memcmp(p, t, (size_t)n);
+#endif
+}
+
+typedef int (*KeyIdFn)(const unsigned char *k, Py_ssize_t klen);
+
+/* The next member of an object, its key named by `key_id`: st->p is at the object's '{' (pos 0)
+ * or at the end of member pos - 1's value. 1 when a member follows (what its key names in `id`,
+ * st->p at its value), 0 when the object closed, -1 on failure. The bytes met there last time (the
+ * separator, the key and its ':': `, "name": `) name the member when the same bytes come again. */
+static inline int next_member(State *st, KeyMemo *memo, int pos, KeyIdFn key_id, int *id) {
+    const unsigned char *p = st->p;
+    KeyTok *t = pos < MEMO_SLOTS ? &memo->at[pos] : NULL;
+    if (t && t->len && st->end - p >= MEMO_BYTES + 8 && tok_match(p, t->tok, t->len)) {
+        if (pos == 0 && ++st->depth > MAX_DEPTH) FAIL(st, "nested too deeply");
+        st->p = p + t->len;
+        skip_ws(st);
+        *id = t->id;
+        return 1;
+    }
+    int more;
+    if (pos == 0) {
+        more = object_open(st);
+        more = more < 0 ? -1 : !more;
+    } else {
+        more = member_next(st);
+    }
+    if (more <= 0) return more;
+    const unsigned char *k;
+    Py_ssize_t klen;
+    if (member_key(st, &k, &klen)) return -1;
+    *id = key_id(k, klen);
+    if (t && st->p - p <= MEMO_BYTES) {
+        memset(t->tok, 0, sizeof(t->tok));
+        memcpy(t->tok, p, (size_t)(st->p - p));
+        t->len = (int)(st->p - p);
+        t->id = *id;
+    }
+    return 1;
+}
+
+static int parse_args(State *st, Event *ev) {
+    int more, pos = 0, a;
+    while ((more = next_member(st, &st->args_keys, pos++, args_key_id, &a)) == 1) {
+        if (a >= 0) {
+            if (ev->args_set & (UINT32_C(1) << a)) FAIL(st, "duplicate key");
+            ev->args_set |= UINT32_C(1) << a;
+            ev->args[a].kind = V_ABSENT;
+            if (read_val(st, &ev->args[a], ARG_KEYS[a].how)) return -1;
+        } else if (skip_value(st)) {
+            return -1;
+        }
+    }
+    return more;
+}
+
+static int event_member(State *st, int id, Event *ev) {
     int rc;
-    if (key_is(k, klen, "ph")) {
+    switch (id) {
+    case E_PH:
         rc = read_val(st, &ev->ph, A_STR);
         if (!rc && ev->ph.kind != V_NULL && (ev->ph.kind != V_STR || !ev->ph.quoted || ev->ph.escaped))
             FAIL(st, "ph is not a plain string");
-    } else if (key_is(k, klen, "name")) rc = read_val(st, &ev->name, A_STR);
-    else if (key_is(k, klen, "cat")) rc = read_val(st, &ev->cat, A_STR);
-    else if (key_is(k, klen, "ts")) rc = read_time(st, &ev->ts, 1);
-    else if (key_is(k, klen, "dur")) rc = read_time(st, &ev->dur, 0);
-    else if (key_is(k, klen, "pid")) rc = read_val(st, &ev->pid, A_INT);
-    else if (key_is(k, klen, "tid")) rc = read_val(st, &ev->tid, A_INT);
-    else if (key_is(k, klen, "args")) {
+        break;
+    case E_NAME: rc = read_val(st, &ev->name, A_STR); break;
+    case E_CAT: rc = read_val(st, &ev->cat, A_STR); break;
+    case E_TS: rc = read_time(st, &ev->ts, 1); break;
+    case E_DUR: rc = read_time(st, &ev->dur, 0); break;
+    case E_PID: rc = read_val(st, &ev->pid, A_INT); break;
+    case E_TID: rc = read_val(st, &ev->tid, A_INT); break;
+    case E_ARGS:
         if (ev->has_args) FAIL(st, "duplicate key");
+        ev->has_args = 1;
         if (st->p < st->end && *st->p == '{') {
-            ev->has_args = 1;
-            rc = each_member(st, args_member, ev);
+            rc = parse_args(st, ev);
         } else {
-            ev->has_args = 1;
             ev->bad = 1;
             rc = skip_value(st);
         }
-    } else rc = skip_value(st);
+        break;
+    default: rc = skip_value(st);
+    }
     return rc ? -1 : 0;
 }
 
@@ -698,7 +819,10 @@ static int parse_event(State *st, Event *ev) {
     ev->ph.kind = ev->name.kind = ev->cat.kind = ev->ts.kind = ev->dur.kind = ev->pid.kind = ev->tid.kind = V_ABSENT;
     ev->has_args = ev->bad = 0;
     ev->args_set = 0;
-    return each_member(st, event_member, ev);
+    int more, pos = 0, id;
+    while ((more = next_member(st, &st->event_keys, pos++, event_key_id, &id)) == 1)
+        if (event_member(st, id, ev)) return -1;
+    return more;
 }
 
 static unsigned char IS_ARGS_COL[NCOLS]; /* filled at import */
