@@ -356,6 +356,27 @@ typedef struct {
     uint64_t int_v; /* the integer part's value, when int_n <= 18 (no overflow possible) */
 } Number;
 
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+static const uint64_t POW10[9] = {1, 10, 100, 1000, 10000, 100000, 1000000, 10000000, 100000000};
+
+/* How many of the 8 bytes at p are decimal digits before the first that is not (0-8), and their
+ * value: the bytes tested and added 8 at a time, not one by one. */
+static inline int digits8(const unsigned char *p, uint64_t *value) {
+    uint64_t x;
+    memcpy(&x, p, 8);
+    uint64_t t = x - UINT64_C(0x3030303030303030); /* digits become 0-9; below '0' wraps high */
+    uint64_t not_digit = (t | (t + UINT64_C(0x7676767676767676))) & UINT64_C(0x8080808080808080);
+    /* borrows and carries run upward only: the lowest flagged byte is a true non-digit */
+    int k = not_digit ? __builtin_ctzll(not_digit) >> 3 : 8;
+    if (!k) { *value = 0; return 0; }
+    t <<= 8 * (8 - k); /* the k digits, as the low digits of an 8-digit number with leading zeros */
+    t = ((t & UINT64_C(0x0F0F0F0F0F0F0F0F)) * 2561) >> 8;
+    t = ((t & UINT64_C(0x00FF00FF00FF00FF)) * 6553601) >> 16;
+    *value = ((t & UINT64_C(0x0000FFFF0000FFFF)) * UINT64_C(42949672960001)) >> 32;
+    return k;
+}
+#endif
+
 static int scan_number(State *st, Number *n) {
     const unsigned char *p = st->p, *end = st->end;
     memset(n, 0, sizeof(*n));
@@ -365,7 +386,19 @@ static int scan_number(State *st, Number *n) {
     if (*p == '0') p++;
     else if (*p >= '1' && *p <= '9') {
         uint64_t v = 0; /* wraps past 18 digits: unused there */
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+        while (end - p >= 8) {
+            uint64_t d;
+            int k = digits8(p, &d);
+            v = v * POW10[k] + d;
+            p += k;
+            if (k < 8) goto whole;
+        }
+#endif
         while (p < end && *p >= '0' && *p <= '9') v = v * 10 + (uint64_t)(*p++ - '0');
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    whole:
+#endif
         n->int_v = v;
     }
     else FAIL(st, "bad number");
