@@ -862,6 +862,7 @@ static unsigned char IS_ARGS_COL[NCOLS]; /* filled at import */
 
 static int reserve_rows(State *st, Py_ssize_t cap) {
     if (cap <= st->cap_rows) return 0;
+    if (st->cap_rows && cap < 2 * st->cap_rows) cap = 2 * st->cap_rows; /* growing by copies: geometric */
     for (int c = 0; c < NCOLS; c++) {
         if (IS_ARGS_COL[c] && !st->cols[c]) continue; /* still all null */
         int64_t *m = realloc(st->cols[c], (size_t)cap * sizeof(int64_t));
