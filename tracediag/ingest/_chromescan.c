@@ -22,6 +22,12 @@
 #include <emmintrin.h>
 #endif
 
+#if defined(__GNUC__)
+#define ALWAYS_INLINE inline __attribute__((always_inline))
+#else
+#define ALWAYS_INLINE inline
+#endif
+
 #define MAX_DEPTH 64
 #define NULL_INT INT64_MIN
 
@@ -162,6 +168,7 @@ typedef struct {
 } KeyTok;
 typedef struct {
     KeyTok at[MEMO_SLOTS];
+    KeyTok close; /* the bytes that last closed such an object after a member: `\n  }` */
 } KeyMemo;
 
 typedef struct {
@@ -749,7 +756,7 @@ static int args_key_id(const unsigned char *k, Py_ssize_t klen) {
 }
 
 /* Whether the n (<= MEMO_BYTES) bytes at p are the token t (p has MEMO_BYTES + 8 bytes readable). */
-static inline int tok_match(const unsigned char *p, const unsigned char *t, int n) {
+static ALWAYS_INLINE int tok_match(const unsigned char *p, const unsigned char *t, int n) {
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
     uint64_t a, b;
     int k = 0;
@@ -773,7 +780,7 @@ typedef int (*KeyIdFn)(const unsigned char *k, Py_ssize_t klen);
  * or at the end of member pos - 1's value. 1 when a member follows (what its key names in `id`,
  * st->p at its value), 0 when the object closed, -1 on failure. The bytes met there last time (the
  * separator, the key and its ':': `, "name": `) name the member when the same bytes come again. */
-static inline int next_member(State *st, KeyMemo *memo, int pos, KeyIdFn key_id, int *id) {
+static ALWAYS_INLINE int next_member(State *st, KeyMemo *memo, int pos, KeyIdFn key_id, int *id) {
     const unsigned char *p = st->p;
     KeyTok *t = pos < MEMO_SLOTS ? &memo->at[pos] : NULL;
     if (t && t->len && st->end - p >= MEMO_BYTES + 8 && tok_match(p, t->tok, t->len)) {
@@ -783,12 +790,23 @@ static inline int next_member(State *st, KeyMemo *memo, int pos, KeyIdFn key_id,
         *id = t->id;
         return 1;
     }
+    KeyTok *c = &memo->close;
+    if (pos && c->len && st->end - p >= MEMO_BYTES + 8 && tok_match(p, c->tok, c->len)) {
+        st->p = p + c->len;
+        st->depth--;
+        return 0;
+    }
     int more;
     if (pos == 0) {
         more = object_open(st);
         more = more < 0 ? -1 : !more;
     } else {
         more = member_next(st);
+        if (more == 0 && st->p - p <= MEMO_BYTES) {
+            memset(c->tok, 0, sizeof(c->tok));
+            memcpy(c->tok, p, (size_t)(st->p - p));
+            c->len = (int)(st->p - p);
+        }
     }
     if (more <= 0) return more;
     const unsigned char *k;
