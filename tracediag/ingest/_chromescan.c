@@ -213,6 +213,7 @@ typedef struct {
     int float_times, exact_times; /* a time read the float64 way; a ts that sends the msgspec path exact */
     int plain;                    /* plain mode: every event is a row (see parse_events) */
     KeyMemo event_keys, args_keys; /* the keys met at each position of the last event and args */
+    int64_t last_code[3];            /* the string codes of the last row's ph, cat and name */
 } State;
 
 static const char *TOP_KEYS[5] = {"baseTimeNanoseconds", "distributedInfo", "deviceProperties", "metadata",
@@ -1059,6 +1060,18 @@ static int64_t str_code(State *st, const Val *v, int *err) {
     return c;
 }
 
+/* `str_code`, answered by the code `*last` when the string is the one that code names (a column's
+ * value is often the previous row's: `"X"`, `"cpu_op"`), without hashing or probing. */
+static inline int64_t str_code_as_last(State *st, const Val *v, int64_t *last, int *err) {
+    int64_t c = *last;
+    if (v->kind == V_STR && !v->escaped && c >= 0 && c < st->n_strings && st->spans[2 * c + 1] == v->len
+        && !memcmp(st->arena + st->spans[2 * c], v->s, (size_t)v->len))
+        return c;
+    c = str_code(st, v, err);
+    if (c >= 0) *last = c;
+    return c;
+}
+
 static int emit(State *st, Event *ev, int phase) {
     /* checks: every field a row reads has a type the columns can hold */
     if (ev->bad) FAIL(st, "an event field of another type");
@@ -1075,9 +1088,9 @@ static int emit(State *st, Event *ev, int phase) {
     Py_ssize_t r = st->n_rows;
     int err = 0;
     int64_t **c = st->cols;
-    c[C_PH][r] = str_code(st, &ev->ph, &err);
-    c[C_CAT][r] = str_code(st, &ev->cat, &err);
-    c[C_NAME][r] = str_code(st, &ev->name, &err);
+    c[C_PH][r] = str_code_as_last(st, &ev->ph, &st->last_code[0], &err);
+    c[C_CAT][r] = str_code_as_last(st, &ev->cat, &st->last_code[1], &err);
+    c[C_NAME][r] = str_code_as_last(st, &ev->name, &st->last_code[2], &err);
     c[C_PID][r] = ev->pid.kind == V_INT ? ev->pid.i : NULL_INT;
     c[C_TID][r] = ev->tid.kind == V_INT ? ev->tid.i : NULL_INT;
     c[C_TS][r] = ev->ts.kind == V_INT ? ev->ts.i : NULL_INT;
