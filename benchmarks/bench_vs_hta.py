@@ -1,14 +1,16 @@
 """One machine, side by side: `tracediag analyze` (in-memory and `--executor local`) against HTA (issue 12, item 5).
 
     python benchmarks/bench_vs_hta.py [--hta-python PATH] [--copies 8] [--workers 0] [--baseline DIR]
-                                      [--installed-python PATH]
+                                      [--installed-python PATH] [--repeat 3]
 
 The set: --copies copies of HTA's trace_diff/control trace (34.8 MB, A100 + NCCL) with
 ``distributedInfo.rank`` rewritten, uncompressed, in benchmarks/data/a100x8/ (279 MB for 8). Each
 tool runs in a fresh process; measured as in bench_scale_out.py: the process tree's CPU seconds and
 peak summed RSS, and wall time. CPU seconds are exact: the difference of this process's
 ``RUSAGE_CHILDREN`` around each run (every process of the tree is waited for by its parent), not
-the /proc samples. `--baseline DIR` also runs the tracediag of another checkout (e.g. a
+the /proc samples. Each tool runs --repeat times, in turns (a change in the machine's load reaches
+every tool alike), and each figure is the median of its runs (CPU here moves by a third from run to
+run, HTA's as much as ours). `--baseline DIR` also runs the tracediag of another checkout (e.g. a
 `git worktree` of an older commit) in the same run, so a change is measured against what it
 replaces under the same load. HTA (HolisticTraceAnalysis, in its own environment given by
 --hta-python) does what its users run for this question: load + temporal breakdown +
@@ -27,6 +29,7 @@ import gzip
 import os
 import re
 import resource
+import statistics
 import sys
 import tempfile
 from pathlib import Path
@@ -108,13 +111,15 @@ def main() -> None:
     ap.add_argument("--hta-python", help="python of an environment with HolisticTraceAnalysis installed")
     ap.add_argument("--baseline", help="a checkout of an older tracediag, run in the same session for comparison")
     ap.add_argument("--installed-python", help="python of an environment where tracediag is installed (not editable)")
+    ap.add_argument(
+        "--repeat", type=int, default=3, help="runs of each tool (medians are reported, min-max in brackets)"
+    )
     args = ap.parse_args()
     folder = build(args.copies)
     size = sum(p.stat().st_size for p in folder.glob("*.json"))
     print(f"set: {args.copies} x control.json, {size / 1e6:.0f} MB")
-    print("| tool | wall s | tree CPU s | tree peak MB | CPU vs HTA | memory vs HTA | result |")
+    print("| tool | wall s | tree CPU s (min-max) | tree peak MB | CPU vs HTA | memory vs HTA | result |")
     print("|---|---:|---:|---:|---:|---:|---|")
-    rows = []
     sources = [("tracediag", None)] + ([("baseline", str(Path(args.baseline).resolve()))] if args.baseline else [])
     pythons = [("", sys.executable)] + ([(" [installed]", args.installed_python)] if args.installed_python else [])
     runs = [
@@ -124,19 +129,37 @@ def main() -> None:
         for w in args.workers
         for label, mode in (("(in-memory load)", "memory"), ("--executor local", "local"))
     ]
-    for name, code, argv, python, path in [*runs, ("HTA 0.5.0", HTA, [str(folder)], args.hta_python, None)]:
-        if python is None:
-            continue
-        rows.append((name, measure(code, argv, python, path)))
+    configs = [
+        (n, c, a, py, path)
+        for n, c, a, py, path in [*runs, ("HTA 0.5.0", HTA, [str(folder)], args.hta_python, None)]
+        if py is not None
+    ]
+    samples: dict[str, list[dict]] = {name: [] for name, *_ in configs}
+    for _ in range(args.repeat):  # round robin: a change in the machine's load reaches every tool alike
+        for name, code, argv, python, path in configs:
+            samples[name].append(measure(code, argv, python, path))
+    rows = [(name, _median_run(runs_of)) for name, runs_of in samples.items()]
     hta = next((r for n, r in rows if n.startswith("HTA")), None)
     for name, r in rows:
         cpu = f"{hta['tree_cpu'] / r['tree_cpu']:.1f}x less" if hta and r is not hta else ""
         mem = f"{r['tree_peak_rss'] / hta['tree_peak_rss']:.2f}x" if hta and r is not hta else ""
         out = r["stdout"].strip().splitlines()[-1][:60]
-        print(
-            f"| {name} | {r['wall']:.1f} | {r['tree_cpu']:.1f} | {r['tree_peak_rss'] / 1e6:.0f} | {cpu} | {mem} "
-            f"| {out} |"
+        spread = "-".join(
+            f"{x:.1f}" for x in (min(s["tree_cpu"] for s in samples[name]), max(s["tree_cpu"] for s in samples[name]))
         )
+        print(
+            f"| {name} | {r['wall']:.1f} | {r['tree_cpu']:.2f} ({spread}) | {r['tree_peak_rss'] / 1e6:.0f} | {cpu} "
+            f"| {mem} | {out} |"
+        )
+
+
+def _median_run(runs: list[dict]) -> dict:
+    """The runs' medians (CPU, peak memory and wall each on its own), the first run's output."""
+
+    def median(key: str) -> float:
+        return statistics.median(r[key] for r in runs)
+
+    return {**runs[0], "tree_cpu": median("tree_cpu"), "tree_peak_rss": median("tree_peak_rss"), "wall": median("wall")}
 
 
 if __name__ == "__main__":

@@ -357,3 +357,43 @@ def test_integers_of_every_length_read_the_same(suffix: str, tmp_path: Path, mon
         path = tmp_path / f"n{digits}.json"
         path.write_bytes(doc)
         _assert_same(*_both(path, monkeypatch), f"{suffix} digits {digits}")
+
+
+@pytest.mark.parametrize("sep", [", ", ",", ",\n    "])
+def test_keys_named_by_the_bytes_met_before_read_the_same(
+    sep: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The scanner names a member by comparing its bytes with those met at the same position of the
+    previous event: runs of events with the same keys, then at that position a key the old one is a
+    prefix of, an escaped spelling of it, a duplicate of an earlier key, or other whitespace. Each
+    document reads as msgspec reads it, and the plain ones are read by the scanner."""
+    plain = {"ph": '"X"', "cat": '"kernel"', "name": '"k"', "ts": "10", "dur": "2", "pid": "3", "tid": "4"}
+    args = '{"External id": 5, "Input Dims": [[1, 2], []], "stream": 7}'
+    twists = {
+        "prefix key": ('"ts"', '"tsx"'),
+        "escaped key": ('"ts"', '"t\\u0073"'),
+        "duplicate key": ('"dur"', '"ph"'),
+        "prefix arg key": ('"stream"', '"streams"'),
+        "duplicate arg key": ('"stream"', '"External id"'),
+        "spaced colon": ('"ts": ', '"ts" : '),
+        "no space": ('"ts": ', '"ts":'),
+    }
+
+    def event(i: int) -> str:
+        fields = {**plain, "ts": str(10 + i), "args": args}
+        return "{" + sep.join(f'"{k}": {v}' for k, v in fields.items()) + "}"
+
+    for what, (old, new) in twists.items():
+        events = [event(i) for i in range(6)]
+        events[3] = events[3].replace(old, new, 1)
+        doc = ('{"traceEvents": [' + ",\n".join(events) + '], "distributedInfo": {"rank": 0}}').encode()
+        if what in ("prefix key", "prefix arg key", "spaced colon", "no space"):
+            assert _scan(doc, False)[0] is not None, what
+        else:
+            assert _scan(doc, False)[0] is None, what  # declined: the msgspec path decides
+        path = tmp_path / "memo.json"
+        path.write_bytes(doc)
+        scanned, decoded = _both(path, monkeypatch)
+        _assert_same(scanned, decoded, what)
+        assert scanned[0] == "ok", what
+        assert scanned[1].events.height + sum(scanned[1].meta.skipped.values()) == 6, what  # each event counted

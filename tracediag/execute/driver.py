@@ -133,27 +133,37 @@ def _tasks(
     return tasks, errors
 
 
-BATCH_BYTES = 8 << 20
-"""A file this large (on disk) is a task of its own; smaller ones are grouped."""
+BATCH_BYTES = 160 << 20
+"""The JSON bytes a task's files hold together at most (a file larger alone is a task of its own):
+a worker holds its files' event tables at once while it derives their tables. A compressed file
+counts as `GZ_RATIO` times its size on disk."""
+GZ_RATIO = 8
 MAX_BATCH = 32
 
 
+def _json_bytes(task: RankTask) -> int:
+    size = input_stat(task)[0] or 0
+    return size * GZ_RATIO if task.path.endswith(".gz") else size
+
+
 def batches(tasks: list[RankTask], workers: int, files_per_task: int = 0) -> list[list[RankTask]]:
-    """Group small files into tasks: a task's fixed costs (scheduling, a pass of the per-rank
-    derivation) are paid once for the group. Automatic size: at most `MAX_BATCH` files and at least
-    four tasks per worker; a file of `BATCH_BYTES` or more is alone."""
+    """Group files into tasks: a task's fixed costs (scheduling, a pass of the per-rank derivation,
+    a Parquet file per table) are paid once for the group. Automatic size: at most `MAX_BATCH` files
+    and `BATCH_BYTES`, and at least four tasks per worker."""
     size = files_per_task or max(1, min(MAX_BATCH, len(tasks) // (4 * max(workers, 1))))
     out: list[list[RankTask]] = []
     group: list[RankTask] = []
+    held = 0
     for task in tasks:
-        big = (input_stat(task)[0] or 0) >= BATCH_BYTES
-        if big and not files_per_task:
-            out.append([task])
-            continue
+        weight = _json_bytes(task)
+        if group and not files_per_task and held + weight > BATCH_BYTES:
+            out.append(group)
+            group, held = [], 0
         group.append(task)
+        held += weight
         if len(group) == size:
             out.append(group)
-            group = []
+            group, held = [], 0
     return out + ([group] if group else [])
 
 

@@ -22,6 +22,12 @@
 #include <emmintrin.h>
 #endif
 
+#if defined(__GNUC__)
+#define ALWAYS_INLINE inline __attribute__((always_inline))
+#else
+#define ALWAYS_INLINE inline
+#endif
+
 #define MAX_DEPTH 64
 #define NULL_INT INT64_MIN
 
@@ -147,6 +153,24 @@ typedef struct {
     Val args[N_ARG_KEYS]; /* only those in args_set are read */
 } Event;
 
+/* A member as met at one position of an object: its token (the bytes from the end of the previous
+ * value, or the object's '{', to its value: `,\n    "name": `) and what its key names. Producers
+ * write an event's keys in the same order event after event, so comparing the bytes at the next
+ * member with the token met there last time names most members with a few 8-byte compares, without
+ * scanning or looking the key up. A token is only recorded from a key without escapes, so its second
+ * quote is the key's end: the same bytes are the same separator and key. */
+#define MEMO_SLOTS 24
+#define MEMO_BYTES 40
+typedef struct {
+    unsigned char tok[MEMO_BYTES + 8]; /* zero-padded: compared 8 bytes at a time */
+    int len;                           /* 0: none yet */
+    int id;
+} KeyTok;
+typedef struct {
+    KeyTok at[MEMO_SLOTS];
+    KeyTok close; /* the bytes that last closed such an object after a member: `\n  }` */
+} KeyMemo;
+
 typedef struct {
     uint64_t hash;
     Py_ssize_t at, len; /* in the arena */
@@ -188,6 +212,8 @@ typedef struct {
     int has_events;
     int float_times, exact_times; /* a time read the float64 way; a ts that sends the msgspec path exact */
     int plain;                    /* plain mode: every event is a row (see parse_events) */
+    KeyMemo event_keys, args_keys; /* the keys met at each position of the last event and args */
+    int64_t last_code[3];            /* the string codes of the last row's ph, cat and name */
 } State;
 
 static const char *TOP_KEYS[5] = {"baseTimeNanoseconds", "distributedInfo", "deviceProperties", "metadata",
@@ -338,6 +364,27 @@ typedef struct {
     uint64_t int_v; /* the integer part's value, when int_n <= 18 (no overflow possible) */
 } Number;
 
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+static const uint64_t POW10[9] = {1, 10, 100, 1000, 10000, 100000, 1000000, 10000000, 100000000};
+
+/* How many of the 8 bytes at p are decimal digits before the first that is not (0-8), and their
+ * value: the bytes tested and added 8 at a time, not one by one. */
+static inline int digits8(const unsigned char *p, uint64_t *value) {
+    uint64_t x;
+    memcpy(&x, p, 8);
+    uint64_t t = x - UINT64_C(0x3030303030303030); /* digits become 0-9; below '0' wraps high */
+    uint64_t not_digit = (t | (t + UINT64_C(0x7676767676767676))) & UINT64_C(0x8080808080808080);
+    /* borrows and carries run upward only: the lowest flagged byte is a true non-digit */
+    int k = not_digit ? __builtin_ctzll(not_digit) >> 3 : 8;
+    if (!k) { *value = 0; return 0; }
+    t <<= 8 * (8 - k); /* the k digits, as the low digits of an 8-digit number with leading zeros */
+    t = ((t & UINT64_C(0x0F0F0F0F0F0F0F0F)) * 2561) >> 8;
+    t = ((t & UINT64_C(0x00FF00FF00FF00FF)) * 6553601) >> 16;
+    *value = ((t & UINT64_C(0x0000FFFF0000FFFF)) * UINT64_C(42949672960001)) >> 32;
+    return k;
+}
+#endif
+
 static int scan_number(State *st, Number *n) {
     const unsigned char *p = st->p, *end = st->end;
     memset(n, 0, sizeof(*n));
@@ -347,7 +394,19 @@ static int scan_number(State *st, Number *n) {
     if (*p == '0') p++;
     else if (*p >= '1' && *p <= '9') {
         uint64_t v = 0; /* wraps past 18 digits: unused there */
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+        while (end - p >= 8) {
+            uint64_t d;
+            int k = digits8(p, &d);
+            v = v * POW10[k] + d;
+            p += k;
+            if (k < 8) goto whole;
+        }
+#endif
         while (p < end && *p >= '0' && *p <= '9') v = v * 10 + (uint64_t)(*p++ - '0');
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    whole:
+#endif
         n->int_v = v;
     }
     else FAIL(st, "bad number");
@@ -399,6 +458,34 @@ static int64_t digits_value(const unsigned char *s, Py_ssize_t n, int neg, int *
     return (int64_t)v;
 }
 
+/* A number at st->p checked as `scan_number` checks it, its value unread (a skipped value). */
+static int skip_number(State *st) {
+    const unsigned char *p = st->p, *end = st->end;
+    if (p < end && *p == '-') p++;
+    if (p >= end) FAIL(st, "number runs past the end");
+    if (*p == '0') p++;
+    else if (*p >= '1' && *p <= '9') {
+        p++;
+        while (p < end && *p >= '0' && *p <= '9') p++;
+    }
+    else FAIL(st, "bad number");
+    if (p < end && *p == '.') {
+        const unsigned char *d = ++p;
+        while (p < end && *p >= '0' && *p <= '9') p++;
+        if (p == d) FAIL(st, "bad number");
+    }
+    if (p < end && (*p == 'e' || *p == 'E')) {
+        p++;
+        if (p < end && (*p == '+' || *p == '-')) p++;
+        const unsigned char *d = p;
+        while (p < end && *p >= '0' && *p <= '9') p++;
+        if (p == d) FAIL(st, "bad number");
+    }
+    if (p >= end) FAIL(st, "number at the end of the document"); /* a truncated piece */
+    st->p = p;
+    return 0;
+}
+
 static int skip_value(State *st);
 
 static int skip_container(State *st, unsigned char close) {
@@ -436,7 +523,6 @@ static int skip_value(State *st) {
     if (st->p >= st->end) FAIL(st, "value runs past the end");
     unsigned char c = *st->p;
     const unsigned char *s; Py_ssize_t len; int esc;
-    Number n;
     switch (c) {
     case '{': return skip_container(st, '}');
     case '[': return skip_container(st, ']');
@@ -445,7 +531,7 @@ static int skip_value(State *st) {
     case 'f': return match_literal(st, "false", 5);
     case 'n': return match_literal(st, "null", 4);
     default:
-        if (c == '-' || (c >= '0' && c <= '9')) return scan_number(st, &n);
+        if (c == '-' || (c >= '0' && c <= '9')) return skip_number(st);
         FAIL(st, "bad value");
     }
 }
@@ -647,50 +733,137 @@ static inline int same_key(const unsigned char *a, const char *key, Py_ssize_t n
     return !memcmp(a, key, (size_t)n);
 }
 
-static int args_member(State *st, const unsigned char *k, Py_ssize_t klen, void *ctx) {
-    Event *ev = ctx;
-    int found = -1;
-    if (klen > 0 && klen < MAX_KEY_LEN)
-        for (const signed char *a = KEYS_BY_LEN[klen]; *a >= 0; a++)
-            if (k[0] == (unsigned char)ARG_KEYS[*a].key[0] && same_key(k, ARG_KEYS[*a].key, klen)) {
-                found = *a;
-                break;
-            }
-    if (found >= 0) {
-        if (ev->args_set & (UINT32_C(1) << found)) FAIL(st, "duplicate key");
-        ev->args_set |= UINT32_C(1) << found;
-        ev->args[found].kind = V_ABSENT;
-        if (read_val(st, &ev->args[found], ARG_KEYS[found].how)) return -1;
-    } else if (skip_value(st)) {
-        return -1;
-    }
-    return 0;
+/* What an event's member key names. */
+enum { E_PH, E_NAME, E_CAT, E_TS, E_DUR, E_PID, E_TID, E_ARGS, E_OTHER };
+
+static int event_key_id(const unsigned char *k, Py_ssize_t klen) {
+    if (key_is(k, klen, "ph")) return E_PH;
+    if (key_is(k, klen, "name")) return E_NAME;
+    if (key_is(k, klen, "cat")) return E_CAT;
+    if (key_is(k, klen, "ts")) return E_TS;
+    if (key_is(k, klen, "dur")) return E_DUR;
+    if (key_is(k, klen, "pid")) return E_PID;
+    if (key_is(k, klen, "tid")) return E_TID;
+    if (key_is(k, klen, "args")) return E_ARGS;
+    return E_OTHER;
 }
 
-static int event_member(State *st, const unsigned char *k, Py_ssize_t klen, void *ctx) {
-    Event *ev = ctx;
+/* The ARG_KEYS index an args key names, -1 for the others. */
+static int args_key_id(const unsigned char *k, Py_ssize_t klen) {
+    if (klen > 0 && klen < MAX_KEY_LEN)
+        for (const signed char *a = KEYS_BY_LEN[klen]; *a >= 0; a++)
+            if (k[0] == (unsigned char)ARG_KEYS[*a].key[0] && same_key(k, ARG_KEYS[*a].key, klen)) return *a;
+    return -1;
+}
+
+/* Whether the n (<= MEMO_BYTES) bytes at p are the token t (p has MEMO_BYTES + 8 bytes readable). */
+static ALWAYS_INLINE int tok_match(const unsigned char *p, const unsigned char *t, int n) {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    uint64_t a, b;
+    int k = 0;
+    for (; k + 8 <= n; k += 8) {
+        memcpy(&a, p + k, 8);
+        memcpy(&b, t + k, 8);
+        if (a != b) return 0;
+    }
+    if (k == n) return 1;
+    memcpy(&a, p + k, 8);
+    memcpy(&b, t + k, 8);
+    return !((a ^ b) & ((UINT64_C(1) << (8 * (n - k))) - 1));
+#else
+    return !memcmp(p, t, (size_t)n);
+#endif
+}
+
+typedef int (*KeyIdFn)(const unsigned char *k, Py_ssize_t klen);
+
+/* The next member of an object, its key named by `key_id`: st->p is at the object's '{' (pos 0)
+ * or at the end of member pos - 1's value. 1 when a member follows (what its key names in `id`,
+ * st->p at its value), 0 when the object closed, -1 on failure. The bytes met there last time (the
+ * separator, the key and its ':': `, "name": `) name the member when the same bytes come again. */
+static ALWAYS_INLINE int next_member(State *st, KeyMemo *memo, int pos, KeyIdFn key_id, int *id) {
+    const unsigned char *p = st->p;
+    KeyTok *t = pos < MEMO_SLOTS ? &memo->at[pos] : NULL;
+    if (t && t->len && st->end - p >= MEMO_BYTES + 8 && tok_match(p, t->tok, t->len)) {
+        if (pos == 0 && ++st->depth > MAX_DEPTH) FAIL(st, "nested too deeply");
+        st->p = p + t->len;
+        skip_ws(st);
+        *id = t->id;
+        return 1;
+    }
+    KeyTok *c = &memo->close;
+    if (pos && c->len && st->end - p >= MEMO_BYTES + 8 && tok_match(p, c->tok, c->len)) {
+        st->p = p + c->len;
+        st->depth--;
+        return 0;
+    }
+    int more;
+    if (pos == 0) {
+        more = object_open(st);
+        more = more < 0 ? -1 : !more;
+    } else {
+        more = member_next(st);
+        if (more == 0 && st->p - p <= MEMO_BYTES) {
+            memset(c->tok, 0, sizeof(c->tok));
+            memcpy(c->tok, p, (size_t)(st->p - p));
+            c->len = (int)(st->p - p);
+        }
+    }
+    if (more <= 0) return more;
+    const unsigned char *k;
+    Py_ssize_t klen;
+    if (member_key(st, &k, &klen)) return -1;
+    *id = key_id(k, klen);
+    if (t && st->p - p <= MEMO_BYTES) {
+        memset(t->tok, 0, sizeof(t->tok));
+        memcpy(t->tok, p, (size_t)(st->p - p));
+        t->len = (int)(st->p - p);
+        t->id = *id;
+    }
+    return 1;
+}
+
+static int parse_args(State *st, Event *ev) {
+    int more, pos = 0, a;
+    while ((more = next_member(st, &st->args_keys, pos++, args_key_id, &a)) == 1) {
+        if (a >= 0) {
+            if (ev->args_set & (UINT32_C(1) << a)) FAIL(st, "duplicate key");
+            ev->args_set |= UINT32_C(1) << a;
+            ev->args[a].kind = V_ABSENT;
+            if (read_val(st, &ev->args[a], ARG_KEYS[a].how)) return -1;
+        } else if (skip_value(st)) {
+            return -1;
+        }
+    }
+    return more;
+}
+
+static int event_member(State *st, int id, Event *ev) {
     int rc;
-    if (key_is(k, klen, "ph")) {
+    switch (id) {
+    case E_PH:
         rc = read_val(st, &ev->ph, A_STR);
         if (!rc && ev->ph.kind != V_NULL && (ev->ph.kind != V_STR || !ev->ph.quoted || ev->ph.escaped))
             FAIL(st, "ph is not a plain string");
-    } else if (key_is(k, klen, "name")) rc = read_val(st, &ev->name, A_STR);
-    else if (key_is(k, klen, "cat")) rc = read_val(st, &ev->cat, A_STR);
-    else if (key_is(k, klen, "ts")) rc = read_time(st, &ev->ts, 1);
-    else if (key_is(k, klen, "dur")) rc = read_time(st, &ev->dur, 0);
-    else if (key_is(k, klen, "pid")) rc = read_val(st, &ev->pid, A_INT);
-    else if (key_is(k, klen, "tid")) rc = read_val(st, &ev->tid, A_INT);
-    else if (key_is(k, klen, "args")) {
+        break;
+    case E_NAME: rc = read_val(st, &ev->name, A_STR); break;
+    case E_CAT: rc = read_val(st, &ev->cat, A_STR); break;
+    case E_TS: rc = read_time(st, &ev->ts, 1); break;
+    case E_DUR: rc = read_time(st, &ev->dur, 0); break;
+    case E_PID: rc = read_val(st, &ev->pid, A_INT); break;
+    case E_TID: rc = read_val(st, &ev->tid, A_INT); break;
+    case E_ARGS:
         if (ev->has_args) FAIL(st, "duplicate key");
+        ev->has_args = 1;
         if (st->p < st->end && *st->p == '{') {
-            ev->has_args = 1;
-            rc = each_member(st, args_member, ev);
+            rc = parse_args(st, ev);
         } else {
-            ev->has_args = 1;
             ev->bad = 1;
             rc = skip_value(st);
         }
-    } else rc = skip_value(st);
+        break;
+    default: rc = skip_value(st);
+    }
     return rc ? -1 : 0;
 }
 
@@ -698,13 +871,17 @@ static int parse_event(State *st, Event *ev) {
     ev->ph.kind = ev->name.kind = ev->cat.kind = ev->ts.kind = ev->dur.kind = ev->pid.kind = ev->tid.kind = V_ABSENT;
     ev->has_args = ev->bad = 0;
     ev->args_set = 0;
-    return each_member(st, event_member, ev);
+    int more, pos = 0, id;
+    while ((more = next_member(st, &st->event_keys, pos++, event_key_id, &id)) == 1)
+        if (event_member(st, id, ev)) return -1;
+    return more;
 }
 
 static unsigned char IS_ARGS_COL[NCOLS]; /* filled at import */
 
 static int reserve_rows(State *st, Py_ssize_t cap) {
     if (cap <= st->cap_rows) return 0;
+    if (st->cap_rows && cap < 2 * st->cap_rows) cap = 2 * st->cap_rows; /* growing by copies: geometric */
     for (int c = 0; c < NCOLS; c++) {
         if (IS_ARGS_COL[c] && !st->cols[c]) continue; /* still all null */
         int64_t *m = realloc(st->cols[c], (size_t)cap * sizeof(int64_t));
@@ -883,6 +1060,18 @@ static int64_t str_code(State *st, const Val *v, int *err) {
     return c;
 }
 
+/* `str_code`, answered by the code `*last` when the string is the one that code names (a column's
+ * value is often the previous row's: `"X"`, `"cpu_op"`), without hashing or probing. */
+static inline int64_t str_code_as_last(State *st, const Val *v, int64_t *last, int *err) {
+    int64_t c = *last;
+    if (v->kind == V_STR && !v->escaped && c >= 0 && c < st->n_strings && st->spans[2 * c + 1] == v->len
+        && !memcmp(st->arena + st->spans[2 * c], v->s, (size_t)v->len))
+        return c;
+    c = str_code(st, v, err);
+    if (c >= 0) *last = c;
+    return c;
+}
+
 static int emit(State *st, Event *ev, int phase) {
     /* checks: every field a row reads has a type the columns can hold */
     if (ev->bad) FAIL(st, "an event field of another type");
@@ -899,9 +1088,9 @@ static int emit(State *st, Event *ev, int phase) {
     Py_ssize_t r = st->n_rows;
     int err = 0;
     int64_t **c = st->cols;
-    c[C_PH][r] = str_code(st, &ev->ph, &err);
-    c[C_CAT][r] = str_code(st, &ev->cat, &err);
-    c[C_NAME][r] = str_code(st, &ev->name, &err);
+    c[C_PH][r] = str_code_as_last(st, &ev->ph, &st->last_code[0], &err);
+    c[C_CAT][r] = str_code_as_last(st, &ev->cat, &st->last_code[1], &err);
+    c[C_NAME][r] = str_code_as_last(st, &ev->name, &st->last_code[2], &err);
     c[C_PID][r] = ev->pid.kind == V_INT ? ev->pid.i : NULL_INT;
     c[C_TID][r] = ev->tid.kind == V_INT ? ev->tid.i : NULL_INT;
     c[C_TS][r] = ev->ts.kind == V_INT ? ev->ts.i : NULL_INT;
