@@ -83,7 +83,7 @@ def find_markers(events: pl.DataFrame, *, step_regex: str | None = None) -> pl.D
             )
         )
         .sort("rank", "step")
-        .collect(engine="in-memory")  # a few rows: the streaming engine costs more to start
+        .collect()
     )
 
 
