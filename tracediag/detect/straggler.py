@@ -76,7 +76,7 @@ def rank_step_ratios(steps: pl.DataFrame, th: Thresholds) -> pl.DataFrame:
             prev_lost_ns=pl.min_horizontal(pl.col("peer_wait_ns"), pl.col("prev_excess_ns")).clip(lower_bound=0),
         )
         .with_columns(pattern_next=pl.col("pattern_next") & ~pl.col("pattern"))
-        .collect()
+        .collect(engine="in-memory")  # a few rows: the streaming engine costs more to start
     )
 
 
