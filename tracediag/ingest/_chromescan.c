@@ -364,6 +364,34 @@ typedef struct {
     uint64_t int_v; /* the integer part's value, when int_n <= 18 (no overflow possible) */
 } Number;
 
+/* A number's fraction and exponent after its integer part, at *pp: the fraction's digits (NULL, 0
+ * when none) and whether an exponent follows; *pp then after the number, which must not end the
+ * document (a truncated piece). */
+static ALWAYS_INLINE int number_tail(State *st, const unsigned char **pp, const unsigned char **frac_s,
+                                     Py_ssize_t *frac_n, int *has_exp) {
+    const unsigned char *p = *pp, *end = st->end;
+    *frac_s = NULL;
+    *frac_n = 0;
+    *has_exp = 0;
+    if (p < end && *p == '.') {
+        *frac_s = ++p;
+        while (p < end && *p >= '0' && *p <= '9') p++;
+        *frac_n = p - *frac_s;
+        if (!*frac_n) FAIL(st, "bad number");
+    }
+    if (p < end && (*p == 'e' || *p == 'E')) {
+        p++;
+        if (p < end && (*p == '+' || *p == '-')) p++;
+        const unsigned char *d = p;
+        while (p < end && *p >= '0' && *p <= '9') p++;
+        if (p == d) FAIL(st, "bad number");
+        *has_exp = 1;
+    }
+    if (p >= end) FAIL(st, "number at the end of the document"); /* a truncated piece */
+    *pp = p;
+    return 0;
+}
+
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
 static const uint64_t POW10[9] = {1, 10, 100, 1000, 10000, 100000, 1000000, 10000000, 100000000};
 
@@ -412,24 +440,8 @@ static int scan_number(State *st, Number *n) {
     else FAIL(st, "bad number");
     n->int_n = p - n->int_s;
     n->is_int = 1;
-    if (p < end && *p == '.') {
-        p++;
-        n->frac_s = p;
-        while (p < end && *p >= '0' && *p <= '9') p++;
-        n->frac_n = p - n->frac_s;
-        if (!n->frac_n) FAIL(st, "bad number");
-        n->is_int = 0;
-    }
-    if (p < end && (*p == 'e' || *p == 'E')) {
-        p++;
-        if (p < end && (*p == '+' || *p == '-')) p++;
-        const unsigned char *d = p;
-        while (p < end && *p >= '0' && *p <= '9') p++;
-        if (p == d) FAIL(st, "bad number");
-        n->is_int = 0;
-        n->has_exp = 1;
-    }
-    if (p >= end) FAIL(st, "number at the end of the document"); /* a truncated piece */
+    if (number_tail(st, &p, &n->frac_s, &n->frac_n, &n->has_exp)) return -1;
+    if (n->frac_s || n->has_exp) n->is_int = 0;
     st->p = p;
     return 0;
 }
@@ -469,19 +481,10 @@ static int skip_number(State *st) {
         while (p < end && *p >= '0' && *p <= '9') p++;
     }
     else FAIL(st, "bad number");
-    if (p < end && *p == '.') {
-        const unsigned char *d = ++p;
-        while (p < end && *p >= '0' && *p <= '9') p++;
-        if (p == d) FAIL(st, "bad number");
-    }
-    if (p < end && (*p == 'e' || *p == 'E')) {
-        p++;
-        if (p < end && (*p == '+' || *p == '-')) p++;
-        const unsigned char *d = p;
-        while (p < end && *p >= '0' && *p <= '9') p++;
-        if (p == d) FAIL(st, "bad number");
-    }
-    if (p >= end) FAIL(st, "number at the end of the document"); /* a truncated piece */
+    const unsigned char *frac_s;
+    Py_ssize_t frac_n;
+    int has_exp;
+    if (number_tail(st, &p, &frac_s, &frac_n, &has_exp)) return -1;
     st->p = p;
     return 0;
 }
