@@ -780,6 +780,15 @@ static ALWAYS_INLINE int tok_match(const unsigned char *p, const unsigned char *
 
 typedef int (*KeyIdFn)(const unsigned char *k, Py_ssize_t klen);
 
+/* The n bytes at p as the token met (kept only when short enough to compare). */
+static inline void remember(KeyTok *t, const unsigned char *p, Py_ssize_t n, int id) {
+    if (n > MEMO_BYTES) return;
+    memset(t->tok, 0, sizeof(t->tok));
+    memcpy(t->tok, p, (size_t)n);
+    t->len = (int)n;
+    t->id = id;
+}
+
 /* The next member of an object, its key named by `key_id`: st->p is at the object's '{' (pos 0)
  * or at the end of member pos - 1's value. 1 when a member follows (what its key names in `id`,
  * st->p at its value), 0 when the object closed, -1 on failure. The bytes met there last time (the
@@ -806,23 +815,14 @@ static ALWAYS_INLINE int next_member(State *st, KeyMemo *memo, int pos, KeyIdFn 
         more = more < 0 ? -1 : !more;
     } else {
         more = member_next(st);
-        if (more == 0 && st->p - p <= MEMO_BYTES) {
-            memset(c->tok, 0, sizeof(c->tok));
-            memcpy(c->tok, p, (size_t)(st->p - p));
-            c->len = (int)(st->p - p);
-        }
+        if (more == 0) remember(c, p, st->p - p, 0);
     }
     if (more <= 0) return more;
     const unsigned char *k;
     Py_ssize_t klen;
     if (member_key(st, &k, &klen)) return -1;
     *id = key_id(k, klen);
-    if (t && st->p - p <= MEMO_BYTES) {
-        memset(t->tok, 0, sizeof(t->tok));
-        memcpy(t->tok, p, (size_t)(st->p - p));
-        t->len = (int)(st->p - p);
-        t->id = *id;
-    }
+    if (t) remember(t, p, st->p - p, *id);
     return 1;
 }
 
