@@ -46,8 +46,10 @@ enum {
 /* The exported columns (exported as COLUMNS), one per stored column but for the raw args, whose
  * (_AT, _LEN) pair becomes one binary column. Kinds: K_STR a string (stored: an index into the
  * interned strings, -1 null), K_INT int64 (stored: NULL_INT null), K_BOOL, K_RAW binary (stored: the
- * value's place in `raw`, length 0 null). */
-enum { K_STR, K_INT, K_BOOL, K_RAW };
+ * value's place in `raw`, length 0 null), K_CAT a string exported dictionary-encoded (stored as K_STR;
+ * the interned strings are the dictionary, so polars makes it Categorical from the few distinct
+ * strings, never hashing a row). */
+enum { K_STR, K_INT, K_BOOL, K_RAW, K_CAT };
 typedef struct {
     const char *name;
     int col;
@@ -55,7 +57,7 @@ typedef struct {
 } OutCol;
 
 static const OutCol OUT_COLS[] = {
-    {"ph", C_PH, K_STR}, {"cat", C_CAT, K_STR}, {"name", C_NAME, K_STR}, {"pid", C_PID, K_INT},
+    {"ph", C_PH, K_STR}, {"cat", C_CAT, K_CAT}, {"name", C_NAME, K_CAT}, {"pid", C_PID, K_INT},
     {"pid_str", C_PID_STR, K_STR}, {"tid", C_TID, K_INT}, {"ts", C_TS, K_INT}, {"dur", C_DUR, K_INT},
     {"has_args", C_HAS_ARGS, K_BOOL}, {"external_id", C_EXTERNAL_ID, K_INT}, {"correlation", C_CORRELATION, K_INT},
     {"device", C_DEVICE, K_INT}, {"stream", C_STREAM, K_INT}, {"nbytes", C_NBYTES, K_INT},
@@ -1280,10 +1282,12 @@ typedef struct {
     void *own[3]; /* freed with the column: validity, values or views, the views' buffer sizes */
     Shared *data; /* the bytes a view column points into */
     Shared *zeros; /* an all-null view column's validity and views: zeros shared by every such column */
+    struct ArrowArray dict; /* a K_CAT column's dictionary (release NULL when none, or moved out) */
 } ColumnData;
 
 static void release_column(struct ArrowArray *a) {
     ColumnData *d = a->private_data;
+    if (d->dict.release) d->dict.release(&d->dict);
     for (int k = 0; k < 3; k++) free(d->own[k]);
     shared_drop(d->data);
     shared_drop(d->zeros);
@@ -1311,9 +1315,14 @@ static void release_struct(struct ArrowArray *a) {
 typedef struct {
     struct ArrowSchema *children;
     struct ArrowSchema **pointers;
+    struct ArrowSchema *dicts; /* the dictionaries' schemas of the K_CAT children */
 } SchemaData;
 
-static void release_child_schema(struct ArrowSchema *s) { s->release = NULL; } /* static strings only */
+/* Static strings only; a dictionary schema lives in its parent's SchemaData. */
+static void release_child_schema(struct ArrowSchema *s) {
+    if (s->dictionary && s->dictionary->release) s->dictionary->release(s->dictionary);
+    s->release = NULL;
+}
 
 static void release_schema(struct ArrowSchema *s) {
     SchemaData *d = s->private_data;
@@ -1321,18 +1330,21 @@ static void release_schema(struct ArrowSchema *s) {
         if (d->children[k].release) d->children[k].release(&d->children[k]);
     free(d->children);
     free(d->pointers);
+    free(d->dicts);
     free(d);
     s->release = NULL;
 }
 
-static const char *FORMATS[] = {"vu", "l", "b", "vz"}; /* by kind: utf8 view, int64, bool, binary view */
+/* By kind: utf8 view, int64, bool, binary view, and (K_CAT) uint32 indices into a utf8 dictionary. */
+static const char *FORMATS[] = {"vu", "l", "b", "vz", "I"};
 
 static int make_schema(struct ArrowSchema *s) {
     SchemaData *d = calloc(1, sizeof(SchemaData));
     if (d) d->children = calloc(N_OUT, sizeof(struct ArrowSchema));
     if (d) d->pointers = calloc(N_OUT, sizeof(struct ArrowSchema *));
-    if (!d || !d->children || !d->pointers) {
-        if (d) { free(d->children); free(d->pointers); free(d); }
+    if (d) d->dicts = calloc(N_OUT, sizeof(struct ArrowSchema));
+    if (!d || !d->children || !d->pointers || !d->dicts) {
+        if (d) { free(d->children); free(d->pointers); free(d->dicts); free(d); }
         PyErr_NoMemory();
         return -1;
     }
@@ -1342,6 +1354,13 @@ static int make_schema(struct ArrowSchema *s) {
         c->name = OUT_COLS[k].name;
         c->flags = ARROW_FLAG_NULLABLE;
         c->release = release_child_schema;
+        if (OUT_COLS[k].kind == K_CAT) {
+            struct ArrowSchema *v = &d->dicts[k];
+            v->format = "u";
+            v->name = "";
+            v->release = release_child_schema;
+            c->dictionary = v;
+        }
         d->pointers[k] = c;
     }
     memset(s, 0, sizeof(*s));
@@ -1439,6 +1458,41 @@ static int zero_block(State *st, Shared **zeros) {
     return 0;
 }
 
+/* The dictionary of a K_CAT column: every interned string, as utf8 (offsets into the arena, which
+ * holds the strings back to back in their order: `intern` only appends). */
+static int make_dictionary(State *st, Shared *arena, struct ArrowArray *a) {
+    Py_ssize_t n = st->n_strings;
+    ColumnData *d = calloc(1, sizeof(ColumnData));
+    int32_t *offsets = malloc((size_t)(n + 1) * sizeof(int32_t));
+    if (!d || !offsets) { free(d); free(offsets); PyErr_NoMemory(); return -1; }
+    for (Py_ssize_t k = 0; k < n; k++) offsets[k] = (int32_t)st->spans[2 * k];
+    offsets[n] = (int32_t)st->arena_len; /* under INT32_MAX: `intern` declines beyond */
+    memset(a, 0, sizeof(*a));
+    a->length = n;
+    a->n_buffers = 3;
+    d->own[1] = offsets;
+    __atomic_add_fetch(&arena->refs, 1, __ATOMIC_RELAXED);
+    d->data = arena;
+    d->buffers[1] = offsets;
+    d->buffers[2] = arena->ptr;
+    a->buffers = d->buffers;
+    a->private_data = d;
+    a->release = release_column;
+    return 0;
+}
+
+/* A K_CAT column's indices (null rows: 0, valid as an index even with an empty dictionary only if
+ * the consumer reads no null row's index) and validity, from the stored codes. */
+static int category_indices(State *st, const int64_t *v, uint32_t **out, uint8_t **bits, int64_t *nulls) {
+    Py_ssize_t n = st->n_rows;
+    if (validity(v, n, -1, bits, nulls)) return -1;
+    uint32_t *idx = malloc((size_t)(n ? n : 1) * sizeof(uint32_t));
+    if (!idx) { free(*bits); *bits = NULL; PyErr_NoMemory(); return -1; }
+    for (Py_ssize_t r = 0; r < n; r++) idx[r] = v[r] < 0 ? 0 : (uint32_t)v[r];
+    *out = idx;
+    return 0;
+}
+
 static int make_column(State *st, int k, Shared *arena, Shared *raw, Shared **zeros, struct ArrowArray *a) {
     const OutCol *oc = &OUT_COLS[k];
     Py_ssize_t n = st->n_rows;
@@ -1466,6 +1520,13 @@ static int make_column(State *st, int k, Shared *arena, Shared *raw, Shared **ze
         int64_t *fit = n ? realloc(v, (size_t)n * sizeof(int64_t)) : NULL;
         d->own[1] = fit ? fit : v;
         st->cols[oc->col] = NULL;
+    } else if (oc->kind == K_CAT) {
+        uint32_t *idx;
+        if (category_indices(st, v, &idx, &bits, &a->null_count)) goto fail;
+        d->own[0] = bits;
+        d->own[1] = idx;
+        if (make_dictionary(st, arena, &d->dict)) goto fail;
+        a->dictionary = &d->dict;
     } else if (oc->kind == K_BOOL) {
         bits = calloc((size_t)(n / 8 + 1), 1);
         if (!bits) { PyErr_NoMemory(); goto fail; }

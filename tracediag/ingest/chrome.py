@@ -198,12 +198,14 @@ class Decoded:
 
     slices: pl.DataFrame
     """Duration events (X, and matched B/E): ph, cat, name, pid, pid_str, tid, ts (ns), dur (ns),
-    order (index in the file), a_external_id, a_correlation."""
+    order (index in the file), a_external_id, a_correlation. `cat` and `name` are Categorical (a
+    trace's rows hold a few hundred distinct ones: match a pattern on the distinct names, not per
+    row); the other strings String."""
     rare: tuple[pl.DataFrame, ...]
     """The less common args, one frame per `_ARG_TIERS` entry: `order` plus `a_<field>` for the rows
     of that tier only. Join what you need with `with_args`."""
     metadata: pl.DataFrame
-    """`M` events: name (process_name, thread_name, ...), pid, pid_str, tid, label, labels."""
+    """`M` events: name (process_name, thread_name, ...), pid, pid_str, tid, label, labels (strings String)."""
     top: dict[str, Any]
     """Top-level keys of the Object form (baseTimeNanoseconds, distributedInfo, ...)."""
     events_in: int
@@ -300,7 +302,8 @@ def _add_scanned(
 ) -> None:
     """The scanner's rows as a base frame and a metadata frame, appended to `bases` and `metas`;
     their rare args go to `rare`. One polars call for all of them."""
-    rows = scanner.take().lazy()
+    taken = scanner.take()
+    rows = taken.lazy()
     kept = pl.col("order") >= 0  # `M` rows have -1
     # each query selects its columns before it filters: a filter shared by all would be computed once
     # over every column (common subplans are cached), a copy of the whole batch
@@ -311,9 +314,9 @@ def _add_scanned(
         rows.select("order", "ph", "cat", "name", "has_args", *fields)
         .filter(kept & pl.col("has_args") & mask)
         .select("order", *(pl.col(f).alias(f"a_{f}") for f in fields))
-        for mask, fields in _ARG_TIERS
+        for mask, (_, fields) in zip(_tier_masks(taken), _ARG_TIERS)
     ]
-    meta = rows.select(*_META_COLUMNS, "order").filter(~kept).drop("order")
+    meta = rows.select(*_META_COLUMNS, "order").filter(~kept).drop("order").with_columns(pl.col("name").cast(pl.String))
     base_frame, meta, *tier_frames = pl.collect_all([base, meta, *tiers], engine="in-memory")
     bases.append(base_frame)
     rare.add_frames(tier_frames)
@@ -768,8 +771,8 @@ def _piece_frame(
     frame = pl.DataFrame(
         {
             "ph": pl.Series([e.phase for e in events], dtype=pl.String, strict=False),
-            "cat": pl.Series([e.cat for e in events], dtype=pl.String, strict=False),
-            "name": pl.Series([e.name for e in events], dtype=pl.String, strict=False),
+            "cat": pl.Series([e.cat for e in events], dtype=pl.String, strict=False).cast(pl.Categorical),
+            "name": pl.Series([e.name for e in events], dtype=pl.String, strict=False).cast(pl.Categorical),
             "pid": pid_int,
             "tid": _int_series([e.tid for e in events]),
             "pid_str": pl.Series([p if type(p) is str else None for p in pid], dtype=pl.String)
@@ -804,19 +807,31 @@ _NO_CAT = pl.col("cat").is_null()  # tiers are taken from rows that are not `M` 
 _DEVICE_CAT = pl.any_horizontal([pl.col("cat") == c for c in DEVICE_CATS])
 """`cat.is_in(DEVICE_CATS)` (null where `cat` is): a few comparisons of short strings cost 40% less than
 a hash lookup of every row's `cat`."""
-_ARG_TIERS: tuple[tuple[pl.Expr, tuple[str, ...]], ...] = (
+_ARG_TIERS: tuple[tuple[pl.Expr | str, tuple[str, ...]], ...] = (
     (_DEVICE_CAT | _NO_CAT, ("device", "stream", "nbytes")),
-    (
-        # collective rows, and the matrix products whose shapes calibrate the model: one regex, one
-        # pass over the names (two cost half as much again)
-        pl.col("name").str.contains(COLLECTIVE_ROW + r"|^aten::(?:mm|addmm|bmm|baddbmm|_scaled_mm)$"),
-        _COLL_FIELDS,
-    ),
+    # collective rows, and the matrix products whose shapes calibrate the model: a pattern of the name
+    (COLLECTIVE_ROW + r"|^aten::(?:mm|addmm|bmm|baddbmm|_scaled_mm)$", _COLL_FIELDS),
     (_NO_CAT, ("label", "step_num", "device_ordinal", "hlo_op", "hlo_module", "run_id")),
 )
 """Which rows can carry which less common args: device rows, collectives (and the GEMM ops, whose recorded
-`Input Dims` `tracediag calibrate` reads), rows without `cat` (JAX).
-Reading every field of every event would cost more than the JSON decode itself."""
+`Input Dims` `tracediag calibrate` reads), rows without `cat` (JAX). A rule is a row mask, or (a str) a
+pattern of the name: see `_tier_masks`. Reading every field of every event would cost more than the JSON
+decode itself."""
+
+
+def _tier_masks(frame: pl.DataFrame) -> list[pl.Expr]:
+    """The `_ARG_TIERS` row masks for `frame` (its `name` Categorical). A name pattern is matched once per
+    distinct name of the frame and becomes a membership test: 50k rows hold a few hundred names, and a
+    regex search per row cost a tenth of the whole decode."""
+    masks: list[pl.Expr] = []
+    names = None
+    for rule, _ in _ARG_TIERS:
+        if isinstance(rule, str):
+            if names is None:
+                names = frame.get_column("name").unique().drop_nulls()
+            rule = pl.col("name").is_in(names.filter(names.cast(pl.String).str.contains(rule)).implode())
+        masks.append(rule)
+    return masks
 
 
 class _RareArgs:
@@ -828,7 +843,7 @@ class _RareArgs:
 
     def add(self, base: pl.DataFrame, args: list[_Args], offset: int) -> None:
         """A msgspec-decoded piece: `base` and the structs of its rows' args."""
-        masks = base.select(pl.arg_where(mask).implode().alias(str(i)) for i, (mask, _) in enumerate(_ARG_TIERS))
+        masks = base.select(pl.arg_where(mask).implode().alias(str(i)) for i, mask in enumerate(_tier_masks(base)))
         for i, (_, fields) in enumerate(_ARG_TIERS):
             local = [r for r in masks[str(i)][0].to_list() if args[r] is not _NO_ARGS]
             picked = [args[r] for r in local]
