@@ -409,7 +409,7 @@ def _pieces(
             # the head + its end marker, or `[` + the events + `]`: in place, never a copy of the piece
             prefix, suffix = (b"", _HEAD_END[is_array]) if head else (b"[", b"]")
             with buf.opened(prefix, m[0] + 1, suffix) as doc:
-                fed = scanner.feed(doc, is_array or not head, _END_NAME if head else None)
+                fed = scanner.feed(doc, is_array or not head, _END_NAME if head else None, buf.rest())
                 piece = None if fed is not None else bytes(doc)
             piece_is_array = is_array if head else True
             piece_warnings: list[str] = []
@@ -478,7 +478,7 @@ def _rest(
     """Decode everything not yet decoded as one document (the whole file when nothing was)."""
     buf.fill(None)
     with buf.opened(b"" if head else b"[" if is_array else b'{"traceEvents":[', buf.size, b"") as doc:
-        fed = scanner.feed(doc, is_array)
+        fed = scanner.feed(doc, is_array, rest=buf.rest())
         piece = None if fed is not None else bytes(doc)
     buf.release()
     if fed is not None:
@@ -509,6 +509,10 @@ class _Buffer:
     @property
     def size(self) -> int:
         return self.hi - self.lo
+
+    def rest(self) -> int | None:
+        """The bytes from `lo` to the end of the file, where known (a mapped file)."""
+        return None
 
     def view(self, start: int = 0, stop: int | None = None) -> memoryview:
         """The held bytes from `start` to `stop` (offsets from `lo`)."""
@@ -578,6 +582,9 @@ class _Mapped(_Buffer):
         self.buf = mapped
         self.lo = self.hi = self.dropped = 0
         self.eof = False
+
+    def rest(self) -> int | None:
+        return len(self.buf) - self.lo
 
     def fill(self, size: int | None) -> None:
         end = len(self.buf)

@@ -60,14 +60,18 @@ class Scanner:
         read count too (the caller adds them)."""
         self._last_kept = 0
 
-    def feed(self, doc: bytes | bytearray | memoryview, is_array: bool, marker: str | None = None) -> Fed | None:
+    def feed(
+        self, doc: bytes | bytearray | memoryview, is_array: bool, marker: str | None = None, rest: int | None = None
+    ) -> Fed | None:
         """Add a document's rows, or None (and nothing added) where the msgspec path must read it.
 
         `marker`: the name of an `M` event that may end the document; it is left out if it does.
+        `rest`: the bytes from the document's start to the file's end, where known (a mapped file):
+        the scanner then reserves room for the file's rows once, instead of growing by copies.
         """
         if self._scanner is None:
             return None
-        result = self._scanner.feed(doc, is_array, marker, self.next_order)
+        result = self._scanner.feed(doc, is_array, marker, self.next_order, -1 if rest is None else rest)
         if isinstance(result, str):  # the reason the scanner declined
             return None
         n_events, kept, skipped, spans, ended, rows = result
