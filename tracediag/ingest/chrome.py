@@ -478,7 +478,7 @@ def _rest(
     """Decode everything not yet decoded as one document (the whole file when nothing was)."""
     buf.fill(None)
     with buf.opened(b"" if head else b"[" if is_array else b'{"traceEvents":[', buf.size, b"") as doc:
-        fed = scanner.feed(doc, is_array, rest=buf.rest())
+        fed = scanner.feed(doc, is_array, None, buf.rest())
         piece = None if fed is not None else bytes(doc)
     buf.release()
     if fed is not None:
