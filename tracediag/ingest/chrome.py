@@ -247,7 +247,7 @@ def decode(source: bytes | Iterable[bytes] | mmap.mmap, path: str) -> Decoded:
     metas: list[pl.DataFrame] = []
     rare = _RareArgs()
     n_events = 0  # input events seen
-    scanner = native.Scanner()  # its `next_order`: the `order` of the next row reaching the frame
+    scanner = native.Scanner(SCANNED_ROWS)  # its `next_order`: the `order` of the next row reaching the frame
     held = 0  # rows the scanner holds
     for events, piece_top, piece, piece_is_array in _pieces(buffer, path, warnings, skipped, scanner):
         top.update({k: v for k, v in piece_top.items() if v is not None})

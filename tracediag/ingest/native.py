@@ -51,8 +51,10 @@ class Fed:
 class Scanner:
     """Reads a file's documents (the whole file, or its pieces in order) into one set of rows."""
 
-    def __init__(self) -> None:
-        self._scanner = _chromescan.Scanner() if _chromescan is not None else None
+    def __init__(self, batch_rows: int = 0) -> None:
+        """`batch_rows`: the caller takes the rows once they reach about this many (0: unknown): room is
+        reserved for no more."""
+        self._scanner = _chromescan.Scanner(batch_rows) if _chromescan is not None else None
         self.pieces = 0
         """Documents accepted since the last `take`."""
         self.next_order = 0
