@@ -1572,8 +1572,9 @@ fail:
     return -1;
 }
 
-/* The scanner's rows as an Arrow struct array; the scanner then holds no rows and no strings. */
-static int take_rows(State *st, struct ArrowArray *out) {
+/* The scanner's rows as an Arrow struct array, and its interned strings (the K_CAT columns' dictionary)
+ * as a utf8 array; the scanner then holds no rows and no strings. */
+static int take_rows(State *st, struct ArrowArray *out, struct ArrowArray *strings) {
     Py_ssize_t n = st->n_rows;
     if (!st->cap_rows && grow_rows(st)) return -1; /* no row yet: every column empty */
     /* the bytes views point into: never NULL, even when empty */
@@ -1590,6 +1591,10 @@ static int take_rows(State *st, struct ArrowArray *out) {
     if (!arena || !raw || !d || !d->children || !d->pointers) {
         if (!PyErr_Occurred()) PyErr_NoMemory();
         if (d) { free(d->children); free(d->pointers); free(d); }
+        goto done;
+    }
+    if (make_dictionary(st, arena, strings)) {
+        free(d->children); free(d->pointers); free(d);
         goto done;
     }
     memset(out, 0, sizeof(*out));
@@ -1631,6 +1636,7 @@ typedef struct {
     PyObject_HEAD
     struct ArrowArray array; /* released (release NULL) once exported */
     Py_ssize_t length;
+    int strings; /* a utf8 array of strings, not the struct array of the rows */
 } Rows;
 
 static void Rows_dealloc(Rows *self) {
@@ -1660,7 +1666,16 @@ static PyObject *Rows_arrow_c_array(Rows *self, PyObject *args, PyObject *kwds) 
     struct ArrowSchema *s = malloc(sizeof(*s));
     struct ArrowArray *a = malloc(sizeof(*a));
     if (!s || !a) { free(s); free(a); return PyErr_NoMemory(); }
-    if (make_schema(s)) { free(s); free(a); return NULL; }
+    if (self->strings) {
+        memset(s, 0, sizeof(*s));
+        s->format = "u";
+        s->name = "";
+        s->release = release_child_schema;
+    } else if (make_schema(s)) {
+        free(s);
+        free(a);
+        return NULL;
+    }
     PyObject *sc = PyCapsule_New(s, "arrow_schema", schema_capsule_free);
     if (!sc) { s->release(s); free(s); free(a); return NULL; }
     *a = self->array; /* moved: the capsule owns the rows now */
@@ -1686,7 +1701,8 @@ static PyTypeObject RowsType = {
     .tp_name = "tracediag.ingest._chromescan.Rows",
     .tp_basicsize = sizeof(Rows),
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Scanned rows, typed, exported once through the Arrow PyCapsule interface (`pl.DataFrame(rows)`).",
+    .tp_doc = "Scanned rows (or their strings), typed, exported once through the Arrow PyCapsule interface\n"
+              "(`pl.DataFrame(rows)`, `pl.Series(strings)`).",
     .tp_dealloc = (destructor)Rows_dealloc,
     .tp_methods = ROWS_METHODS,
     .tp_as_sequence = &ROWS_SEQUENCE,
@@ -1844,12 +1860,15 @@ static PyObject *Scanner_drop_last(Scanner *self, PyObject *noargs) {
 
 static PyObject *Scanner_take(Scanner *self, PyObject *noargs) {
     State *st = &self->st;
-    Rows *rows = PyObject_New(Rows, &RowsType);
-    if (!rows) return NULL;
-    rows->array.release = NULL;
+    Rows *rows = PyObject_New(Rows, &RowsType), *strings = PyObject_New(Rows, &RowsType);
+    if (!rows || !strings) { Py_XDECREF(rows); Py_XDECREF(strings); return NULL; }
+    rows->array.release = strings->array.release = NULL;
     rows->length = st->n_rows;
-    if (take_rows(st, &rows->array)) { Py_DECREF(rows); return NULL; }
-    return (PyObject *)rows;
+    strings->length = st->n_strings;
+    rows->strings = 0;
+    strings->strings = 1;
+    if (take_rows(st, &rows->array, &strings->array)) { Py_DECREF(rows); Py_DECREF(strings); return NULL; }
+    return Py_BuildValue("(NN)", rows, strings);
 }
 
 static PyMethodDef SCANNER_METHODS[] = {
@@ -1864,9 +1883,10 @@ static PyMethodDef SCANNER_METHODS[] = {
     {"drop_last", (PyCFunction)Scanner_drop_last, METH_NOARGS,
      "drop_last() -> None: forget the last accepted document (once)."},
     {"take", (PyCFunction)Scanner_take, METH_NOARGS,
-     "take() -> Rows: the rows so far, typed, in COLUMNS order (strings utf8, ids and times int64,\n"
-     "has_args bool, raw args values binary: their JSON text; order -1 on M rows); the scanner then\n"
-     "holds none."},
+     "take() -> (rows, strings): the rows so far, typed, in COLUMNS order (strings utf8, cat and name\n"
+     "dictionary-encoded, ids and times int64, has_args bool, raw args values binary: their JSON text; order\n"
+     "-1 on M rows), and the interned strings (utf8: every string of the rows, the dictionary); the scanner\n"
+     "then holds none."},
     {NULL, NULL, 0, NULL},
 };
 

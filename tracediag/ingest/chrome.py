@@ -314,7 +314,7 @@ def _add_scanned(
         rows.select("order", "ph", "cat", "name", "has_args", *fields)
         .filter(kept & pl.col("has_args") & mask)
         .select("order", *(pl.col(f).alias(f"a_{f}") for f in fields))
-        for mask, (_, fields) in zip(_tier_masks(taken), _ARG_TIERS)
+        for mask, (_, fields) in zip(_tier_masks(taken, scanner.strings), _ARG_TIERS)
     ]
     meta = rows.select(*_META_COLUMNS, "order").filter(~kept).drop("order").with_columns(pl.col("name").cast(pl.String))
     base_frame, meta, *tier_frames = pl.collect_all([base, meta, *tiers], engine="in-memory")
@@ -826,12 +826,12 @@ pattern of the name: see `_tier_masks`. Reading every field of every event would
 decode itself."""
 
 
-def _tier_masks(frame: pl.DataFrame) -> list[pl.Expr]:
+def _tier_masks(frame: pl.DataFrame, names: pl.Series | None = None) -> list[pl.Expr]:
     """The `_ARG_TIERS` row masks for `frame` (its `name` Categorical). A name pattern is matched once per
-    distinct name of the frame and becomes a membership test: 50k rows hold a few hundred names, and a
-    regex search per row cost a tenth of the whole decode."""
+    distinct name and becomes a membership test: 50k rows hold a few hundred names, and a regex search
+    per row cost a tenth of the whole decode. `names`: strings among which are all of `frame`'s names (the
+    scanner's, `native.Scanner.strings`); by default the frame's distinct names."""
     masks: list[pl.Expr] = []
-    names = None
     for rule, _ in _ARG_TIERS:
         if isinstance(rule, str):
             if names is None:

@@ -61,6 +61,9 @@ class Scanner:
         """The `order` the next document's first row gets: the rows of the documents the msgspec path
         read count too (the caller adds them)."""
         self._last_kept = 0
+        self.strings = pl.Series(dtype=pl.String)
+        """The distinct strings of the rows `take` gave last (every string column's, and maybe more):
+        a superset of their names, to match a pattern once per distinct name."""
 
     def feed(
         self, doc: bytes | bytearray | memoryview, is_array: bool, marker: str | None = None, rest: int | None = None
@@ -98,11 +101,14 @@ class Scanner:
     def take(self) -> pl.DataFrame:
         """The rows so far, typed (`COLUMNS`); the scanner then holds none.
 
-        Strings are String, ids, times and counts Int64 (null where absent or not an integer),
+        `cat` and `name` are Categorical (dictionary-encoded: polars maps each distinct string once, never
+        a row), the other strings String, ids, times and counts Int64 (null where absent or not an integer),
         `has_args` Boolean, the raw args (`input_dims`, ...) Binary: the value's JSON text, as
         msgspec.Raw keeps it. `order` numbers the rows that are not `M` metadata (-1 on those).
         """
         if self._scanner is None:
             raise RuntimeError("the C scanner is not built")
         self.pieces = 0
-        return pl.DataFrame(self._scanner.take())  # Arrow arrays (PyCapsule interface): no copy
+        rows, strings = self._scanner.take()
+        self.strings = pl.Series(strings)
+        return pl.DataFrame(rows)  # Arrow arrays (PyCapsule interface): no copy
