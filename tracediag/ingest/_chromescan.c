@@ -1797,8 +1797,8 @@ static PyObject *Scanner_feed(Scanner *self, PyObject *args) {
      * document's start to the file's end), room for the rows still to come before the caller takes
      * them (the rest of the file, or of the batch: up to `batch_rows` and this document's), so the
      * rows of the next documents never move. On the 8 x 35 MB A100 set that is a fifth fewer page
-     * faults than growing by copies (blocks of one size, reused batch after batch), and a fourth
-     * fewer than room for the whole file (larger blocks, mapped afresh each time). The margin is
+     * faults than growing by copies, or than room for the whole file (blocks of one size are reused
+     * batch after batch; larger ones are mapped afresh each time). The margin is
      * added only when the estimate without it no longer fits: re-estimated at every document, it
      * would otherwise outgrow its own margin and double the room (a copy of every row). */
     Py_ssize_t per_row = st->rows_seen ? st->bytes_seen / st->rows_seen : 256;

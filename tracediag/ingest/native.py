@@ -72,7 +72,8 @@ class Scanner:
 
         `marker`: the name of an `M` event that may end the document; it is left out if it does.
         `rest`: the bytes from the document's start to the file's end, where known (a mapped file):
-        the scanner then reserves room for the file's rows once, instead of growing by copies.
+        the scanner then reserves room once for the rows to come (to the file's end or `batch_rows`),
+        instead of growing by copies.
         """
         if self._scanner is None:
             return None
