@@ -14,6 +14,7 @@ import random
 import re
 from pathlib import Path
 
+import msgspec
 import orjson
 import polars as pl
 import pytest
@@ -429,3 +430,51 @@ def test_names_are_categorical_and_the_name_tier_holds_the_rows_a_per_row_regex_
     names = set(picked["name"].cast(pl.String).to_list())
     assert {"aten::mm", "record_param_comms", "nccl:all_reduce"} <= names  # GEMMs and collectives
     assert tier["a_input_dims"].drop_nulls().len() > 100  # the GEMM shapes calibrate reads
+
+
+# Arrays as Kineto writes them in skipped or raw args, and near misses. The scanner's fast path for
+# arrays of integers, plain strings and such arrays must accept exactly the valid ones.
+_ARRAYS = [
+    b"[]", b"[ ]", b"[[1024, 512], [], [512]]", b'["float", "", "Scalar"]', b"[[-3, 0], [10]]",
+    b'[ [ 1 ] , "a b" ]', b"[\n  [1,2],\n\t[]\r\n]", b'["]", "[", "[[]"]', b"[0, -0, 9007199254740993]",
+    b"[1.5, 2e3, -0.25]", b'["\\u00e9", "\\"", "\xc3\xa9"]', b'[{"a": [1]}, true, false, null]', b'["\x7f"]',
+    b"[1,,2]", b"[01]", b"[1 2]", b'["a" "b"]', b"[[1],]", b"[,]", b"[,1]", b"[1,]", b"[-]", b"[-a]", b"[--1]",
+    b"[+1]", b"[1a]", b"[.5]", b"[1.]", b"[[1]", b"[[1]]]", b"[1}", b"[[]][]", b"['a']", b'["a\tb"]',
+    b'["a\nb"]', b'["a\\x"]', b'["\xff"]', b'["\xc3"]', b"[\x0b]", b"[1\x00]", b"[tru]", b"[nul]",
+]
+
+
+@pytest.mark.parametrize("key", ["Input Dims", "Call stack"])  # read as raw text; skipped
+@pytest.mark.parametrize("value", _ARRAYS)
+def test_arrays_in_args_are_read_exactly_when_valid_json(key: str, value: bytes) -> None:
+    """The scanner reads a document iff msgspec decodes it, and keeps an array's text as msgspec.Raw
+    does; truncated inside the array (a piece cut there) it declines."""
+    doc = b'[{"ph": "X", "name": "a", "ts": 1, "dur": 2, "args": {"%s": %s, "Seq": 1}}]' % (key.encode(), value)
+    try:
+        msgspec.json.decode(doc)
+        valid = True
+    except msgspec.DecodeError:
+        valid = False
+    fed, scanner = _scan(doc, True)
+    assert (fed is not None) == valid, value
+    if valid:
+        rows = scanner.take()
+        assert rows["seq"].to_list() == [1]
+        if key == "Input Dims":
+            assert rows["input_dims"].to_list() == [value]
+    start = doc.index(value)
+    for cut in range(start + 1, start + len(value)):
+        assert _scan(doc[:cut], True)[0] is None, (value, cut)
+
+
+def test_nested_arrays_decline_past_the_depth_limit_on_both_paths() -> None:
+    """An array nested n deep inside the args is read up to one depth, the same whether the fast path
+    (integers) or the general path (a fraction) skips it."""
+    read = {}
+    for inner in (b"1", b"1.5"):
+        read[inner] = [
+            _scan(b'[{"ph": "X", "ts": 1, "args": {"x": %s%s%s}}]' % (b"[" * n, inner, b"]" * n), True)[0] is not None
+            for n in range(55, 70)
+        ]
+    assert read[b"1"] == read[b"1.5"]
+    assert read[b"1"] == sorted(read[b"1"], reverse=True) and 0 < sum(read[b"1"]) < 15  # read up to a depth
