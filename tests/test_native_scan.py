@@ -467,6 +467,34 @@ def test_arrays_in_args_are_read_exactly_when_valid_json(key: str, value: bytes)
         assert _scan(doc[:cut], True)[0] is None, (value, cut)
 
 
+_STRINGS = [
+    b'""', b'"a"', b'"Scalar"', b'"fifteen chars.."', b'"sixteen chars..."', b'"a \\" b"', b'"\\n"', b'"\\u00e9"',
+    b'"\xc3\xa9"', b'"\x7f"', b'"a]"', b'"\\x"', b'"a\x01"', b'"a\tb"', b'"\xff"', b'"\xc3"', b'"\\ud800"',
+]
+
+
+@pytest.mark.parametrize("key", ["name", "Call stack"])  # read as a string (the label); skipped
+@pytest.mark.parametrize("value", _STRINGS)
+def test_strings_in_args_are_read_exactly_when_valid_json(key: str, value: bytes) -> None:
+    """Short strings (the inline check) and longer ones (the full scan): read iff msgspec decodes the
+    document, to the same text; truncated inside the string, declined."""
+    doc = b'[{"ph": "X", "name": "a", "ts": 1, "dur": 2, "args": {"%s": %s, "Seq": 1}}]' % (key.encode(), value)
+    try:
+        decoded = msgspec.json.decode(doc)[0]["args"][key]
+    except msgspec.DecodeError:
+        decoded = None
+    fed, scanner = _scan(doc, True)
+    assert (fed is not None) == (decoded is not None), value
+    if fed is not None:
+        rows = scanner.take()
+        assert rows["seq"].to_list() == [1]
+        if key == "name":
+            assert rows["label"].to_list() == [decoded]
+    start = doc.index(value)
+    for cut in range(start + 1, start + len(value)):
+        assert _scan(doc[:cut], True)[0] is None, (value, cut)
+
+
 def test_nested_arrays_decline_past_the_depth_limit_on_both_paths() -> None:
     """An array nested n deep inside the args is read up to one depth, the same whether the fast path
     (integers) or the general path (a fraction) skips it."""

@@ -360,6 +360,25 @@ static int scan_string(State *st, const unsigned char **s, Py_ssize_t *len, int 
     return 0;
 }
 
+/* The length of the string whose content starts at p (after its opening quote) when it closes within
+ * the next 16 bytes with none of them an escape, a control byte or non-ASCII; -1 otherwise (then
+ * `scan_string` reads it). Inline, for the short names and empty strings most events hold. */
+static ALWAYS_INLINE int short_string(const unsigned char *p, const unsigned char *end) {
+#if defined(__SSE2__) && defined(__GNUC__)
+    if (end - p < 16) return -1;
+    __m128i x = _mm_loadu_si128((const __m128i *)p);
+    __m128i stop = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(x, _mm_set1_epi8('"')),
+                                             _mm_cmpeq_epi8(x, _mm_set1_epi8('\\'))),
+                                _mm_cmplt_epi8(x, _mm_set1_epi8(0x20)));
+    int hit = _mm_movemask_epi8(stop);
+    if (!hit) return -1;
+    int n = __builtin_ctz((unsigned)hit);
+    return p[n] == '"' ? n : -1;
+#else
+    return -1;
+#endif
+}
+
 typedef struct {
     int is_int, neg, has_exp;
     const unsigned char *int_s, *frac_s;
@@ -579,7 +598,11 @@ static int skip_value(State *st) {
     switch (c) {
     case '{': return skip_container(st, '}');
     case '[': return skip_array_fast(st) ? skip_container(st, ']') : 0;
-    case '"': return scan_string(st, &s, &len, &esc);
+    case '"': {
+        int n = short_string(st->p + 1, st->end);
+        if (n >= 0) { st->p += n + 2; return 0; }
+        return scan_string(st, &s, &len, &esc);
+    }
     case 't': return match_literal(st, "true", 4);
     case 'f': return match_literal(st, "false", 5);
     case 'n': return match_literal(st, "null", 4);
@@ -624,7 +647,15 @@ static int read_val(State *st, Val *v, int how) {
         return 0;
     }
     if (c == '"') {
-        if (scan_string(st, &v->s, &v->len, &v->escaped)) return -1;
+        int n = short_string(st->p + 1, st->end);
+        if (n >= 0) {
+            v->s = st->p + 1;
+            v->len = n;
+            v->escaped = 0;
+            st->p += n + 2;
+        } else if (scan_string(st, &v->s, &v->len, &v->escaped)) {
+            return -1;
+        }
         v->kind = V_STR; /* an A_INT field decides what a string means */
         v->quoted = 1;
         if (how == A_ANY_INT) string_as_int(v);
