@@ -506,3 +506,13 @@ def test_nested_arrays_decline_past_the_depth_limit_on_both_paths() -> None:
         ]
     assert read[b"1"] == read[b"1.5"]
     assert read[b"1"] == sorted(read[b"1"], reverse=True) and 0 < sum(read[b"1"]) < 15  # read up to a depth
+
+
+@pytest.mark.parametrize("value", [b"1.5", b"15e1", b"15E1", b"1234567.5", b"7e-1", b"12345678", b"0", b"-5"])
+def test_numbers_in_an_event_that_is_only_counted_are_read(value: bytes) -> None:
+    """An instant event's pid and tid are checked as JSON, their type unused: the scanner reads the
+    document whatever number they hold, a fraction or an exponent after a short integer included."""
+    doc = b'[{"ph": "X", "name": "a", "ts": 1, "dur": 2, "pid": 1, "tid": 2}, {"ph": "i", "pid": %s, "tid": %s}]'
+    fed, scanner = _scan(doc % (value, value), True)
+    assert fed is not None and fed.skipped == {"instant": 1}
+    assert scanner.take()["pid"].to_list() == [1]

@@ -666,6 +666,27 @@ static int read_val(State *st, Val *v, int how) {
         v->kind = V_NULL;
         return 0;
     }
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    if (c >= '1' && c <= '9' && st->end - st->p >= 9) { /* most ids: a positive integer of under 8 digits */
+        uint64_t d;
+        int k = digits8(st->p, &d);
+        unsigned char after = st->p[k];
+        if (k < 8 && after != '.' && after != 'e' && after != 'E') {
+            st->p += k;
+            if (how == A_STR) {
+                v->kind = V_STR;
+                v->s = start;
+                v->len = k;
+                v->escaped = 0;
+                v->quoted = 0;
+            } else {
+                v->kind = V_INT;
+                v->i = (int64_t)d;
+            }
+            return 0;
+        }
+    }
+#endif
     if (c == '-' || (c >= '0' && c <= '9')) {
         Number n;
         int ok;
