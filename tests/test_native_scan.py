@@ -516,3 +516,17 @@ def test_numbers_in_an_event_that_is_only_counted_are_read(value: bytes) -> None
     fed, scanner = _scan(doc % (value, value), True)
     assert fed is not None and fed.skipped == {"instant": 1}
     assert scanner.take()["pid"].to_list() == [1]
+
+
+@pytest.mark.parametrize("key", [b"ts", b"dur"])
+def test_whole_microsecond_times_read_up_to_2_62_ns(key: bytes) -> None:
+    """Whole µs (the short integer step) and the same with a decimal point (the general one) are read
+    to the same ns below 2**62 ns and left to the msgspec path from there (its check is per piece)."""
+    doc = b'[{"ph": "X", "name": "a", "ts": 1, "dur": 2, "pid": 1, "tid": 2}, {"ph": "X", "%s": %s, "tid": 3}]'
+    for us, ns in [(b"999", 999_000), (b"4611686018427386", 4_611_686_018_427_386_000), (b"4611686018427387", None)]:
+        for text in (us, us + b".0"):
+            fed, scanner = _scan(doc % (key, text), True)
+            if ns is None:
+                assert fed is None, text
+            else:
+                assert fed is not None and scanner.take()[key.decode()][1] == ns, text
