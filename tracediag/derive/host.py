@@ -117,8 +117,8 @@ def host_feed(
         ]
     )
     queue = (
-        # by rank, t, then d; ties in the order the Int128 keys' (merge) sort leaves them
-        points.sort(time_order("rank", "t", pl.col("d") > 0, keys), maintain_order=keys is not None)
+        # by rank, t, then d (ties are points of one call's work: one step, one median)
+        points.sort(time_order("rank", "t", pl.col("d") > 0, keys))
         # one running sum over all ranks: each launch's +1 and -1 lie in its rank, so it is back at 0
         # where each rank starts
         .with_columns(depth=pl.col("d").cum_sum())

@@ -172,9 +172,8 @@ def _in_order(points: pl.LazyFrame, by: list[str], keys: TimeKeys | None = None)
     """`points` sorted by `by` then ``t``, nulls first in each (`time_order` over one narrow integer
     column; Int64 with `keys` when that column is ``rank``)."""
     if len(by) == 1 and points.collect_schema()[by[0]] in NARROW_INTS:
-        keys = keys if by == ["rank"] else None
-        # ties in the order the Int128 keys' (merge) sort leaves them
-        return points.sort(time_order(by[0], "t", keys=keys), maintain_order=keys is not None)
+        # (rows of equal keys may come in any order: the sweep reads only the last running count of each run)
+        return points.sort(time_order(by[0], "t", keys=keys if by == ["rank"] else None))
     return points.sort(*by, "t")
 
 
