@@ -397,3 +397,35 @@ def test_keys_named_by_the_bytes_met_before_read_the_same(
         _assert_same(scanned, decoded, what)
         assert scanned[0] == "ok", what
         assert scanned[1].events.height + sum(scanned[1].meta.skipped.values()) == 6, what  # each event counted
+
+
+@pytest.mark.parametrize("scanned", [True, False], ids=["scanner", "msgspec"])
+def test_names_are_categorical_and_the_name_tier_holds_the_rows_a_per_row_regex_picks(
+    scanned: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`Decoded.slices` holds `name` and `cat` Categorical on both paths (the scanner hands them over
+    dictionary-encoded), and the args tier of the collectives and GEMM ops, whose name pattern is
+    matched once per distinct name of each batch, holds exactly the rows a regex over every row's
+    name picks (the file read in small pieces and batches, so each batch has names of its own)."""
+    path = FIXTURES / "kineto/hta_a100_nccl_rank0.json.gz"
+    text = _text(path)
+    fed, scanner = _scan(text, False)
+    every = scanner.take()
+    assert fed is not None and every.schema["name"] == every.schema["cat"] == pl.Categorical
+    monkeypatch.setattr(chrome, "CHUNK_BYTES", 40_000)
+    monkeypatch.setattr(chrome, "SCANNED_ROWS", 200)
+    if not scanned:
+        monkeypatch.setattr(native, "_chromescan", None)
+    dec = chrome.decode(text, str(path))
+    assert dec.slices.schema["name"] == dec.slices.schema["cat"] == pl.Categorical
+    assert dec.metadata.schema["name"] == pl.String
+    pattern, fields = chrome._ARG_TIERS[1]
+    assert isinstance(pattern, str) and "coll_name" in fields
+    picked = every.filter(
+        (pl.col("order") >= 0) & pl.col("has_args") & pl.col("name").cast(pl.String).str.contains(pattern)
+    )
+    tier = dec.rare[1]
+    assert tier["order"].to_list() == picked["order"].to_list()
+    names = set(picked["name"].cast(pl.String).to_list())
+    assert {"aten::mm", "record_param_comms", "nccl:all_reduce"} <= names  # GEMMs and collectives
+    assert tier["a_input_dims"].drop_nulls().len() > 100  # the GEMM shapes calibrate reads

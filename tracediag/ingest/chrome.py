@@ -198,12 +198,14 @@ class Decoded:
 
     slices: pl.DataFrame
     """Duration events (X, and matched B/E): ph, cat, name, pid, pid_str, tid, ts (ns), dur (ns),
-    order (index in the file), a_external_id, a_correlation."""
+    order (index in the file), a_external_id, a_correlation. `cat` and `name` are Categorical (a
+    trace's rows hold a few hundred distinct ones: match a pattern on the distinct names, not per
+    row); the other strings String."""
     rare: tuple[pl.DataFrame, ...]
     """The less common args, one frame per `_ARG_TIERS` entry: `order` plus `a_<field>` for the rows
     of that tier only. Join what you need with `with_args`."""
     metadata: pl.DataFrame
-    """`M` events: name (process_name, thread_name, ...), pid, pid_str, tid, label, labels."""
+    """`M` events: name (process_name, thread_name, ...), pid, pid_str, tid, label, labels (strings String)."""
     top: dict[str, Any]
     """Top-level keys of the Object form (baseTimeNanoseconds, distributedInfo, ...)."""
     events_in: int
@@ -245,7 +247,7 @@ def decode(source: bytes | Iterable[bytes] | mmap.mmap, path: str) -> Decoded:
     metas: list[pl.DataFrame] = []
     rare = _RareArgs()
     n_events = 0  # input events seen
-    scanner = native.Scanner()  # its `next_order`: the `order` of the next row reaching the frame
+    scanner = native.Scanner(SCANNED_ROWS)  # its `next_order`: the `order` of the next row reaching the frame
     held = 0  # rows the scanner holds
     for events, piece_top, piece, piece_is_array in _pieces(buffer, path, warnings, skipped, scanner):
         top.update({k: v for k, v in piece_top.items() if v is not None})
@@ -300,7 +302,8 @@ def _add_scanned(
 ) -> None:
     """The scanner's rows as a base frame and a metadata frame, appended to `bases` and `metas`;
     their rare args go to `rare`. One polars call for all of them."""
-    rows = scanner.take().lazy()
+    taken = scanner.take()
+    rows = taken.lazy()
     kept = pl.col("order") >= 0  # `M` rows have -1
     # each query selects its columns before it filters: a filter shared by all would be computed once
     # over every column (common subplans are cached), a copy of the whole batch
@@ -311,9 +314,9 @@ def _add_scanned(
         rows.select("order", "ph", "cat", "name", "has_args", *fields)
         .filter(kept & pl.col("has_args") & mask)
         .select("order", *(pl.col(f).alias(f"a_{f}") for f in fields))
-        for mask, fields in _ARG_TIERS
+        for mask, (_, fields) in zip(_tier_masks(taken, scanner.strings), _ARG_TIERS)
     ]
-    meta = rows.select(*_META_COLUMNS, "order").filter(~kept).drop("order")
+    meta = rows.select(*_META_COLUMNS, "order").filter(~kept).drop("order").with_columns(pl.col("name").cast(pl.String))
     base_frame, meta, *tier_frames = pl.collect_all([base, meta, *tiers], engine="in-memory")
     bases.append(base_frame)
     rare.add_frames(tier_frames)
@@ -406,7 +409,7 @@ def _pieces(
             # the head + its end marker, or `[` + the events + `]`: in place, never a copy of the piece
             prefix, suffix = (b"", _HEAD_END[is_array]) if head else (b"[", b"]")
             with buf.opened(prefix, m[0] + 1, suffix) as doc:
-                fed = scanner.feed(doc, is_array or not head, _END_NAME if head else None)
+                fed = scanner.feed(doc, is_array or not head, _END_NAME if head else None, buf.rest())
                 piece = None if fed is not None else bytes(doc)
             piece_is_array = is_array if head else True
             piece_warnings: list[str] = []
@@ -475,7 +478,7 @@ def _rest(
     """Decode everything not yet decoded as one document (the whole file when nothing was)."""
     buf.fill(None)
     with buf.opened(b"" if head else b"[" if is_array else b'{"traceEvents":[', buf.size, b"") as doc:
-        fed = scanner.feed(doc, is_array)
+        fed = scanner.feed(doc, is_array, None, buf.rest())
         piece = None if fed is not None else bytes(doc)
     buf.release()
     if fed is not None:
@@ -506,6 +509,10 @@ class _Buffer:
     @property
     def size(self) -> int:
         return self.hi - self.lo
+
+    def rest(self) -> int | None:
+        """The bytes from `lo` to the end of the file, where known (a mapped file)."""
+        return None
 
     def view(self, start: int = 0, stop: int | None = None) -> memoryview:
         """The held bytes from `start` to `stop` (offsets from `lo`)."""
@@ -575,6 +582,9 @@ class _Mapped(_Buffer):
         self.buf = mapped
         self.lo = self.hi = self.dropped = 0
         self.eof = False
+
+    def rest(self) -> int | None:
+        return len(self.buf) - self.lo
 
     def fill(self, size: int | None) -> None:
         end = len(self.buf)
@@ -768,8 +778,8 @@ def _piece_frame(
     frame = pl.DataFrame(
         {
             "ph": pl.Series([e.phase for e in events], dtype=pl.String, strict=False),
-            "cat": pl.Series([e.cat for e in events], dtype=pl.String, strict=False),
-            "name": pl.Series([e.name for e in events], dtype=pl.String, strict=False),
+            "cat": pl.Series([e.cat for e in events], dtype=pl.String, strict=False).cast(pl.Categorical),
+            "name": pl.Series([e.name for e in events], dtype=pl.String, strict=False).cast(pl.Categorical),
             "pid": pid_int,
             "tid": _int_series([e.tid for e in events]),
             "pid_str": pl.Series([p if type(p) is str else None for p in pid], dtype=pl.String)
@@ -804,19 +814,31 @@ _NO_CAT = pl.col("cat").is_null()  # tiers are taken from rows that are not `M` 
 _DEVICE_CAT = pl.any_horizontal([pl.col("cat") == c for c in DEVICE_CATS])
 """`cat.is_in(DEVICE_CATS)` (null where `cat` is): a few comparisons of short strings cost 40% less than
 a hash lookup of every row's `cat`."""
-_ARG_TIERS: tuple[tuple[pl.Expr, tuple[str, ...]], ...] = (
+_ARG_TIERS: tuple[tuple[pl.Expr | str, tuple[str, ...]], ...] = (
     (_DEVICE_CAT | _NO_CAT, ("device", "stream", "nbytes")),
-    (
-        # collective rows, and the matrix products whose shapes calibrate the model: one regex, one
-        # pass over the names (two cost half as much again)
-        pl.col("name").str.contains(COLLECTIVE_ROW + r"|^aten::(?:mm|addmm|bmm|baddbmm|_scaled_mm)$"),
-        _COLL_FIELDS,
-    ),
+    # collective rows, and the matrix products whose shapes calibrate the model: a pattern of the name
+    (COLLECTIVE_ROW + r"|^aten::(?:mm|addmm|bmm|baddbmm|_scaled_mm)$", _COLL_FIELDS),
     (_NO_CAT, ("label", "step_num", "device_ordinal", "hlo_op", "hlo_module", "run_id")),
 )
 """Which rows can carry which less common args: device rows, collectives (and the GEMM ops, whose recorded
-`Input Dims` `tracediag calibrate` reads), rows without `cat` (JAX).
-Reading every field of every event would cost more than the JSON decode itself."""
+`Input Dims` `tracediag calibrate` reads), rows without `cat` (JAX). A rule is a row mask, or (a str) a
+pattern of the name: see `_tier_masks`. Reading every field of every event would cost more than the JSON
+decode itself."""
+
+
+def _tier_masks(frame: pl.DataFrame, names: pl.Series | None = None) -> list[pl.Expr]:
+    """The `_ARG_TIERS` row masks for `frame` (its `name` Categorical). A name pattern is matched once per
+    distinct name and becomes a membership test: 50k rows hold a few hundred names, and a regex search
+    per row cost 3% of the decode. `names`: strings among which are all of `frame`'s names (the
+    scanner's, `native.Scanner.strings`); by default the frame's distinct names."""
+    masks: list[pl.Expr] = []
+    for rule, _ in _ARG_TIERS:
+        if isinstance(rule, str):
+            if names is None:
+                names = frame.get_column("name").unique(maintain_order=True).drop_nulls()  # half the CPU of unordered
+            rule = pl.col("name").is_in(names.filter(names.cast(pl.String).str.contains(rule)).implode())
+        masks.append(rule)
+    return masks
 
 
 class _RareArgs:
@@ -828,7 +850,7 @@ class _RareArgs:
 
     def add(self, base: pl.DataFrame, args: list[_Args], offset: int) -> None:
         """A msgspec-decoded piece: `base` and the structs of its rows' args."""
-        masks = base.select(pl.arg_where(mask).implode().alias(str(i)) for i, (mask, _) in enumerate(_ARG_TIERS))
+        masks = base.select(pl.arg_where(mask).implode().alias(str(i)) for i, mask in enumerate(_tier_masks(base)))
         for i, (_, fields) in enumerate(_ARG_TIERS):
             local = [r for r in masks[str(i)][0].to_list() if args[r] is not _NO_ARGS]
             picked = [args[r] for r in local]

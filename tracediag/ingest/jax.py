@@ -86,8 +86,10 @@ def _with_planes(dec: Decoded) -> pl.DataFrame:
     streamed = lines.filter(pl.col("line").str.contains(STREAM_LINE)).select("pid").unique().with_columns(
         plane_has_streams=pl.lit(True)
     )
+    # the mapping matches names by pattern row by row (a JAX file is small): String names, not Categorical
+    slices = dec.slices.with_columns(pl.col("name").cast(pl.String))
     return (
-        dec.with_args(dec.slices, *_RARE_ARGS).join(planes, on="pid", how="left")
+        dec.with_args(slices, *_RARE_ARGS).join(planes, on="pid", how="left")
         .join(lines, on=["pid", "tid"], how="left")
         .join(streamed, on="pid", how="left")
         .with_columns(

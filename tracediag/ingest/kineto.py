@@ -195,14 +195,14 @@ def _row_of(values: pl.Series, size: int) -> pl.Series | None:
 
 
 def _classify(s: pl.DataFrame) -> pl.DataFrame:
-    """Kind, device and stream of every row, and `name` made Categorical (the event table's dtype).
+    """Kind, device and stream of every row.
 
     A row's kind follows from its (category, name) pair, and a trace's 75k rows hold a few hundred
-    pairs: the rules run once per pair (`_per_distinct`) and each row looks its pair up.
+    pairs: the rules run once per pair (`_per_distinct`, on the Categorical `cat` and `name` of
+    `Decoded.slices`) and each row looks its pair up.
     """
-    names = s["name"].cast(pl.Categorical)
-    pairs = _per_distinct(s["cat"].cast(pl.Categorical), names, **_PAIR_RULES)
-    return s.with_columns(names, *pairs).with_columns(**_ROW_RULES)
+    pairs = _per_distinct(s["cat"], s["name"], **_PAIR_RULES)
+    return s.with_columns(*pairs).with_columns(**_ROW_RULES)
 
 
 _CAT, _NAME = pl.col("cat"), pl.col("name")

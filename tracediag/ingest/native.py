@@ -51,23 +51,33 @@ class Fed:
 class Scanner:
     """Reads a file's documents (the whole file, or its pieces in order) into one set of rows."""
 
-    def __init__(self) -> None:
-        self._scanner = _chromescan.Scanner() if _chromescan is not None else None
+    def __init__(self, batch_rows: int = 0) -> None:
+        """`batch_rows`: the caller takes the rows once they reach about this many (0: unknown): room is
+        reserved for no more."""
+        self._scanner = _chromescan.Scanner(batch_rows) if _chromescan is not None else None
         self.pieces = 0
         """Documents accepted since the last `take`."""
         self.next_order = 0
         """The `order` the next document's first row gets: the rows of the documents the msgspec path
         read count too (the caller adds them)."""
         self._last_kept = 0
+        self.strings = pl.Series(dtype=pl.String)
+        """The distinct strings of the rows `take` gave last (every string column's, and maybe more):
+        a superset of their names, to match a pattern once per distinct name."""
 
-    def feed(self, doc: bytes | bytearray | memoryview, is_array: bool, marker: str | None = None) -> Fed | None:
+    def feed(
+        self, doc: bytes | bytearray | memoryview, is_array: bool, marker: str | None = None, rest: int | None = None
+    ) -> Fed | None:
         """Add a document's rows, or None (and nothing added) where the msgspec path must read it.
 
         `marker`: the name of an `M` event that may end the document; it is left out if it does.
+        `rest`: the bytes from the document's start to the file's end, where known (a mapped file):
+        the scanner then reserves room once for the rows to come (to the file's end or `batch_rows`),
+        instead of growing by copies.
         """
         if self._scanner is None:
             return None
-        result = self._scanner.feed(doc, is_array, marker, self.next_order)
+        result = self._scanner.feed(doc, is_array, marker, self.next_order, -1 if rest is None else rest)
         if isinstance(result, str):  # the reason the scanner declined
             return None
         n_events, kept, skipped, spans, ended, rows = result
@@ -92,11 +102,14 @@ class Scanner:
     def take(self) -> pl.DataFrame:
         """The rows so far, typed (`COLUMNS`); the scanner then holds none.
 
-        Strings are String, ids, times and counts Int64 (null where absent or not an integer),
+        `cat` and `name` are Categorical (dictionary-encoded: polars maps each distinct string once, never
+        a row), the other strings String, ids, times and counts Int64 (null where absent or not an integer),
         `has_args` Boolean, the raw args (`input_dims`, ...) Binary: the value's JSON text, as
         msgspec.Raw keeps it. `order` numbers the rows that are not `M` metadata (-1 on those).
         """
         if self._scanner is None:
             raise RuntimeError("the C scanner is not built")
         self.pieces = 0
-        return pl.DataFrame(self._scanner.take())  # Arrow arrays (PyCapsule interface): no copy
+        rows, strings = self._scanner.take()
+        self.strings = pl.Series(strings)
+        return pl.DataFrame(rows)  # Arrow arrays (PyCapsule interface): no copy
