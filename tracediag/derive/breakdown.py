@@ -37,7 +37,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from tracediag.derive.intervals import asof_by_rank, covered, sweep, union_intervals
+from tracediag.derive.intervals import TimeKeys, asof_by_rank, covered, sweep, union_intervals
 from tracediag.derive.names import distinct_names, name_matches
 from tracediag.derive.ranked import keep_ranked
 from tracediag.derive.steps import Launches, launches
@@ -188,7 +188,12 @@ def _device_timeline(events: pl.LazyFrame, spans: pl.DataFrame, names: _Names) -
 
 
 def device_sweep(
-    events: pl.DataFrame, spans: pl.DataFrame, sync: pl.DataFrame | None = None, *, names: pl.Series | None = None
+    events: pl.DataFrame,
+    spans: pl.DataFrame,
+    sync: pl.DataFrame | None = None,
+    *,
+    names: pl.Series | None = None,
+    keys: TimeKeys | None = None,
 ) -> pl.DataFrame:
     """Each rank's device timeline over `spans`, swept once (`intervals.sweep`) for both its readers:
     the breakdown and the what-if replay's timeline pieces (`whatif.rank.segments`).
@@ -198,7 +203,8 @@ def device_sweep(
     (spans not partial); cut also at the start of each of `sync`'s rows (`whatif.rank.sync_ends`).
     ``breakdown_cut``: true where a segment starts at a cut of the breakdown's own timeline (the
     device categories and ``step``); the other cuts split its segments into pieces of equal counts.
-    `names`: `derive.names.distinct_names` of `events`, when the caller has them.
+    `names`: `derive.names.distinct_names` of `events`, when the caller has them; `keys`: their
+    `intervals.time_keys`.
     """
     names = distinct_names(events) if names is None else names
     lf, sp = events.lazy(), spans.lazy()
@@ -216,7 +222,7 @@ def device_sweep(
         # a zero-length interval of no counted category only adds a cut point to the sweep
         parts.append(sync.lazy().select("rank", "ts", end="ts", cat=_cat("cut"), breakdown_cut=pl.lit(False)))
     return (
-        sweep(pl.concat(parts), ["rank"], DEVICE_CATEGORIES, mark="breakdown_cut")
+        sweep(pl.concat(parts), ["rank"], DEVICE_CATEGORIES, mark="breakdown_cut", keys=keys)
         .filter(pl.col("n_step") > 0)  # complete spans are spans with a start
         .collect(engine="in-memory")
     )
@@ -260,7 +266,7 @@ def _next_work(links: pl.LazyFrame, spans: pl.DataFrame) -> pl.LazyFrame:
     )
 
 
-def _split_idle(idle: pl.LazyFrame, nxt: pl.LazyFrame) -> pl.LazyFrame:
+def _split_idle(idle: pl.LazyFrame, nxt: pl.LazyFrame, keys: TimeKeys | None = None) -> pl.LazyFrame:
     """Split idle device segments (rank, ts, end, len; sorted by ts within each rank, so by end too:
     they are disjoint) into waiting on the host / on kernels / other.
 
@@ -270,7 +276,7 @@ def _split_idle(idle: pl.LazyFrame, nxt: pl.LazyFrame) -> pl.LazyFrame:
     the trace does not link to a launch) is other. A gap with no device work after it (the end of
     the window) waits on the host.
     """
-    j = asof_by_rank(idle, nxt, "end", "next_ts", strategy="forward", ordered=True)
+    j = asof_by_rank(idle, nxt, "end", "next_ts", strategy="forward", ordered=True, keys=keys)
     host = (
         pl.when(pl.col("next_ts").is_null())
         .then(pl.col("len"))
@@ -288,12 +294,12 @@ def _split_idle(idle: pl.LazyFrame, nxt: pl.LazyFrame) -> pl.LazyFrame:
     )
 
 
-def _by_step(segments: pl.LazyFrame, spans: pl.LazyFrame, start: str) -> pl.LazyFrame:
+def _by_step(segments: pl.LazyFrame, spans: pl.LazyFrame, start: str, keys: TimeKeys | None = None) -> pl.LazyFrame:
     """Attach the step whose span (starting at column `start`) holds each in-step segment (`segments`:
     a `intervals.sweep`, whose order, by rank then ts, is what the as-of join asks for and is kept)."""
-    keys = spans.filter(pl.col(start).is_not_null()).select("rank", pl.col(start).alias("_s"), "step")
+    starts = spans.filter(pl.col(start).is_not_null()).select("rank", pl.col(start).alias("_s"), "step")
     return (
-        asof_by_rank(segments.filter(pl.col("n_step") > 0), keys, "ts", "_s", ordered=True)
+        asof_by_rank(segments.filter(pl.col("n_step") > 0), starts, "ts", "_s", ordered=True, keys=keys)
         .with_columns(len=pl.col("end") - pl.col("ts"))
     )
 
@@ -306,6 +312,7 @@ def breakdown(
     device: pl.DataFrame | None = None,
     ordered: bool = False,
     launched: Launches | None = None,
+    keys: TimeKeys | None = None,
 ) -> pl.DataFrame:
     """Per (rank, step) of `spans` (see `derive.steps.step_spans`): the breakdown columns, in ns.
 
@@ -313,16 +320,17 @@ def breakdown(
     span, partial steps included (the caller drops them). `names`:
     `derive.names.distinct_names` of `events`, when the caller has them; `device`: their
     `device_sweep`, when the caller has it; `ordered`: `events` are sorted by rank then ts
-    (`intervals.in_time_order`), which spares a sort; `launched`: their `derive.steps.launches`.
+    (`intervals.in_time_order`), which spares a sort; `launched`: their `derive.steps.launches`;
+    `keys`: their `intervals.time_keys`.
     """
     lf, sp = events.lazy(), spans.lazy()
     names = distinct_names(events) if names is None else names
     if device is None:
-        device = device_sweep(events, spans, names=names)
+        device = device_sweep(events, spans, names=names, keys=keys)
     if launched is None:
-        launched = launches(events, spans.select("rank", "step", "host_start", "host_end"), names=names)
+        launched = launches(events, spans.select("rank", "step", "host_start", "host_end"), names=names, keys=keys)
     names = _names(names)
-    dev = _by_step(device.lazy(), sp, "start")
+    dev = _by_step(device.lazy(), sp, "start", keys)
     on = pl.col("len")
     copying = pl.col("n_copy") > 0
     computing = pl.col("n_compute") > 0
@@ -355,7 +363,7 @@ def breakdown(
         .filter(pl.col("_first").ne_missing(pl.col("_first").shift(-1)))
         .select("rank", step="_step", ts="_ts", end="end", len=pl.col("end") - pl.col("_ts"))
     )
-    idle = _split_idle(gaps, _next_work(launched.links.lazy(), spans))
+    idle = _split_idle(gaps, _next_work(launched.links.lazy(), spans), keys)
     cpu = sp.filter(pl.col("device") < 0).select("rank").unique()
     idle_agg = (
         idle.join(cpu, on="rank", how="anti")

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from tracediag.derive.intervals import time_order
+from tracediag.derive.intervals import TimeKeys, time_order
 from tracediag.derive.names import distinct_names, name_matches
 from tracediag.derive.ranked import keep_ranked
 from tracediag.derive.steps import Launches, launches
@@ -57,10 +57,12 @@ def host_feed(
     *,
     names: pl.Series | None = None,
     launched: Launches | None = None,
+    keys: TimeKeys | None = None,
 ) -> pl.DataFrame:
     """Per (rank, step) of GPU ranks: `HOST_SCHEMA` (see the module docstring). `names`:
     `derive.names.distinct_names` of `events`, when the caller has them; `launched`: their
-    `derive.steps.launches` (over the spans' markers), when the caller has them."""
+    `derive.steps.launches` (over the spans' markers), when the caller has them; `keys`: their
+    `intervals.time_keys`."""
     gpu = spans.filter(pl.col("device") >= 0).select("rank", "device").unique()
     if not gpu.height:
         return pl.DataFrame(schema=HOST_SCHEMA)
@@ -86,7 +88,7 @@ def host_feed(
         .agg(item_n=pl.len())
     )
     if launched is None:
-        launched = launches(events, spans.select("rank", "step", "host_start", "host_end"), names=names)
+        launched = launches(events, spans.select("rank", "step", "host_start", "host_end"), names=names, keys=keys)
     links = launched.links
     # the device rows' own steps, by position; their launch calls (runtime calls with a step)
     # come joined already
@@ -115,7 +117,8 @@ def host_feed(
         ]
     )
     queue = (
-        points.sort(time_order("rank", "t", pl.col("d") > 0))  # by rank, t, then d
+        # by rank, t, then d (ties are points of one call's work: one step, one median)
+        points.sort(time_order("rank", "t", pl.col("d") > 0, keys))
         # one running sum over all ranks: each launch's +1 and -1 lie in its rank, so it is back at 0
         # where each rank starts
         .with_columns(depth=pl.col("d").cum_sum())

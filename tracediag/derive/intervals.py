@@ -9,6 +9,7 @@ set operation (A minus B, A and not B or C, ...) is a filter on counts.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import polars as pl
 
@@ -52,22 +53,66 @@ NARROW_INTS = (pl.Int8, pl.Int16, pl.Int32, pl.UInt8, pl.UInt16, pl.UInt32)
 """Integer types of at most 32 bits: the group columns `time_order` takes (``rank`` is Int32)."""
 
 
-def time_order(group: str, t: str, tiebreak: pl.Expr | None = None) -> pl.Expr:
-    """One Int128 key that orders rows as ``sort(group, t, tiebreak)`` does (nulls first in each),
-    for a `group` column of `NARROW_INTS`, an Int64 `t` and a Boolean `tiebreak` (false first).
+@dataclass(frozen=True)
+class TimeKeys:
+    """(rank, time) packed into one Int64 key: ``rank * 2**shift + (time - base)``.
+
+    For the times of one event table (`time_keys`): every time the derive stages key on (a row's
+    start or end, a step span's, a segment's) lies in its range. An Int64 key costs about half the
+    CPU of the Int128 one to compute, sort and merge; without `TimeKeys` the keys are Int128, which
+    hold any Int64 time and any ``rank``."""
+
+    base: int
+    """The least time (ns)."""
+    shift: int
+    """Bits of the time part: above ``2 * (latest - base) + 3`` (`time_order`'s part)."""
+
+
+def time_keys(events: pl.DataFrame) -> TimeKeys | None:
+    """The `TimeKeys` of `events`' ``ts`` and ``ts + dur`` and its ``rank``s, or None when the Int64
+    key cannot hold them (a negative or null rank, no time, or more ranks than fit above the span
+    of times: ``(max rank + 1) * 2**shift`` must stay below 2**63)."""
+    ts, end = pl.col("ts"), pl.col("ts") + pl.col("dur")
+    lo, hi, rmin, rmax, rnull = events.select(
+        lo=pl.min_horizontal(ts.min(), end.min()),
+        hi=pl.max_horizontal(ts.max(), end.max()),
+        rmin=pl.col("rank").min(),
+        rmax=pl.col("rank").max(),
+        rnull=pl.col("rank").null_count(),
+    ).row(0)
+    if lo is None or rmin is None or rnull or rmin < 0:
+        return None
+    shift = (2 * (hi - lo) + 3).bit_length()
+    if (rmax + 1) << shift >= 2**63:
+        return None
+    return TimeKeys(base=lo, shift=shift)
+
+
+def time_order(group: str, t: str, tiebreak: pl.Expr | None = None, keys: TimeKeys | None = None) -> pl.Expr:
+    """One key that orders rows as ``sort(group, t, tiebreak)`` does (nulls first in each), for a
+    `group` column of `NARROW_INTS`, an Int64 `t` and a Boolean `tiebreak` (false first): Int128,
+    or Int64 with `keys` (then `group` is ``rank`` and `t` among the times `keys` were made for).
 
     Polars sorts one column about twice as fast as two (measured on the breakdown's timelines of 8
     ranks, 400k points), and a rank's timeline is sorted by time within the rank everywhere here.
     """
+    if keys is not None:
+        g = pl.col(group).cast(pl.Int64).fill_null(-1)  # null: below every rank (ranks are >= 0)
+        at = (pl.col(t) - (keys.base - 1)).fill_null(0)  # 1 .. span + 1, null 0
+        bit = pl.lit(0, pl.Int64) if tiebreak is None else tiebreak.fill_null(False).cast(pl.Int64)
+        return g * pl.lit(1 << keys.shift, pl.Int64) + at * 2 + bit
     g = pl.col(group).cast(pl.Int64).fill_null(-(2**32))  # null: below every value
     at = (pl.col(t).cast(pl.Int128) + pl.lit(2**63 + 1, pl.Int128)).fill_null(0)  # 1 .. 2**64, null 0
     bit = pl.lit(0, pl.Int128) if tiebreak is None else tiebreak.fill_null(False).cast(pl.Int128)
     return g.cast(pl.Int128) * pl.lit(2**66, pl.Int128) + at * 2 + bit
 
 
-def rank_time(t: str) -> pl.Expr:
-    """(``rank``, `t`) as one Int128 that orders like the pair and is equal where both are (null
-    where either is null): one key to sort, merge or look up instead of two."""
+def rank_time(t: str, keys: TimeKeys | None = None) -> pl.Expr:
+    """(``rank``, `t`) as one integer that orders like the pair and is equal where both are (null
+    where either is null): one key to sort, merge or look up instead of two. Int128, or Int64 with
+    `keys` (`t` among the times they were made for)."""
+    if keys is not None:
+        return pl.col("rank").cast(pl.Int64) * pl.lit(1 << keys.shift, pl.Int64) + (pl.col(t) - keys.base)
     return pl.col("rank").cast(pl.Int128) * pl.lit(2**64, pl.Int128) + pl.col(t).cast(pl.Int128)
 
 
@@ -79,6 +124,7 @@ def asof_by_rank(
     *,
     strategy: str = "backward",
     ordered: bool = False,
+    keys: TimeKeys | None = None,
 ) -> pl.LazyFrame:
     """``left.join_asof(right, left_on=left_on, right_on=right_on, by="rank", strategy=strategy)``
     (``backward`` or ``forward``; Int64 times, ``rank`` a `NARROW_INTS` column) through one Int128
@@ -86,16 +132,20 @@ def asof_by_rank(
     as-of join by group (measured on the 520k host rows of 8 ranks of an A100 trace).
 
     The rows come in (``rank``, `left_on`) order (`ordered`: `left` is sorted so already, no sort),
-    with `right`'s columns but ``rank``; a match of another rank is no match (nulls)."""
+    with `right`'s columns but ``rank``; a match of another rank is no match (nulls). `keys`: Int64
+    keys (`rank_time`) for times of the table they were made for."""
     if strategy not in ("backward", "forward"):
         raise ValueError(f"asof_by_rank: strategy {strategy!r} is not backward or forward")
     kept = [c for c in right.collect_schema().names() if c != "rank"]
-    keyed = left.with_columns(_asof=rank_time(left_on))
+    keyed = left.with_columns(_asof=rank_time(left_on, keys))
+    stable = keys is not None  # ties in the order the Int128 keys' (merge) sort leaves them
     same = pl.col("_asof_rank") == pl.col("rank")
     return (
-        (keyed if ordered else keyed.sort("_asof"))
+        (keyed if ordered else keyed.sort("_asof", maintain_order=stable))
         .join_asof(
-            right.select(rank_time(right_on).alias("_asof"), pl.col("rank").alias("_asof_rank"), *kept).sort("_asof"),
+            right.select(rank_time(right_on, keys).alias("_asof"), pl.col("rank").alias("_asof_rank"), *kept).sort(
+                "_asof", maintain_order=stable
+            ),
             on="_asof",
             strategy=strategy,
             check_sortedness=False,
@@ -118,14 +168,23 @@ def in_time_order(df: pl.DataFrame, group: str, t: str) -> bool:
     return all(checks.row(0))
 
 
-def _in_order(points: pl.LazyFrame, by: list[str]) -> pl.LazyFrame:
-    """`points` sorted by `by` then ``t``, nulls first in each (`time_order` over one narrow integer column)."""
+def _in_order(points: pl.LazyFrame, by: list[str], keys: TimeKeys | None = None) -> pl.LazyFrame:
+    """`points` sorted by `by` then ``t``, nulls first in each (`time_order` over one narrow integer
+    column; Int64 with `keys` when that column is ``rank``)."""
     if len(by) == 1 and points.collect_schema()[by[0]] in NARROW_INTS:
-        return points.sort(time_order(by[0], "t"))
+        # (rows of equal keys may come in any order: the sweep reads only the last running count of each run)
+        return points.sort(time_order(by[0], "t", keys=keys if by == ["rank"] else None))
     return points.sort(*by, "t")
 
 
-def sweep(lf: pl.LazyFrame, by: Sequence[str], categories: Sequence[str], *, mark: str | None = None) -> pl.LazyFrame:
+def sweep(
+    lf: pl.LazyFrame,
+    by: Sequence[str],
+    categories: Sequence[str],
+    *,
+    mark: str | None = None,
+    keys: TimeKeys | None = None,
+) -> pl.LazyFrame:
     """Cut a timeline into elementary segments and count, per category, the intervals covering each.
 
     Parameters
@@ -142,6 +201,8 @@ def sweep(lf: pl.LazyFrame, by: Sequence[str], categories: Sequence[str], *, mar
         end point of a marked interval. Segments between two marked points are the pieces of one
         segment of the sweep of the marked intervals alone (with the same counts of their categories),
         so one sweep serves a caller that needs only those and one that needs more cuts.
+    keys
+        `TimeKeys` of the table `lf`'s times come from: Int64 sort keys when `by` is ``rank``.
 
     Returns
     -------
@@ -176,7 +237,7 @@ def sweep(lf: pl.LazyFrame, by: Sequence[str], categories: Sequence[str], *, mar
     same = pl.all_horizontal(pl.col(k).eq_missing(pl.col(k).shift(-1)) for k in by) if by else pl.lit(True)
     return (
         # the counts' columns made after the sort: it moves four columns, not one per category
-        _in_order(points.select(*by, "t", "cat", "_d", *tally), by)
+        _in_order(points.select(*by, "t", "cat", "_d", *tally), by, keys)
         .with_columns(*deltas)
         .with_columns(pl.col(c).cum_sum() for c in [*counts, *tally])
         .filter(last)

@@ -14,7 +14,7 @@ import polars as pl
 from tracediag.derive.breakdown import breakdown, device_sweep
 from tracediag.derive.collectives import collective_instances
 from tracediag.derive.host import host_feed
-from tracediag.derive.intervals import in_time_order
+from tracediag.derive.intervals import in_time_order, time_keys
 from tracediag.derive.kernels import kernel_steps
 from tracediag.derive.names import distinct_names
 from tracediag.derive.p2p import p2p_per_step
@@ -62,17 +62,21 @@ def rank_tables(
     """
     names = distinct_names(events)  # the name tests below each match their pattern over these
     ordered = in_time_order(events, "rank", "ts")  # a `Run`'s are: the as-of joins need no sort of the rows
+    keys = time_keys(events)  # Int64 keys of (rank, time) when the run's times and ranks fit
     markers = find_markers(events, step_regex=step_regex)
-    launched = launches(events, markers, names=names, ordered=ordered)  # device rows to their calls, joined once
-    spans = step_spans(events, markers, names=names, ordered=ordered, launched=launched)
-    stepped = assign_steps(events, spans, ordered=ordered, launched=launched)
+    # device rows to their calls, joined once
+    launched = launches(events, markers, names=names, ordered=ordered, keys=keys)
+    spans = step_spans(events, markers, names=names, ordered=ordered, launched=launched, keys=keys)
+    stepped = assign_steps(events, spans, ordered=ordered, launched=launched, keys=keys)
     op = pl.col("coll_op").cast(pl.String)
     instances = collective_instances(stepped)
     sync = sync_ends(stepped, instances, names=names)
-    device = device_sweep(stepped, spans, sync, names=names)
+    device = device_sweep(stepped, spans, sync, names=names, keys=keys)
     return {
         "spans": spans,
-        "breakdown": breakdown(stepped, spans, names=names, device=device, ordered=ordered, launched=launched),
+        "breakdown": breakdown(
+            stepped, spans, names=names, device=device, ordered=ordered, launched=launched, keys=keys
+        ),
         "instances": instances,
         "p2p": p2p_per_step(stepped, _NO_OFFSETS),
         "p2p_edges": events.lazy()
@@ -81,9 +85,9 @@ def rank_tables(
         .unique()
         .sort("rank", "coll_op", "coll_peer", nulls_last=True)
         .collect(),
-        "host": host_feed(stepped, spans, names=names, launched=launched),
+        "host": host_feed(stepped, spans, names=names, launched=launched, keys=keys),
         "kernels": kernel_steps(stepped, spans.group_by("rank").agg(pl.col("device").first()), names=names),
         "extents": rank_extents(events) if extents is None else extents,
-        "replay_segments": segments(device, spans, sync),
+        "replay_segments": segments(device, spans, sync, keys),
         "replay_sync": sync,
     }

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from tracediag.derive.intervals import asof_by_rank
+from tracediag.derive.intervals import TimeKeys, asof_by_rank
 from tracediag.derive.names import distinct_names, name_matches
 from tracediag.derive.ranked import keep_ranked
 from tracediag.regex import user_regex
@@ -87,12 +87,15 @@ def find_markers(events: pl.DataFrame, *, step_regex: str | None = None) -> pl.D
     )
 
 
-def _host_step(lf: pl.LazyFrame, markers: pl.DataFrame, ts: str = "ts", *, ordered: bool = False) -> pl.LazyFrame:
+def _host_step(
+    lf: pl.LazyFrame, markers: pl.DataFrame, ts: str = "ts", *, ordered: bool = False, keys: TimeKeys | None = None
+) -> pl.LazyFrame:
     """Add ``_step``: the marker of the same rank whose host span contains column `ts`, the rows in
-    (rank, `ts`) order (`ordered`: `lf` is sorted so already, as the as-of join asks)."""
+    (rank, `ts`) order (`ordered`: `lf` is sorted so already, as the as-of join asks; `keys`: the
+    events' `intervals.TimeKeys`)."""
     m = markers.lazy().select("rank", pl.col("host_start").alias("_ms"), "host_end", pl.col("step").alias("_step"))
     return (
-        asof_by_rank(lf, m, ts, "_ms", ordered=ordered)
+        asof_by_rank(lf, m, ts, "_ms", ordered=ordered, keys=keys)
         .with_columns(
             _step=pl.when(pl.col(ts) < pl.col("host_end")).then(pl.col("_step")).otherwise(pl.lit(None, pl.Int32))
         )
@@ -100,7 +103,9 @@ def _host_step(lf: pl.LazyFrame, markers: pl.DataFrame, ts: str = "ts", *, order
     )
 
 
-def _launch_steps(events: pl.DataFrame, markers: pl.DataFrame, names: pl.Series, ordered: bool) -> pl.LazyFrame:
+def _launch_steps(
+    events: pl.DataFrame, markers: pl.DataFrame, names: pl.Series, ordered: bool, keys: TimeKeys | None
+) -> pl.LazyFrame:
     """Per (rank, correlation) of host runtime calls: the step during which the call ran, its name
     (``_call``) and whether it launches a kernel (``_launch``, `LAUNCH_REGEX`; `names`:
     `derive.names.distinct_names` of `events`; `ordered`: `events` are sorted by rank then ts)."""
@@ -117,7 +122,7 @@ def _launch_steps(events: pl.DataFrame, markers: pl.DataFrame, names: pl.Series,
             _call_end=pl.col("ts") + pl.col("dur"),
         )
     )
-    return _host_step(runtime, markers, ordered=ordered).select(
+    return _host_step(runtime, markers, ordered=ordered, keys=keys).select(
         "rank", "correlation", "_call", "_launch", "_call_ts", "_call_end", pl.col("_step").alias("_launch_step")
     )
 
@@ -138,12 +143,18 @@ class Launches:
 
 
 def launches(
-    events: pl.DataFrame, markers: pl.DataFrame, *, names: pl.Series | None = None, ordered: bool = False
+    events: pl.DataFrame,
+    markers: pl.DataFrame,
+    *,
+    names: pl.Series | None = None,
+    ordered: bool = False,
+    keys: TimeKeys | None = None,
 ) -> Launches:
     """The `Launches` of `events` over `markers` (`find_markers`). `names`:
     `derive.names.distinct_names` of `events`, when the caller has them; `ordered`: `events` are
-    sorted by rank then ts (`intervals.in_time_order`), which spares a sort."""
-    calls = _launch_steps(events, markers, distinct_names(events) if names is None else names, ordered)
+    sorted by rank then ts (`intervals.in_time_order`), which spares a sort; `keys`: their
+    `intervals.time_keys` (Int64 keys for the as-of join)."""
+    calls = _launch_steps(events, markers, distinct_names(events) if names is None else names, ordered, keys)
     links = (
         events.lazy()
         .select("rank", "device", "kind", "ts", "dur", "correlation")
@@ -161,6 +172,7 @@ def step_spans(
     names: pl.Series | None = None,
     ordered: bool = False,
     launched: Launches | None = None,
+    keys: TimeKeys | None = None,
 ) -> pl.DataFrame:
     """Per (rank, step): host span, the span the breakdown uses and whether the step is partial.
 
@@ -168,10 +180,11 @@ def step_spans(
     device that has most of it; other ranks use the host span and ``device = -1``. `names`:
     `derive.names.distinct_names` of `events`, when the caller has them; `ordered`: `events` are
     sorted by rank then ts (`intervals.in_time_order`: a `Run`'s are), which spares a sort;
-    `launched`: `launches` of `events` and `markers`, when the caller has them.
+    `launched`: `launches` of `events` and `markers`, when the caller has them; `keys`: their
+    `intervals.time_keys`.
     """
     if launched is None:
-        launched = launches(events, markers, names=names, ordered=ordered)
+        launched = launches(events, markers, names=names, ordered=ordered, keys=keys)
     dev = launched.links.lazy().filter(pl.col("kind") != "step")
     main_dev = (
         dev.group_by("rank", "device")
@@ -191,7 +204,7 @@ def step_spans(
                 # a device row without a launch link (JAX, Nsight without runtime rows) falls in the
                 # host step it overlaps (only these rows need the as-of join)
                 on_main.filter(pl.col("_call").is_null())
-                .pipe(_host_step, markers)
+                .pipe(_host_step, markers, keys=keys)
                 .select(*cols[:-1], _launch_step="_step"),
             ]
         )
@@ -274,7 +287,12 @@ def step_spans(
 
 
 def assign_steps(
-    events: pl.DataFrame, spans: pl.DataFrame, *, ordered: bool = False, launched: Launches | None = None
+    events: pl.DataFrame,
+    spans: pl.DataFrame,
+    *,
+    ordered: bool = False,
+    launched: Launches | None = None,
+    keys: TimeKeys | None = None,
 ) -> pl.DataFrame:
     """Return `events` with ``step`` filled (null outside every step).
 
@@ -282,13 +300,16 @@ def assign_steps(
     (through ``correlation``), else the device step span that contains ``ts``. Only the columns
     that decide the step take part in the joins; the event table's other columns are not copied.
     `ordered`: `events` are sorted by rank then ts (`intervals.in_time_order`), which spares a sort;
-    `launched`: `launches` of `events` and the spans' markers, when the caller has them.
+    `launched`: `launches` of `events` and the spans' markers, when the caller has them; `keys`:
+    their `intervals.time_keys`.
     """
     markers = spans.select("rank", "step", "host_start", "host_end")
     if launched is None:
-        launched = launches(events, markers, ordered=ordered)
+        launched = launches(events, markers, ordered=ordered, keys=keys)
     lf = events.lazy().select("rank", "device", "ts").with_row_index("_row")
-    host = _host_step(lf.filter(pl.col("device") == -1).select("_row", "rank", "ts"), markers, ordered=ordered)
+    host = _host_step(
+        lf.filter(pl.col("device") == -1).select("_row", "rank", "ts"), markers, ordered=ordered, keys=keys
+    )
     dev_span = (
         spans.lazy()
         .filter(pl.col("device") >= 0, pl.col("start").is_not_null())

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from tracediag.derive.intervals import asof_by_rank, rank_time
+from tracediag.derive.intervals import TimeKeys, asof_by_rank, rank_time
 from tracediag.derive.names import distinct_names, name_matches
 
 SYNC_SCHEMA: dict[str, pl.DataType] = {
@@ -175,14 +175,17 @@ def _without_lone_exposed(segs: pl.LazyFrame, sync: pl.DataFrame) -> pl.LazyFram
     )
 
 
-def segments(device: pl.DataFrame, spans: pl.DataFrame, sync: pl.DataFrame) -> pl.DataFrame:
+def segments(
+    device: pl.DataFrame, spans: pl.DataFrame, sync: pl.DataFrame, keys: TimeKeys | None = None
+) -> pl.DataFrame:
     """The rank's timeline pieces (`SEGMENT_SCHEMA`) over its complete steps (`spans`:
     `derive.steps.step_spans`), from its device timeline swept with its sync ends as cuts (`device`:
-    `derive.breakdown.device_sweep` of `spans` and `sync`, the rank's `sync_ends`)."""
+    `derive.breakdown.device_sweep` of `spans` and `sync`, the rank's `sync_ends`; `keys`: the
+    events' `derive.intervals.time_keys`)."""
     sp = spans.lazy().filter(~pl.col("partial"), pl.col("start").is_not_null())
     exposed = ((pl.col("n_comm") > 0) | (pl.col("n_p2p") > 0)) & (pl.col("n_compute") == 0)
     starts = sp.select("rank", "step", _s="start")
-    cuts = sync.select(rank_time("ts").alias("_cut")).get_column("_cut").unique()
+    cuts = sync.select(rank_time("ts", keys).alias("_cut")).get_column("_cut").unique()
     elementary = (
         device.lazy()
         .filter(pl.col("n_complete") > 0)
@@ -190,9 +193,9 @@ def segments(device: pl.DataFrame, spans: pl.DataFrame, sync: pl.DataFrame) -> p
     )
     # the sweep's order (rank, ts) is kept throughout: it is what the as-of join asks for
     elementary = (
-        asof_by_rank(elementary, starts, "ts", "_s", ordered=True)
+        asof_by_rank(elementary, starts, "ts", "_s", ordered=True, keys=keys)
         .filter(pl.col("step").is_not_null())
-        .with_columns(_cut=rank_time("ts").is_in(cuts.implode()))  # one key per row: no join on (rank, ts)
+        .with_columns(_cut=rank_time("ts", keys).is_in(cuts.implode()))  # one key per row: no join on (rank, ts)
     )
     segs = _without_lone_exposed(elementary, sync)
     new = (
