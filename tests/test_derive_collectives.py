@@ -56,3 +56,29 @@ def test_offsets_recovered_and_waits_split_from_transfer(with_seq):
     assert summary["busbw_gbps"].to_list() == pytest.approx([40.0, 25.0 * 4 / 3])
     waits = dict(wait_per_step(matched).select("rank", "wait_ns").rows())
     assert waits == {0: (20 + 8) * MS, 1: 18 * MS, 2: 7 * MS}
+
+
+def test_last_rank_among_simultaneous_arrivals_is_the_lowest_whatever_the_row_order():
+    """Ranks 1 and 2 reach the all-reduce at the same (aligned) time, after rank 0: the last rank is
+    1 however the matched rows are ordered (a group's rows come in no fixed order)."""
+    rows = [{"rank": r, "kind": "step", "name": "ProfilerStep#3", "ts": 0, "dur": 100 * MS} for r in range(3)]
+    rows += [
+        {
+            "rank": r,
+            "tid": 2,
+            "kind": "comm",
+            "name": "gloo:all_reduce",
+            "ts": arrive * MS,
+            "dur": (40 - arrive) * MS,
+            "coll_op": "all_reduce",
+            "coll_bytes": 300 * MS,
+            "coll_group": "0",
+            "coll_group_size": 3,
+            "coll_seq": 100,
+        }
+        for r, arrive in ((0, 10), (1, 30), (2, 30))
+    ]
+    ev = events(rows)
+    _, matched = align_and_match(collective_instances(assign_steps(ev, step_spans(ev, find_markers(ev)))))
+    orders = [matched, matched.reverse(), matched.sort("rank", descending=True)]
+    assert [summarize_instances(m)["last_rank"].to_list() for m in orders] == [[1], [1], [1]]

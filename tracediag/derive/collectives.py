@@ -208,7 +208,8 @@ def summarize_instances(matched: pl.DataFrame) -> pl.DataFrame:
             _n=n,
             first_arrival_ns=pl.col("arrival").min(),
             last_arrival_ns=pl.col("arrival").max(),
-            last_rank=pl.col("rank").sort_by("arrival").last(),
+            # the last to arrive; among ranks arriving at the same time, the lowest (not whichever row came last)
+            last_rank=pl.col("rank").sort_by(["arrival", "rank"], descending=[False, True]).last(),
             end_ns=pl.col("aligned_end").median().round(0).cast(pl.Int64),
         )
         .filter(pl.col("n_ranks") > 1)
@@ -220,7 +221,7 @@ def summarize_instances(matched: pl.DataFrame) -> pl.DataFrame:
             algbw_gbps=pl.when(pl.col("transfer_ns") > 0).then(pl.col("bytes") / pl.col("transfer_ns")),
         )
         .with_columns(busbw_gbps=pl.col("algbw_gbps") * bus_factor(pl.col("op"), pl.col("_n")))
-        .sort("first_arrival_ns")
+        .sort("first_arrival_ns", "group", "seq", "iid")  # ties in a fixed order, whatever order the groups came in
         .drop("iid", "_n")
     )
     return out.collect()
