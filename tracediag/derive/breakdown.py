@@ -38,9 +38,9 @@ from dataclasses import dataclass
 import polars as pl
 
 from tracediag.derive.intervals import TimeKeys, asof_by_rank, covered, sweep, union_intervals
-from tracediag.derive.names import distinct_names, name_matches
 from tracediag.derive.ranked import keep_ranked
 from tracediag.derive.steps import Launches, launches
+from tracediag.names import distinct_names, name_matches
 from tracediag.vocab import HOST_COMM_OP as COMM_OP_REGEX
 
 INPUT_REGEX = r"(?i)dataloader"
@@ -72,7 +72,7 @@ BREAKDOWN_COLUMNS = (
 
 @dataclass(frozen=True)
 class _Names:
-    """The name tests of the breakdown, evaluated once per distinct name (`derive.names`)."""
+    """The name tests of the breakdown, evaluated once per distinct name (`tracediag.names`)."""
 
     comm_op: pl.Expr
     input: pl.Expr
@@ -203,7 +203,7 @@ def device_sweep(
     (spans not partial); cut also at the start of each of `sync`'s rows (`whatif.rank.sync_ends`).
     ``breakdown_cut``: true where a segment starts at a cut of the breakdown's own timeline (the
     device categories and ``step``); the other cuts split its segments into pieces of equal counts.
-    `names`: `derive.names.distinct_names` of `events`, when the caller has them; `keys`: their
+    `names`: `names.distinct_names` of `events`, when the caller has them; `keys`: their
     `intervals.time_keys`.
     """
     names = distinct_names(events) if names is None else names
@@ -318,7 +318,7 @@ def breakdown(
 
     Returns ``rank, step, device, start_ns, dur_ns`` and `BREAKDOWN_COLUMNS` (Int64), one row per
     span, partial steps included (the caller drops them). `names`:
-    `derive.names.distinct_names` of `events`, when the caller has them; `device`: their
+    `names.distinct_names` of `events`, when the caller has them; `device`: their
     `device_sweep`, when the caller has it; `ordered`: `events` are sorted by rank then ts
     (`intervals.in_time_order`), which spares a sort; `launched`: their `derive.steps.launches`;
     `keys`: their `intervals.time_keys`.

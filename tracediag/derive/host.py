@@ -23,9 +23,9 @@ from __future__ import annotations
 import polars as pl
 
 from tracediag.derive.intervals import TimeKeys, time_order
-from tracediag.derive.names import distinct_names, name_matches
 from tracediag.derive.ranked import keep_ranked
 from tracediag.derive.steps import Launches, launches
+from tracediag.names import distinct_names, name_matches
 
 SYNC_REGEX = r"(?i)synchronize|^(?:cuda|hip)Memcpy(?:WithStream)?$|^cuMemcpy(?:DtoH|HtoD)?(?:_v2)?$"
 """Runtime calls that block the host until the device is done."""
@@ -60,7 +60,7 @@ def host_feed(
     keys: TimeKeys | None = None,
 ) -> pl.DataFrame:
     """Per (rank, step) of GPU ranks: `HOST_SCHEMA` (see the module docstring). `names`:
-    `derive.names.distinct_names` of `events`, when the caller has them; `launched`: their
+    `names.distinct_names` of `events`, when the caller has them; `launched`: their
     `derive.steps.launches` (over the spans' markers), when the caller has them; `keys`: their
     `intervals.time_keys`."""
     gpu = spans.filter(pl.col("device") >= 0).select("rank", "device").unique()

@@ -16,9 +16,9 @@ from tracediag.derive.collectives import collective_instances
 from tracediag.derive.host import host_feed
 from tracediag.derive.intervals import in_time_order, time_keys
 from tracediag.derive.kernels import kernel_steps
-from tracediag.derive.names import distinct_names
 from tracediag.derive.p2p import p2p_per_step
 from tracediag.derive.steps import assign_steps, find_markers, launches, step_spans
+from tracediag.names import distinct_names
 from tracediag.sanity import rank_extents
 from tracediag.whatif.rank import segments, sync_ends
 

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 import polars as pl
 
 from tracediag.derive.intervals import TimeKeys, asof_by_rank
-from tracediag.derive.names import distinct_names, name_matches
 from tracediag.derive.ranked import keep_ranked
+from tracediag.names import distinct_names, name_matches
 from tracediag.regex import user_regex
 from tracediag.vocab import STEP_NUMBER as DEFAULT_STEP_REGEX
 
@@ -108,7 +108,7 @@ def _launch_steps(
 ) -> pl.LazyFrame:
     """Per (rank, correlation) of host runtime calls: the step during which the call ran, its name
     (``_call``) and whether it launches a kernel (``_launch``, `LAUNCH_REGEX`; `names`:
-    `derive.names.distinct_names` of `events`; `ordered`: `events` are sorted by rank then ts)."""
+    `names.distinct_names` of `events`; `ordered`: `events` are sorted by rank then ts)."""
     runtime = (
         events.lazy()
         .filter(pl.col("kind") == "runtime", pl.col("device") == -1, pl.col("correlation").is_not_null())
@@ -151,7 +151,7 @@ def launches(
     keys: TimeKeys | None = None,
 ) -> Launches:
     """The `Launches` of `events` over `markers` (`find_markers`). `names`:
-    `derive.names.distinct_names` of `events`, when the caller has them; `ordered`: `events` are
+    `names.distinct_names` of `events`, when the caller has them; `ordered`: `events` are
     sorted by rank then ts (`intervals.in_time_order`), which spares a sort; `keys`: their
     `intervals.time_keys` (Int64 keys for the as-of join)."""
     calls = _launch_steps(events, markers, distinct_names(events) if names is None else names, ordered, keys)
@@ -178,7 +178,7 @@ def step_spans(
 
     Returns a frame with `STEP_SPAN_SCHEMA`. A rank with device activity gets the device span of the
     device that has most of it; other ranks use the host span and ``device = -1``. `names`:
-    `derive.names.distinct_names` of `events`, when the caller has them; `ordered`: `events` are
+    `names.distinct_names` of `events`, when the caller has them; `ordered`: `events` are
     sorted by rank then ts (`intervals.in_time_order`: a `Run`'s are), which spares a sort;
     `launched`: `launches` of `events` and `markers`, when the caller has them; `keys`: their
     `intervals.time_keys`.

@@ -27,6 +27,7 @@ import polars as pl
 
 from tracediag.errors import NotATraceError, TraceError
 from tracediag.ingest import native
+from tracediag.names import distinct_names, name_matches
 from tracediag.schema import MAX_NS
 from tracediag.vocab import COLLECTIVE_ROW, DEVICE_CATS
 
@@ -834,9 +835,8 @@ def _tier_masks(frame: pl.DataFrame, names: pl.Series | None = None) -> list[pl.
     masks: list[pl.Expr] = []
     for rule, _ in _ARG_TIERS:
         if isinstance(rule, str):
-            if names is None:
-                names = frame.get_column("name").unique(maintain_order=True).drop_nulls()  # half the CPU of unordered
-            rule = pl.col("name").is_in(names.filter(names.cast(pl.String).str.contains(rule)).implode())
+            names = distinct_names(frame) if names is None else names
+            rule = name_matches(names, rule)
         masks.append(rule)
     return masks
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import polars as pl
 
 from tracediag.derive.intervals import TimeKeys, asof_by_rank, rank_time
-from tracediag.derive.names import distinct_names, name_matches
+from tracediag.names import distinct_names, name_matches
 
 SYNC_SCHEMA: dict[str, pl.DataType] = {
     "rank": pl.Int32(),
@@ -83,7 +83,7 @@ copying without compute (``other``), else idle."""
 def sync_ends(events: pl.DataFrame, instances: pl.DataFrame, *, names: pl.Series | None = None) -> pl.DataFrame:
     """The rank's sync ends (`SYNC_SCHEMA`) from its events and its collective instances
     (`derive.collectives.collective_instances`). `names`:
-    `derive.names.distinct_names` of `events`, when the caller has them."""
+    `names.distinct_names` of `events`, when the caller has them."""
     lf = events.lazy()
     names = distinct_names(events) if names is None else names
     streams = (
