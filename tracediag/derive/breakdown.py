@@ -167,6 +167,7 @@ def _device_timeline(events: pl.LazyFrame, spans: pl.DataFrame, names: _Names) -
         (pl.col("kind") == "comm") | ((pl.col("kind") == "cpu_op") & (pl.col("coll_op").is_not_null() | names.comm_op))
     )
     on_gpu = [dev.select("rank", "ts", end=_end(), cat=dev_cat).filter(pl.col("cat").is_not_null())]
+    # planned only when some rank is CPU-only: its sweep reads the host rows when planned
     on_cpu = [
         _host_compute(host, names).with_columns(cat=_cat("compute")),
         host_comm.select(
@@ -176,10 +177,10 @@ def _device_timeline(events: pl.LazyFrame, spans: pl.DataFrame, names: _Names) -
             cat=pl.when(pl.col("coll_op").is_in(P2P_OPS)).then(_cat("p2p")).otherwise(_cat("comm")),
         ),
         _in_flight(host, names).with_columns(cat=_cat("comm")),
-    ]
+    ] if has_cpu else []
     parts = [
         *(on_gpu if has_gpu else []),
-        *(on_cpu if has_cpu else []),
+        *on_cpu,
         spans.filter(pl.col("start").is_not_null()).select("rank", ts="start", end="end", cat=_cat("step")),
     ]
     return pl.concat([p.select("rank", "ts", "end", "cat") for p in parts])

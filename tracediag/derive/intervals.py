@@ -177,6 +177,34 @@ def _in_order(points: pl.LazyFrame, by: list[str], keys: TimeKeys | None = None)
     return points.sort(*by, "t")
 
 
+PACK_BITS = 62
+"""Bits of the one Int64 running count `sweep` packs its categories' counts into (the sum of their
+fields' widths; below 63, so no partial sum overflows)."""
+
+
+def count_fields(totals: dict[str, int], bits: int = PACK_BITS) -> dict[str, tuple[int, int]] | None:
+    """Where each category's count lies in one packed Int64 (``name -> (offset, width)``), given how
+    many intervals each category has in all (`totals`): a count never exceeds that, so a field of
+    its bit length holds it, and a running sum of ``±2**offset`` per point is the sum of each count
+    times its weight, read back by a division and a mask. None when the fields need more than
+    `bits` bits."""
+    fields, offset = {}, 0
+    for name, total in totals.items():
+        width = int(total).bit_length()
+        fields[name] = (offset, width)
+        offset += width
+    return fields if offset <= bits else None
+
+
+def _count(packed: pl.Expr, field: tuple[int, int]) -> pl.Expr:
+    """The count in `field` of a packed running count (non-negative: every count is)."""
+    offset, width = field
+    if not width:
+        return pl.lit(0, pl.UInt32)
+    # the field holds a count of at most 2**width - 1 intervals (< 2**32 rows): no check is needed
+    return ((packed // (1 << offset)) & ((1 << width) - 1)).cast(pl.UInt32, wrap_numerical=True)
+
+
 def sweep(
     lf: pl.LazyFrame,
     by: Sequence[str],
@@ -190,8 +218,8 @@ def sweep(
     Parameters
     ----------
     lf
-        Columns `by`, ``ts``, ``end`` and ``cat`` (String, or an Enum: cheaper to compare; one of
-        `categories`).
+        Columns `by`, ``ts``, ``end`` (Int64 ns, ``end >= ts``) and ``cat`` (String, or an Enum:
+        cheaper to compare; one of `categories`).
     by
         Independent timelines (e.g. ``rank``).
     categories
@@ -207,7 +235,8 @@ def sweep(
     Returns
     -------
     `by`, ``ts``, ``end`` (consecutive boundary points with ``end > ts``), ``n_<cat>`` per category
-    and `mark` if given.
+    and `mark` if given. The intervals are read once (collected) to size the packed running count
+    (`count_fields`).
 
     Examples
     --------
@@ -216,6 +245,82 @@ def sweep(
     [(0, 0, 5, 1, 0), (0, 5, 8, 1, 1), (0, 8, 10, 1, 0)]
     """
     by = list(by)
+    intervals = lf.select(*by, "ts", "end", "cat", *([] if mark is None else [mark])).collect(engine="in-memory")
+    fields = _packed_fields(intervals, categories, mark)
+    if fields is None:
+        return _sweep_columns(intervals.lazy(), by, categories, mark=mark, keys=keys)
+    marked = [] if mark is None else [pl.col(mark).cast(pl.Int64).alias("_m")]
+    points = pl.concat(
+        [
+            intervals.lazy().select(*by, pl.col("ts").alias("t"), pl.col("cat"), pl.lit(1).alias("_d"), *marked),
+            intervals.lazy().select(*by, pl.col("end").alias("t"), pl.col("cat"), pl.lit(-1).alias("_d"), *marked),
+        ]
+    )
+    # each point adds ±1 to its category's count, one field of one Int64 (and +1 to the tally of
+    # marked points when it is marked): one running sum instead of one per category
+    weight = pl.lit(0, pl.Int64)
+    for c in reversed(categories):
+        if fields[c][1]:
+            weight = pl.when(pl.col("cat") == c).then(pl.lit(1 << fields[c][0], pl.Int64)).otherwise(weight)
+    step = pl.col("_d").cast(pl.Int64) * weight
+    # the tally of marked points (it grew since the previous run of equal (`by`, t) where one is
+    # marked) in the packed count when it fits, else a running sum of its own
+    tally = "_m" in fields
+    if mark is not None and tally:
+        step = step + pl.col("_m") * pl.lit(1 << fields["_m"][0], pl.Int64)
+    at_mark = [] if mark is None else [(pl.col("_mt") > pl.col("_mt").shift(1).fill_null(0)).alias(mark)]
+    last = pl.any_horizontal(pl.col(k).ne_missing(pl.col(k).shift(-1)) for k in [*by, "t"])
+    same = pl.all_horizontal(pl.col(k).eq_missing(pl.col(k).shift(-1)) for k in by) if by else pl.lit(True)
+    counts = [f"n_{c}" for c in categories]
+    return (
+        _in_order(points.select(*by, "t", _p=step, **({} if mark is None or tally else {"_mt": "_m"})), by, keys)
+        .with_columns(pl.col("_p", *([] if mark is None or tally else ["_mt"])).cum_sum())
+        .filter(last)
+        .with_columns(
+            *(_count(pl.col("_p"), fields[c]).alias(f"n_{c}") for c in categories),
+            *([_count(pl.col("_p"), fields["_m"]).cast(pl.Int64).alias("_mt")] if mark is not None and tally else []),
+        )
+        .with_columns(*at_mark)
+        .with_columns(end=pl.when(same).then(pl.col("t").shift(-1)))
+        .filter(pl.col("end").is_not_null(), pl.col("end") > pl.col("t"))
+        .rename({"t": "ts"})
+        .select(*by, "ts", "end", *counts, *([] if mark is None else [mark]))
+    )
+
+
+def _packed_fields(
+    intervals: pl.DataFrame, categories: Sequence[str], mark: str | None
+) -> dict[str, tuple[int, int]] | None:
+    """`count_fields` of `intervals`' categories (and of its marked points, ``_m``, when `mark` and
+    they fit too), or None when the categories' do not fit, an interval has no time or ends before
+    it starts (a count could then be negative: `_sweep_columns` says so) or its `mark` is null."""
+    if not intervals.height:
+        return None
+    ts, end = pl.col("ts"), pl.col("end")
+    cat = pl.col("cat")
+    checks = intervals.select(
+        bad=(ts.null_count() + end.null_count() + (end < ts).sum()) > 0,
+        marked=pl.lit(0) if mark is None else pl.col(mark).sum(),
+        unmarked=pl.lit(0) if mark is None else pl.col(mark).null_count(),
+        **{f"_{i}": (cat == c).sum() for i, c in enumerate(categories)},
+    ).row(0, named=True)
+    if checks["bad"] or checks["unmarked"]:
+        return None
+    totals = {c: checks[f"_{i}"] for i, c in enumerate(categories)}
+    if mark is not None:  # the tally of marked points too, when it fits (both points of a marked interval are marked)
+        return count_fields({**totals, "_m": 2 * checks["marked"]}) or count_fields(totals)
+    return count_fields(totals)
+
+
+def _sweep_columns(
+    lf: pl.LazyFrame,
+    by: list[str],
+    categories: Sequence[str],
+    *,
+    mark: str | None = None,
+    keys: TimeKeys | None = None,
+) -> pl.LazyFrame:
+    """`sweep` with one running count per category (when the packed count does not fit)."""
     deltas = [
         (pl.when(pl.col("cat") == c).then(pl.col("_d")).otherwise(0)).cast(pl.Int64).alias(f"n_{c}") for c in categories
     ]
