@@ -37,7 +37,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from tracediag.derive.intervals import TimeKeys, asof_by_rank, covered, sweep, union_intervals
+from tracediag.derive.intervals import TimeKeys, asof_by_rank, covered, rank_time, sweep, union_intervals
 from tracediag.derive.ranked import keep_ranked
 from tracediag.derive.steps import Launches, launches
 from tracediag.names import distinct_names, name_matches
@@ -295,6 +295,25 @@ def _split_idle(idle: pl.LazyFrame, nxt: pl.LazyFrame, keys: TimeKeys | None = N
     )
 
 
+def _per_step(dev: pl.LazyFrame, aggs: list[pl.Expr], keys: TimeKeys | None) -> pl.LazyFrame:
+    """``group_by("rank", "step").agg(aggs)`` of `_by_step`'s rows, with `keys` on one sorted key.
+
+    In `_by_step`'s order (by rank, then time) the start of each row's span (``_s``, the as-of
+    match: the latest start at or before the row) never decreases within a rank, so the Int64 key
+    of (rank, ``_s``) is sorted: its groups are runs of rows, found without hashing (the rank and
+    the start of a span decide its step; rows in no span have no step and are left out, as no span's
+    row would join them)."""
+    if keys is None:
+        return dev.group_by("rank", "step").agg(*aggs)
+    return (
+        dev.filter(pl.col("_s").is_not_null())
+        .with_columns(_k=rank_time("_s", keys).set_sorted())
+        .group_by("_k")
+        .agg(pl.col("rank").first(), pl.col("step").first(), *aggs)
+        .drop("_k")
+    )
+
+
 def _by_step(segments: pl.LazyFrame, spans: pl.LazyFrame, start: str, keys: TimeKeys | None = None) -> pl.LazyFrame:
     """Attach the step whose span (starting at column `start`) holds each in-step segment (`segments`:
     a `intervals.sweep`, whose order, by rank then ts, is what the as-of join asks for and is kept)."""
@@ -338,17 +357,26 @@ def breakdown(
     collective = pl.col("n_comm") > 0
     p2p = pl.col("n_p2p") > 0
     communicating = collective | p2p
-    first_compute = pl.col("ts").filter(computing).min()
-    dev_agg = dev.group_by("rank", "step").agg(
-        compute_ns=on.filter(computing).sum(),
-        comm_ns=on.filter(communicating).sum(),
-        exposed_comm_ns=on.filter(communicating & ~computing).sum(),
-        exposed_p2p_ns=on.filter(p2p & ~collective & ~computing).sum(),
-        copy_ns=on.filter(copying & ~computing & ~communicating).sum(),
-        idle_ns=on.filter(~computing & ~communicating & ~copying).sum(),
-        _first_compute=first_compute,
-        _first_active=pl.col("ts").filter(computing | communicating | (pl.col("n_copy") > 0)).min(),
-        _last_active=pl.col("end").filter(computing | communicating | (pl.col("n_copy") > 0)).max(),
+    active = computing | communicating | copying
+    # per row, then summed per step: plain sums and extremes, no filter inside the aggregation
+    per_row = {
+        "compute_ns": computing,
+        "comm_ns": communicating,
+        "exposed_comm_ns": communicating & ~computing,
+        "exposed_p2p_ns": p2p & ~collective & ~computing,
+        "copy_ns": copying & ~computing & ~communicating,
+        "idle_ns": ~active,
+    }
+    dev_agg = _per_step(
+        dev.with_columns(
+            **{c: pl.when(test).then(on).otherwise(0) for c, test in per_row.items()},
+            _first_compute=pl.when(computing).then(pl.col("ts")),
+            _first_active=pl.when(active).then(pl.col("ts")),
+            _last_active=pl.when(active).then(pl.col("end")),
+        ),
+        [pl.col(c).sum() for c in per_row]
+        + [pl.col("_first_compute").min(), pl.col("_first_active").min(), pl.col("_last_active").max()],
+        keys,
     )
     # the idle gaps of the breakdown's own timeline: its segments are cut into pieces at the other
     # cuts of the sweep, which the split of a gap must not see (its launch latency is of the whole gap).

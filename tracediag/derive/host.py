@@ -76,11 +76,18 @@ def host_feed(
     )
     launch = name_matches(names, LAUNCH_REGEX)
     # only the rows counted below take part (a (rank, step) with none gets zeros from the join)
-    host_agg = runtime.filter(blocking | launch).group_by("rank", "step").agg(
-        sync_n=blocking.sum(),
-        sync_ns=pl.col("dur").filter(blocking).sum(),
-        launch_n=launch.sum(),
-        launch_ns=pl.col("dur").filter(launch).sum(),
+    # the tests made columns first: the aggregations are plain sums (a test inside an aggregation is
+    # evaluated group by group)
+    host_agg = (
+        runtime.filter(blocking | launch)
+        .select("rank", "step", "dur", _sync=blocking, _launch=launch)
+        .group_by("rank", "step")
+        .agg(
+            sync_n=pl.col("_sync").sum(),
+            sync_ns=pl.when("_sync").then("dur").otherwise(0).sum(),
+            launch_n=pl.col("_launch").sum(),
+            launch_ns=pl.when("_launch").then("dur").otherwise(0).sum(),
+        )
     )
     items = (
         host.filter(pl.col("kind") == "cpu_op", name_matches(names, ITEM_REGEX))
@@ -103,10 +110,14 @@ def host_feed(
         )
     )
     kernels = work.filter(pl.col("kind") == "kernel", pl.col("step").is_not_null())
-    kern_agg = kernels.group_by("rank", "step").agg(
-        kernel_n=pl.len(),
-        small_kernel_n=(pl.col("dur") < pl.col("ldur")).sum(),
-        kernel_ns_median=pl.col("dur").median().cast(pl.Float64),
+    kern_agg = (
+        kernels.select("rank", "step", "dur", _small=pl.col("dur") < pl.col("ldur"))
+        .group_by("rank", "step")
+        .agg(
+            kernel_n=pl.len(),
+            small_kernel_n=pl.col("_small").sum(),
+            kernel_ns_median=pl.col("dur").median().cast(pl.Float64),
+        )
     )
     # queue depth: +1 at each launch call, -1 at the end of its device work, read at the launches
     linked = work.filter(pl.col("lts").is_not_null())

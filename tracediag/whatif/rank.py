@@ -67,17 +67,19 @@ PHASE_REGEX = r"^(?i:forward|backward)"
 """Pipeline schedule annotations (`torch.distributed.pipelining`: ``Forward i``, ``Backward i``): a
 send inside a forward goes to the next stage, a recv comes from the previous one; backward reverses."""
 
-_CATEGORY = (
-    pl.when(pl.col("n_compute") > 0)
-    .then(pl.lit("compute"))
-    .when(pl.col("n_input") > 0)
-    .then(pl.lit("input"))
-    .when((pl.col("n_comm") + pl.col("n_p2p") + pl.col("n_copy")) > 0)
-    .then(pl.lit("other"))
-    .otherwise(pl.lit("idle"))
-)
-"""The local category of an elementary segment: computing, else loading data, else communicating or
-copying without compute (``other``), else idle."""
+def _category_tests() -> dict[str, pl.Expr]:
+    """The local category of an elementary segment, one test per category of `LOCAL_CATEGORIES`:
+    computing, else loading data, else communicating or copying without compute (``other``), else
+    idle (exactly one holds)."""
+    compute = pl.col("n_compute") > 0
+    loading = pl.col("n_input") > 0
+    busy = (pl.col("n_comm") + pl.col("n_p2p") + pl.col("n_copy")) > 0
+    return {
+        "compute": compute,
+        "input": ~compute & loading,
+        "other": ~compute & ~loading & busy,
+        "idle": ~compute & ~loading & ~busy,
+    }
 
 
 def sync_ends(events: pl.DataFrame, instances: pl.DataFrame, *, names: pl.Series | None = None) -> pl.DataFrame:
@@ -189,7 +191,10 @@ def segments(
     elementary = (
         device.lazy()
         .filter(pl.col("n_complete") > 0)
-        .with_columns(cat=_CATEGORY, exposed=exposed, len=pl.col("end") - pl.col("ts"))
+        .with_columns(
+            exposed=exposed,
+            len=pl.col("end") - pl.col("ts"),
+        )
     )
     # the sweep's order (rank, ts) is kept throughout: it is what the as-of join asks for
     elementary = (
@@ -202,30 +207,28 @@ def segments(
         (pl.col("ts") != _prev("end")) | (pl.col("step") != _prev("step")) | (pl.col("exposed") != _prev("exposed"))
     ).fill_null(True) | pl.col("_cut")
     on = pl.col("len")
-    # a piece is a run of consecutive rows (each rank's rows in time order): its sums are differences
-    # of running sums between its last row and the row before its first, its start and step those
-    # of its first row, its end its last row's: shifts and running sums, no group_by
-    first = pl.col("_new")
-    last = pl.col("_new").shift(-1).fill_null(True)
-    sums = [f"_{c}" for c in LOCAL_CATEGORIES]
+    # a piece is a run of consecutive rows (each rank's rows in time order), numbered by a running
+    # count of its first rows: the numbers are sorted, so its group is found without hashing; its
+    # start, rank, step and exposure are its first row's (all its rows share the last three), its
+    # end its last row's
     pieces = (
-        segs.with_columns(_new=new)
-        .with_columns(
-            pl.when(pl.col("cat") == c).then(on).otherwise(0).cum_sum().alias(f"_{c}") for c in LOCAL_CATEGORIES
-        )
-        .with_columns(
-            *(pl.when(first).then(pl.col(t).shift(1).fill_null(0)).forward_fill().alias(f"{t}_0") for t in sums),
-            _ts=pl.when(first).then(pl.col("ts")).forward_fill(),
-        )
-        .filter(last)
-        .select(
+        segs.select(
             "rank",
             "step",
-            ts="_ts",
-            end="end",
-            exposed="exposed",
-            **{f"{c}_ns": pl.col(f"_{c}") - pl.col(f"_{c}_0") for c in LOCAL_CATEGORIES},
+            "ts",
+            "end",
+            "exposed",
+            _piece=new.cum_sum().set_sorted(),
+            **{f"{c}_ns": pl.when(test).then(on).otherwise(0) for c, test in _category_tests().items()},
         )
+        .group_by("_piece")
+        .agg(
+            pl.col("rank", "step", "ts").first(),
+            pl.col("end").last(),
+            pl.col("exposed").first(),
+            *(pl.col(c).sum() for c in LOCAL_COLUMNS),
+        )
+        .select(list(SEGMENT_SCHEMA))
         .sort("rank", "ts")
         # the in-memory engine runs this plan (as-of joins, shifts over 150k elementary segments) on
         # about half the CPU of the streaming one (measured on 8 ranks of an A100 trace)
