@@ -136,7 +136,7 @@ class Launches:
     calls: pl.DataFrame
     """Per host runtime call with a ``correlation``: ``rank, correlation``, ``_call`` (its name),
     ``_launch`` (a kernel launch, `LAUNCH_REGEX`), ``_call_ts``, ``_call_end`` and ``_launch_step``
-    (the marker whose host span holds the call)."""
+    (the marker whose host span holds the call); ``_rc``, the `call_key`, when it fits."""
     links: pl.DataFrame
     """The device rows (any device and kind): ``_row`` (index in the event table), ``rank, device,
     kind, ts, dur, correlation`` and the columns of their call in `calls` (null when none)."""
@@ -160,9 +160,33 @@ def launches(
         .select("rank", "device", "kind", "ts", "dur", "correlation")
         .with_row_index("_row")
         .filter(pl.col("device") >= 0)
-        .join(calls, on=["rank", "correlation"], how="left")
     )
+    key = call_key(events)
+    if key is None:
+        links = links.join(calls, on=["rank", "correlation"], how="left")
+    else:  # one Int64 key to hash instead of two columns: about half the join's CPU
+        calls = calls.with_columns(_rc=key)
+        links = links.with_columns(_rc=key).join(calls.drop("rank", "correlation"), on="_rc", how="left")
     return Launches(*pl.collect_all([calls, links]))
+
+
+def call_key(events: pl.DataFrame) -> pl.Expr | None:
+    """(``rank``, ``correlation``) as one Int64 that is equal where both are (null where either is),
+    for the events' values: ``rank * 2**bits + (correlation - least)``. None when it cannot hold them
+    (a null or negative rank, no correlation, or more ranks than fit above the correlations' span)."""
+    lo, hi, rmin, rmax, rnull = events.select(
+        lo=pl.col("correlation").min(),
+        hi=pl.col("correlation").max(),
+        rmin=pl.col("rank").min(),
+        rmax=pl.col("rank").max(),
+        rnull=pl.col("rank").null_count(),
+    ).row(0)
+    if lo is None or rmin is None or rnull or rmin < 0:
+        return None
+    bits = (hi - lo).bit_length()
+    if (rmax + 1) << bits >= 2**63:
+        return None
+    return pl.col("rank").cast(pl.Int64) * pl.lit(1 << bits, pl.Int64) + (pl.col("correlation") - lo)
 
 
 def step_spans(
@@ -216,12 +240,13 @@ def step_spans(
             dev_end=pl.coalesce(pl.col("dev_first").shift(-1).over("rank"), pl.col("dev_last")),
         )
     )
-    seen = dev.select("rank", "correlation").unique()
+    on = ["_rc"] if "_rc" in launched.calls.columns else ["rank", "correlation"]  # `call_key`'s when it fits
+    seen = dev.select(*on).unique()
     lost = (
         launched.calls.lazy()
         .filter(pl.col("_launch"), pl.col("_launch_step").is_not_null())
         .filter(pl.col("rank").is_in(main_dev.get_column("rank").implode()))
-        .join(seen, on=["rank", "correlation"], how="anti")
+        .join(seen, on=on, how="anti")
         .group_by("rank", pl.col("_launch_step").alias("step"))
         .agg(lost=pl.len())
     )
