@@ -1,6 +1,7 @@
 """The analysis's cheaper paths give what the plain ones give: the sweep's packed running count
 (`derive.intervals.count_fields`), the one-column key of (rank, correlation) of the launch links
-(`derive.steps.call_key`) and the per-rank extents of rows in rank order (`sanity.rank_extents`)."""
+(`derive.steps.call_key`), the steps of rows in time order (`derive.steps.assign_steps`) and the
+per-rank extents of rows in rank order (`sanity.rank_extents`)."""
 
 from __future__ import annotations
 
@@ -13,8 +14,8 @@ import tracediag
 import tracediag.derive.intervals as intervals
 import tracediag.derive.per_rank as per_rank
 import tracediag.derive.steps as steps
-from tracediag.derive.intervals import _sweep_columns, count_fields, sweep
-from tracediag.derive.steps import call_key, find_markers
+from tracediag.derive.intervals import _sweep_columns, count_fields, sweep, time_keys
+from tracediag.derive.steps import assign_steps, call_key, find_markers, step_spans
 from tracediag.sanity import rank_extents
 
 CASES = {
@@ -114,3 +115,15 @@ def test_extents_of_rows_in_rank_order_equal_those_of_shuffled_rows(events):
     shuffled = events.sample(fraction=1.0, shuffle=True, seed=3)
     assert not shuffled.get_column("rank").is_sorted()
     assert_frame_equal(rank_extents(events), rank_extents(shuffled))
+
+
+def test_steps_of_rows_in_time_order_equal_those_found_without_the_order(events):
+    """`assign_steps` told the rows are in (rank, ts) order takes every host row's step in place;
+    the same steps as when it sorts and puts them back by row, host and device rows alike."""
+    keys = time_keys(events)
+    markers = find_markers(events)
+    spans = step_spans(events, markers, ordered=True, keys=keys)
+    fast = assign_steps(events, spans, ordered=True, keys=keys)
+    slow = assign_steps(events, spans, ordered=False, keys=keys)
+    assert_frame_equal(fast, slow, check_exact=True)
+    assert fast.filter(pl.col("device") == -1)["step"].is_not_null().any()

@@ -350,6 +350,18 @@ def assign_steps(
     launched_rows = links.filter(pl.col("_launch_step").is_not_null()).select(
         "_row", _step=pl.col("_launch_step").cast(pl.Int32)
     )
+    if ordered:
+        # rows in (rank, ts) order: the as-of join over every row keeps the rows' order, so the host
+        # rows' steps come in place (no scatter of 500k values); only the device rows are put back
+        in_place = _host_step(lf.select("rank", "device", "ts"), markers, ordered=True, keys=keys).select(
+            pl.when(pl.col("device") == -1).then(pl.col("_step")).alias("_step")
+        )
+        host_steps, *device_parts = pl.collect_all([in_place, launched_rows, unlaunched])
+        if sum(p.height for p in device_parts) == events.select((pl.col("device") >= 0).sum()).item():
+            step = host_steps.get_column("_step")
+            for p in device_parts:
+                step.scatter(p["_row"], p["_step"])
+            return events.with_columns(step.alias("step"))
     parts = pl.collect_all([host.select("_row", "_step"), launched_rows, unlaunched])
     timed = events.select(((pl.col("device") == -1) | (pl.col("device") >= 0)).sum()).item()
     if sum(p.height for p in parts) == timed:
