@@ -1,7 +1,8 @@
 """The analysis's cheaper paths give what the plain ones give: the sweep's packed running count
 (`derive.intervals.count_fields`), the one-column key of (rank, correlation) of the launch links
-(`derive.steps.call_key`), the steps of rows in time order (`derive.steps.assign_steps`) and the
-per-rank extents of rows in rank order (`sanity.rank_extents`)."""
+(`derive.steps.call_key`), the steps and the breakdown of rows in time order
+(`derive.steps.assign_steps`, `derive.breakdown.breakdown`) and the per-rank extents of rows in
+rank order (`sanity.rank_extents`)."""
 
 from __future__ import annotations
 
@@ -14,8 +15,9 @@ import tracediag
 import tracediag.derive.intervals as intervals
 import tracediag.derive.per_rank as per_rank
 import tracediag.derive.steps as steps
+from tracediag.derive.breakdown import breakdown
 from tracediag.derive.intervals import _sweep_columns, count_fields, sweep, time_keys
-from tracediag.derive.steps import assign_steps, call_key, find_markers, step_spans
+from tracediag.derive.steps import assign_steps, call_key, find_markers, launches, step_spans
 from tracediag.sanity import rank_extents
 
 CASES = {
@@ -127,3 +129,18 @@ def test_steps_of_rows_in_time_order_equal_those_found_without_the_order(events)
     slow = assign_steps(events, spans, ordered=False, keys=keys)
     assert_frame_equal(fast, slow, check_exact=True)
     assert fast.filter(pl.col("device") == -1)["step"].is_not_null().any()
+
+
+def test_breakdown_of_rows_in_time_order_equals_the_one_that_does_not_know_it(events):
+    """`breakdown` told the rows are in (rank, ts) order groups the device work by its sorted
+    (rank, start) key and takes the host rows as runs per rank; the same breakdown as without."""
+    keys = time_keys(events)
+    markers = find_markers(events)
+    launched = launches(events, markers, ordered=True, keys=keys)
+    assert launched.links.get_column("_row").is_sorted()  # the event table's order
+    spans = step_spans(events, markers, ordered=True, launched=launched, keys=keys)
+    stepped = assign_steps(events, spans, ordered=True, launched=launched, keys=keys)
+    fast = breakdown(stepped, spans, ordered=True, launched=launched, keys=keys)
+    slow = breakdown(stepped, spans, ordered=False, launched=launched, keys=keys)
+    assert_frame_equal(fast, slow, check_exact=True)
+    assert fast.height > 0 and fast["host_gap_ns"].sum() > 0

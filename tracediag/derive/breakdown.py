@@ -253,15 +253,26 @@ def _host_agg(events: pl.LazyFrame, spans: pl.DataFrame, names: _Names, ordered:
     )
 
 
-def _next_work(links: pl.LazyFrame, spans: pl.DataFrame) -> pl.LazyFrame:
+def _next_work(
+    links: pl.LazyFrame, spans: pl.DataFrame, *, ordered: bool = False, keys: TimeKeys | None = None
+) -> pl.LazyFrame:
     """GPU ranks: per start time of device work on the main device, the earliest return of a host
     launch call of the work starting then (``next_ts``, ``next_launch``; launch null when the trace
-    links none). `links`: `derive.steps.Launches.links`."""
+    links none). `links`: `derive.steps.Launches.links`, in the event table's order; `ordered`: that
+    order is by rank then ts; `keys`: the events' `intervals.TimeKeys`."""
     work = links.filter(pl.col("kind").is_in(["kernel", "comm", "memcpy", "memset"]))
     # every launch call of the work (the minimum is taken once, over the work starting at each time)
+    work = keep_ranked(work, spans.filter(pl.col("device") >= 0), "device")
+    if ordered and keys is not None:
+        # rows by rank then ts: the Int64 key of (rank, ts) is sorted, each start time a run of rows
+        return (
+            work.with_columns(_k=rank_time("ts", keys).set_sorted())
+            .group_by("_k")
+            .agg(pl.col("rank").first(), next_ts=pl.col("ts").first(), next_launch=pl.col("_call_end").min())
+            .select("rank", "next_ts", "next_launch")
+        )
     return (
-        keep_ranked(work, spans.filter(pl.col("device") >= 0), "device")
-        .group_by("rank", "ts")
+        work.group_by("rank", "ts")
         .agg(next_launch=pl.col("_call_end").min())
         .select("rank", next_ts="ts", next_launch="next_launch")
     )
@@ -392,7 +403,7 @@ def breakdown(
         .filter(pl.col("_first").ne_missing(pl.col("_first").shift(-1)))
         .select("rank", step="_step", ts="_ts", end="end", len=pl.col("end") - pl.col("_ts"))
     )
-    idle = _split_idle(gaps, _next_work(launched.links.lazy(), spans), keys)
+    idle = _split_idle(gaps, _next_work(launched.links.lazy(), spans, ordered=ordered, keys=keys), keys)
     cpu = sp.filter(pl.col("device") < 0).select("rank").unique()
     idle_agg = (
         idle.join(cpu, on="rank", how="anti")

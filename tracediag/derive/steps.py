@@ -138,8 +138,9 @@ class Launches:
     ``_launch`` (a kernel launch, `LAUNCH_REGEX`), ``_call_ts``, ``_call_end`` and ``_launch_step``
     (the marker whose host span holds the call); ``_rc``, the `call_key`, when it fits."""
     links: pl.DataFrame
-    """The device rows (any device and kind): ``_row`` (index in the event table), ``rank, device,
-    kind, ts, dur, correlation`` and the columns of their call in `calls` (null when none)."""
+    """The device rows (any device and kind), in the event table's order: ``_row`` (index in the
+    event table), ``rank, device, kind, ts, dur, correlation`` and the columns of their call in
+    `calls` (null when none)."""
 
 
 def launches(
@@ -163,11 +164,13 @@ def launches(
     )
     key = call_key(events)
     if key is None:
-        links = links.join(calls, on=["rank", "correlation"], how="left")
+        links = links.join(calls, on=["rank", "correlation"], how="left", maintain_order="left")
     else:  # one Int64 key to hash instead of two columns: about half the join's CPU
         calls = calls.with_columns(_rc=key)
-        links = links.with_columns(_rc=key).join(calls.drop("rank", "correlation"), on="_rc", how="left")
-    return Launches(*pl.collect_all([calls, links]))
+        links = links.with_columns(_rc=key).join(
+            calls.drop("rank", "correlation"), on="_rc", how="left", maintain_order="left"
+        )
+    return Launches(*pl.collect_all([calls, links], engine="in-memory"))
 
 
 def call_key(events: pl.DataFrame) -> pl.Expr | None:
