@@ -243,19 +243,14 @@ def step_spans(
             dev_end=pl.coalesce(pl.col("dev_first").shift(-1).over("rank"), pl.col("dev_last")),
         )
     )
-    launch_calls = (
+    on = ["_rc"] if "_rc" in launched.calls.columns else ["rank", "correlation"]  # `call_key`'s when it fits
+    seen = dev.select(*on).unique()
+    lost = (
         launched.calls.lazy()
         .filter(pl.col("_launch"), pl.col("_launch_step").is_not_null())
         .filter(pl.col("rank").is_in(main_dev.get_column("rank").implode()))
-    )
-    if "_rc" in launched.calls.columns:  # `call_key`'s, when it fits: a lookup of the calls' keys (never null)
-        links = launched.links
-        seen = links.get_column("_rc").filter(links.get_column("kind") != "step")
-        unseen = launch_calls.filter(~pl.col("_rc").is_in(seen.implode()))
-    else:
-        unseen = launch_calls.join(dev.select("rank", "correlation").unique(), on=["rank", "correlation"], how="anti")
-    lost = (
-        unseen.group_by("rank", pl.col("_launch_step").alias("step"))
+        .join(seen, on=on, how="anti")
+        .group_by("rank", pl.col("_launch_step").alias("step"))
         .agg(lost=pl.len())
     )
     first = pl.col("step") == pl.col("step").min().over("rank")
