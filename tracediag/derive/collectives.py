@@ -113,7 +113,12 @@ def clock_offsets(instances: pl.DataFrame, key: tuple[str, ...] = ("group", "op"
         .agg(offset_ns=pl.col("_d").median().round(0).cast(pl.Int64))
     )
     ranks = instances.lazy().select("rank").unique()
-    return ranks.join(off, on="rank", how="left").with_columns(pl.col("offset_ns").fill_null(0)).sort("rank").collect()
+    return (
+        ranks.join(off, on="rank", how="left")
+        .with_columns(pl.col("offset_ns").fill_null(0))
+        .sort("rank")
+        .collect(engine="in-memory")
+    )
 
 
 def match_instances(instances: pl.DataFrame, offsets: pl.DataFrame, *, split_gap_ns: int | None = None) -> pl.DataFrame:
@@ -150,7 +155,7 @@ def match_instances(instances: pl.DataFrame, offsets: pl.DataFrame, *, split_gap
             iid=pl.struct(inst).hash(),
         )
         .drop("_part")
-        .collect()
+        .collect(engine="in-memory")
     )
 
 
@@ -224,7 +229,7 @@ def summarize_instances(matched: pl.DataFrame) -> pl.DataFrame:
         .sort("first_arrival_ns", "group", "seq", "iid")  # ties in a fixed order, whatever order the groups came in
         .drop("iid", "_n")
     )
-    return out.collect()
+    return out.collect(engine="in-memory")
 
 
 def wait_per_step(matched: pl.DataFrame) -> pl.DataFrame:
@@ -248,5 +253,5 @@ def wait_per_step(matched: pl.DataFrame) -> pl.DataFrame:
         counts.join(waits, on=["rank", "step"], how="left")
         .with_columns(pl.col("wait_ns").fill_null(0))
         .select("rank", "step", "wait_ns", "late_n", "coll_n")
-        .collect()
+        .collect(engine="in-memory")
     )

@@ -83,7 +83,7 @@ def find_markers(events: pl.DataFrame, *, step_regex: str | None = None) -> pl.D
             )
         )
         .sort("rank", "step")
-        .collect()
+        .collect(engine="in-memory")
     )
 
 
@@ -219,7 +219,7 @@ def step_spans(
         .sort("len", "device", descending=[True, False])
         .group_by("rank")
         .agg(pl.col("device").first().alias("main_device"))
-        .collect()
+        .collect(engine="in-memory")
     )
     # one device per rank: its rows kept by a lookup, no join (`ranked`)
     on_main = keep_ranked(dev, main_dev.select("rank", device="main_device"), "device")
@@ -309,7 +309,7 @@ def step_spans(
         )
         .select(list(STEP_SPAN_SCHEMA))
         .sort("rank", "step")
-        .collect()
+        .collect(engine="in-memory")
     )
     return out.cast(STEP_SPAN_SCHEMA)
 

@@ -120,7 +120,7 @@ def _p2p_ops(sync: pl.DataFrame, offsets: pl.DataFrame, neighbours: dict[int, tu
         )
         .sort("arrival", "end", "bytes", "stream", nulls_last=True)
         .with_columns(k=pl.int_range(pl.len()).over("src", "dst", "dir"))
-        .collect()
+        .collect(engine="in-memory")
     )
     sends = rows.filter(pl.col("dir") == "send")
     recvs = rows.filter(pl.col("dir") == "recv")
@@ -246,7 +246,7 @@ def build(
     segs = _aligned(segments.join(kept.select("rank", "step"), on=["rank", "step"], how="semi"), offsets)
     blocks = (
         union_intervals(segs.lazy().filter("exposed").select("rank", "ts", "end"), ["rank"])
-        .collect()
+        .collect(engine="in-memory")
         .with_row_index("bid")
     )
     ops = sync_ops(matched, sync, offsets, neighbours)
@@ -275,7 +275,7 @@ def build(
         .filter(~(pl.col("_bend").is_not_null() & (pl.col("end") <= pl.col("_bend"))))
         .select("rank", "step", "ts", "end", *LOCAL_COLUMNS)
         .sort("rank", "ts")
-        .collect()
+        .collect(engine="in-memory")
     )
     last = kept.group_by("rank").agg(pl.col("step").max(), (pl.col("start_ns") + pl.col("dur_ns")).max().alias("t"))
     bounds = pl.concat(

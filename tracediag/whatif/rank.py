@@ -132,7 +132,7 @@ def sync_ends(events: pl.DataFrame, instances: pl.DataFrame, *, names: pl.Series
         )
     )
     cols = list(SYNC_SCHEMA)
-    both = pl.concat([coll, p2p], how="diagonal_relaxed").select(cols).collect().cast(SYNC_SCHEMA)
+    both = pl.concat([coll, p2p], how="diagonal_relaxed").select(cols).collect(engine="in-memory").cast(SYNC_SCHEMA)
     return both.sort("rank", "ts", "kind", "dir", "peer", "dur", "stream", "bytes", nulls_last=True)
 
 
