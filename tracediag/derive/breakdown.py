@@ -392,15 +392,22 @@ def breakdown(
     # the idle gaps of the breakdown's own timeline: its segments are cut into pieces at the other
     # cuts of the sweep, which the split of a gap must not see (its launch latency is of the whole gap).
     # A gap is a run of consecutive idle rows (a rank's rows are in time order): its step and start
-    # are its first row's, its end its last row's; shifts and a gather, no group_by
+    # are its first row's, its end its last row's; shifts, no group_by
     gap, rank = pl.col("_gap"), pl.col("rank")
     opens = (gap.ne_missing(gap.shift(1)) | rank.ne_missing(rank.shift(1))).fill_null(True)
     gaps = (
         dev.filter(~computing, ~communicating, ~copying)
         .with_columns(_gap=pl.col("breakdown_cut").cum_sum())
-        .with_columns(_first=pl.when(opens).then(pl.int_range(pl.len(), dtype=pl.UInt32)).forward_fill())
-        .with_columns(_step=pl.col("step").gather("_first"), _ts=pl.col("ts").gather("_first"))
-        .filter(pl.col("_first").ne_missing(pl.col("_first").shift(-1)))
+        .with_columns(_open=opens)
+        .with_columns(_close=pl.col("_open").shift(-1).fill_null(True))
+        # only the first and the last row of each gap (one row when it has one): the last's step and
+        # start are the row before it
+        .filter(pl.col("_open") | pl.col("_close"))
+        .with_columns(
+            _step=pl.when("_open").then(pl.col("step")).otherwise(pl.col("step").shift(1)),
+            _ts=pl.when("_open").then(pl.col("ts")).otherwise(pl.col("ts").shift(1)),
+        )
+        .filter("_close")
         .select("rank", step="_step", ts="_ts", end="end", len=pl.col("end") - pl.col("_ts"))
     )
     idle = _split_idle(gaps, _next_work(launched.links.lazy(), spans, ordered=ordered, keys=keys), keys)

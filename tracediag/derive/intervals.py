@@ -396,8 +396,12 @@ def covered(lf: pl.LazyFrame, windows: pl.LazyFrame, group: str, *, ordered: boo
         # a merged interval starts where no earlier interval of its group reaches and ends at the reach
         # of its last row (the row before the next start): its rows are consecutive
         .with_columns(_start=first | (pl.col("ts") > pl.col("_reach").shift(1)))
-        .with_columns(_s=pl.when("_start").then(pl.col("ts")).forward_fill())
-        .filter(pl.col("_start").shift(-1).fill_null(True))
+        .with_columns(_last=pl.col("_start").shift(-1).fill_null(True))
+        # only the first and the last row of each merged interval (one row when it has one): the
+        # last's start is the row before it, no fill over every row
+        .filter(pl.col("_start") | pl.col("_last"))
+        .with_columns(_s=pl.when("_start").then(pl.col("ts")).otherwise(pl.col("ts").shift(1)))
+        .filter("_last")
         .with_columns(_len=pl.col("_reach") - pl.col("_s"))
         .with_columns(_before=pl.col("_len").cum_sum() - pl.col("_len"))
         # time covered before each merged interval, within its group

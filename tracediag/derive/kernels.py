@@ -172,7 +172,7 @@ def kernel_view(per_step: pl.DataFrame, steps: pl.DataFrame, *, top: int | None 
     )
     if top is not None:
         out = out.group_by("rank", maintain_order=True).head(top)
-    return out.select(list(KERNEL_SCHEMA)).collect(engine="in-memory").cast(KERNEL_SCHEMA)
+    return out.select(list(KERNEL_SCHEMA)).collect().cast(KERNEL_SCHEMA)
 
 
 def top_kernels(events: pl.DataFrame, steps: pl.DataFrame, *, top: int | None = TOP_STORED) -> pl.DataFrame:
