@@ -16,6 +16,7 @@ import tracediag.derive.intervals as intervals
 import tracediag.derive.per_rank as per_rank
 import tracediag.derive.steps as steps
 from tracediag.derive.breakdown import breakdown
+from tracediag.derive.grouping import per_rank_step
 from tracediag.derive.intervals import _sweep_columns, count_fields, sweep, time_keys
 from tracediag.derive.steps import assign_steps, call_key, find_markers, launches, step_spans
 from tracediag.sanity import rank_extents
@@ -144,3 +145,23 @@ def test_breakdown_of_rows_in_time_order_equals_the_one_that_does_not_know_it(ev
     slow = breakdown(stepped, spans, ordered=False, launched=launched, keys=keys)
     assert_frame_equal(fast, slow, check_exact=True)
     assert fast.height > 0 and fast["host_gap_ns"].sum() > 0
+
+
+def test_per_rank_step_groups_like_the_two_columns_at_the_ends_of_the_int32_range():
+    """One Int64 key per (rank, step): steps at both ends of Int32 on neighbouring ranks stay apart;
+    rows with no rank or no step form no group (the callers join on (rank, step))."""
+    lo, hi = -(2**31), 2**31 - 1
+    df = pl.DataFrame(
+        {
+            "rank": [0, 0, 1, 1, 0, 1, 2**31 - 1, None, 0],
+            "step": [hi, hi, lo, lo, lo, hi, 3, 1, None],
+            "v": [1, 2, 3, 4, 5, 6, 7, 8, 9],
+        },
+        schema={"rank": pl.Int32, "step": pl.Int32, "v": pl.Int64},
+    )
+    got = per_rank_step(df.lazy(), pl.col("v").sum(), pl.len().alias("n")).collect().sort("rank", "step")
+    want = (
+        df.drop_nulls(["rank", "step"]).group_by("rank", "step").agg(pl.col("v").sum(), n=pl.len()).sort("rank", "step")
+    )
+    assert_frame_equal(got, want)
+    assert got.height == 5

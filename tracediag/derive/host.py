@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from tracediag.derive.grouping import per_rank_step
 from tracediag.derive.intervals import TimeKeys, time_order
 from tracediag.derive.ranked import keep_ranked
 from tracediag.derive.steps import Launches, launches
@@ -78,21 +79,16 @@ def host_feed(
     # only the rows counted below take part (a (rank, step) with none gets zeros from the join)
     # the tests made columns first: the aggregations are plain sums (a test inside an aggregation is
     # evaluated group by group)
-    host_agg = (
-        runtime.filter(blocking | launch)
-        .select("rank", "step", "dur", _sync=blocking, _launch=launch)
-        .group_by("rank", "step")
-        .agg(
-            sync_n=pl.col("_sync").sum(),
-            sync_ns=pl.when("_sync").then("dur").otherwise(0).sum(),
-            launch_n=pl.col("_launch").sum(),
-            launch_ns=pl.when("_launch").then("dur").otherwise(0).sum(),
-        )
+    # (every group_by here is per (rank, step) on one Int64 key: `grouping.per_rank_step`)
+    host_agg = per_rank_step(
+        runtime.filter(blocking | launch).select("rank", "step", "dur", _sync=blocking, _launch=launch),
+        pl.col("_sync").sum().alias("sync_n"),
+        pl.when("_sync").then("dur").otherwise(0).sum().alias("sync_ns"),
+        pl.col("_launch").sum().alias("launch_n"),
+        pl.when("_launch").then("dur").otherwise(0).sum().alias("launch_ns"),
     )
-    items = (
-        host.filter(pl.col("kind") == "cpu_op", name_matches(names, ITEM_REGEX))
-        .group_by("rank", "step")
-        .agg(item_n=pl.len())
+    items = per_rank_step(
+        host.filter(pl.col("kind") == "cpu_op", name_matches(names, ITEM_REGEX)), pl.len().alias("item_n")
     )
     if launched is None:
         launched = launches(events, spans.select("rank", "step", "host_start", "host_end"), names=names, keys=keys)
@@ -110,14 +106,11 @@ def host_feed(
         )
     )
     kernels = work.filter(pl.col("kind") == "kernel", pl.col("step").is_not_null())
-    kern_agg = (
-        kernels.select("rank", "step", "dur", _small=pl.col("dur") < pl.col("ldur"))
-        .group_by("rank", "step")
-        .agg(
-            kernel_n=pl.len(),
-            small_kernel_n=pl.col("_small").sum(),
-            kernel_ns_median=pl.col("dur").median().cast(pl.Float64),
-        )
+    kern_agg = per_rank_step(
+        kernels.select("rank", "step", "dur", _small=pl.col("dur") < pl.col("ldur")),
+        pl.len().alias("kernel_n"),
+        pl.col("_small").sum().alias("small_kernel_n"),
+        pl.col("dur").median().cast(pl.Float64).alias("kernel_ns_median"),
     )
     # queue depth: +1 at each launch call, -1 at the end of its device work, read at the launches
     linked = work.filter(pl.col("lts").is_not_null())
@@ -127,15 +120,14 @@ def host_feed(
             linked.select("rank", "step", t=pl.col("ts") + pl.col("dur"), d=pl.lit(-1, pl.Int64), at=pl.lit(False)),
         ]
     )
-    queue = (
+    queue = per_rank_step(
         # by rank, t, then d (ties are points of one call's work: one step, one median)
         points.sort(time_order("rank", "t", pl.col("d") > 0, keys))
         # one running sum over all ranks: each launch's +1 and -1 lie in its rank, so it is back at 0
         # where each rank starts
         .with_columns(depth=pl.col("d").cum_sum())
-        .filter("at", pl.col("step").is_not_null())
-        .group_by("rank", "step")
-        .agg(queue_depth=pl.col("depth").median().cast(pl.Float64))
+        .filter("at", pl.col("step").is_not_null()),
+        pl.col("depth").median().cast(pl.Float64).alias("queue_depth"),
     )
     steps = spans.lazy().join(gpu.lazy(), on=["rank", "device"], how="semi").select("rank", "step")
     out = (
