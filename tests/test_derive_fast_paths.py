@@ -1,8 +1,8 @@
 """The analysis's cheaper paths give what the plain ones give: the sweep's packed running count
 (`derive.intervals.count_fields`), the one-column key of (rank, correlation) of the launch links
 (`derive.steps.call_key`), the steps and the breakdown of rows in time order
-(`derive.steps.assign_steps`, `derive.breakdown.breakdown`) and the per-rank extents of rows in
-rank order (`sanity.rank_extents`)."""
+(`derive.steps.assign_steps`, `derive.breakdown.breakdown`), the per-rank extents of rows in
+rank order (`sanity.rank_extents`) and the groups on one (rank, step) key (`derive.grouping`)."""
 
 from __future__ import annotations
 
