@@ -177,13 +177,15 @@ typedef struct {
     int key_len;                  /* 0: none yet */
     int full_len;                 /* key_len + the value's length; key_len when no value is kept */
     int id;
+    unsigned changes;             /* the key came with another value than the kept one, times in a row */
     int depth;                    /* st->depth the value was read at */
     int number;                   /* the value is a number */
     int val_at;                   /* where val.s lies from the token's start (V_STR, V_RAW) */
     Val val;                      /* what the value read as (kind V_ABSENT: it was skipped) */
 } KeyTok;
 typedef struct {
-    KeyTok at[MEMO_SLOTS];
+    KeyTok at[MEMO_SLOTS][2]; /* the last two members met at each position (an optional key shifts them) */
+    unsigned char last[MEMO_SLOTS]; /* which of the two was met last: compared first */
     KeyTok close; /* the bytes that last closed such an object after a member: `\n  }` */
 } KeyMemo;
 
@@ -1011,7 +1013,6 @@ typedef struct {
     KeyTok *slot;               /* its memo slot; NULL past MEMO_SLOTS */
 } Member;
 
-static inline uint64_t low_bits(int n) { return n >= 64 ? ~UINT64_C(0) : (UINT64_C(1) << n) - 1; }
 
 /* The n bytes at p as a token met; the first `key_len` are the separator and key, any more the value. */
 static void keep_token(State *st, KeyTok *t, const unsigned char *p, int key_len, Py_ssize_t n, int id) {
@@ -1020,22 +1021,24 @@ static void keep_token(State *st, KeyTok *t, const unsigned char *p, int key_len
     else memcpy(t->tok, p, (size_t)room);
     t->key_len = key_len;
     t->full_len = (int)n;
-    t->key_bits = low_bits(key_len);
-    t->full_bits = low_bits((int)n);
+    t->key_bits = (UINT64_C(1) << key_len) - 1; /* both under 64 */
+    t->full_bits = (UINT64_C(1) << n) - 1;
     t->id = id;
 }
 
 /* A member's bytes kept in its slot once its value is read (st->p after it): with the value when
- * `keep` and short enough, `v` what it read as (NULL: skipped). */
+ * `keep` and short enough, `v` what it read as (NULL: skipped). A slot whose key came again with
+ * another value keeps the new one, but where the values keep changing (ids, times of day) only
+ * every 16th: copying costs more than the rare repeat saves. */
 static inline void keep_member(State *st, const Member *m, int id, int keep, const Val *v) {
     KeyTok *t = m->slot;
     if (!t || m->key_len > MEMO_BYTES) return;
     Py_ssize_t n = st->p - m->start;
     if (!keep || n > MEMO_BYTES) n = m->key_len;
-    if (m->known && n == m->key_len) { /* the key is there: no value to keep */
-        t->full_len = t->key_len;
-        t->full_bits = t->key_bits;
-        return;
+    if (m->known) { /* the key is there already */
+        if (n == m->key_len || (++t->changes > 2 && (t->changes & 15))) return;
+    } else {
+        t->changes = 0;
     }
     keep_token(st, t, m->start, m->key_len, n, id);
     if (n == m->key_len) return;
@@ -1066,20 +1069,30 @@ static ALWAYS_INLINE int kept_value_holds(const State *st, const KeyTok *t, cons
  * (the separator, the key and its ':': `, "name": `) name the member when the same bytes come again. */
 static ALWAYS_INLINE int next_member(State *st, KeyMemo *memo, int pos, KeyIdFn key_id, int *id, Member *m) {
     const unsigned char *p = st->p;
-    KeyTok *t = pos < MEMO_SLOTS ? &memo->at[pos] : NULL;
+    KeyTok *ways = pos < MEMO_SLOTS ? memo->at[pos] : NULL;
     int fits = st->end - p >= TOK_BYTES;
     m->start = p;
-    m->slot = t;
     m->key_len = m->known = 0;
-    if (t && t->key_len && fits) {
-        int level = tok_match(p, t);
+    m->slot = NULL;
+    if (ways && fits) {
+        int w = memo->last[pos];
+        KeyTok *t = &ways[w];
+        int level = t->key_len ? tok_match(p, t) : 0;
+        if (!level) { /* the other member met at this position */
+            t = &ways[w ^ 1];
+            level = t->key_len ? tok_match(p, t) : 0;
+            if (level) memo->last[pos] = (unsigned char)(w ^ 1);
+        }
         if (level) {
             if (pos == 0 && ++st->depth > MAX_DEPTH) FAIL(st, "nested too deeply");
             *id = t->id;
             if (level == 2 && kept_value_holds(st, t, p)) {
+                t->changes = 0;
                 st->p = p + t->full_len;
+                m->slot = t;
                 return 2;
             }
+            m->slot = t;
             m->key_len = t->key_len;
             m->known = 1;
             st->p = p + t->key_len;
@@ -1107,6 +1120,10 @@ static ALWAYS_INLINE int next_member(State *st, KeyMemo *memo, int pos, KeyIdFn 
     if (member_key(st, &k, &klen)) return -1;
     *id = key_id(k, klen);
     m->key_len = (int)(st->p - p);
+    if (ways) { /* kept in place of the member met less recently here */
+        memo->last[pos] ^= 1;
+        m->slot = &ways[memo->last[pos]];
+    }
     return 1;
 }
 
