@@ -179,7 +179,7 @@ typedef struct {
     int id;
     unsigned changes;             /* the key came with another value than the kept one, times in a row */
     int depth;                    /* st->depth the value was read at */
-    int number;                   /* the value is a number */
+    int number, nested;           /* the value is a number; an array or object */
     int val_at;                   /* where val.s lies from the token's start (V_STR, V_RAW) */
     Val val;                      /* what the value read as (kind V_ABSENT: it was skipped) */
 } KeyTok;
@@ -428,10 +428,22 @@ static ALWAYS_INLINE uint64_t equal_bits(const unsigned char *p, const unsigned 
 }
 #endif
 
-/* Whether the n (< 64) bytes at p are those at t. */
+/* Whether the n (< 64) bytes at p are those at t (both have 64 bytes readable). */
 static ALWAYS_INLINE int same_bytes(const unsigned char *p, const unsigned char *t, int n) {
 #if defined(__SSE2__) && defined(__GNUC__)
     return !(~equal_bits(p, t, n) & ((UINT64_C(1) << n) - 1));
+#elif defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    uint64_t a, b;
+    int k = 0;
+    for (; k + 8 <= n; k += 8) {
+        memcpy(&a, p + k, 8);
+        memcpy(&b, t + k, 8);
+        if (a != b) return 0;
+    }
+    if (k == n) return 1;
+    memcpy(&a, p + k, 8); /* the last 1-7 bytes, and those after (masked off) */
+    memcpy(&b, t + k, 8);
+    return !((a ^ b) & ((UINT64_C(1) << (8 * (n - k))) - 1));
 #else
     return !memcmp(p, t, (size_t)n);
 #endif
@@ -997,9 +1009,8 @@ static ALWAYS_INLINE int tok_match(const unsigned char *p, const KeyTok *t) {
     if (differ & t->key_bits) return 0;
     return t->full_len == t->key_len || (differ & t->full_bits) ? 1 : 2;
 #else
-    if (memcmp(p, t->tok, (size_t)t->key_len)) return 0;
-    return t->full_len == t->key_len || memcmp(p + t->key_len, t->tok + t->key_len, (size_t)(t->full_len - t->key_len))
-           ? 1 : 2;
+    if (!same_bytes(p, t->tok, t->key_len)) return 0;
+    return t->full_len == t->key_len || !same_bytes(p, t->tok, t->full_len) ? 1 : 2;
 #endif
 }
 
@@ -1044,6 +1055,7 @@ static inline void keep_member(State *st, const Member *m, int id, int keep, con
     if (n == m->key_len) return;
     unsigned char c = m->start[m->key_len];
     t->number = c == '-' || (c >= '0' && c <= '9');
+    t->nested = c == '[' || c == '{';
     t->depth = st->depth;
     if (v) {
         t->val = *v;
@@ -1054,9 +1066,9 @@ static inline void keep_member(State *st, const Member *m, int id, int keep, con
 }
 
 /* Whether the kept value at p (matched as bytes) reads as it did: a number ends where it ended, a
- * container is at the depth it was read at. */
+ * container is no deeper than where it was read (its depth check held there). */
 static ALWAYS_INLINE int kept_value_holds(const State *st, const KeyTok *t, const unsigned char *p) {
-    if (t->depth != st->depth) return 0;
+    if (t->nested) return st->depth <= t->depth;
     if (!t->number) return 1;
     unsigned char c = p[t->full_len]; /* within TOK_BYTES */
     return !((c >= '0' && c <= '9') || c == '.' || c == 'e' || c == 'E');
