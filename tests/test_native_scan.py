@@ -530,3 +530,104 @@ def test_whole_microsecond_times_read_up_to_2_62_ns(key: bytes) -> None:
                 assert fed is None, text
             else:
                 assert fed is not None and scanner.take()[key.decode()][1] == ns, text
+
+
+def _reason_or_rows(doc: bytes) -> str | pl.DataFrame:
+    """The scanner's answer for one array document with a fresh scanner: its decline reason, or its
+    rows (strings as String, without `order`: comparable across scanners)."""
+    scanner = native._chromescan.Scanner()
+    result = scanner.feed(doc, True, None, 0)
+    if isinstance(result, str):
+        return result
+    rows = pl.DataFrame(scanner.take()[0]).drop("order")
+    return rows.with_columns(pl.col(pl.Categorical).cast(pl.String))
+
+
+def _warm_reads_as_cold(events: list[bytes], what: object) -> bool:
+    """The events in one document (each member compared with the bytes met at its position in the
+    events before, values kept) read as each event read alone by a fresh scanner (nothing kept): the
+    same rows, or the same reason to decline. True when the document was read."""
+    warm = _reason_or_rows(b"[" + b",\n".join(events) + b"]")
+    cold = [_reason_or_rows(b"[" + e + b"]") for e in events]
+    reasons = [c for c in cold if isinstance(c, str)]
+    if reasons:
+        assert warm == reasons[0], what
+        return False
+    assert isinstance(warm, pl.DataFrame), (what, warm)
+    assert_frame_equal(warm, pl.concat(cold), check_dtypes=False)
+    return True
+
+
+def _value_of_length(kind: str, n: int) -> bytes:
+    """A JSON value of kind `kind` exactly n bytes long (n >= 3)."""
+    if kind == "str":
+        return b'"' + bytes(97 + k % 26 for k in range(n - 2)) + b'"'
+    if kind == "num":
+        return b"1" + b"0" * (n - 1)
+    return b"[" + b"0, " * ((n - 3) // 3) + b"7" * ((n - 3) % 3 + 1) + b"]"  # arr
+
+
+# (args key, value kind): a skipped string, a label, an integer, a raw array, a skipped array and number
+_KEPT = [("Call stack", "str"), ("name", "str"), ("stream", "num"), ("Input Dims", "arr"), ("Call stack", "arr"),
+         ("Fwd thread id", "num")]
+
+
+@pytest.mark.parametrize(("key", "kind"), _KEPT)
+def test_kept_member_bytes_are_compared_to_the_last_byte(key: str, kind: str) -> None:
+    """A member met at the same position of the events before is named, and its value read, by
+    comparing bytes 16 at a time with those kept (key and value, up to 56 bytes; arrays also by a
+    hash of their bytes): members of every length around those widths, with one byte changed at each
+    offset in the last event (or a digit just after the value), read as each event alone reads, or
+    declined for the same reason. The events alternate with an optional key before the member (two
+    kept per position)."""
+    read = used = 0
+    for length in (15, 16, 17, 31, 32, 33, 47, 48, 49, 55, 56, 57, 63, 64, 65):
+        if length - len(key) - 6 < 3 or (kind == "num" and length - len(key) - 6 > 18):
+            continue
+        used += 1
+        member = b', "%s": %s' % (key.encode(), _value_of_length(kind, length - len(key) - 6))
+        assert len(member) == length
+
+        def event(i: int, member: bytes = member, length: int = length) -> bytes:
+            extra = b', "Sequence number": 9' if (i + length) % 2 else b""
+            return (
+                b'{"ph": "X", "cat": "c", "name": "n", "pid": 3, "tid": 4, "ts": %d, "dur": 2,'
+                b' "args": {"External id": 5%s%s}}' % (10 + i, extra, member)
+            )
+
+        base = [event(i) for i in range(7)]
+        read += _warm_reads_as_cold(base, (key, length))
+        value_at = len(key) + 6
+        # the bytes at each end of every 8 and 16 wide block, and around the key and the value's ends
+        offsets = {at for at in range(length + 1) if at % 8 in (0, 7)}
+        offsets |= {0, 1, 2, value_at - 1, value_at, length - 1, length}
+        for at in sorted(offsets):
+            changed = member + b"}"
+            for byte in {changed[at] ^ 1, ord("7")} if at == length else {changed[at] ^ 1}:
+                events = list(base)  # the last one changed: the bytes after it are those after it alone
+                events[-1] = event(6, changed[:at] + bytes([byte]) + changed[at + 1 :])[:-1]
+                read += _warm_reads_as_cold(events, (key, length, at, byte))
+    assert read > 2 * used  # many changes keep the JSON valid
+
+
+def test_kept_nested_values_hold_only_as_deep_as_they_were_read() -> None:
+    """A value nested to the depth limit is read at one depth (events in an array document) and its
+    bytes kept; the same event one level deeper (in an object document) must then decline as a fresh
+    scanner declines it, whether the value is a raw array (found by its bytes) or a skipped one (kept
+    with its key)."""
+
+    def docs(key: bytes, n: int) -> tuple[bytes, bytes]:
+        value = b"[" * n + b"1" + b"]" * n
+        event = b'{"ph": "X", "name": "a", "ts": 1, "dur": 2, "args": {"%s": %s, "Seq": 1}}' % (key, value)
+        return b"[%s, %s]" % (event, event), b'{"traceEvents": [%s, %s]}' % (event, event)
+
+    for key in (b"Input Dims", b"Call stack"):
+        # the nesting a fresh scanner reads in the array document but not one level deeper
+        n = next(n for n in range(50, 70) if isinstance(native._chromescan.Scanner().feed(docs(key, n)[1], False), str))
+        shallow, deep = docs(key, n)
+        assert not isinstance(native._chromescan.Scanner().feed(shallow, True), str), key
+        assert native._chromescan.Scanner().feed(deep, False) == "nested too deeply", key
+        scanner = native._chromescan.Scanner()
+        assert not isinstance(scanner.feed(shallow, True), str)
+        assert scanner.feed(deep, False) == "nested too deeply", key
+        assert not isinstance(scanner.feed(shallow, True), str), key
