@@ -546,9 +546,11 @@ def _reason_or_rows(doc: bytes) -> str | pl.DataFrame:
 def _warm_reads_as_cold(events: list[bytes], what: object) -> bool:
     """The events in one document (each member compared with the bytes met at its position in the
     events before, values kept) read as each event read alone by a fresh scanner (nothing kept): the
-    same rows, or the same reason to decline. True when the document was read."""
-    warm = _reason_or_rows(b"[" + b",\n".join(events) + b"]")
-    cold = [_reason_or_rows(b"[" + e + b"]") for e in events]
+    same rows, or the same reason to decline. True when the document was read. Spaces follow the
+    last event: the bytes met before are compared only with 64 bytes left."""
+    pad = b" " * 80
+    warm = _reason_or_rows(b"[" + b",\n".join(events) + pad + b"]")
+    cold = [_reason_or_rows(b"[" + e + pad + b"]") for e in events]
     reasons = [c for c in cold if isinstance(c, str)]
     if reasons:
         assert warm == reasons[0], what
@@ -562,14 +564,14 @@ def _value_of_length(kind: str, n: int) -> bytes:
     """A JSON value of kind `kind` exactly n bytes long (n >= 3)."""
     if kind == "str":
         return b'"' + bytes(97 + k % 26 for k in range(n - 2)) + b'"'
-    if kind == "num":
-        return b"1" + b"0" * (n - 1)
+    if kind in ("num", "neg"):
+        return (b"1" if kind == "num" else b"-1") + b"0" * (n - 1 - (kind == "neg"))
     return b"[" + b"0, " * ((n - 3) // 3) + b"7" * ((n - 3) % 3 + 1) + b"]"  # arr
 
 
 # (args key, value kind): a skipped string, a label, an integer, a raw array, a skipped array and number
 _KEPT = [("Call stack", "str"), ("name", "str"), ("stream", "num"), ("Input Dims", "arr"), ("Call stack", "arr"),
-         ("Fwd thread id", "num")]
+         ("Fwd thread id", "num"), ("stream", "neg")]
 
 
 @pytest.mark.parametrize(("key", "kind"), _KEPT)
@@ -582,7 +584,7 @@ def test_kept_member_bytes_are_compared_to_the_last_byte(key: str, kind: str) ->
     kept per position)."""
     read = used = 0
     for length in (15, 16, 17, 31, 32, 33, 47, 48, 49, 55, 56, 57, 63, 64, 65):
-        if length - len(key) - 6 < 3 or (kind == "num" and length - len(key) - 6 > 18):
+        if length - len(key) - 6 < 3 or (kind in ("num", "neg") and length - len(key) - 6 > 18):
             continue
         used += 1
         member = b', "%s": %s' % (key.encode(), _value_of_length(kind, length - len(key) - 6))
@@ -601,33 +603,35 @@ def test_kept_member_bytes_are_compared_to_the_last_byte(key: str, kind: str) ->
         # the bytes at each end of every 8 and 16 wide block, and around the key and the value's ends
         offsets = {at for at in range(length + 1) if at % 8 in (0, 7)}
         offsets |= {0, 1, 2, value_at - 1, value_at, length - 1, length}
+        changes = [member + b"7"]  # a digit after the value: a longer number, or invalid JSON
         for at in sorted(offsets):
-            changed = member + b"}"
-            for byte in {changed[at] ^ 1, ord("7")} if at == length else {changed[at] ^ 1}:
-                events = list(base)  # the last one changed: the bytes after it are those after it alone
-                events[-1] = event(6, changed[:at] + bytes([byte]) + changed[at + 1 :])[:-1]
-                read += _warm_reads_as_cold(events, (key, length, at, byte))
+            changed = member + b"}"  # the byte after the value too
+            changes.append(changed[:at] + bytes([changed[at] ^ 1]) + changed[at + 1 : -1])
+        for changed in changes:
+            events = [*base[:-1], event(6, changed)]  # the last one: the bytes after it are those after it alone
+            read += _warm_reads_as_cold(events, (key, length, changed))
     assert read > 2 * used  # many changes keep the JSON valid
 
 
-def test_kept_nested_values_hold_only_as_deep_as_they_were_read() -> None:
-    """A value nested to the depth limit is read at one depth (events in an array document) and its
-    bytes kept; the same event one level deeper (in an object document) must then decline as a fresh
-    scanner declines it, whether the value is a raw array (found by its bytes) or a skipped one (kept
-    with its key)."""
+def test_an_array_found_by_its_bytes_holds_only_as_deep_as_it_was_read() -> None:
+    """An array read at one depth (`[[[1]]]`) and found again by its bytes (and the 32 after them)
+    deeper down, in arrays nested to the depth limit, must decline as a fresh scanner declines it
+    (that array's depth check fails there), and still be read where it was."""
+    tail = b', "' + b"a" * 30 + b'"]'  # the bytes after the array: the same in both places
 
-    def docs(key: bytes, n: int) -> tuple[bytes, bytes]:
-        value = b"[" * n + b"1" + b"]" * n
-        event = b'{"ph": "X", "name": "a", "ts": 1, "dur": 2, "args": {"%s": %s, "Seq": 1}}' % (key, value)
-        return b"[%s, %s]" % (event, event), b'{"traceEvents": [%s, %s]}' % (event, event)
+    def event(outer: int) -> bytes:
+        value = b"[" * outer + b"[1.5, [[[1]]]" + tail + b"]" * outer  # the fraction: the general path
+        return b'{"ph": "X", "name": "a", "ts": 1, "dur": 2, "args": {"x": %s, "Seq": 1}}' % value
 
-    for key in (b"Input Dims", b"Call stack"):
-        # the nesting a fresh scanner reads in the array document but not one level deeper
-        n = next(n for n in range(50, 70) if isinstance(native._chromescan.Scanner().feed(docs(key, n)[1], False), str))
-        shallow, deep = docs(key, n)
-        assert not isinstance(native._chromescan.Scanner().feed(shallow, True), str), key
-        assert native._chromescan.Scanner().feed(deep, False) == "nested too deeply", key
-        scanner = native._chromescan.Scanner()
-        assert not isinstance(scanner.feed(shallow, True), str)
-        assert scanner.feed(deep, False) == "nested too deeply", key
-        assert not isinstance(scanner.feed(shallow, True), str), key
+    def doc(*outer: int) -> bytes:
+        return b"[%s]" % b", ".join(event(k) for k in outer)
+
+    def outcome(result: object) -> object:
+        return result if isinstance(result, str) else "read"
+
+    # the outer nesting at which the event alone (a fresh scanner, nothing kept) is too deep
+    n = next(n for n in range(40, 70) if outcome(native._chromescan.Scanner().feed(doc(n), True)) != "read")
+    assert outcome(native._chromescan.Scanner().feed(doc(n), True)) == "nested too deeply"
+    assert outcome(native._chromescan.Scanner().feed(doc(n - 1), True)) == "read"
+    scanner = native._chromescan.Scanner()  # `[[[1]]]` read at the shallow event first, then found deeper
+    assert [outcome(scanner.feed(doc(0, k), True)) for k in (n - 1, n, n - 1)] == ["read", "nested too deeply", "read"]

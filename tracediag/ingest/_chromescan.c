@@ -166,11 +166,16 @@ typedef struct {
  * as (`"ph": "X"`, `"pid": 3113936`, `"Trace name": "PyTorch Profiler"`, `"Input Dims": [[], []]`):
  * the same bytes again are the same value, read without parsing it. A value's bytes decide how it
  * reads, but for what lies past them: a number must end there (the next byte is no digit, '.' or
- * exponent), and a container's depth check depends on the depth it sits at (kept, compared). Times
- * are never kept (reading one sets per-document flags). */
+ * exponent), and the depth check depends on the depth it sits at, which it cannot reach (below).
+ * Times are never kept (reading one sets per-document flags). */
 #define MEMO_SLOTS 24
 #define TOK_BYTES 64  /* compared at once; the input must have as many bytes left */
 #define MEMO_BYTES 56 /* the longest token (with its value) kept: a number's next byte is within TOK_BYTES */
+#define MEMBER_DEPTH 4 /* the deepest member kept: of args, in an event, in traceEvents, in the document */
+/* a kept value is under MEMO_BYTES long, so nested under MEMO_BYTES / 2 deep: the limit stays out of reach */
+#if MEMBER_DEPTH + MEMO_BYTES / 2 >= MAX_DEPTH
+#error "a kept value could reach the depth limit"
+#endif
 typedef struct {
     unsigned char tok[TOK_BYTES]; /* bytes past full_len: whatever followed (masked off) */
     uint64_t key_bits, full_bits; /* bit k set: byte k of tok is part of the key's, the value's token */
@@ -178,8 +183,7 @@ typedef struct {
     int full_len;                 /* key_len + the value's length; key_len when no value is kept */
     int id;
     unsigned changes;             /* the key came with another value than the kept one, times in a row */
-    int depth;                    /* st->depth the value was read at */
-    int number, nested;           /* the value is a number; an array or object */
+    int number;                   /* the value is a number */
     int val_at;                   /* where val.s lies from the token's start (V_STR, V_RAW) */
     Val val;                      /* what the value read as (kind V_ABSENT: it was skipped) */
 } KeyTok;
@@ -1055,8 +1059,6 @@ static inline void keep_member(State *st, const Member *m, int id, int keep, con
     if (n == m->key_len) return;
     unsigned char c = m->start[m->key_len];
     t->number = c == '-' || (c >= '0' && c <= '9');
-    t->nested = c == '[' || c == '{';
-    t->depth = st->depth;
     if (v) {
         t->val = *v;
         if (v->kind == V_STR || v->kind == V_RAW) t->val_at = (int)(v->s - m->start);
@@ -1065,10 +1067,8 @@ static inline void keep_member(State *st, const Member *m, int id, int keep, con
     }
 }
 
-/* Whether the kept value at p (matched as bytes) reads as it did: a number ends where it ended, a
- * container is no deeper than where it was read (its depth check held there). */
-static ALWAYS_INLINE int kept_value_holds(const State *st, const KeyTok *t, const unsigned char *p) {
-    if (t->nested) return st->depth <= t->depth;
+/* Whether the kept value at p (matched as bytes) reads as it did: a number must end where it ended. */
+static ALWAYS_INLINE int kept_value_holds(const KeyTok *t, const unsigned char *p) {
     if (!t->number) return 1;
     unsigned char c = p[t->full_len]; /* within TOK_BYTES */
     return !((c >= '0' && c <= '9') || c == '.' || c == 'e' || c == 'E');
@@ -1098,7 +1098,7 @@ static ALWAYS_INLINE int next_member(State *st, KeyMemo *memo, int pos, KeyIdFn 
         if (level) {
             if (pos == 0 && ++st->depth > MAX_DEPTH) FAIL(st, "nested too deeply");
             *id = t->id;
-            if (level == 2 && kept_value_holds(st, t, p)) {
+            if (level == 2 && kept_value_holds(t, p)) {
                 t->changes = 0;
                 st->p = p + t->full_len;
                 m->slot = t;
