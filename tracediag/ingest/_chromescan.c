@@ -155,7 +155,8 @@ typedef struct {
     Val args[N_ARG_KEYS]; /* only those in args_set are read */
 } Event;
 
-/* A member as met at one position of an object: its token (the bytes from the end of the previous
+/* A member as met at one position of an object (the last two met there: an optional key shifts
+ * the members after it): its token (the bytes from the end of the previous
  * value, or the object's '{', to its value: `,\n    "name": `) and what its key names. Producers
  * write an event's keys in the same order event after event, so comparing the bytes at the next
  * member with the token met there last time names most members with a few vector compares, without
@@ -668,8 +669,8 @@ static inline unsigned array_slot(const unsigned char *p) {
     return (unsigned)((h ^ (h >> 29)) * UINT64_C(0xC4CEB9FE1A85EC53) >> 54); /* 10 bits: ARRAY_SLOTS */
 }
 
-/* The array at st->p ('['): the one a SeenArray slot holds when its bytes are repeated, else read
- * (and kept there when short). */
+/* The array at st->p ('['): the one its SeenArray slot holds when the bytes repeat it, else read
+ * (and kept in that slot when short and read by the fast path). */
 static int skip_array(State *st) {
     const unsigned char *p = st->p;
     SeenArray *seen = NULL;
@@ -1028,7 +1029,6 @@ typedef struct {
     KeyTok *slot;               /* its memo slot; NULL past MEMO_SLOTS */
 } Member;
 
-
 /* The n bytes at p as a token met; the first `key_len` are the separator and key, any more the value. */
 static void keep_token(State *st, KeyTok *t, const unsigned char *p, int key_len, Py_ssize_t n, int id) {
     Py_ssize_t room = st->end - p;
@@ -1139,9 +1139,9 @@ static ALWAYS_INLINE int next_member(State *st, KeyMemo *memo, int pos, KeyIdFn 
     return 1;
 }
 
-/* A member's value: read as `how` (by `read`), or, when next_member found it kept (`found` 2), what
- * its bytes read as before; then kept. v NULL: the value is skipped. */
-static ALWAYS_INLINE int member_value(State *st, const Member *m, int found, int id, Val *v, int how, int keep) {
+/* A member's value into v (NULL: skipped): what its bytes read as before when next_member found
+ * them kept (`found` 2), else read as `how` and kept. */
+static ALWAYS_INLINE int member_value(State *st, const Member *m, int found, int id, Val *v, int how) {
     if (found == 2) {
         if (!v) return 0;
         if (v->kind != V_ABSENT) FAIL(st, "duplicate key");
@@ -1150,7 +1150,7 @@ static ALWAYS_INLINE int member_value(State *st, const Member *m, int found, int
         return 0;
     }
     if (v ? read_val(st, v, how) : skip_value(st)) return -1;
-    keep_member(st, m, id, keep, v);
+    keep_member(st, m, id, 1, v);
     return 0;
 }
 
@@ -1165,7 +1165,7 @@ static int parse_args(State *st, Event *ev) {
             v = &ev->args[a];
             v->kind = V_ABSENT;
         }
-        if (member_value(st, &m, more, a, v, a >= 0 ? ARG_KEYS[a].how : 0, 1)) return -1;
+        if (member_value(st, &m, more, a, v, a >= 0 ? ARG_KEYS[a].how : 0)) return -1;
     }
     return more;
 }
@@ -1174,14 +1174,14 @@ static int event_member(State *st, int id, Event *ev, const Member *m, int found
     int rc;
     switch (id) {
     case E_PH:
-        rc = member_value(st, m, found, id, &ev->ph, A_STR, 1);
+        rc = member_value(st, m, found, id, &ev->ph, A_STR);
         if (!rc && ev->ph.kind != V_NULL && (ev->ph.kind != V_STR || !ev->ph.quoted || ev->ph.escaped))
             FAIL(st, "ph is not a plain string");
         break;
-    case E_NAME: rc = member_value(st, m, found, id, &ev->name, A_STR, 1); break;
-    case E_CAT: rc = member_value(st, m, found, id, &ev->cat, A_STR, 1); break;
-    case E_PID: rc = member_value(st, m, found, id, &ev->pid, A_INT, 1); break;
-    case E_TID: rc = member_value(st, m, found, id, &ev->tid, A_INT, 1); break;
+    case E_NAME: rc = member_value(st, m, found, id, &ev->name, A_STR); break;
+    case E_CAT: rc = member_value(st, m, found, id, &ev->cat, A_STR); break;
+    case E_PID: rc = member_value(st, m, found, id, &ev->pid, A_INT); break;
+    case E_TID: rc = member_value(st, m, found, id, &ev->tid, A_INT); break;
     case E_TS:
         rc = read_time(st, &ev->ts, 1);
         keep_member(st, m, id, 0, NULL);
@@ -1201,7 +1201,7 @@ static int event_member(State *st, int id, Event *ev, const Member *m, int found
             rc = skip_value(st);
         }
         break;
-    default: rc = member_value(st, m, found, id, NULL, 0, 1);
+    default: rc = member_value(st, m, found, id, NULL, 0);
     }
     return rc ? -1 : 0;
 }
