@@ -915,6 +915,22 @@ static int read_time(State *st, Val *v, int is_ts) {
     return 0;
 }
 
+/* `read_time`, its most frequent case inline: a time in whole µs (up to 16 digits). */
+static ALWAYS_INLINE int read_time_inline(State *st, Val *v, int is_ts) {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    uint64_t us;
+    int k;
+    if (v->kind == V_ABSENT && st->end - st->p >= 24 && (k = short_uint(st->p, &us))
+        && us < UINT64_C(4611686018427387)) { /* below 2**62 ns (read_time says why) */
+        st->p += k;
+        v->kind = V_INT;
+        v->i = (int64_t)us * 1000;
+        return 0;
+    }
+#endif
+    return read_time(st, v, is_ts);
+}
+
 static int key_is(const unsigned char *s, Py_ssize_t len, const char *key) {
     size_t n = strlen(key);
     return (size_t)len == n && !memcmp(s, key, n);
@@ -1183,11 +1199,11 @@ static int event_member(State *st, int id, Event *ev, const Member *m, int found
     case E_PID: rc = member_value(st, m, found, id, &ev->pid, A_INT); break;
     case E_TID: rc = member_value(st, m, found, id, &ev->tid, A_INT); break;
     case E_TS:
-        rc = read_time(st, &ev->ts, 1);
+        rc = read_time_inline(st, &ev->ts, 1);
         keep_member(st, m, id, 0, NULL);
         break;
     case E_DUR:
-        rc = read_time(st, &ev->dur, 0);
+        rc = read_time_inline(st, &ev->dur, 0);
         keep_member(st, m, id, 0, NULL);
         break;
     case E_ARGS:
