@@ -415,21 +415,24 @@ static ALWAYS_INLINE int short_string(const unsigned char *p, const unsigned cha
 }
 
 #if defined(__SSE2__) && defined(__GNUC__)
+/* Bit k set where byte k of the 16 at p equals byte k of the 16 at t. */
+static ALWAYS_INLINE uint64_t equal16(const unsigned char *p, const unsigned char *t) {
+    __m128i a = _mm_loadu_si128((const __m128i *)p), b = _mm_loadu_si128((const __m128i *)t);
+    return (uint64_t)(unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(a, b));
+}
+
 /* Bit k set where byte k at p equals byte k at t, for k below n rounded up to 16 (n <= 64; both have
  * that many bytes readable): 16 bytes a compare, without a branch per byte. */
 static ALWAYS_INLINE uint64_t equal_bits(const unsigned char *p, const unsigned char *t, int n) {
-#define SAME16(k) ((uint64_t)(unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(_mm_loadu_si128((const __m128i *)(p + (k))), \
-                                                                     _mm_loadu_si128((const __m128i *)(t + (k))))) << (k))
-    uint64_t same = SAME16(0);
+    uint64_t same = equal16(p, t);
     if (n > 16) {
-        same |= SAME16(16);
+        same |= equal16(p + 16, t + 16) << 16;
         if (n > 32) {
-            same |= SAME16(32);
-            if (n > 48) same |= SAME16(48);
+            same |= equal16(p + 32, t + 32) << 32;
+            if (n > 48) same |= equal16(p + 48, t + 48) << 48;
         }
     }
     return same;
-#undef SAME16
 }
 #endif
 
