@@ -1066,12 +1066,13 @@ static void keep_token(State *st, KeyTok *t, const unsigned char *p, int key_len
  * every 16th: copying costs more than the rare repeat saves. */
 static inline void keep_member(State *st, const Member *m, int id, int keep, const Val *v) {
     KeyTok *t = m->slot;
-    if (!t || m->key_len > MEMO_BYTES) return;
+    if (!t) return;
     Py_ssize_t n = st->p - m->start;
-    if (!keep || n > MEMO_BYTES) n = m->key_len;
-    if (m->known) { /* the key is there already */
-        if (n == m->key_len || (++t->changes > 2 && (t->changes & 15))) return;
+    if (m->known) { /* the key is there already: only a value to keep */
+        if (!keep || n > MEMO_BYTES || (++t->changes > 2 && (t->changes & 15))) return;
     } else {
+        if (m->key_len > MEMO_BYTES) return;
+        if (!keep || n > MEMO_BYTES) n = m->key_len;
         t->changes = 0;
     }
     keep_token(st, t, m->start, m->key_len, n, id);
