@@ -635,3 +635,22 @@ def test_an_array_found_by_its_bytes_holds_only_as_deep_as_it_was_read() -> None
     assert outcome(native._chromescan.Scanner().feed(doc(n - 1), True)) == "read"
     scanner = native._chromescan.Scanner()  # `[[[1]]]` read at the shallow event first, then found deeper
     assert [outcome(scanner.feed(doc(0, k), True)) for k in (n - 1, n, n - 1)] == ["read", "nested too deeply", "read"]
+
+
+def test_nulls_among_integers_that_share_half_of_the_null_marker() -> None:
+    """The validity of an integer column (null: the int64 minimum, compared two rows at a time by
+    halves) and of a dictionary-encoded one (null: code -1): integers whose low or high 32 bits are
+    those of the marker stay values, in runs longer and shorter than a byte of rows."""
+    values = [None, -(2**63) + 1, 2**32, 0, 2**31, None, -1, -(2**32), 5, None, 2**63 - 1, -(2**31)]
+    pids = values * 2 + values[:5]
+    events = []
+    for i, pid in enumerate(pids):
+        fields = {"ph": "X", "ts": i, "dur": 1, **({"pid": pid} if pid is not None else {})}
+        if i % 3:
+            fields["name"] = f"op{i % 4}"
+        events.append(fields)
+    fed, scanner = _scan(json.dumps(events).encode(), True)
+    assert fed is not None
+    rows = scanner.take()
+    assert rows["pid"].to_list() == pids
+    assert rows["name"].cast(pl.String).to_list() == [f"op{i % 4}" if i % 3 else None for i in range(len(pids))]

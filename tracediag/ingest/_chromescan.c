@@ -1745,12 +1745,29 @@ static int make_schema(struct ArrowSchema *s) {
     return 0;
 }
 
+static unsigned char BITS_SET[256]; /* how many bits each byte has set; filled at import */
+
 /* A validity bitmap (bit set: valid) of n rows, or NULL when every row is valid. */
 static int validity(const int64_t *v, Py_ssize_t n, int64_t null_value, uint8_t **out, int64_t *nulls) {
     uint8_t *bits = malloc((size_t)(n / 8 + 1));
     if (!bits) { PyErr_NoMemory(); return -1; }
     int64_t valid = 0;
     Py_ssize_t r = 0;
+#if defined(__SSE2__) && defined(__GNUC__)
+    /* a byte at a time, two rows a compare: 64-bit equality from the 32-bit one of both halves */
+    const __m128i null2 = _mm_set1_epi64x(null_value);
+    for (; r + 8 <= n; r += 8) {
+        unsigned is_null = 0;
+        for (int k = 0; k < 8; k += 2) {
+            __m128i eq = _mm_cmpeq_epi32(_mm_loadu_si128((const __m128i *)(v + r + k)), null2);
+            eq = _mm_and_si128(eq, _mm_shuffle_epi32(eq, _MM_SHUFFLE(2, 3, 0, 1)));
+            is_null |= (unsigned)_mm_movemask_pd(_mm_castsi128_pd(eq)) << k;
+        }
+        unsigned b = ~is_null & 0xFF;
+        bits[r >> 3] = (uint8_t)b;
+        valid += BITS_SET[b];
+    }
+#endif
     for (; r + 8 <= n; r += 8) { /* a byte at a time, without branches (nor a popcount: without -mpopcnt, a call) */
         unsigned b = 0;
         for (int k = 0; k < 8; k++) {
@@ -2293,6 +2310,7 @@ PyMODINIT_FUNC PyInit__chromescan(void) {
     for (int c = 0; c < 256; c++) {
         STRING_STOP[c] = c == '"' || c == '\\' || c < 0x20 || c >= 0x80;
         IS_WS[c] = c == ' ' || c == '\n' || c == '\r' || c == '\t';
+        BITS_SET[c] = (unsigned char)((c & 1) + BITS_SET[c >> 1]); /* c >> 1 is filled already */
     }
     fast_array_tables();
     if (PyType_Ready(&ScannerType) < 0 || PyType_Ready(&RowsType) < 0) return NULL;
