@@ -270,9 +270,9 @@ def load(
 
     `jobs`: processes reading files (0 = one per CPU, at most one per file), this one included; the
     workers import only tracediag, so `load` works in a script without a main guard, from stdin, a
-    notebook or a thread (where no worker can start, files are read in this process after one warning). A file that cannot be read
-    is listed in `run.meta.errors` and the others are still read; if none can be read, or two
-    files claim the same rank, a `TracediagError` is raised.
+    notebook or a thread (where no worker can start, files are read in this process after one warning).
+    A file that cannot be read is listed in `run.meta.errors` and the others are still read; if none
+    can be read, or two files claim the same rank, a `TracediagError` is raised.
     """
     if forked_after_import():
         warnings.warn(FORK_WARNING, RuntimeWarning, stacklevel=2)
