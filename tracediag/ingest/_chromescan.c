@@ -156,8 +156,8 @@ typedef struct {
 } Event;
 
 /* A member as met at one position of an object (the last two met there: an optional key shifts
- * the members after it): its token (the bytes from the end of the previous
- * value, or the object's '{', to its value: `,\n    "name": `) and what its key names. Producers
+ * the members after it): its token (the bytes from the end of the previous value, or the object's
+ * '{', to its value: `,\n    "name": `) and what its key names. Producers
  * write an event's keys in the same order event after event, so comparing the bytes at the next
  * member with the token met there last time names most members with a few vector compares, without
  * scanning or looking the key up. A token is only recorded from a key without escapes, so its second
