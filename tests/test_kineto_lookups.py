@@ -73,3 +73,16 @@ def test_coll_op_is_the_first_rule_that_matches() -> None:
         got = frame.select(coll_op(pl.col("t"), default=default)).to_series().to_list()
         assert got == [_first_rule(t, default) for t in texts]
     assert _first_rule("allreduce_sendrecv", None) == "other"  # sendrecv is the first rule
+
+
+def test_coll_op_of_one_text_equals_the_query_rule() -> None:
+    """The reader classifies each distinct op text in Python (`kineto._coll_op_of`): the same answer as
+    `vocab.coll_op` on every name of the fixtures and on texts whose case mapping leaves ASCII."""
+    names = set()
+    for path in TRACES:
+        names.update(_decoded(path).slices["name"].unique().drop_nulls().to_list())
+    odd = ["ALL_REDUCE", "\u212aernel_send", "\u0130recv", "all-r\u00e9duce", "\uff21ll\uff32educe", "", "\u1e9ecatter"]
+    texts = [*sorted(names), *odd]
+    want = pl.DataFrame({"t": texts}).select(coll_op(pl.col("t"))).to_series().to_list()
+    assert [kineto._coll_op_of(t) for t in texts] == want
+    assert {"all_reduce", "other"} <= set(want)

@@ -23,8 +23,8 @@ from tracediag.vocab import (
     COMM_KERNEL,
     DEVICE_CATS,
     HOST_COLLECTIVE,
+    OP_RULES,
     STEP_MARKER,
-    coll_op,
     resolve_rank,
 )
 
@@ -296,17 +296,37 @@ _COLL_ARGS = [
 def _fill_collectives(ev: pl.DataFrame, dec: Decoded, warnings: list[str]) -> pl.DataFrame:
     """Collective columns, computed on the few rows that can be collectives (comm kind or a
     collective's host-side name); the other rows keep them null. A column with no value at all is
-    left out: `conform` adds it as nulls."""
+    left out: `conform` adds it as nulls.
+
+    Only the columns the rules read are taken to those rows, their rare args joined in the same
+    query, and the results placed by `scatter` and `hstack`: each polars call costs about as much
+    as these rows, so the calls are kept few."""
     idx = ev.select(pl.arg_where((pl.col("kind") == "comm") | pl.col("_host_collective"))).to_series()
-    extra = [c for c in _COLL_ARGS if c != "a_coll_name"] + ["a_input_dims", "a_input_type", "a_concrete_inputs"]
-    rows = ev[idx].with_columns(pl.col("name").cast(pl.String))
-    coll = _collective_columns(dec.with_args(rows, *extra), warnings).select(COLL_COLUMNS)
-    coll = coll.with_columns(pl.col("coll_op").cast(CollOp))  # here, on a few rows, not on every row in `conform`
-    return ev.with_columns(  # the args and helper columns stay: `conform` keeps only the table's
-        _nulls(c, coll[c].dtype, ev.height).scatter(idx, coll[c])
-        for c in COLL_COLUMNS
-        if coll[c].null_count() < coll.height
+    if idx.is_empty():
+        return ev
+    rows = ev.lazy().select(
+        *(pl.col(c).gather(idx) for c in _COLL_INPUT), name=pl.col("name").gather(idx).cast(pl.String)
     )
+    for tier in dec.rare:
+        wanted = [f for f in _COLL_EXTRA if f in tier.columns]
+        if wanted and tier.height == 0:
+            rows = rows.with_columns(pl.lit(None, dtype=tier.schema[f]).alias(f) for f in wanted)
+        elif wanted:  # as `Decoded.with_args`: each row's `order` is unique, so a left join keeps the rows
+            rows = rows.join(tier.lazy().select("order", *wanted), on="order", how="left", maintain_order="left")
+    coll = _collective_columns(rows.collect(engine="in-memory", optimizations=_NO_REWRITES), warnings)
+    columns = []
+    for c in COLL_COLUMNS:
+        values = coll.get_column(c)
+        if values.null_count() < coll.height:
+            values = values.cast(CollOp) if c == "coll_op" else values  # here, on a few rows, not in `conform`
+            columns.append(_nulls(c, values.dtype, ev.height).scatter(idx, values))
+    return ev.hstack(columns)  # the args and helper columns stay: `conform` keeps only the table's
+
+
+_COLL_INPUT = ("order", "kind", "external_id", "pid", "tid", "ts", "dur", "a_coll_name")
+"""The columns of a collective's row that `_collective_columns` reads (and `name`)."""
+_COLL_EXTRA = (*(c for c in _COLL_ARGS if c != "a_coll_name"), "a_input_dims", "a_input_type", "a_concrete_inputs")
+"""The rare args `_collective_columns` reads besides `a_coll_name`."""
 
 
 def _nulls(name: str, dtype: pl.DataType, n: int) -> pl.Series:
@@ -322,6 +342,7 @@ def _collective_columns(ev: pl.DataFrame, warnings: list[str] | None = None) -> 
 
     One query (the rows are few: its cost is per operation, not per row), in memory and as
     written: the streaming engine's start, or the optimiser's rewrites, cost more than these rows.
+    `coll_op` is found once per distinct text (`_coll_ops`).
     """
     params = (
         ev.lazy()
@@ -336,17 +357,42 @@ def _collective_columns(ev: pl.DataFrame, warnings: list[str] | None = None) -> 
         .join(params, left_on="_link", right_on="external_id", how="left", maintain_order="left")
         .with_columns(_ARGS_OR_OPS)
         .drop("_link", *(f"{c}_op" for c in _COLL_ARGS))
-        .with_columns(**_COLL_RULES)
+        .with_columns(coll_op=_coll_ops(ev), **_COLL_RULES)
         .with_columns(coll_peer=_PEER)
-        .with_columns(_gloo=_GLOO_SHAPES, _p2p=_P2P_INPUTS)
+        .with_columns(_gloo=_GLOO_SHAPES, _p2p=_P2P_INPUTS, _peer_wanted=_NEEDS_PEER.any())
         .collect(engine="in-memory", optimizations=_NO_REWRITES)
     )
     n_huge = ev["_huge"][0] if ev.height else 0
     if n_huge and warnings is not None:
         warnings.append(f"{n_huge:,} collectives with an element count out of range (0..2^58); bytes left unknown")
-    return _from_recorded_shapes(ev).drop("_huge", "_gloo", "_p2p")
+    peer_wanted = ev.height and ev["_peer_wanted"][0]
+    ev = _from_recorded_shapes(ev)
+    if peer_wanted:  # recorded inputs only give peers: the rows that want one are fewer after, never more
+        ev = _peer_from_enclosing_op(ev)
+    for helper in ("_huge", "_gloo", "_p2p", "_peer_wanted"):
+        ev.drop_in_place(helper)
+    return ev
 
 
+def _coll_ops(ev: pl.DataFrame) -> pl.Expr:
+    """`vocab.coll_op(_OP_TEXT)` for the rows of `ev`, as a lookup: an op text is a row's
+    `a_coll_name` or name (or its op's, among the same rows), and the few distinct ones are
+    classified here by the same rule (the first `OP_RULES` text the normalised text contains), not
+    by building the rule's automaton in a query for every file."""
+    texts = ev.select(pl.col("name").append(pl.col("a_coll_name")).unique().drop_nulls()).to_series().to_list()
+    if not texts:
+        return pl.lit(None, dtype=pl.String)
+    ops = [_coll_op_of(t) for t in texts]
+    return _OP_TEXT.replace_strict(texts, ops, default=None, return_dtype=pl.String)
+
+
+def _coll_op_of(text: str) -> str:
+    """`vocab.coll_op` of one text (tests/test_kineto_lookups.py holds them equal)."""
+    norm = _NOT_A_TO_Z.sub("", text.lower())
+    return next((op for needle, op in OP_RULES if needle in norm), "other")
+
+
+_NOT_A_TO_Z = re.compile(r"[^a-z]")
 _NO_REWRITES = pl.QueryOptFlags.none()
 """For a query on a few rows: rewriting the plan costs more than running it as written."""
 # The expressions of `_collective_columns`, built once (building them costs as much as running them).
@@ -357,7 +403,6 @@ _OP_TEXT = pl.coalesce(pl.col("a_coll_name"), pl.when((pl.col("kind") == "comm")
 _NELEMS = pl.max_horizontal("a_in_nelems", "a_out_nelems")
 _FITS = _NELEMS.is_between(0, MAX_NS // 16)  # elements x element size stays far inside Int64
 _COLL_RULES: dict[str, pl.Expr] = {
-    "coll_op": coll_op(_OP_TEXT),
     "coll_bytes": pl.when(_FITS).then(
         _NELEMS * pl.col("a_dtype").replace_strict(DTYPE_BYTES, default=None, return_dtype=pl.Int64)
     ),
@@ -385,6 +430,8 @@ _P2P_INPUTS = (
     & pl.col("a_concrete_inputs").is_not_null()
 )
 """`c10d::send/recv` ops whose peer comes from their recorded concrete inputs."""
+_NEEDS_PEER = (pl.col("kind") == "comm") & pl.col("coll_op").is_in(["send", "recv"]) & pl.col("coll_peer").is_null()
+"""Communication rows of a point-to-point op without a peer: `_peer_from_enclosing_op` looks for one."""
 
 
 def _from_recorded_shapes(ev: pl.DataFrame) -> pl.DataFrame:
@@ -402,13 +449,13 @@ def _from_recorded_shapes(ev: pl.DataFrame) -> pl.DataFrame:
         idx = ev.select(pl.arg_where("_p2p")).to_series()
         peers = [_p2p_peer(c) for c in ev[idx]["a_concrete_inputs"].to_list()]
         ev = ev.with_columns(coll_peer=ev["coll_peer"].cast(pl.Int64).scatter(idx, pl.Series(peers, dtype=pl.Int64)))
-    return _peer_from_enclosing_op(ev)
+    return ev
 
 
 def _peer_from_enclosing_op(ev: pl.DataFrame) -> pl.DataFrame:
     """Give a `gloo:send`/`gloo:recv` the peer of the `c10d::send`/`recv_` op that encloses it."""
     p2p_op = pl.col("coll_op").is_in(["send", "recv"])
-    needs = (pl.col("kind") == "comm") & p2p_op & pl.col("coll_peer").is_null()
+    needs = _NEEDS_PEER
     if not ev.select(needs.any()).item():
         return ev
     ops = (
