@@ -302,28 +302,59 @@ def _add_scanned(
     skipped: dict[str, int],
 ) -> None:
     """The scanner's rows as a base frame and a metadata frame, appended to `bases` and `metas`;
-    their rare args go to `rare`. One polars call for all of them."""
+    their rare args go to `rare`. One polars call for all of them.
+
+    A batch without `M` rows (in Kineto every batch but the last: metadata closes the file) needs no
+    filter: its base frame is the scanner's columns as they are, and only the tiers are queried; a
+    tier whose rule is "no category" is skipped when every row has one."""
     taken = scanner.take()
+    order = taken.get_column("order")
+    has_meta = bool(taken.height) and order.min() < 0  # `M` rows have order -1
     rows = taken.lazy()
-    kept = pl.col("order") >= 0  # `M` rows have -1
+    kept = pl.col("order") >= 0
+    row_mask = kept & pl.col("has_args") if has_meta else pl.col("has_args")
+    cat_nulls = taken.get_column("cat").null_count()
     # each query selects its columns before it filters: a filter shared by all would be computed once
     # over every column (common subplans are cached), a copy of the whole batch
-    base = rows.select(
-        *_BASE_COLUMNS[:-2], a_external_id=pl.col("external_id"), a_correlation=pl.col("correlation")
-    ).filter(kept)
-    tiers = [
+    queries = [
         rows.select("order", "ph", "cat", "name", "has_args", *fields)
-        .filter(kept & pl.col("has_args") & mask)
+        .filter(row_mask & mask)
         .select("order", *(pl.col(f).alias(f"a_{f}") for f in fields))
         for mask, (_, fields) in zip(_tier_masks(taken, scanner.strings), _ARG_TIERS)
     ]
-    meta = rows.select(*_META_COLUMNS, "order").filter(~kept).drop("order").with_columns(pl.col("name").cast(pl.String))
-    base_frame, meta, *tier_frames = pl.collect_all([base, meta, *tiers], engine="in-memory")
+    tiers: list[pl.LazyFrame | pl.DataFrame] = [
+        _EMPTY_TIERS[i] if rule is _NO_CAT and not cat_nulls else q
+        for i, (q, (rule, _)) in enumerate(zip(queries, _ARG_TIERS))
+    ]
+    lazy = [(i, t) for i, t in enumerate(tiers) if isinstance(t, pl.LazyFrame)]
+    if has_meta:
+        base = rows.select(
+            *_BASE_COLUMNS[:-2], a_external_id=pl.col("external_id"), a_correlation=pl.col("correlation")
+        ).filter(kept)
+        meta = (
+            rows.select(*_META_COLUMNS, "order")
+            .filter(~kept)
+            .drop("order")
+            .with_columns(pl.col("name").cast(pl.String))
+        )
+        base_frame, meta_frame, *done = pl.collect_all([base, meta, *(t for _, t in lazy)], engine="in-memory")
+    else:  # the scanner's columns as they are: no copy, no query
+        base_frame = pl.DataFrame(
+            [
+                *(taken.get_column(c) for c in _BASE_COLUMNS[:-2]),
+                taken.get_column("external_id").alias("a_external_id"),
+                taken.get_column("correlation").alias("a_correlation"),
+            ]
+        )
+        meta_frame = None
+        done = pl.collect_all([t for _, t in lazy], engine="in-memory") if lazy else []
+    for (i, _), frame in zip(lazy, done):
+        tiers[i] = frame
     bases.append(base_frame)
-    rare.add_frames(tier_frames)
-    if meta.height:
-        skipped["metadata"] = skipped.get("metadata", 0) + meta.height
-        metas.append(meta)
+    rare.add_frames(tiers)
+    if meta_frame is not None and meta_frame.height:
+        skipped["metadata"] = skipped.get("metadata", 0) + meta_frame.height
+        metas.append(meta_frame)
 
 
 def _contiguous(parts: list[pl.DataFrame]) -> pl.DataFrame:
@@ -868,11 +899,7 @@ class _RareArgs:
             parts.append(frame)
 
     def frames(self) -> tuple[pl.DataFrame, ...]:
-        empty = [
-            pl.DataFrame([pl.Series("order", [], dtype=pl.Int64), *(_arg_series(f, []).alias(f"a_{f}") for f in fs)])
-            for _, fs in _ARG_TIERS
-        ]
-        return tuple(pl.concat([e, *parts]) for e, parts in zip(empty, self.parts))
+        return tuple(pl.concat([e, *parts]) for e, parts in zip(_EMPTY_TIERS, self.parts))
 
 
 def _int_series(values: list[Any]) -> pl.Series:
@@ -889,6 +916,13 @@ def _arg_series(fname: str, values: list[Any]) -> pl.Series:
     if fname in ("coll_name", "dtype", "label", "labels", "pg_name", "step_num", "hlo_op", "hlo_module", "run_id"):
         return pl.Series([v if v is None or type(v) is str else str(v) for v in values], dtype=pl.String)
     return pl.Series(values, dtype=pl.Int64, strict=False)
+
+
+_EMPTY_TIERS = tuple(
+    pl.DataFrame([pl.Series("order", [], dtype=pl.Int64), *(_arg_series(f, []).alias(f"a_{f}") for f in fields)])
+    for _, fields in _ARG_TIERS
+)
+"""Each tier's frame without rows (built once: frames are never changed in place)."""
 
 
 def _all_complete(frame: pl.DataFrame) -> bool:
