@@ -323,8 +323,8 @@ def _add_scanned(
         for mask, (_, fields) in zip(_tier_masks(taken, scanner.strings), _ARG_TIERS)
     ]
     tiers: list[pl.LazyFrame | pl.DataFrame] = [
-        _EMPTY_TIERS[i] if rule is _NO_CAT and not cat_nulls else q
-        for i, (q, (rule, _)) in enumerate(zip(queries, _ARG_TIERS))
+        _no_rows(taken, fields) if rule is _NO_CAT and not cat_nulls else q
+        for q, (rule, fields) in zip(queries, _ARG_TIERS)
     ]
     lazy = [(i, t) for i, t in enumerate(tiers) if isinstance(t, pl.LazyFrame)]
     if has_meta:
@@ -355,6 +355,13 @@ def _add_scanned(
     if meta_frame is not None and meta_frame.height:
         skipped["metadata"] = skipped.get("metadata", 0) + meta_frame.height
         metas.append(meta_frame)
+
+
+def _no_rows(taken: pl.DataFrame, fields: tuple[str, ...]) -> pl.DataFrame:
+    """A tier's frame without rows, typed as the scanned columns (what its query would give)."""
+    return pl.DataFrame(
+        [taken.get_column("order").clear(), *(taken.get_column(f).clear().alias(f"a_{f}") for f in fields)]
+    )
 
 
 def _contiguous(parts: list[pl.DataFrame]) -> pl.DataFrame:
@@ -899,7 +906,11 @@ class _RareArgs:
             parts.append(frame)
 
     def frames(self) -> tuple[pl.DataFrame, ...]:
-        return tuple(pl.concat([e, *parts]) for e, parts in zip(_EMPTY_TIERS, self.parts))
+        empty = [
+            pl.DataFrame([pl.Series("order", [], dtype=pl.Int64), *(_arg_series(f, []).alias(f"a_{f}") for f in fs)])
+            for _, fs in _ARG_TIERS
+        ]
+        return tuple(pl.concat([e, *parts]) for e, parts in zip(empty, self.parts))
 
 
 def _int_series(values: list[Any]) -> pl.Series:
@@ -916,13 +927,6 @@ def _arg_series(fname: str, values: list[Any]) -> pl.Series:
     if fname in ("coll_name", "dtype", "label", "labels", "pg_name", "step_num", "hlo_op", "hlo_module", "run_id"):
         return pl.Series([v if v is None or type(v) is str else str(v) for v in values], dtype=pl.String)
     return pl.Series(values, dtype=pl.Int64, strict=False)
-
-
-_EMPTY_TIERS = tuple(
-    pl.DataFrame([pl.Series("order", [], dtype=pl.Int64), *(_arg_series(f, []).alias(f"a_{f}") for f in fields)])
-    for _, fields in _ARG_TIERS
-)
-"""Each tier's frame without rows (built once: frames are never changed in place)."""
 
 
 def _all_complete(frame: pl.DataFrame) -> bool:
