@@ -304,64 +304,52 @@ def _add_scanned(
     """The scanner's rows as a base frame and a metadata frame, appended to `bases` and `metas`;
     their rare args go to `rare`. One polars call for all of them.
 
-    A batch without `M` rows (in Kineto every batch but the last: metadata closes the file) needs no
-    filter: its base frame is the scanner's columns as they are, and only the tiers are queried; a
-    tier whose rule is "no category" is skipped when every row has one."""
+    The base frame is a copy even where every row is kept (a batch without `M` rows: in Kineto every
+    batch but the last, metadata closes the file), so the scanner's columns are released at once and
+    its next batch reuses their memory: held until the pieces are joined, they would make every batch
+    fault in fresh pages. The metadata query runs only on a batch with `M` rows, and a tier whose rule
+    is "no category" only where some row lacks one."""
     taken = scanner.take()
-    order = taken.get_column("order")
-    has_meta = bool(taken.height) and order.min() < 0  # `M` rows have order -1
+    has_meta = bool(taken.height) and taken.get_column("order").min() < 0  # `M` rows have order -1
     rows = taken.lazy()
     kept = pl.col("order") >= 0
-    row_mask = kept & pl.col("has_args") if has_meta else pl.col("has_args")
     cat_nulls = taken.get_column("cat").null_count()
     # each query selects its columns before it filters: a filter shared by all would be computed once
     # over every column (common subplans are cached), a copy of the whole batch
-    queries = [
-        rows.select("order", "ph", "cat", "name", "has_args", *fields)
-        .filter(row_mask & mask)
-        .select("order", *(pl.col(f).alias(f"a_{f}") for f in fields))
-        for mask, (_, fields) in zip(_tier_masks(taken, scanner.strings), _ARG_TIERS)
-    ]
+    base = rows.select(
+        *_BASE_COLUMNS[:-2], a_external_id=pl.col("external_id"), a_correlation=pl.col("correlation")
+    ).filter(kept)
     tiers: list[pl.LazyFrame | pl.DataFrame] = [
-        _no_rows(taken, fields) if rule is _NO_CAT and not cat_nulls else q
-        for q, (rule, fields) in zip(queries, _ARG_TIERS)
+        _no_rows(taken, fields)
+        if rule is _NO_CAT and not cat_nulls
+        else rows.select("order", "ph", "cat", "name", "has_args", *fields)
+        .filter(kept & pl.col("has_args") & mask)
+        .select("order", *(pl.col(f).alias(f"a_{f}") for f in fields))
+        for mask, (rule, fields) in zip(_tier_masks(taken, scanner.strings), _ARG_TIERS)
     ]
-    lazy = [(i, t) for i, t in enumerate(tiers) if isinstance(t, pl.LazyFrame)]
+    queries = [base, *(t for t in tiers if isinstance(t, pl.LazyFrame))]
     if has_meta:
-        base = rows.select(
-            *_BASE_COLUMNS[:-2], a_external_id=pl.col("external_id"), a_correlation=pl.col("correlation")
-        ).filter(kept)
-        meta = (
+        queries.append(
             rows.select(*_META_COLUMNS, "order")
             .filter(~kept)
             .drop("order")
             .with_columns(pl.col("name").cast(pl.String))
         )
-        base_frame, meta_frame, *done = pl.collect_all([base, meta, *(t for _, t in lazy)], engine="in-memory")
-    else:  # the scanner's columns as they are: no copy, no query
-        base_frame = pl.DataFrame(
-            [
-                *(taken.get_column(c) for c in _BASE_COLUMNS[:-2]),
-                taken.get_column("external_id").alias("a_external_id"),
-                taken.get_column("correlation").alias("a_correlation"),
-            ]
-        )
-        meta_frame = None
-        done = pl.collect_all([t for _, t in lazy], engine="in-memory") if lazy else []
-    for (i, _), frame in zip(lazy, done):
-        tiers[i] = frame
-    bases.append(base_frame)
-    rare.add_frames(tiers)
-    if meta_frame is not None and meta_frame.height:
-        skipped["metadata"] = skipped.get("metadata", 0) + meta_frame.height
-        metas.append(meta_frame)
+    done = pl.collect_all(queries, engine="in-memory")
+    bases.append(done[0])
+    lazy = iter(done[1:])
+    rare.add_frames([t if isinstance(t, pl.DataFrame) else next(lazy) for t in tiers])
+    meta = next(lazy, None)
+    if meta is not None and meta.height:
+        skipped["metadata"] = skipped.get("metadata", 0) + meta.height
+        metas.append(meta)
 
 
 def _no_rows(taken: pl.DataFrame, fields: tuple[str, ...]) -> pl.DataFrame:
-    """A tier's frame without rows, typed as the scanned columns (what its query would give)."""
-    return pl.DataFrame(
-        [taken.get_column("order").clear(), *(taken.get_column(f).clear().alias(f"a_{f}") for f in fields)]
-    )
+    """A tier's frame without rows, typed as the scanned columns (what its query would give). Built from
+    the types alone: an empty slice of a scanned column would keep the whole batch alive."""
+    schema = taken.schema
+    return pl.DataFrame(schema={"order": schema["order"], **{f"a_{f}": schema[f] for f in fields}})
 
 
 def _contiguous(parts: list[pl.DataFrame]) -> pl.DataFrame:
