@@ -280,13 +280,16 @@ def decode(source: bytes | Iterable[bytes] | mmap.mmap, path: str) -> Decoded:
     events_in = n_events + skipped.get("malformed", 0) + skipped.get("truncated", 0)
     metadata = pl.concat(metas) if metas else _metadata_frame([])
     decoded = Decoded(frame, rare.frames(), metadata, top, events_in, skipped, warnings)
-    all_complete = _all_complete(frame)
+    # whether every row is complete, and how many are bad: one pass, in the common case all `_slices_from` needs
+    all_complete, n_bad = frame.select(all_x=pl.col("ph").eq_missing("X").all(), n_bad=_BAD_SLICE.sum()).row(0)
     for phase, count in [] if all_complete else frame.group_by("ph").len().iter_rows():
         if phase in ("X", "B", "E"):
             continue
         reason = "malformed" if phase is None else _PHASE_SKIP.get(phase)
         skipped[reason or "other_phase"] = skipped.get(reason or "other_phase", 0) + count
-    decoded.slices = _slices_from(frame, skipped, warnings, all_complete=all_complete)
+    decoded.slices = _slices_from(
+        frame, skipped, warnings, all_complete=all_complete, n_bad=n_bad if all_complete else None
+    )
     return decoded
 
 
@@ -929,10 +932,12 @@ def _slices_from(
     warnings: list[str] | None = None,
     *,
     all_complete: bool | None = None,
+    n_bad: int | None = None,
 ) -> pl.DataFrame:
     """Complete (X) events plus B/E pairs matched per (pid, tid) stack; bad ones counted.
 
-    `all_complete`: `_all_complete(frame)`, when the caller has it already."""
+    `all_complete`: `_all_complete(frame)`, and (only where it is true) `n_bad`: the rows of `frame` without
+    a usable time, when the caller has them already."""
     if frame.height == 0 or "ts" not in frame.columns:
         return frame.clear() if frame.height else frame
     skipped = skipped if skipped is not None else {}
@@ -952,12 +957,16 @@ def _slices_from(
         if open_begin and warnings is not None:
             warnings.append(f"{open_begin} B events never ended; clipped to the trace end")
         complete = complete.sort("order")
-    bad = pl.col("ts").is_null() | pl.col("dur").is_null() | (pl.col("dur") < 0)
-    n_bad = complete.select(bad.sum()).item()
+    if n_bad is None or has_pairs or complete is not frame:
+        n_bad = complete.select(_BAD_SLICE.sum()).item()
     if n_bad:
         skipped["malformed"] = skipped.get("malformed", 0) + n_bad
-        complete = complete.filter(~bad)
+        complete = complete.filter(~_BAD_SLICE)
     return complete
+
+
+_BAD_SLICE = pl.col("ts").is_null() | pl.col("dur").is_null() | (pl.col("dur") < 0)
+"""A slice without a usable time (counted as malformed)."""
 
 
 def _pair_begin_end(be: pl.DataFrame, trace_end: int | None) -> tuple[pl.DataFrame, int, int]:

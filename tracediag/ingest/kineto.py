@@ -108,7 +108,7 @@ def to_events(dec: Decoded, path: str, *, rank: int | None, default_rank: int | 
     slices, time_base = _absolute_times(dec, path, warnings)
     events = _classify(_with_args(dec, slices, "a_device", "a_stream", "a_coll_name"))
     events = _fill_collectives(events, dec, warnings)
-    events = events.with_columns(rank=pl.lit(rank, dtype=pl.Int32))
+    events = events.hstack([pl.Series("rank", [rank], dtype=pl.Int32).new_from_index(0, events.height)])
     events = conform(events, skipped=dec.skipped, warnings=warnings)
     meta = FileMeta(
         path=path,
@@ -202,7 +202,7 @@ def _classify(s: pl.DataFrame) -> pl.DataFrame:
     `Decoded.slices`) and each row looks its pair up.
     """
     pairs = _per_distinct(s["cat"], s["name"], **_PAIR_RULES)
-    return s.with_columns(*pairs).with_columns(**_ROW_RULES)
+    return s.hstack(pairs.get_columns()).with_columns(**_ROW_RULES)
 
 
 _CAT, _NAME = pl.col("cat"), pl.col("name")
@@ -255,7 +255,7 @@ def _per_distinct(*keys: pl.Series, **columns: pl.Expr) -> pl.DataFrame:
     slot = _nulls("slot", pl.UInt32, n_combined).scatter(
         combined.gather(rows), pl.int_range(len(rows), eager=True, dtype=pl.UInt32)
     )
-    table = pl.DataFrame([key.gather(rows).cast(pl.String) for key in keys]).select(**columns)
+    table = pl.DataFrame(keys).lazy().select(pl.all().gather(rows).cast(pl.String)).select(**columns).collect()
     return table[slot.gather(combined)]  # a row gather: a third of the cost of a gather per column
 
 
