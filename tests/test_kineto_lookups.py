@@ -65,8 +65,8 @@ def test_args_placed_by_order_equal_the_join(path) -> None:
 
 def test_a_kernel_whose_args_name_a_collective_is_communication(tmp_path) -> None:
     """A kernel with a `Collective name` arg is communication (args are read on the rows a collective's name
-    may carry them: `vocab.COLLECTIVE_ROW`), wherever the rows lie in the frame. A real trace whose compute
-    kernels are, one in seven, named as a c10d op and given the arg."""
+    may carry them: `vocab.COLLECTIVE_ROW`): only those rows are looked up, wherever they lie in the frame. A
+    real trace whose compute kernels are, one in seven, named as a c10d op and given the arg."""
     text = gzip.decompress((KINETO / "hta_a100_nccl_rank0.json.gz").read_bytes())
     seen = []
 
@@ -81,7 +81,7 @@ def test_a_kernel_whose_args_name_a_collective_is_communication(tmp_path) -> Non
     path.write_bytes(text)
     dec = chrome.decode(text, str(path))
     for frame in _frames(dec.slices):
-        got = kineto._classify(kineto._with_args(dec, frame, "a_device", "a_stream", "a_coll_name"))
+        got = kineto._classify(kineto._with_args(dec, frame, "a_device", "a_stream"), kineto._rows_named(dec, frame))
         pair = frame.select(pl.col("cat", "name").cast(pl.String)).select(**kineto._PAIR_RULES)["kind"]
         named = dec.with_args(frame, "a_coll_name")["a_coll_name"].is_not_null()
         want = pl.select(pl.when((pair == "kernel") & named).then(pl.lit("comm")).otherwise(pair)).to_series()

@@ -106,7 +106,7 @@ def to_events(dec: Decoded, path: str, *, rank: int | None, default_rank: int | 
     )
     check_rank(rank, path)
     slices, time_base = _absolute_times(dec, path, warnings)
-    events = _classify(_with_args(dec, slices, "a_device", "a_stream", "a_coll_name"))
+    events = _classify(_with_args(dec, slices, "a_device", "a_stream"), _rows_named(dec, slices))
     events = _fill_collectives(events, dec, warnings)
     events = events.hstack([pl.Series("rank", [rank], dtype=pl.Int32).new_from_index(0, events.height)])
     events = conform(events, skipped=dec.skipped, warnings=warnings)
@@ -167,21 +167,56 @@ def _median_past_floor(ts: pl.Series) -> bool:
 
 
 def _with_args(dec: Decoded, frame: pl.DataFrame, *fields: str) -> pl.DataFrame:
-    """`dec.with_args(frame, *fields)`, each tier row placed through a table from `order` to row
-    (an `order` is an index in the file: small and unique) rather than a hash join of every row."""
+    """`dec.with_args(frame, *fields)`, each tier row placed by its `order` (an index in the file:
+    small and unique) rather than by a hash join of every row."""
     tiers = [(tier, [f for f in fields if f in tier.columns]) for tier in dec.rare]
-    tiers = [(tier, wanted) for tier, wanted in tiers if wanted]
-    top = max([frame["order"].max() or 0, *(tier["order"].max() or 0 for tier, _ in tiers)])
-    row_of = _row_of(frame["order"], top + 1)
-    if row_of is None:
-        return dec.with_args(frame, *fields)
     columns = []
     for tier, wanted in tiers:
-        at = row_of.gather(tier["order"])
-        if at.null_count():  # tier rows that are not slices (instants, dropped rows)
-            tier, at = tier.filter(at.is_not_null()), at.drop_nulls()
-        columns += [_nulls(f, tier[f].dtype, frame.height).scatter(at, tier[f]) for f in wanted]
-    return frame.with_columns(columns)
+        if not wanted:
+            continue
+        located = _locate(frame["order"], tier["order"])
+        if located is None:
+            return dec.with_args(frame, *fields)
+        at, keep = located
+        values = tier if keep is None else tier.filter(keep)  # tier rows that are not slices (instants, dropped)
+        columns += [_nulls(f, tier[f].dtype, frame.height).scatter(at, values[f]) for f in wanted]
+    return frame.with_columns(columns) if set(fields) & set(frame.columns) else frame.hstack(columns)
+
+
+def _rows_named(dec: Decoded, frame: pl.DataFrame) -> pl.Series:
+    """The rows of `frame` whose args name a collective (`Collective name`): a kernel's kind follows from
+    it, and these rows are few, so their names are not spread over a column for every row."""
+    tier = next(t for t in dec.rare if "a_coll_name" in t.columns)
+    wanted = tier.filter(pl.col("a_coll_name").is_not_null()).get_column("order")
+    located = _locate(frame["order"], wanted) if len(wanted) else None
+    if located is not None:
+        return located[0].cast(pl.UInt32)
+    rows = frame.select(pl.col("order").is_in(wanted.implode()).arg_true()) if len(wanted) else None
+    return pl.Series("row", [], dtype=pl.UInt32) if rows is None else rows.to_series().cast(pl.UInt32)
+
+
+def _locate(order: pl.Series, wanted: pl.Series) -> tuple[pl.Series, pl.Series | None] | None:
+    """The rows holding the `wanted` orders, and which of them are held (None: all); None where no
+    table from order to row can be built (orders spread far wider than the rows).
+
+    Where the orders are the row numbers themselves (0, 1, 2, ...: every input row is a slice, as in
+    most files) an order is its row, and no table is built. `order` is distinct, as an index in the
+    file is."""
+    n = len(order)
+    if n and order.is_sorted() and order[0] == 0 and order[n - 1] == n - 1 and not order.null_count():
+        if (wanted.max() or 0) < n and (wanted.min() or 0) >= 0:
+            return wanted, None
+        keep = (wanted >= 0) & (wanted < n)
+        return wanted.filter(keep), keep
+    top = max(order.max() or 0, wanted.max() or 0)
+    row_of = _row_of(order, top + 1)
+    if row_of is None:
+        return None
+    at = row_of.gather(wanted)
+    if not at.null_count():
+        return at, None
+    keep = at.is_not_null()
+    return at.filter(keep), keep
 
 
 def _row_of(values: pl.Series, size: int) -> pl.Series | None:
@@ -194,15 +229,22 @@ def _row_of(values: pl.Series, size: int) -> pl.Series | None:
     return table if table.null_count() == size - n else None  # fewer rows than values: some repeat
 
 
-def _classify(s: pl.DataFrame) -> pl.DataFrame:
-    """Kind, device and stream of every row.
+def _classify(s: pl.DataFrame, named: pl.Series) -> pl.DataFrame:
+    """Kind, device and stream of every row (`named`: the rows whose args name a collective).
 
     A row's kind follows from its (category, name) pair, and a trace's 75k rows hold a few hundred
     pairs: the rules run once per pair (`_per_distinct`, on the Categorical `cat` and `name` of
-    `Decoded.slices`) and each row looks its pair up.
+    `Decoded.slices`) and each row looks its pair up. A kernel whose args name a collective is
+    communication too: those few rows are changed in place.
     """
     pairs = _per_distinct(s["cat"], s["name"], **_PAIR_RULES)
-    return s.hstack(pairs.get_columns()).with_columns(**_ROW_RULES)
+    kind = pairs.get_column("kind")
+    kernels = named.filter(kind.gather(named) == "kernel") if len(named) else named
+    if len(kernels):
+        kind = kind.scatter(kernels, pl.Series("kind", ["comm"], dtype=Kind).new_from_index(0, len(kernels)))
+    return s.hstack([kind, pairs.get_column("_on_device"), pairs.get_column("_host_collective")]).with_columns(
+        **_ROW_RULES
+    )
 
 
 _CAT, _NAME = pl.col("cat"), pl.col("name")
@@ -222,17 +264,12 @@ a device timeline, and whether it may be a collective's host-side row. Built onc
 costs as much to build as to run on a few hundred pairs."""
 _ON_DEVICE = pl.col("_on_device")
 _ROW_RULES: dict[str, pl.Expr] = {
-    # a kernel whose args name a collective is communication too; its pair's kind is "kernel"
-    # exactly when its category is (every other rule gives a kernel "comm")
-    "kind": pl.when((pl.col("kind") == "kernel") & pl.col("a_coll_name").is_not_null())
-    .then(pl.lit("comm", dtype=Kind))
-    .otherwise(pl.col("kind")),
     "device": pl.when(_ON_DEVICE).then(pl.coalesce("a_device", "pid")).otherwise(-1),
     "stream": pl.when(_ON_DEVICE).then(pl.coalesce("a_stream", "tid")),
     "correlation": pl.col("a_correlation"),
     "external_id": pl.col("a_external_id"),
 }
-"""Each row's kind, device and stream from its pair's rules and its own args."""
+"""Each row's device and stream from its pair's rules and its own args."""
 
 
 def _per_distinct(*keys: pl.Series, **columns: pl.Expr) -> pl.DataFrame:
@@ -323,10 +360,10 @@ def _fill_collectives(ev: pl.DataFrame, dec: Decoded, warnings: list[str]) -> pl
     return ev.hstack(columns)  # the args and helper columns stay: `conform` keeps only the table's
 
 
-_COLL_INPUT = ("order", "kind", "external_id", "pid", "tid", "ts", "dur", "a_coll_name")
+_COLL_INPUT = ("order", "kind", "external_id", "pid", "tid", "ts", "dur")
 """The columns of a collective's row that `_collective_columns` reads (and `name`)."""
-_COLL_EXTRA = (*(c for c in _COLL_ARGS if c != "a_coll_name"), "a_input_dims", "a_input_type", "a_concrete_inputs")
-"""The rare args `_collective_columns` reads besides `a_coll_name`."""
+_COLL_EXTRA = (*_COLL_ARGS, "a_input_dims", "a_input_type", "a_concrete_inputs")
+"""The rare args `_collective_columns` reads."""
 
 
 def _nulls(name: str, dtype: pl.DataType, n: int) -> pl.Series:
