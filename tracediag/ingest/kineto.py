@@ -256,13 +256,15 @@ _PAIR_RULES: dict[str, pl.Expr] = {
     .when((_CAT == "kernel") & _NAME.str.contains(COMM_KERNEL))
     .then(pl.lit("comm", dtype=Kind))
     .otherwise(_CAT.replace_strict(_KIND_BY_CAT, default="other", return_dtype=Kind)),  # Enum: 1 B/row
-    "_on_device": _CAT.is_in(DEVICE_CATS),
-    "_host_collective": _NAME.str.contains(HOST_COLLECTIVE),
+    # flags as UInt8 (1: true), not Boolean: every row looks its pair's up, and a gather of bits costs three
+    # times one of bytes
+    "_on_device": _CAT.is_in(DEVICE_CATS).cast(pl.UInt8),
+    "_host_collective": _NAME.str.contains(HOST_COLLECTIVE).cast(pl.UInt8),
 }
 """What a (category, name) pair says: the row's kind as far as its args leave it, whether it lies on
 a device timeline, and whether it may be a collective's host-side row. Built once: an expression
 costs as much to build as to run on a few hundred pairs."""
-_ON_DEVICE = pl.col("_on_device")
+_ON_DEVICE = pl.col("_on_device") == 1
 _ROW_RULES: dict[str, pl.Expr] = {
     "device": pl.when(_ON_DEVICE).then(pl.coalesce("a_device", "pid")).otherwise(-1),
     "stream": pl.when(_ON_DEVICE).then(pl.coalesce("a_stream", "tid")),
@@ -338,7 +340,7 @@ def _fill_collectives(ev: pl.DataFrame, dec: Decoded, warnings: list[str]) -> pl
     Only the columns the rules read are taken to those rows, their rare args joined in the same
     query, and the results placed by `scatter` and `hstack`: each polars call costs about as much
     as these rows, so the calls are kept few."""
-    idx = ev.select(pl.arg_where((pl.col("kind") == "comm") | pl.col("_host_collective"))).to_series()
+    idx = ev.select(pl.arg_where((pl.col("kind") == "comm") | (pl.col("_host_collective") == 1))).to_series()
     if idx.is_empty():
         return ev
     rows = ev.lazy().select(
