@@ -143,6 +143,31 @@ def test_what_a_task_raises_in_a_worker_is_raised_in_the_caller():
     assert map_in_workers(int, ["7", "8"], 2, crashed=lambda task, why: (task, why)) == [7, 8]
 
 
+def test_the_caller_reads_too_and_starts_one_worker_fewer():
+    """With `in_caller`, the calling process is one of the `jobs`: it takes the first task at once
+    (no worker has started yet) and one worker, not two, takes the others while it works."""
+    slow = "__import__('time').sleep(3) or __import__('os').getpid()"
+    fast = "__import__('os').getpid()"
+    got = map_in_workers(eval, [slow, fast, fast, fast], 2, crashed=lambda task, why: why, in_caller=True)
+    assert got[0] == os.getpid()
+    assert len(set(got[1:])) == 1 and got[1] != os.getpid()
+
+
+def test_what_a_task_raises_in_the_caller_is_raised_as_it_is():
+    """A task run by the caller raises its own exception, not the text a worker's would travel as."""
+
+    class Unpicklable(Exception):
+        def __reduce__(self):
+            raise TypeError("no")
+
+    def boom(_task):
+        raise Unpicklable("x")
+
+    with pytest.raises(Unpicklable):
+        map_in_workers(boom, ["only"], 2, crashed=lambda task, why: why, in_caller=True)
+    assert map_in_workers(int, ["7"], 1, crashed=lambda task, why: why, in_caller=True) == [7]
+
+
 def test_workers_share_the_cpus_among_their_polars_threads(monkeypatch):
     """N workers at once get the CPUs' share each (N polars pools of every CPU would oversubscribe the
     machine), unless POLARS_MAX_THREADS says otherwise."""

@@ -268,11 +268,11 @@ def load(
     `storage_options` (polars' names: ``aws_region``, ``aws_endpoint_url``, ...) over the store's
     usual environment variables.
 
-    `jobs`: worker processes (0 = one per CPU, at most one per file); they import only tracediag,
-    so `load` works in a script without a main guard, from stdin, a notebook or a thread (where no
-    worker can start, files are read in this process after one warning). A file that cannot be read
-    is listed in `run.meta.errors` and the others are still read; if none can be read, or two
-    files claim the same rank, a `TracediagError` is raised.
+    `jobs`: processes reading files (0 = one per CPU, at most one per file), this one included; the
+    workers import only tracediag, so `load` works in a script without a main guard, from stdin, a
+    notebook or a thread (where no worker can start, files are read in this process after one warning).
+    A file that cannot be read is listed in `run.meta.errors` and the others are still read; if none
+    can be read, or two files claim the same rank, a `TracediagError` is raised.
     """
     if forked_after_import():
         warnings.warn(FORK_WARNING, RuntimeWarning, stacklevel=2)
@@ -341,7 +341,7 @@ def _map_files(
                 on_file_done(task[0])
         return results
     done = (lambda i: on_file_done(tasks[i][0])) if on_file_done else None
-    return map_in_workers(_read_one, tasks, jobs, crashed=_crashed, on_done=done)
+    return map_in_workers(_read_one, tasks, jobs, crashed=_crashed, on_done=done, in_caller=True)
 
 
 def _crashed(task: ReadTask, why: str) -> tuple[str, bool]:

@@ -55,7 +55,9 @@ def _side(path: str, step_regex: str | None, jobs: int, allow_mixed: bool) -> An
 )
 @click.option("--step-regex", metavar="REGEX", help="Step markers other than ProfilerStep#N (both runs).")
 @click.option("--allow-mixed", is_flag=True, help="Analyse a side whose files are not one run anyway.")
-@click.option("--jobs", "-j", type=int, default=0, envvar="TRACEDIAG_JOBS", help="Worker processes reading files.")
+@click.option(
+    "--jobs", "-j", type=int, default=0, envvar="TRACEDIAG_JOBS", help="Processes reading files, this one included."
+)
 def compare(
     base: str,
     new: str,

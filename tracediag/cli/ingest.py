@@ -39,7 +39,7 @@ def trace_options(f):
         default=0,
         envvar="TRACEDIAG_JOBS",
         show_default="one per CPU",
-        help="Worker processes reading files in parallel (at most one per CPU and one per file).",
+        help="Processes reading files in parallel, this one included (at most one per CPU and one per file).",
     )(f)
     return f
 

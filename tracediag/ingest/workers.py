@@ -43,11 +43,12 @@ class WorkerError(Exception):
 class _Raised:
     """What a task raised in a worker, to be raised again in the caller."""
 
-    def __init__(self, error: Exception) -> None:
-        try:
-            pickle.dumps(error)
-        except Exception:  # an exception that cannot travel: its text does
-            error = RuntimeError(f"{type(error).__name__}: {error}")
+    def __init__(self, error: Exception, travels: bool = True) -> None:
+        if travels:
+            try:
+                pickle.dumps(error)
+            except Exception:  # an exception that cannot travel: its text does
+                error = RuntimeError(f"{type(error).__name__}: {error}")
         self.error = error
 
 
@@ -151,6 +152,7 @@ def map_in_workers(
     *,
     crashed: Callable[[Task, str], Result],
     on_done: Callable[[int], None] | None = None,
+    in_caller: bool = False,
 ) -> list[Result]:
     """`[fn(t) for t in tasks]`, run in up to `jobs` worker processes.
 
@@ -159,6 +161,10 @@ def map_in_workers(
     could take the caller down: its result is `crashed(task, why)`. `on_done(i)` is called in the
     calling thread as task `i` finishes. Tasks no worker could run are run here, after one
     `RuntimeWarning` saying why.
+
+    `in_caller`: the calling thread takes tasks too, as one of the `jobs`, so one worker fewer
+    starts (each costs an interpreter and its imports) and the caller's own results need no
+    transfer; it starts at once, while the workers still start.
     """
     todo: queue.SimpleQueue[int] = queue.SimpleQueue()
     for i in range(len(tasks)):
@@ -166,7 +172,7 @@ def map_in_workers(
     finished: queue.SimpleQueue[tuple[int, Any] | None] = queue.SimpleQueue()
     failures: list[str] = []
 
-    n = max(1, min(jobs, len(tasks)))
+    n = max(0 if in_caller else 1, min(jobs, len(tasks)) - in_caller)
 
     def drive() -> None:
         try:
@@ -196,23 +202,43 @@ def map_in_workers(
         t.start()
     results: dict[int, Any] = {}
     running = n
-    while running:
-        item = finished.get()
+
+    def take(item: tuple[int, Any] | None) -> None:
+        nonlocal running
         if item is None:
             running -= 1
-            continue
+            return
         results[item[0]] = item[1]
         if on_done:
             on_done(item[0])
+
+    here = 0  # tasks the caller ran
+    while in_caller:
+        try:
+            i = todo.get_nowait()
+        except queue.Empty:
+            break
+        here += 1
+        try:
+            take((i, fn(tasks[i])))
+        except Exception as e:  # raised after every task ended, as a worker's would be
+            take((i, _Raised(e, travels=False)))
+        while True:  # the workers' results so far, so `on_done` follows the work
+            try:
+                take(finished.get_nowait())
+            except queue.Empty:
+                break
+    while running:
+        take(finished.get())
     for t in threads:
         t.join()
     raised = [r.error for r in results.values() if isinstance(r, _Raised)]
     if raised:
         raise raised[0]
     left = sorted(i for i in range(len(tasks)) if i not in results)
-    if left:
+    if left or (failures and here):  # a worker failed: the caller read its share
         warnings.warn(
-            f"tracediag: {failures[0]}; reading {len(left)} file(s) in this process instead",
+            f"tracediag: {failures[0]}; reading {len(left) + here} file(s) in this process instead",
             RuntimeWarning,
             stacklevel=4,
         )
