@@ -294,7 +294,8 @@ def _per_distinct(*keys: pl.Series, **columns: pl.Expr) -> pl.DataFrame:
     slot = _nulls("slot", pl.UInt32, n_combined).scatter(
         combined.gather(rows), pl.int_range(len(rows), eager=True, dtype=pl.UInt32)
     )
-    table = pl.DataFrame(keys).lazy().select(pl.all().gather(rows).cast(pl.String)).select(**columns).collect()
+    # two eager selects: chained in one lazy query, the rules were moved before the gather (onto every row)
+    table = pl.DataFrame(keys).select(pl.all().gather(rows).cast(pl.String)).select(**columns)
     return table[slot.gather(combined)]  # a row gather: a third of the cost of a gather per column
 
 
