@@ -540,3 +540,127 @@ def test_whole_microsecond_times_read_up_to_2_62_ns(key: bytes) -> None:
                 assert fed is None, text
             else:
                 assert fed is not None and scanner.take()[key.decode()][1] == ns, text
+
+
+def _reason_or_rows(doc: bytes) -> str | pl.DataFrame:
+    """The scanner's answer for one array document with a fresh scanner: its decline reason, or its
+    rows (strings as String, without `order`: comparable across scanners)."""
+    scanner = native._chromescan.Scanner()
+    result = scanner.feed(doc, True, None, 0)
+    if isinstance(result, str):
+        return result
+    rows = pl.DataFrame(scanner.take()[0]).drop("order")
+    return rows.with_columns(pl.col(pl.Categorical).cast(pl.String))
+
+
+def _warm_reads_as_cold(events: list[bytes], what: object) -> bool:
+    """The events in one document (each member compared with the bytes met at its position in the
+    events before, values kept) read as each event read alone by a fresh scanner (nothing kept): the
+    same rows, or the same reason to decline. True when the document was read. Spaces follow the
+    last event: the bytes met before are compared only with 64 bytes left."""
+    pad = b" " * 80
+    warm = _reason_or_rows(b"[" + b",\n".join(events) + pad + b"]")
+    cold = [_reason_or_rows(b"[" + e + pad + b"]") for e in events]
+    reasons = [c for c in cold if isinstance(c, str)]
+    if reasons:
+        assert warm == reasons[0], what
+        return False
+    assert isinstance(warm, pl.DataFrame), (what, warm)
+    assert_frame_equal(warm, pl.concat(cold), check_dtypes=False)
+    return True
+
+
+def _value_of_length(kind: str, n: int) -> bytes:
+    """A JSON value of kind `kind` exactly n bytes long (n >= 3)."""
+    if kind == "str":
+        return b'"' + bytes(97 + k % 26 for k in range(n - 2)) + b'"'
+    if kind in ("num", "neg"):
+        return (b"1" if kind == "num" else b"-1") + b"0" * (n - 1 - (kind == "neg"))
+    return b"[" + b"0, " * ((n - 3) // 3) + b"7" * ((n - 3) % 3 + 1) + b"]"  # arr
+
+
+# (args key, value kind): a skipped string, a label, an integer, a raw array, a skipped array and number
+_KEPT = [("Call stack", "str"), ("name", "str"), ("stream", "num"), ("Input Dims", "arr"), ("Call stack", "arr"),
+         ("Fwd thread id", "num"), ("stream", "neg")]
+
+
+@pytest.mark.parametrize(("key", "kind"), _KEPT)
+def test_kept_member_bytes_are_compared_to_the_last_byte(key: str, kind: str) -> None:
+    """A member met at the same position of the events before is named, and its value read, by
+    comparing bytes 16 at a time with those kept (key and value, up to 56 bytes; arrays also by a
+    hash of their bytes): members of every length around those widths, with one byte changed at each
+    offset in the last event (or a digit just after the value), read as each event alone reads, or
+    declined for the same reason. The events alternate with an optional key before the member (two
+    kept per position)."""
+    read = used = 0
+    for length in (15, 16, 17, 31, 32, 33, 47, 48, 49, 55, 56, 57, 63, 64, 65):
+        if length - len(key) - 6 < 3 or (kind in ("num", "neg") and length - len(key) - 6 > 18):
+            continue
+        used += 1
+        member = b', "%s": %s' % (key.encode(), _value_of_length(kind, length - len(key) - 6))
+        assert len(member) == length
+
+        def event(i: int, member: bytes = member, length: int = length) -> bytes:
+            extra = b', "Sequence number": 9' if (i + length) % 2 else b""
+            return (
+                b'{"ph": "X", "cat": "c", "name": "n", "pid": 3, "tid": 4, "ts": %d, "dur": 2,'
+                b' "args": {"External id": 5%s%s}}' % (10 + i, extra, member)
+            )
+
+        base = [event(i) for i in range(7)]
+        read += _warm_reads_as_cold(base, (key, length))
+        value_at = len(key) + 6
+        # the bytes at each end of every 8 and 16 wide block, and around the key and the value's ends
+        offsets = {at for at in range(length + 1) if at % 8 in (0, 7)}
+        offsets |= {0, 1, 2, value_at - 1, value_at, length - 1, length}
+        changes = [member + b"7"]  # a digit after the value: a longer number, or invalid JSON
+        for at in sorted(offsets):
+            changed = member + b"}"  # the byte after the value too
+            changes.append(changed[:at] + bytes([changed[at] ^ 1]) + changed[at + 1 : -1])
+        for changed in changes:
+            events = [*base[:-1], event(6, changed)]  # the last one: the bytes after it are those after it alone
+            read += _warm_reads_as_cold(events, (key, length, changed))
+    assert read > 2 * used  # many changes keep the JSON valid
+
+
+def test_an_array_found_by_its_bytes_holds_only_as_deep_as_it_was_read() -> None:
+    """An array read at one depth (`[[[1]]]`) and found again by its bytes (and the 32 after them)
+    deeper down, in arrays nested to the depth limit, must decline as a fresh scanner declines it
+    (that array's depth check fails there), and still be read where it was."""
+    tail = b', "' + b"a" * 30 + b'"]'  # the bytes after the array: the same in both places
+
+    def event(outer: int) -> bytes:
+        value = b"[" * outer + b"[1.5, [[[1]]]" + tail + b"]" * outer  # the fraction: the general path
+        return b'{"ph": "X", "name": "a", "ts": 1, "dur": 2, "args": {"x": %s, "Seq": 1}}' % value
+
+    def doc(*outer: int) -> bytes:
+        return b"[%s]" % b", ".join(event(k) for k in outer)
+
+    def outcome(result: object) -> object:
+        return result if isinstance(result, str) else "read"
+
+    # the outer nesting at which the event alone (a fresh scanner, nothing kept) is too deep
+    n = next(n for n in range(40, 70) if outcome(native._chromescan.Scanner().feed(doc(n), True)) != "read")
+    assert outcome(native._chromescan.Scanner().feed(doc(n), True)) == "nested too deeply"
+    assert outcome(native._chromescan.Scanner().feed(doc(n - 1), True)) == "read"
+    scanner = native._chromescan.Scanner()  # `[[[1]]]` read at the shallow event first, then found deeper
+    assert [outcome(scanner.feed(doc(0, k), True)) for k in (n - 1, n, n - 1)] == ["read", "nested too deeply", "read"]
+
+
+def test_nulls_among_integers_that_share_half_of_the_null_marker() -> None:
+    """The validity of an integer column (null: the int64 minimum, compared two rows at a time by
+    halves) and of a dictionary-encoded one (null: code -1): integers whose low or high 32 bits are
+    those of the marker stay values, in runs longer and shorter than a byte of rows."""
+    values = [None, -(2**63) + 1, 2**32, 0, 2**31, None, -1, -(2**32), 5, None, 2**63 - 1, -(2**31)]
+    pids = values * 2 + values[:5]
+    events = []
+    for i, pid in enumerate(pids):
+        fields = {"ph": "X", "ts": i, "dur": 1, **({"pid": pid} if pid is not None else {})}
+        if i % 3:
+            fields["name"] = f"op{i % 4}"
+        events.append(fields)
+    fed, scanner = _scan(json.dumps(events).encode(), True)
+    assert fed is not None
+    rows = scanner.take()
+    assert rows["pid"].to_list() == pids
+    assert rows["name"].cast(pl.String).to_list() == [f"op{i % 4}" if i % 3 else None for i in range(len(pids))]
