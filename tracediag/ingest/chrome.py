@@ -280,13 +280,16 @@ def decode(source: bytes | Iterable[bytes] | mmap.mmap, path: str) -> Decoded:
     events_in = n_events + skipped.get("malformed", 0) + skipped.get("truncated", 0)
     metadata = pl.concat(metas) if metas else _metadata_frame([])
     decoded = Decoded(frame, rare.frames(), metadata, top, events_in, skipped, warnings)
-    all_complete = _all_complete(frame)
+    # whether every row is complete, and how many are bad: one pass, in the common case all `_slices_from` needs
+    all_complete, n_bad = frame.select(all_x=pl.col("ph").eq_missing("X").all(), n_bad=_BAD_SLICE.sum()).row(0)
     for phase, count in [] if all_complete else frame.group_by("ph").len().iter_rows():
         if phase in ("X", "B", "E"):
             continue
         reason = "malformed" if phase is None else _PHASE_SKIP.get(phase)
         skipped[reason or "other_phase"] = skipped.get(reason or "other_phase", 0) + count
-    decoded.slices = _slices_from(frame, skipped, warnings, all_complete=all_complete)
+    decoded.slices = _slices_from(
+        frame, skipped, warnings, all_complete=all_complete, n_bad=n_bad if all_complete else None
+    )
     return decoded
 
 
@@ -302,28 +305,54 @@ def _add_scanned(
     skipped: dict[str, int],
 ) -> None:
     """The scanner's rows as a base frame and a metadata frame, appended to `bases` and `metas`;
-    their rare args go to `rare`. One polars call for all of them."""
+    their rare args go to `rare`. One polars call for all of them.
+
+    The base frame goes through the filter even where every row is kept (a batch without `M` rows: in
+    Kineto every batch but the last, metadata closes the file): taking the scanner's columns as they
+    are kept the batch alive until the pieces were joined, and the next batches then faulted in fresh
+    pages (measured: more CPU than the query saves). The metadata query runs only on a batch with `M`
+    rows, and a tier whose rule is "no category" only where some row lacks one."""
     taken = scanner.take()
+    has_meta = bool(taken.height) and taken.get_column("order").min() < 0  # `M` rows have order -1
     rows = taken.lazy()
-    kept = pl.col("order") >= 0  # `M` rows have -1
+    kept = pl.col("order") >= 0
+    cat_nulls = taken.get_column("cat").null_count()
     # each query selects its columns before it filters: a filter shared by all would be computed once
     # over every column (common subplans are cached), a copy of the whole batch
     base = rows.select(
         *_BASE_COLUMNS[:-2], a_external_id=pl.col("external_id"), a_correlation=pl.col("correlation")
     ).filter(kept)
-    tiers = [
-        rows.select("order", "ph", "cat", "name", "has_args", *fields)
+    tiers: list[pl.LazyFrame | pl.DataFrame] = [
+        _no_rows(taken, fields)
+        if rule is _NO_CAT and not cat_nulls
+        else rows.select("order", "ph", "cat", "name", "has_args", *fields)
         .filter(kept & pl.col("has_args") & mask)
         .select("order", *(pl.col(f).alias(f"a_{f}") for f in fields))
-        for mask, (_, fields) in zip(_tier_masks(taken, scanner.strings), _ARG_TIERS)
+        for mask, (rule, fields) in zip(_tier_masks(taken, scanner.strings), _ARG_TIERS)
     ]
-    meta = rows.select(*_META_COLUMNS, "order").filter(~kept).drop("order").with_columns(pl.col("name").cast(pl.String))
-    base_frame, meta, *tier_frames = pl.collect_all([base, meta, *tiers], engine="in-memory")
-    bases.append(base_frame)
-    rare.add_frames(tier_frames)
-    if meta.height:
+    queries = [base, *(t for t in tiers if isinstance(t, pl.LazyFrame))]
+    if has_meta:
+        queries.append(
+            rows.select(*_META_COLUMNS, "order")
+            .filter(~kept)
+            .drop("order")
+            .with_columns(pl.col("name").cast(pl.String))
+        )
+    done = pl.collect_all(queries, engine="in-memory")
+    bases.append(done[0])
+    lazy = iter(done[1:])
+    rare.add_frames([t if isinstance(t, pl.DataFrame) else next(lazy) for t in tiers])
+    meta = next(lazy, None)
+    if meta is not None and meta.height:
         skipped["metadata"] = skipped.get("metadata", 0) + meta.height
         metas.append(meta)
+
+
+def _no_rows(taken: pl.DataFrame, fields: tuple[str, ...]) -> pl.DataFrame:
+    """A tier's frame without rows, typed as the scanned columns (what its query would give). Built from
+    the types alone: an empty slice of a scanned column would keep the whole batch alive."""
+    schema = taken.schema
+    return pl.DataFrame(schema={"order": schema["order"], **{f"a_{f}": schema[f] for f in fields}})
 
 
 def _contiguous(parts: list[pl.DataFrame]) -> pl.DataFrame:
@@ -903,10 +932,12 @@ def _slices_from(
     warnings: list[str] | None = None,
     *,
     all_complete: bool | None = None,
+    n_bad: int | None = None,
 ) -> pl.DataFrame:
     """Complete (X) events plus B/E pairs matched per (pid, tid) stack; bad ones counted.
 
-    `all_complete`: `_all_complete(frame)`, when the caller has it already."""
+    `all_complete`: `_all_complete(frame)`, and (only where it is true) `n_bad`: the rows of `frame` without
+    a usable time, when the caller has them already."""
     if frame.height == 0 or "ts" not in frame.columns:
         return frame.clear() if frame.height else frame
     skipped = skipped if skipped is not None else {}
@@ -926,12 +957,16 @@ def _slices_from(
         if open_begin and warnings is not None:
             warnings.append(f"{open_begin} B events never ended; clipped to the trace end")
         complete = complete.sort("order")
-    bad = pl.col("ts").is_null() | pl.col("dur").is_null() | (pl.col("dur") < 0)
-    n_bad = complete.select(bad.sum()).item()
+    if n_bad is None or has_pairs or complete is not frame:
+        n_bad = complete.select(_BAD_SLICE.sum()).item()
     if n_bad:
         skipped["malformed"] = skipped.get("malformed", 0) + n_bad
-        complete = complete.filter(~bad)
+        complete = complete.filter(~_BAD_SLICE)
     return complete
+
+
+_BAD_SLICE = pl.col("ts").is_null() | pl.col("dur").is_null() | (pl.col("dur") < 0)
+"""A slice without a usable time (counted as malformed)."""
 
 
 def _pair_begin_end(be: pl.DataFrame, trace_end: int | None) -> tuple[pl.DataFrame, int, int]:

@@ -23,8 +23,8 @@ from tracediag.vocab import (
     COMM_KERNEL,
     DEVICE_CATS,
     HOST_COLLECTIVE,
+    OP_RULES,
     STEP_MARKER,
-    coll_op,
     resolve_rank,
 )
 
@@ -106,9 +106,9 @@ def to_events(dec: Decoded, path: str, *, rank: int | None, default_rank: int | 
     )
     check_rank(rank, path)
     slices, time_base = _absolute_times(dec, path, warnings)
-    events = _classify(_with_args(dec, slices, "a_device", "a_stream", "a_coll_name"))
+    events = _classify(_with_args(dec, slices, "a_device", "a_stream"), _rows_named(dec, slices))
     events = _fill_collectives(events, dec, warnings)
-    events = events.with_columns(rank=pl.lit(rank, dtype=pl.Int32))
+    events = events.hstack([pl.Series("rank", [rank], dtype=pl.Int32).new_from_index(0, events.height)])
     events = conform(events, skipped=dec.skipped, warnings=warnings)
     meta = FileMeta(
         path=path,
@@ -167,21 +167,56 @@ def _median_past_floor(ts: pl.Series) -> bool:
 
 
 def _with_args(dec: Decoded, frame: pl.DataFrame, *fields: str) -> pl.DataFrame:
-    """`dec.with_args(frame, *fields)`, each tier row placed through a table from `order` to row
-    (an `order` is an index in the file: small and unique) rather than a hash join of every row."""
+    """`dec.with_args(frame, *fields)`, each tier row placed by its `order` (an index in the file:
+    small and unique) rather than by a hash join of every row."""
     tiers = [(tier, [f for f in fields if f in tier.columns]) for tier in dec.rare]
-    tiers = [(tier, wanted) for tier, wanted in tiers if wanted]
-    top = max([frame["order"].max() or 0, *(tier["order"].max() or 0 for tier, _ in tiers)])
-    row_of = _row_of(frame["order"], top + 1)
-    if row_of is None:
-        return dec.with_args(frame, *fields)
     columns = []
     for tier, wanted in tiers:
-        at = row_of.gather(tier["order"])
-        if at.null_count():  # tier rows that are not slices (instants, dropped rows)
-            tier, at = tier.filter(at.is_not_null()), at.drop_nulls()
-        columns += [_nulls(f, tier[f].dtype, frame.height).scatter(at, tier[f]) for f in wanted]
-    return frame.with_columns(columns)
+        if not wanted:
+            continue
+        located = _locate(frame["order"], tier["order"])
+        if located is None:
+            return dec.with_args(frame, *fields)
+        at, keep = located
+        values = tier if keep is None else tier.filter(keep)  # tier rows that are not slices (instants, dropped)
+        columns += [_nulls(f, tier[f].dtype, frame.height).scatter(at, values[f]) for f in wanted]
+    return frame.with_columns(columns) if set(fields) & set(frame.columns) else frame.hstack(columns)
+
+
+def _rows_named(dec: Decoded, frame: pl.DataFrame) -> pl.Series:
+    """The rows of `frame` whose args name a collective (`Collective name`): a kernel's kind follows from
+    it, and these rows are few, so their names are not spread over a column for every row."""
+    tier = next(t for t in dec.rare if "a_coll_name" in t.columns)
+    wanted = tier.filter(pl.col("a_coll_name").is_not_null()).get_column("order")
+    located = _locate(frame["order"], wanted) if len(wanted) else None
+    if located is not None:
+        return located[0].cast(pl.UInt32)
+    rows = frame.select(pl.col("order").is_in(wanted.implode()).arg_true()) if len(wanted) else None
+    return pl.Series("row", [], dtype=pl.UInt32) if rows is None else rows.to_series().cast(pl.UInt32)
+
+
+def _locate(order: pl.Series, wanted: pl.Series) -> tuple[pl.Series, pl.Series | None] | None:
+    """The rows holding the `wanted` orders, and which of them are held (None: all); None where no
+    table from order to row can be built (orders spread far wider than the rows).
+
+    Where the orders are the row numbers themselves (0, 1, 2, ...: every input row is a slice, as in
+    most files) an order is its row, and no table is built. `order` is distinct, as an index in the
+    file is."""
+    n = len(order)
+    if n and order.is_sorted() and order[0] == 0 and order[n - 1] == n - 1 and not order.null_count():
+        if (wanted.max() or 0) < n and (wanted.min() or 0) >= 0:
+            return wanted, None
+        keep = (wanted >= 0) & (wanted < n)
+        return wanted.filter(keep), keep
+    top = max(order.max() or 0, wanted.max() or 0)
+    row_of = _row_of(order, top + 1)
+    if row_of is None:
+        return None
+    at = row_of.gather(wanted)
+    if not at.null_count():
+        return at, None
+    keep = at.is_not_null()
+    return at.filter(keep), keep
 
 
 def _row_of(values: pl.Series, size: int) -> pl.Series | None:
@@ -194,15 +229,22 @@ def _row_of(values: pl.Series, size: int) -> pl.Series | None:
     return table if table.null_count() == size - n else None  # fewer rows than values: some repeat
 
 
-def _classify(s: pl.DataFrame) -> pl.DataFrame:
-    """Kind, device and stream of every row.
+def _classify(s: pl.DataFrame, named: pl.Series) -> pl.DataFrame:
+    """Kind, device and stream of every row (`named`: the rows whose args name a collective).
 
     A row's kind follows from its (category, name) pair, and a trace's 75k rows hold a few hundred
     pairs: the rules run once per pair (`_per_distinct`, on the Categorical `cat` and `name` of
-    `Decoded.slices`) and each row looks its pair up.
+    `Decoded.slices`) and each row looks its pair up. A kernel whose args name a collective is
+    communication too: those few rows are changed in place.
     """
     pairs = _per_distinct(s["cat"], s["name"], **_PAIR_RULES)
-    return s.with_columns(*pairs).with_columns(**_ROW_RULES)
+    kind = pairs.get_column("kind")
+    kernels = named.filter(kind.gather(named) == "kernel") if len(named) else named
+    if len(kernels):
+        kind = kind.scatter(kernels, pl.Series("kind", ["comm"], dtype=Kind).new_from_index(0, len(kernels)))
+    return s.hstack([kind, pairs.get_column("_on_device"), pairs.get_column("_host_collective")]).with_columns(
+        **_ROW_RULES
+    )
 
 
 _CAT, _NAME = pl.col("cat"), pl.col("name")
@@ -214,25 +256,22 @@ _PAIR_RULES: dict[str, pl.Expr] = {
     .when((_CAT == "kernel") & _NAME.str.contains(COMM_KERNEL))
     .then(pl.lit("comm", dtype=Kind))
     .otherwise(_CAT.replace_strict(_KIND_BY_CAT, default="other", return_dtype=Kind)),  # Enum: 1 B/row
-    "_on_device": _CAT.is_in(DEVICE_CATS),
-    "_host_collective": _NAME.str.contains(HOST_COLLECTIVE),
+    # flags as UInt8 (1: true), not Boolean: every row looks its pair's up, and a gather of bits costs three
+    # times one of bytes
+    "_on_device": _CAT.is_in(DEVICE_CATS).cast(pl.UInt8),
+    "_host_collective": _NAME.str.contains(HOST_COLLECTIVE).cast(pl.UInt8),
 }
 """What a (category, name) pair says: the row's kind as far as its args leave it, whether it lies on
 a device timeline, and whether it may be a collective's host-side row. Built once: an expression
 costs as much to build as to run on a few hundred pairs."""
-_ON_DEVICE = pl.col("_on_device")
+_ON_DEVICE = pl.col("_on_device") == 1
 _ROW_RULES: dict[str, pl.Expr] = {
-    # a kernel whose args name a collective is communication too; its pair's kind is "kernel"
-    # exactly when its category is (every other rule gives a kernel "comm")
-    "kind": pl.when((pl.col("kind") == "kernel") & pl.col("a_coll_name").is_not_null())
-    .then(pl.lit("comm", dtype=Kind))
-    .otherwise(pl.col("kind")),
     "device": pl.when(_ON_DEVICE).then(pl.coalesce("a_device", "pid")).otherwise(-1),
     "stream": pl.when(_ON_DEVICE).then(pl.coalesce("a_stream", "tid")),
     "correlation": pl.col("a_correlation"),
     "external_id": pl.col("a_external_id"),
 }
-"""Each row's kind, device and stream from its pair's rules and its own args."""
+"""Each row's device and stream from its pair's rules and its own args."""
 
 
 def _per_distinct(*keys: pl.Series, **columns: pl.Expr) -> pl.DataFrame:
@@ -255,7 +294,8 @@ def _per_distinct(*keys: pl.Series, **columns: pl.Expr) -> pl.DataFrame:
     slot = _nulls("slot", pl.UInt32, n_combined).scatter(
         combined.gather(rows), pl.int_range(len(rows), eager=True, dtype=pl.UInt32)
     )
-    table = pl.DataFrame([key.gather(rows).cast(pl.String) for key in keys]).select(**columns)
+    # two eager selects: chained in one lazy query, the rules were moved before the gather (onto every row)
+    table = pl.DataFrame(keys).select(pl.all().gather(rows).cast(pl.String)).select(**columns)
     return table[slot.gather(combined)]  # a row gather: a third of the cost of a gather per column
 
 
@@ -296,17 +336,37 @@ _COLL_ARGS = [
 def _fill_collectives(ev: pl.DataFrame, dec: Decoded, warnings: list[str]) -> pl.DataFrame:
     """Collective columns, computed on the few rows that can be collectives (comm kind or a
     collective's host-side name); the other rows keep them null. A column with no value at all is
-    left out: `conform` adds it as nulls."""
-    idx = ev.select(pl.arg_where((pl.col("kind") == "comm") | pl.col("_host_collective"))).to_series()
-    extra = [c for c in _COLL_ARGS if c != "a_coll_name"] + ["a_input_dims", "a_input_type", "a_concrete_inputs"]
-    rows = ev[idx].with_columns(pl.col("name").cast(pl.String))
-    coll = _collective_columns(dec.with_args(rows, *extra), warnings).select(COLL_COLUMNS)
-    coll = coll.with_columns(pl.col("coll_op").cast(CollOp))  # here, on a few rows, not on every row in `conform`
-    return ev.with_columns(  # the args and helper columns stay: `conform` keeps only the table's
-        _nulls(c, coll[c].dtype, ev.height).scatter(idx, coll[c])
-        for c in COLL_COLUMNS
-        if coll[c].null_count() < coll.height
+    left out: `conform` adds it as nulls.
+
+    Only the columns the rules read are taken to those rows, their rare args joined in the same
+    query, and the results placed by `scatter` and `hstack`: each polars call costs about as much
+    as these rows, so the calls are kept few."""
+    idx = ev.select(pl.arg_where((pl.col("kind") == "comm") | (pl.col("_host_collective") == 1))).to_series()
+    if idx.is_empty():
+        return ev
+    rows = ev.lazy().select(
+        *(pl.col(c).gather(idx) for c in _COLL_INPUT), name=pl.col("name").gather(idx).cast(pl.String)
     )
+    for tier in dec.rare:
+        wanted = [f for f in _COLL_EXTRA if f in tier.columns]
+        if wanted and tier.height == 0:
+            rows = rows.with_columns(pl.lit(None, dtype=tier.schema[f]).alias(f) for f in wanted)
+        elif wanted:  # as `Decoded.with_args`: each row's `order` is unique, so a left join keeps the rows
+            rows = rows.join(tier.lazy().select("order", *wanted), on="order", how="left", maintain_order="left")
+    coll = _collective_columns(rows.collect(engine="in-memory", optimizations=_NO_REWRITES), warnings)
+    columns = []
+    for c in COLL_COLUMNS:
+        values = coll.get_column(c)
+        if values.null_count() < coll.height:
+            values = values.cast(CollOp) if c == "coll_op" else values  # here, on a few rows, not in `conform`
+            columns.append(_nulls(c, values.dtype, ev.height).scatter(idx, values))
+    return ev.hstack(columns)  # the args and helper columns stay: `conform` keeps only the table's
+
+
+_COLL_INPUT = ("order", "kind", "external_id", "pid", "tid", "ts", "dur")
+"""The columns of a collective's row that `_collective_columns` reads (and `name`)."""
+_COLL_EXTRA = (*_COLL_ARGS, "a_input_dims", "a_input_type", "a_concrete_inputs")
+"""The rare args `_collective_columns` reads."""
 
 
 def _nulls(name: str, dtype: pl.DataType, n: int) -> pl.Series:
@@ -322,6 +382,7 @@ def _collective_columns(ev: pl.DataFrame, warnings: list[str] | None = None) -> 
 
     One query (the rows are few: its cost is per operation, not per row), in memory and as
     written: the streaming engine's start, or the optimiser's rewrites, cost more than these rows.
+    `coll_op` is found once per distinct text (`_coll_ops`).
     """
     params = (
         ev.lazy()
@@ -336,17 +397,42 @@ def _collective_columns(ev: pl.DataFrame, warnings: list[str] | None = None) -> 
         .join(params, left_on="_link", right_on="external_id", how="left", maintain_order="left")
         .with_columns(_ARGS_OR_OPS)
         .drop("_link", *(f"{c}_op" for c in _COLL_ARGS))
-        .with_columns(**_COLL_RULES)
+        .with_columns(coll_op=_coll_ops(ev), **_COLL_RULES)
         .with_columns(coll_peer=_PEER)
-        .with_columns(_gloo=_GLOO_SHAPES, _p2p=_P2P_INPUTS)
+        .with_columns(_gloo=_GLOO_SHAPES, _p2p=_P2P_INPUTS, _peer_wanted=_NEEDS_PEER.any())
         .collect(engine="in-memory", optimizations=_NO_REWRITES)
     )
     n_huge = ev["_huge"][0] if ev.height else 0
     if n_huge and warnings is not None:
         warnings.append(f"{n_huge:,} collectives with an element count out of range (0..2^58); bytes left unknown")
-    return _from_recorded_shapes(ev).drop("_huge", "_gloo", "_p2p")
+    peer_wanted = ev.height and ev["_peer_wanted"][0]
+    ev = _from_recorded_shapes(ev)
+    if peer_wanted:  # recorded inputs only give peers: the rows that want one are fewer after, never more
+        ev = _peer_from_enclosing_op(ev)
+    for helper in ("_huge", "_gloo", "_p2p", "_peer_wanted"):
+        ev.drop_in_place(helper)
+    return ev
 
 
+def _coll_ops(ev: pl.DataFrame) -> pl.Expr:
+    """`vocab.coll_op(_OP_TEXT)` for the rows of `ev`, as a lookup: an op text is a row's
+    `a_coll_name` or name (or its op's, among the same rows), and the few distinct ones are
+    classified here by the same rule (the first `OP_RULES` text the normalised text contains), not
+    by building the rule's automaton in a query for every file."""
+    texts = ev.select(pl.col("name").append(pl.col("a_coll_name")).unique().drop_nulls()).to_series().to_list()
+    if not texts:
+        return pl.lit(None, dtype=pl.String)
+    ops = [_coll_op_of(t) for t in texts]
+    return _OP_TEXT.replace_strict(texts, ops, default=None, return_dtype=pl.String)
+
+
+def _coll_op_of(text: str) -> str:
+    """`vocab.coll_op` of one text (tests/test_kineto_lookups.py holds them equal)."""
+    norm = _NOT_A_TO_Z.sub("", text.lower())
+    return next((op for needle, op in OP_RULES if needle in norm), "other")
+
+
+_NOT_A_TO_Z = re.compile(r"[^a-z]")
 _NO_REWRITES = pl.QueryOptFlags.none()
 """For a query on a few rows: rewriting the plan costs more than running it as written."""
 # The expressions of `_collective_columns`, built once (building them costs as much as running them).
@@ -357,7 +443,6 @@ _OP_TEXT = pl.coalesce(pl.col("a_coll_name"), pl.when((pl.col("kind") == "comm")
 _NELEMS = pl.max_horizontal("a_in_nelems", "a_out_nelems")
 _FITS = _NELEMS.is_between(0, MAX_NS // 16)  # elements x element size stays far inside Int64
 _COLL_RULES: dict[str, pl.Expr] = {
-    "coll_op": coll_op(_OP_TEXT),
     "coll_bytes": pl.when(_FITS).then(
         _NELEMS * pl.col("a_dtype").replace_strict(DTYPE_BYTES, default=None, return_dtype=pl.Int64)
     ),
@@ -385,6 +470,8 @@ _P2P_INPUTS = (
     & pl.col("a_concrete_inputs").is_not_null()
 )
 """`c10d::send/recv` ops whose peer comes from their recorded concrete inputs."""
+_NEEDS_PEER = (pl.col("kind") == "comm") & pl.col("coll_op").is_in(["send", "recv"]) & pl.col("coll_peer").is_null()
+"""Communication rows of a point-to-point op without a peer: `_peer_from_enclosing_op` looks for one."""
 
 
 def _from_recorded_shapes(ev: pl.DataFrame) -> pl.DataFrame:
@@ -402,13 +489,13 @@ def _from_recorded_shapes(ev: pl.DataFrame) -> pl.DataFrame:
         idx = ev.select(pl.arg_where("_p2p")).to_series()
         peers = [_p2p_peer(c) for c in ev[idx]["a_concrete_inputs"].to_list()]
         ev = ev.with_columns(coll_peer=ev["coll_peer"].cast(pl.Int64).scatter(idx, pl.Series(peers, dtype=pl.Int64)))
-    return _peer_from_enclosing_op(ev)
+    return ev
 
 
 def _peer_from_enclosing_op(ev: pl.DataFrame) -> pl.DataFrame:
     """Give a `gloo:send`/`gloo:recv` the peer of the `c10d::send`/`recv_` op that encloses it."""
     p2p_op = pl.col("coll_op").is_in(["send", "recv"])
-    needs = (pl.col("kind") == "comm") & p2p_op & pl.col("coll_peer").is_null()
+    needs = _NEEDS_PEER
     if not ev.select(needs.any()).item():
         return ev
     ops = (

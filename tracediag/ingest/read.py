@@ -8,6 +8,8 @@ from contextlib import ExitStack, contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
+import polars as pl
+
 from tracediag.errors import NotATraceError, RankError, TracediagError, TraceError
 from tracediag.ingest import chrome, kineto
 from tracediag.ingest.remote import expand, is_remote, local_copy
@@ -115,5 +117,6 @@ def _is_jax(decoded: chrome.Decoded) -> bool:
     meta = decoded.top.get("metadata")
     if isinstance(meta, dict) and "highres-ticks" in meta:
         return True
-    labels = decoded.metadata.filter(decoded.metadata["name"] == "process_name")["label"]
-    return bool(labels.str.starts_with("/host:").any() or labels.str.starts_with("/device:").any())
+    label = pl.col("label")
+    named = (pl.col("name") == "process_name") & (label.str.starts_with("/host:") | label.str.starts_with("/device:"))
+    return bool(decoded.metadata.select(named.any()).item())
