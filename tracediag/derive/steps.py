@@ -66,15 +66,18 @@ def find_markers(events: pl.DataFrame, *, step_regex: str | None = None) -> pl.D
     if compiled.groups:
         rows = rows.with_columns(step=pl.col("name").str.extract(pattern, 1).cast(pl.Int32, strict=False))
     else:
-        rows = rows.sort("rank", "host_start").with_columns(step=pl.int_range(pl.len()).over("rank").cast(pl.Int32))
+        # markers that start together keep the event table's order (file order): numbered the same each run
+        rows = rows.sort("rank", "host_start", maintain_order=True).with_columns(
+            step=pl.int_range(pl.len()).over("rank").cast(pl.Int32)
+        )
     return (
         rows.filter(pl.col("step").is_not_null())
-        .sort("rank", "host_start")
-        # one marker per (rank, step): the longest, should a step be annotated twice
+        .sort("rank", "host_start", maintain_order=True)
+        # one marker per (rank, step): the longest, should a step be annotated twice (of equal ones, the last)
         .group_by("rank", "step")
-        .agg(pl.all().sort_by(pl.col("host_end") - pl.col("host_start")).last())
+        .agg(pl.all().sort_by(pl.col("host_end") - pl.col("host_start"), maintain_order=True).last())
         .select("rank", "step", "tid", "host_start", "host_end")
-        .sort("rank", "host_start")
+        .sort("rank", "host_start", "step")
         # nested or overlapping markers (a loose --step-regex): each ends where the next begins, so
         # steps partition the host timeline and no time is counted twice
         .with_columns(
