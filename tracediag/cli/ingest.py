@@ -38,7 +38,7 @@ def trace_options(f):
         type=click.IntRange(min=0),
         default=0,
         envvar="TRACEDIAG_JOBS",
-        show_default="one per CPU",
+        show_default="one per 384 MB of input, at most one per CPU; with --executor one per CPU",
         help="Processes reading files in parallel, this one included (at most one per CPU and one per file).",
     )(f)
     return f
