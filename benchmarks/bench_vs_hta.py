@@ -108,7 +108,11 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--copies", type=int, default=8)
     ap.add_argument(
-        "--workers", type=int, nargs="+", default=[0, 1], help="tracediag jobs (0: its default, one per 384 MB of input)"
+        "--workers",
+        type=int,
+        nargs="+",
+        default=[0, 1],
+        help="tracediag jobs (0: its default, one per 384 MB of input)",
     )
     ap.add_argument("--hta-python", help="python of an environment with HolisticTraceAnalysis installed")
     ap.add_argument("--baseline", help="a checkout of an older tracediag, run in the same session for comparison")
