@@ -73,19 +73,26 @@ def time_keys(events: pl.DataFrame) -> TimeKeys | None:
     key cannot hold them (a negative or null rank, no time, or more ranks than fit above the span
     of times: ``(max rank + 1) * 2**shift`` must stay below 2**63)."""
     ts, end = pl.col("ts"), pl.col("ts") + pl.col("dur")
-    lo, hi, rmin, rmax, rnull = events.select(
-        lo=pl.min_horizontal(ts.min(), end.min()),
-        hi=pl.max_horizontal(ts.max(), end.max()),
-        rmin=pl.col("rank").min(),
-        rmax=pl.col("rank").max(),
-        rnull=pl.col("rank").null_count(),
-    ).row(0)
-    if lo is None or rmin is None or rnull or rmin < 0:
+    span = ranked_span(events, pl.min_horizontal(ts.min(), end.min()), pl.max_horizontal(ts.max(), end.max()))
+    if span is None:
         return None
+    lo, hi, rmax = span
     shift = (2 * (hi - lo) + 3).bit_length()
     if (rmax + 1) << shift >= 2**63:
         return None
     return TimeKeys(base=lo, shift=shift)
+
+
+def ranked_span(events: pl.DataFrame, lo: pl.Expr, hi: pl.Expr) -> tuple[int, int, int] | None:
+    """The values `lo` and `hi` take on `events` (aggregations: a least and a greatest) and the
+    greatest ``rank``, for packing the rank above a value in one Int64; None when a rank is null
+    or negative, or there is no value."""
+    least, most, rmin, rmax, rnull = events.select(
+        lo=lo, hi=hi, rmin=pl.col("rank").min(), rmax=pl.col("rank").max(), rnull=pl.col("rank").null_count()
+    ).row(0)
+    if least is None or rmin is None or rnull or rmin < 0:
+        return None
+    return least, most, rmax
 
 
 def time_order(group: str, t: str, tiebreak: pl.Expr | None = None, keys: TimeKeys | None = None) -> pl.Expr:

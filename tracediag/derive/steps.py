@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from tracediag.derive.intervals import TimeKeys, asof_by_rank
+from tracediag.derive.intervals import TimeKeys, asof_by_rank, ranked_span
 from tracediag.derive.ranked import keep_ranked
 from tracediag.names import distinct_names, name_matches
 from tracediag.regex import user_regex
@@ -180,15 +180,10 @@ def call_key(events: pl.DataFrame) -> pl.Expr | None:
     """(``rank``, ``correlation``) as one Int64 that is equal where both are (null where either is),
     for the events' values: ``rank * 2**bits + (correlation - least)``. None when it cannot hold them
     (a null or negative rank, no correlation, or more ranks than fit above the correlations' span)."""
-    lo, hi, rmin, rmax, rnull = events.select(
-        lo=pl.col("correlation").min(),
-        hi=pl.col("correlation").max(),
-        rmin=pl.col("rank").min(),
-        rmax=pl.col("rank").max(),
-        rnull=pl.col("rank").null_count(),
-    ).row(0)
-    if lo is None or rmin is None or rnull or rmin < 0:
+    span = ranked_span(events, pl.col("correlation").min(), pl.col("correlation").max())
+    if span is None:
         return None
+    lo, hi, rmax = span
     bits = (hi - lo).bit_length()
     if (rmax + 1) << bits >= 2**63:
         return None
