@@ -176,7 +176,7 @@ def map_in_workers(
 
     def drive() -> None:
         try:
-            worker = _Worker(of=n)
+            worker = _Worker(of=n + in_caller)  # the caller reads too: the CPUs are shared among n + 1
         except WorkerError as e:
             failures.append(str(e))
             finished.put(None)
