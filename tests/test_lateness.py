@@ -71,7 +71,7 @@ def test_in_the_analysis_json_and_text():
     assert a.lateness.waited_for == (1,)
     doc = json.loads(json.dumps(a.to_dict()))
     assert doc["lateness"]["waited_for"] == [1]
-    assert [r["rank"] for r in doc["lateness"]["ranks"]][0] == 1
+    assert doc["lateness"]["ranks"][0]["rank"] == 1
     back = Analysis.from_dict(doc)
     assert back.lateness.ranks.equals(a.lateness.ranks) and back.lateness.waited_for == (1,)
     text = render_text(a)

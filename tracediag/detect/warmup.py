@@ -5,9 +5,10 @@ waits in collectives for its peers (``wait_ns``), takes at least `warmup_ratio` 
 of the same over the steps after it (first iterations allocate memory, compile, build DDP buckets,
 fill caches — on every rank). The wait is left out because one slow rank makes every step of the
 job slow: its peers' steps grow by their wait for it, not by work of their own, so a straggler whose
-first slow step is the first profiled step is not warm-up. Leading steps are tested in order and the first one that is not warm-up ends the
-warm-up; at least one step is always left. The detectors then read the facts without them, and the
-analysis says which steps were warm-up (they stay in the per-step table).
+first slow step is the first profiled step is not warm-up. Leading steps are tested in order and
+the first one that is not warm-up ends the warm-up; at least one step is always left. The detectors
+then read the facts without them, and the analysis says which steps were warm-up (they stay in the
+per-step table).
 """
 
 from __future__ import annotations
