@@ -19,8 +19,8 @@ import polars as pl
 
 from tracediag.errors import NotATraceError, OutputError, RankError, TracediagError, TraceError, one_line, shown
 from tracediag.forks import forked_after_import
-from tracediag.ingest.read import read_traces
 from tracediag.ingest import timeline
+from tracediag.ingest.read import read_traces
 from tracediag.ingest.remote import expand, filesystem, is_remote, location_key, read_prefix
 from tracediag.ingest.sniff import is_stream, sniff
 from tracediag.ingest.trace import FileMeta, FileTrace, ProcessGroup

@@ -350,6 +350,7 @@ def _events(table: pl.DataFrame) -> pl.DataFrame:
     )
     if "peer" in t.columns:
         t = t.with_columns(coll_peer=pl.when(pl.col("_op").is_in(P2P_KINDS)).then(pl.col("peer")))
+    t = _lanes(t)
     if "group" in t.columns:
         t = _collective_ids(t)
     markers = t.group_by("rank", "step").agg(
@@ -385,3 +386,39 @@ def _collective_ids(t: pl.DataFrame) -> pl.DataFrame:
         )
     )
     return t.join(c, on="_row", how="left").sort("_row").drop("_row")
+
+
+def _lanes(t: pl.DataFrame) -> pl.DataFrame:
+    """Device rows that overlap others of their stream (two all-reduce buckets in flight) moved to
+    streams of their own: a row's lane is how many rows of its stream are in flight when it starts,
+    and its stream ``base + len(STREAMS) * lane`` (ops of one stream run one after another)."""
+    dev = t.lazy().with_row_index("_row").filter(pl.col("stream").is_not_null())
+    end = pl.col("ts") + pl.col("dur")
+    # at one instant: ends, then zero-length rows (start, end), then starts
+    points = pl.concat(
+        [
+            dev.select(
+                "rank", "stream", "_row", _t="ts", _d=pl.lit(1), _o=pl.when(pl.col("dur") == 0).then(1).otherwise(3)
+            ),
+            dev.select(
+                "rank",
+                "stream",
+                pl.lit(None, pl.UInt32).alias("_row"),
+                _t=end,
+                _d=pl.lit(-1),
+                _o=pl.when(pl.col("dur") == 0).then(2).otherwise(0),
+            ),
+        ]
+    )
+    lanes = (
+        points.sort("rank", "stream", "_t", "_o")
+        .with_columns(_lane=(pl.col("_d").cum_sum().over("rank", "stream") - 1).clip(lower_bound=0))
+        .filter(pl.col("_row").is_not_null())
+        .select("_row", "_lane")
+        .collect()
+    )
+    if not lanes.height or lanes.get_column("_lane").max() == 0:
+        return t
+    lane = pl.repeat(0, t.height, dtype=pl.Int64, eager=True).scatter(lanes["_row"], lanes["_lane"])
+    stream = pl.col("stream") + len(STREAMS) * lane
+    return t.with_columns(stream=stream, tid=pl.when(pl.col("stream").is_not_null()).then(stream).otherwise("tid"))
