@@ -60,11 +60,13 @@ def category(cat: pl.Expr) -> pl.Expr:
 
 def canonical_category(cat: str) -> str:
     """A Kineto category as `KINETO_CATS` spells it: matched without regard to case, older names by
-    `CATEGORY_ALIASES`; any other category unchanged (`Kernel` -> `kernel`, `Operator` -> `cpu_op`, `Trace` -> `Trace`)."""
+    `CATEGORY_ALIASES`; any other category unchanged (`Kernel` -> `kernel`, `Operator` -> `cpu_op`,
+    `Trace` -> `Trace`)."""
     low = cat.lower()
     if low in KINETO_CATS:
         return low
     return CATEGORY_ALIASES.get(low, cat)
+
 
 OP_RULES: tuple[tuple[str, str], ...] = (
     ("sendrecv", "other"),  # one kernel moving both ways: no single direction
