@@ -176,3 +176,17 @@ def resolve_rank(
         raise RankError(f"{shown(path)}: the file names no rank ({missing}); {fix}")
     warnings.append(f"the file names no rank; taken as rank {default}")
     return default
+
+
+TIMELINE_COMM = (
+    r"(?i)^(?:nccl|rccl|gloo:|nccl:|c10d::)"
+    r"|(?:^|[^a-z])(?:all[-_ ]?reduce|all[-_ ]?gather|reduce[-_ ]?scatter|all[-_ ]?to[-_ ]?allv?|broadcast"
+    r"|i?send|i?recv)(?:$|[^a-z])"
+)
+"""Op-timeline rows (`ingest.timeline`) named as communication when the table gives no `kind`: the
+kernels and host ranges above, or a name with a collective or point-to-point word of its own
+(`forward-send`, `backward-recv`, `grads-all-reduce`, `allgather_params`); its `coll_op` comes
+from `coll_op`."""
+TIMELINE_DATA = r"(?i)dataloader|data[-_ ]?load|batch[-_ ]?generator|get[-_ ]?batch"
+"""Op-timeline rows named as data loading when the table gives no `kind` (`DataLoader.__next__`,
+Megatron's `batch-generator`, `get_batch`)."""
