@@ -9,7 +9,15 @@ from __future__ import annotations
 import polars as pl
 
 from tracediag.analysis import Finding
-from tracediag.detect import comm_bound, host_bound, input_bound, pipeline, straggler
+from tracediag.detect import (
+    comm_bound,
+    host_bound,
+    input_bound,
+    pipeline,
+    sequence_imbalance,
+    stage_imbalance,
+    straggler,
+)
 from tracediag.detect.facts import Facts
 from tracediag.detect.thresholds import Thresholds
 from tracediag.words import count
@@ -74,13 +82,29 @@ def detect_all(facts: Facts, *, thresholds: Thresholds | None = None) -> tuple[F
     # read by the straggler detector and, when nothing is found, by the healthy finding: derived once
     ratios = straggler.rank_step_ratios(facts.steps, th) if facts.steps.height else None
     found = straggler.detect(facts, thresholds=th, ratios=ratios)
-    found += pipeline.detect(facts, thresholds=th)
+    # a pipeline with a heavy stage: its bubble is that stage's effect, reported in its finding
+    stages = stage_imbalance.detect(facts, thresholds=th)
+    heavy = {r for f in stages for r in f.evidence["stage_ranks"]}
+    found = [f for f in found if not (f.cause == "compute_straggler" and set(f.ranks) <= heavy)]
+    found += stages
+    found += pipeline.detect(facts, thresholds=th, imbalanced=heavy)
+    if ratios is not None and not any(
+        f.cause == "compute_straggler" and f.evidence["kind"] == "persistent" for f in found
+    ):
+        batches = sequence_imbalance.detect(facts, thresholds=th, ratios=ratios)
+        # the uneven batches explain the single slow steps of the ranks that drew the big ones
+        if batches:
+            hit = set(batches[0].steps)
+            found = [f for f in found if not (f.cause == "compute_straggler" and set(f.steps) <= hit)]
+        found += batches
     persistent = tuple(
         r for f in found if f.cause == "compute_straggler" and f.evidence["kind"] == "persistent" for r in f.ranks
     )
+    # uneven batches make the peers wait in every collective: that wait is theirs, not the wire's
+    persistent += tuple(r for f in found if f.cause == "sequence_imbalance" for r in f.ranks)
     found += comm_bound.detect(facts, thresholds=th, straggler_ranks=persistent)
     found += input_bound.detect(facts, thresholds=th)
-    explained = any(f.cause in ("input_bound", "pipeline_bubble") for f in found)
+    explained = any(f.cause in ("input_bound", "pipeline_bubble", "stage_imbalance") for f in found)
     found += host_bound.detect(facts, thresholds=th, explained=explained)
     if not found:
         return (_healthy(facts, th, ratios),)

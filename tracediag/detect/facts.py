@@ -24,5 +24,8 @@ class Facts:
     """Peak bus bandwidth of the link in GB/s, when the user gave it."""
     host: pl.DataFrame | None = None
     """Per (rank, step) of GPU ranks: how the host feeds the device (`derive.host.HOST_SCHEMA`)."""
+    kernel_steps: pl.DataFrame | None = None
+    """Per (rank, step, name, category): ``count`` and ``total_ns`` of kernels (GPU ranks) or operators'
+    self time (CPU ranks), `derive.kernels.kernel_steps`: which operators a stage runs more of."""
     world_size: int | None = None
     """Ranks in the job, as the traces state it (more than the traced ranks when only some were profiled)."""

@@ -17,8 +17,10 @@ Which operators make the difference: per operator (CPU traces) or kernel (GPU tr
 time per step on the heavy stage minus the median over the other stages (`Facts.kernel_steps`); the
 largest differences are listed, those the other stages never run marked as such.
 
-time_lost_ns (the detector's estimate; the what-if replaces it): Σ over steps of the heavy stage's
-compute − the mean stage compute. The what-if sets every stage's compute to the mean stage compute
+time_lost_ns (the detector's estimate; the what-if replaces it): a synchronous schedule runs its m
+micro-batches at the heavy stage's pace plus p−1 fill/drain slots at the other stages' pace, so per
+step (C = a stage's compute per step) C_heavy − C_mean + (p−1)/m × (C_light − C_mean), C_light the
+other stages' median. The what-if sets every stage's compute to the mean stage compute
 of the step (the same work, rebalanced).
 """
 
@@ -89,9 +91,9 @@ def detect(facts: Facts, *, thresholds: Thresholds) -> list[Finding]:
             continue
         mine = s.filter(pl.col("rank").is_in(order))
         per_stage = mine.group_by("rank").agg(
-            compute=pl.col("compute_ns").median(), bubble=pl.col("bubble_ns").median(), share=(
-                pl.col("bubble_ns") / pl.col("dur_ns").clip(lower_bound=1)
-            ).median()
+            compute=pl.col("compute_ns").median(),
+            bubble=pl.col("bubble_ns").median(),
+            share=(pl.col("bubble_ns") / pl.col("dur_ns").clip(lower_bound=1)).median(),
         )
         comp = dict(per_stage.select("rank", "compute").iter_rows())
         heavy = max(order, key=lambda r: (comp.get(r) or 0, -r))
@@ -106,9 +108,14 @@ def detect(facts: Facts, *, thresholds: Thresholds) -> list[Finding]:
         if ratio < th.stage_ratio or heavy_share < th.stage_heavy_share or light_bubble < th.stage_wait * excess:
             continue
         per_step = mine.group_by("step").agg(
-            heavy=pl.col("compute_ns").filter(pl.col("rank") == heavy).first(), mean=pl.col("compute_ns").mean()
+            heavy=pl.col("compute_ns").filter(pl.col("rank") == heavy).first(),
+            light=pl.col("compute_ns").filter(pl.col("rank") != heavy).median(),
+            mean=pl.col("compute_ns").mean(),
         )
-        lost = int((per_step["heavy"] - per_step["mean"]).clip(lower_bound=0).sum())
+        # a synchronous schedule runs m micro-batches at the slowest stage's pace plus p-1 fill and drain
+        # slots of the others: balanced, all m + p - 1 slots at the mean
+        saved = (pl.col("heavy") - pl.col("mean")) + (p - 1) / m * (pl.col("light") - pl.col("mean"))
+        lost = int(per_step.select(saved.clip(lower_bound=0).sum()).item())
         stage = order.index(heavy)
         shares = dict(per_stage.select("rank", "share").iter_rows())
         per_mb = {str(i): round((comp.get(r) or 0) / m / MS, 3) for i, r in enumerate(order)}

@@ -29,8 +29,9 @@ def _edit(f: Finding, facts: Facts, graph: Graph) -> causes.Edit | None:
     """The cause's edit; None where the graph cannot express it (the detector's estimate then stays):
     a pipeline whose send/recv could not be paired (no peers, no schedule annotations) would replay
     its stages as independent, and communication no operation was matched for cannot be sped up."""
-    kinds = set(graph.ops.filter(pl.col("rank").is_in(list(f.ranks)))["kind"].to_list())
-    if f.cause == "pipeline_bubble" and "p2p" not in kinds:
+    ranks = f.evidence["stage_ranks"] if f.cause == "stage_imbalance" else f.ranks
+    kinds = set(graph.ops.filter(pl.col("rank").is_in(list(ranks)))["kind"].to_list())
+    if f.cause in ("pipeline_bubble", "stage_imbalance") and "p2p" not in kinds:
         return None
     if f.cause == "comm_bound" and "collective" not in kinds:
         return None
@@ -44,6 +45,10 @@ def _edit(f: Finding, facts: Facts, graph: Graph) -> causes.Edit | None:
         return causes.no_idle(graph, f.ranks, f.steps)
     if f.cause == "pipeline_bubble":
         return causes.pipeline(graph, facts.steps, f.ranks, f.steps)
+    if f.cause == "stage_imbalance":
+        return causes.balance(graph, facts.steps, tuple(f.evidence["stage_ranks"]), f.steps)
+    if f.cause == "sequence_imbalance":
+        return causes.balance(graph, facts.steps, f.ranks, f.steps)
     return None
 
 
@@ -67,6 +72,12 @@ def _sentence(f: Finding, without_ns: float, observed_ns: float, facts: Facts, g
         bw = facts.link_gbps
         link = f"the link's {bw:g} GB/s" if bw else "the best bus bandwidth the run reached"
         return f"with communication at {link} {then}"
+    if f.cause == "stage_imbalance":
+        mean = f.evidence.get("mean_stage_compute_ms_per_microbatch")
+        at = f" ({mean:,.1f} ms per micro-batch)" if mean else ""
+        return f"with every stage at the mean stage compute{at} {then}"
+    if f.cause == "sequence_imbalance":
+        return f"with balanced batches (every rank computing the step's mean) {then}"
     if f.cause == "pipeline_bubble":
         p, m = f.evidence.get("p"), f.evidence.get("m")
         ideal = f" ({bubble_formula(p, m):.0%} for p={p}, m={m})" if p and m else ""
