@@ -151,4 +151,3 @@ def test_lateness_heat_map_shows_spot_stripe_and_scatter(seq, stage):
     page = render_html(seq)
     assert 'id="fig-lateness"' in page
     assert page.index('id="fig-compute"') < page.index('id="fig-lateness"') < page.index('<section id="breakdown">')
-

@@ -13,9 +13,11 @@ import polars as pl
 from tracediag.analysis import COLLECTIVE_SCHEMA, STEP_SCHEMA, Analysis
 from tracediag.derive.collectives import align_and_match, plausible_matches, summarize_instances, wait_per_step
 from tracediag.derive.kernels import TOP_STORED, by_category, kernel_view
+from tracediag.derive.lateness import late_rows
 from tracediag.derive.p2p import pipeline_groups
 from tracediag.derive.per_rank import rank_tables
 from tracediag.detect import Facts, Thresholds, detect_all
+from tracediag.detect import lateness as lateness_detect
 from tracediag.detect.pipeline import pipeline_stages
 from tracediag.detect.warmup import warmup_steps, without_steps
 from tracediag.errors import NoStepsError
@@ -101,6 +103,7 @@ def facts_from_tables(
         pipelines=pipeline_groups(tables["p2p_edges"]),
         host=tables["host"],
         kernel_steps=tables["kernels"],
+        late=late_rows(matched).filter(pl.col("step").is_in(on_all.implode())),
         link_gbps=link_gbps,
         world_size=meta.world_size,
     )
@@ -188,12 +191,15 @@ def analyze_tables(
     facts, left_out = facts_from_tables(tables, meta, step_regex=step_regex, link_gbps=link_gbps)
     th = thresholds or Thresholds()
     warmup = warmup_steps(facts.steps, th)
-    findings = detect_all(without_steps(facts, warmup), thresholds=th)
+    diagnosed = without_steps(facts, warmup)
+    late = lateness_detect.assess(diagnosed, th)
+    findings = detect_all(diagnosed, thresholds=th)
     whatif, warnings = None, left_out["warnings"]
     if warmup:
         warnings += (
             f"{noun(len(warmup), 'step')} {', '.join(map(str, warmup))} {'is' if len(warmup) == 1 else 'are'} "
-            f"warm-up (every rank at least {th.warmup_ratio}x its later steps): shown, left out of the diagnosis",
+            f"warm-up (every rank at least {th.warmup_ratio}x its later steps, its waits for peers left out): "
+            "shown, left out of the diagnosis",
         )
     try:
         findings, whatif = price(findings, facts, graph_of(facts, **left_out["replay"]))
@@ -214,4 +220,5 @@ def analyze_tables(
         whatif=whatif,
         kernels=kernels.group_by("rank", maintain_order=True).head(TOP_STORED) if kernels.height else None,
         kernel_categories=by_category(kernels) if kernels.height else None,
+        lateness=late,
     )

@@ -27,5 +27,8 @@ class Facts:
     kernel_steps: pl.DataFrame | None = None
     """Per (rank, step, name, category): ``count`` and ``total_ns`` of kernels (GPU ranks) or operators'
     self time (CPU ranks), `derive.kernels.kernel_steps`: which operators a stage runs more of."""
+    late: pl.DataFrame | None = None
+    """Per rank and matched instance of the steps: arrival, lateness, wait and waiting caused
+    (`derive.lateness.LATE_ROW_SCHEMA`)."""
     world_size: int | None = None
     """Ranks in the job, as the traces state it (more than the traced ranks when only some were profiled)."""
