@@ -116,6 +116,9 @@ def detect(facts: Facts, *, thresholds: Thresholds) -> list[Finding]:
         # slots of the others: balanced, all m + p - 1 slots at the mean
         saved = (pl.col("heavy") - pl.col("mean")) + (p - 1) / m * (pl.col("light") - pl.col("mean"))
         lost = int(per_step.select(saved.clip(lower_bound=0).sum()).item())
+        dur = mine.group_by("step").agg(pl.col("dur_ns").median())
+        balanced = per_step.join(dur, on="step").select(pl.col("dur_ns") - saved.clip(lower_bound=0))
+        balanced_ms = float(balanced.to_series().median()) / MS
         stage = order.index(heavy)
         shares = dict(per_stage.select("rank", "share").iter_rows())
         per_mb = {str(i): round((comp.get(r) or 0) / m / MS, 3) for i, r in enumerate(order)}
@@ -147,6 +150,7 @@ def detect(facts: Facts, *, thresholds: Thresholds) -> list[Finding]:
             "idle_share_by_stage": {str(i): round(float(shares.get(r) or 0), 4) for i, r in enumerate(order)},
             "expected_bubble_share": expected,
             "ops_difference": ops,
+            "balanced_step_ms_schedule_estimate": round(balanced_ms, 3),
         }
         findings.append(
             Finding(
