@@ -15,7 +15,8 @@ from conftest import FIXTURES
 
 import tracediag
 from tracediag.analyzing import derive_facts
-from tracediag.detect import Thresholds, detect_all
+from tracediag.causes import detect_all
+from tracediag.detect import Thresholds
 from tracediag.report import figures
 from tracediag.report.html import render_html
 from tracediag.whatif import causes, graph_of

@@ -67,20 +67,14 @@ def pipeline_stages(facts: Facts) -> list[Pipeline]:
     return out
 
 
-def detect(
-    facts: Facts, *, thresholds: Thresholds, imbalanced: set[int] | frozenset[int] = frozenset()
-) -> list[Finding]:
-    """One pipeline_bubble finding per pipeline whose stages idle more than `bubble_share`; a pipeline
-    with a rank in `imbalanced` (a stage_imbalance finding's pipeline) is left out: its bubble is
-    that finding's effect."""
+def detect(facts: Facts, *, thresholds: Thresholds) -> list[Finding]:
+    """One pipeline_bubble finding per pipeline whose stages idle more than `bubble_share`."""
     th = thresholds
     findings = []
     s = facts.steps.with_columns(
         bubble_ns=pl.col("exposed_p2p_ns") + pl.col("idle_ns"),
     ).with_columns(share=pl.col("bubble_ns") / pl.col("dur_ns").clip(lower_bound=1))
     for pipe in pipeline_stages(facts):
-        if imbalanced & set(pipe.ranks):
-            continue
         shares = [st.idle_share for st in pipe.stages]
         median_share = float(pl.Series(shares).median())
         if median_share < th.bubble_share or median_share < th.bubble_of_ideal * pipe.expected_bubble_share:

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from importlib.metadata import version
 from typing import TYPE_CHECKING, Any
 
+from tracediag.analysis import Cause
 from tracediag.checking import format_ms
 from tracediag.report.figures import (
     Figure,
@@ -109,7 +110,7 @@ def _value(v: Any) -> str:
 
 
 def _finding(f: Finding) -> str:
-    kind = "ok" if f.cause == "healthy" else "bad"
+    kind = "ok" if f.cause == Cause.HEALTHY else "bad"
     evidence = "".join(
         f'<tr><td class="key">{esc(k)}</td><td>{esc(_value(v))}</td></tr>' for k, v in f.evidence.items()
     )
