@@ -52,4 +52,5 @@ SPEC = CauseSpec(
     quiet="pipeline stage compute",
     explains_idle=True,
     absorbs=_absorbs,
+    blames_ranks=True,
 )
