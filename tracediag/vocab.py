@@ -136,8 +136,8 @@ SYNC_OP = r"(?i)synchronize"
 """Host rows that block until a device catches up: ``cudaDeviceSynchronize``, ``cudaStreamSynchronize``,
 ``cudaEventSynchronize``, ``torch.cuda.synchronize`` annotations, the HIP equivalents."""
 CHECKPOINT_OP = (
-    r"(?i)^checkpoint$|torch\.save|save_checkpoint|checkpoint(?:ing)?[._: ]?(?:save|write)|(?:save|write)[._ ]?checkpoint"
-    r"|\bdcp[._]|log_metrics|wandb|summarywriter|tensorboard"
+    r"(?i)^checkpoint$|torch\.save|save_checkpoint|checkpoint(?:ing)?[._: ]?(?:save|write)"
+    r"|(?:save|write)[._ ]?checkpoint|\bdcp[._]|log_metrics|wandb|summarywriter|tensorboard"
 )
 """Host rows of a checkpoint or logging write (``torch.save``, ``save_checkpoint``, ``dcp.save``, metric
 loggers). Activation checkpointing (``CheckpointFunction``, recompute) is compute and does not match."""

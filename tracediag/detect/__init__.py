@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import polars as pl
 
-from tracediag.analysis import Finding
+from tracediag.analysis import Finding, Lateness
 from tracediag.detect import comm_bound, host_bound, input_bound, pipeline, straggler
+from tracediag.detect import lateness as lateness_detect
 from tracediag.detect.facts import Facts
 from tracediag.detect.thresholds import Thresholds
 from tracediag.words import count
@@ -17,6 +18,8 @@ from tracediag.words import count
 __all__ = ["Facts", "Thresholds", "detect_all"]
 
 MS = 1e6
+LATE_CAUSES = ("compute_straggler", "host_straggler", "input_straggler")
+"""Causes that name a rank everyone waits for."""
 
 
 def _closest(s, th: Thresholds, ratios: pl.DataFrame) -> str:
@@ -68,16 +71,24 @@ def _healthy(facts: Facts, th: Thresholds, ratios: pl.DataFrame | None) -> Findi
     )
 
 
-def detect_all(facts: Facts, *, thresholds: Thresholds | None = None) -> tuple[Finding, ...]:
-    """All findings, most time lost first; a single ``healthy`` finding when no cause is found."""
+def detect_all(
+    facts: Facts, *, thresholds: Thresholds | None = None, lateness: Lateness | None = None
+) -> tuple[Finding, ...]:
+    """All findings, most time lost first; a single ``healthy`` finding when no cause is found.
+    `lateness`: who everyone waits for (`detect.lateness.assess` of `facts`); its ranks get a
+    finding with the reason they are late (`detect.lateness.detect`), and comm_bound does not fire
+    while someone is waited for (the exposed communication is waiting for them)."""
     th = thresholds or Thresholds()
     # read by the straggler detector and, when nothing is found, by the healthy finding: derived once
     ratios = straggler.rank_step_ratios(facts.steps, th) if facts.steps.height else None
     found = straggler.detect(facts, thresholds=th, ratios=ratios)
+    found = lateness_detect.detect(facts, lateness, th, found)
     found += pipeline.detect(facts, thresholds=th)
     persistent = tuple(
         r for f in found if f.cause == "compute_straggler" and f.evidence["kind"] == "persistent" for r in f.ranks
     )
+    if lateness is not None and any(f.cause in LATE_CAUSES for f in found):
+        persistent += lateness.waited_for
     found += comm_bound.detect(facts, thresholds=th, straggler_ranks=persistent)
     found += input_bound.detect(facts, thresholds=th)
     explained = any(f.cause in ("input_bound", "pipeline_bubble") for f in found)

@@ -94,5 +94,13 @@ class Thresholds:
     """...and the waiting they cause, per waiting rank, is at least this share of the analysed time:
     below it the job hardly feels them (half of `straggler_min_excess`, since a finding per rank then
     still has to be priced by the what-if)."""
+    lateness_reason_share: float = 0.5
+    """Why a waited-for rank is late: the part of its excess window (its windows before its late
+    arrivals less its peers' of the same instances) that reaches this share names the reason (named
+    host work, then loading, then compute, then idle); else the larger of compute and idle."""
+    lateness_more_ops: float = 1.1
+    """A late rank whose excess is compute runs *more work* when it starts at least this times its
+    peers' kernels/operators in the same windows (an uneven shard, extra ops); else the same ops take
+    longer (a slower or throttled device). One program on every rank launches the same op count."""
     persistent_min_steps: int = 2
     """A persistent straggler needs the pattern on at least this many steps (never 1 of 2)."""

@@ -42,6 +42,10 @@ def _edit(f: Finding, facts: Facts, graph: Graph) -> causes.Edit | None:
         return causes.comm(graph, facts.collectives, facts.link_gbps)
     if f.cause == "host_bound":
         return causes.no_idle(graph, f.ranks, f.steps)
+    if f.cause == "host_straggler":  # the late rank's device idle (its host late) closed in its late steps
+        return causes.no_idle(graph, f.ranks, f.steps)
+    if f.cause == "input_straggler":
+        return causes.no_input(graph, f.ranks, f.steps)
     if f.cause == "pipeline_bubble":
         return causes.pipeline(graph, facts.steps, f.ranks, f.steps)
     return None
@@ -60,6 +64,10 @@ def _sentence(f: Finding, without_ns: float, observed_ns: float, facts: Facts, g
         return f"without the wait for data {then}"
     if f.cause == "host_bound":
         return f"with the host's launch gaps closed {then}"
+    if f.cause == "host_straggler":
+        return f"without {_ranks(f.ranks)} idle time in its late steps (its host on time) {then}"
+    if f.cause == "input_straggler":
+        return f"without {_ranks(f.ranks)} data loading in its late steps {then}"
     if f.cause == "comm_bound":
         sized = graph.ops.filter(pl.col("kind") == "collective", pl.col("bytes").fill_null(0) > 0).height > 0
         if not sized:
