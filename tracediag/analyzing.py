@@ -11,12 +11,13 @@ import math
 import polars as pl
 
 from tracediag.analysis import COLLECTIVE_SCHEMA, STEP_SCHEMA, Analysis
+from tracediag.causes import detect_all, price
 from tracediag.derive.collectives import align_and_match, plausible_matches, summarize_instances, wait_per_step
 from tracediag.derive.kernels import TOP_STORED, by_category, kernel_view
 from tracediag.derive.lateness import late_rows
 from tracediag.derive.p2p import pipeline_groups
 from tracediag.derive.per_rank import rank_tables
-from tracediag.detect import Facts, Thresholds, detect_all
+from tracediag.detect import Facts, Thresholds
 from tracediag.detect import lateness as lateness_detect
 from tracediag.detect.pipeline import pipeline_stages
 from tracediag.detect.warmup import warmup_steps, without_steps
@@ -24,7 +25,6 @@ from tracediag.errors import NoStepsError
 from tracediag.run import Run, RunMeta
 from tracediag.sanity import check_problems, check_same_run, run_problems
 from tracediag.whatif import graph_of
-from tracediag.whatif.price import price
 from tracediag.words import count, noun
 
 
@@ -200,7 +200,7 @@ def analyze_tables(
     warmup = warmup_steps(facts.steps, th)
     diagnosed = without_steps(facts, warmup)
     late = lateness_detect.assess(diagnosed, th)
-    findings = detect_all(diagnosed, thresholds=th, lateness=late)
+    findings = detect_all(diagnosed, thresholds=th)
     whatif, warnings = None, left_out["warnings"]
     if warmup:
         warnings += (
