@@ -15,7 +15,7 @@ import dataclasses
 
 import polars as pl
 
-from tracediag.analysis import Finding, Lateness
+from tracediag.analysis import Cause, Finding, Lateness
 from tracediag.derive import lateness
 from tracediag.detect import straggler
 from tracediag.detect.facts import Facts
@@ -33,10 +33,12 @@ def assess(facts: Facts, th: Thresholds) -> Lateness | None:
     rows = rows.join(facts.steps.select("step").unique(), on="step", how="semi")
     if not rows.height:
         return None
-    analysed = float(facts.steps.group_by("step").agg(pl.col("dur_ns").median())["dur_ns"].sum())
+    per_step = facts.steps.group_by("step").agg(pl.col("dur_ns").median())["dur_ns"]
     return lateness.assess(
         rows,
-        step_time_ns=analysed,
+        step_time_ns=float(per_step.sum()),
+        median_step_ns=float(per_step.median()),
+        episode=th.lateness_episode_wait,
         share=th.lateness_share,
         gap=th.lateness_gap,
         chance=th.lateness_chance,
@@ -116,25 +118,16 @@ def reason_of(ex: pl.DataFrame, th: Thresholds) -> tuple[str, dict[str, float]]:
 
 def late_steps(facts: Facts, ranks: tuple[int, ...], th: Thresholds) -> tuple[int, ...]:
     """Steps where `ranks` cause at least `lateness_share` of the step's waiting and, per waiting
-    rank, at least `lateness_min_wait` of the step."""
-    rows = facts.late
-    n = rows["rank"].n_unique()
-    k = len(ranks)
-    dur = facts.steps.group_by("step").agg(_dur=pl.col("dur_ns").median())
-    per = (
-        rows.group_by("step")
-        .agg(
-            _all=pl.col("wait_ns").sum(),
-            _mine=pl.col("caused_ns").filter(pl.col("rank").is_in(list(ranks))).sum(),
-        )
-        .join(dur, on="step")
-        .filter(
-            pl.col("_mine") >= th.lateness_share * pl.col("_all"),
-            pl.col("_mine") / max(n - k, 1) >= th.lateness_min_wait * pl.col("_dur"),
-            pl.col("_mine") > 0,
-        )
+    rank, at least `lateness_min_wait` of the median step and `lateness_step_share` of what they
+    cause in their worst step (an episode's steps, not the noise around it)."""
+    median = float(facts.steps.group_by("step").agg(pl.col("dur_ns").median())["dur_ns"].median())
+    per = lateness.episode_waits(facts.late, ranks, median)
+    worst = per["per_step"].max() or 0.0
+    keep = per.filter(
+        pl.col("share") >= th.lateness_share,
+        pl.col("per_step") >= max(th.lateness_min_wait, th.lateness_step_share * worst),
     )
-    return tuple(sorted(per["step"].to_list()))
+    return tuple(sorted(keep["step"].to_list()))
 
 
 REASON_WORDS = {
@@ -167,11 +160,13 @@ def detect(facts: Facts, late: Lateness | None, th: Thresholds, found: list[Find
     n_steps = facts.steps["step"].n_unique()
     waiting = {
         "waiting_share": late.share,
-        "peer_wait_ms_per_step": round(float(ex["caused_ns"].sum()) / max(len(steps), 1) / MS, 3) if ex.height else 0.0,
+        "peer_wait_ms_per_step": round(
+            float(ex["caused_ns"].sum()) / max(facts.late["rank"].n_unique() - len(ranks), 1) / len(steps) / MS, 3
+        ),
         "collectives": late.instances,
     }
     if reason == "compute":
-        named = {r for f in found if f.cause == "compute_straggler" for r in f.ranks}
+        named = {r for f in found if f.cause is Cause.COMPUTE_STRAGGLER for r in f.ranks}
         ratios = straggler.rank_step_ratios(facts.steps, th)
         out = list(found)
         kind = "persistent" if len(steps) >= max(th.persistent_min_steps, n_steps / 2) or n_steps == 1 else "transient"
@@ -195,7 +190,7 @@ def detect(facts: Facts, late: Lateness | None, th: Thresholds, found: list[Find
                 )
             )
         return out
-    cause = "input_straggler" if reason == "input" else "host_straggler"
+    cause = Cause.INPUT_STRAGGLER if reason == "input" else Cause.HOST_STRAGGLER
     rows = ex
     lost = int(rows["caused_ns"].sum() / max(facts.late["rank"].n_unique() - len(ranks), 1))
     part = {
@@ -207,8 +202,8 @@ def detect(facts: Facts, late: Lateness | None, th: Thresholds, found: list[Find
     }[reason]
     summary = (
         f"{_who(ranks)} arrive{'s' if len(ranks) == 1 else ''} last at {nums['late_arrivals']} of {late.instances} "
-        f"collectives and cause{'s' if len(ranks) == 1 else ''} {late.share:.0%} of all waiting (the others wait "
-        f"{waiting['peer_wait_ms_per_step']:.1f} ms per step); before those arrivals {REASON_WORDS[reason]}: "
+        f"collectives and cause{'s' if len(ranks) == 1 else ''} {late.share:.0%} of all waiting (each other rank waits "
+        f"{waiting['peer_wait_ms_per_step']:.1f} ms per step for them); before those arrivals {REASON_WORDS[reason]}: "
         f"{part:.1f} ms over {count(len(steps), 'step')} against a window {nums['window_excess_ms']:.1f} ms longer "
         f"than its peers', its compute {nums['compute_ratio']:.2f}x theirs"
     )
@@ -221,5 +216,5 @@ def detect(facts: Facts, late: Lateness | None, th: Thresholds, found: list[Find
         summary=summary,
         evidence={"reason": reason, **waiting, **nums},
     )
-    kept = [f for f in found if not (f.cause == "compute_straggler" and set(f.ranks) & set(ranks))]
+    kept = [f for f in found if not (f.cause is Cause.COMPUTE_STRAGGLER and set(f.ranks) & set(ranks))]
     return [*kept, finding]
