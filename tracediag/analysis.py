@@ -31,6 +31,8 @@ class Cause(StrEnum):
     HOST_BOUND = "host_bound"
     HOST_STRAGGLER = "host_straggler"
     INPUT_STRAGGLER = "input_straggler"
+    STAGE_IMBALANCE = "stage_imbalance"
+    SEQUENCE_IMBALANCE = "sequence_imbalance"
     HEALTHY = "healthy"
 
 

@@ -110,6 +110,7 @@ def facts_from_tables(
         .filter(pl.col("step").is_in(on_all.implode())),
         pipelines=pipeline_groups(tables["p2p_edges"]),
         host=tables["host"],
+        kernel_steps=tables["kernels"],
         late=_with_windows(late_rows(matched).filter(pl.col("step").is_in(on_all.implode())), tables.get("windows")),
         link_gbps=link_gbps,
         world_size=meta.world_size,
