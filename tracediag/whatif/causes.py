@@ -11,6 +11,9 @@ times (``transfer``: op, rank → ns). Per cause:
   device's idle before each step's first work (what the detector reads as the loading) removed;
 - host_bound: the device's waits on its host removed (``idle_host_ns`` of each step taken out of
   its idle), the rest of the idle (queued work held by events, syncs, another device) kept;
+- stage_imbalance: every stage's compute set to the step's mean stage compute (the same work,
+  rebalanced over the stages: the heavy stage's falls, the light stages' rises);
+- sequence_imbalance: every data-parallel rank's compute set to the step's mean (balanced batches);
 - pipeline_bubble: stages balanced (compute → the median stage's), idle closed and send/recv
   transfers free: what is left is the bubble of the schedule itself.
 """
@@ -101,6 +104,16 @@ def idle_removed(
     return Edit(_factor(rows, "idle", factor), Edit.empty().transfer)
 
 
+def idle_over_peers(graph: Graph, steps: pl.DataFrame, ranks: tuple[int, ...], on_steps: tuple[int, ...]) -> Edit:
+    """`ranks`' idle in `on_steps` cut to their peers' median idle in that step (`idle_removed` of the
+    excess): a late rank's host on time, its lateness removed and nothing more."""
+    peers = steps.filter(~pl.col("rank").is_in(list(ranks))).group_by("step").agg(_peer=pl.col("idle_ns").median())
+    excess = steps.join(peers, on="step", how="left").with_columns(
+        _excess_idle_ns=(pl.col("idle_ns") - pl.col("_peer").fill_null(pl.col("idle_ns"))).clip(lower_bound=0)
+    )
+    return idle_removed(graph, excess, "_excess_idle_ns", ranks, on_steps)
+
+
 def link_transfer(graph: Graph, collectives: pl.DataFrame, link_gbps: float | None) -> pl.DataFrame:
     """Per collective participation, the transfer time at the link's bus bandwidth (never slower
     than observed): ``op, rank, transfer_ns``."""
@@ -142,6 +155,19 @@ def pipeline(graph: Graph, steps: pl.DataFrame, ranks: tuple[int, ...], on_steps
     factors = pl.concat([_factor(comp, "compute", pl.col("f")), _factor(on, "idle", 0.0), _factor(on, "other", 0.0)])
     p2p = graph.ops.filter(pl.col("kind") == "p2p", pl.col("rank").is_in(list(ranks)))
     return Edit(factors, p2p.select("op", "rank", transfer_ns=pl.lit(0.0)).cast(_TRANSFER_SCHEMA))
+
+
+def balance(graph: Graph, steps: pl.DataFrame, ranks: tuple[int, ...], on_steps: tuple[int, ...]) -> Edit:
+    """Compute of `ranks` in `on_steps` set to the mean over `ranks` in that step: the same total work,
+    spread evenly (factors above 1 on the ranks that had less)."""
+    on = _on(graph, ranks, on_steps)
+    comp = (
+        steps.filter(pl.col("rank").is_in(list(ranks)))
+        .join(on, on=["rank", "step"], how="semi")
+        .with_columns(_mean=pl.col("compute_ns").mean().over("step"))
+        .select("rank", "step", f=pl.col("_mean") / pl.col("compute_ns").clip(lower_bound=1))
+    )
+    return Edit(_factor(comp, "compute", pl.col("f")), Edit.empty().transfer)
 
 
 def combine(edits: list[Edit]) -> Edit:
