@@ -104,6 +104,19 @@ def idle_removed(
     return Edit(_factor(rows, "idle", factor), Edit.empty().transfer)
 
 
+def input_to_peers(graph: Graph, steps: pl.DataFrame, ranks: tuple[int, ...], on_steps: tuple[int, ...]) -> Edit:
+    """`ranks`' data loading in `on_steps` scaled to their peers' median loading in that step: a late
+    rank's extra loading removed, the loading every rank does kept."""
+    peers = steps.filter(~pl.col("rank").is_in(list(ranks))).group_by("step").agg(_peer=pl.col("input_ns").median())
+    rows = (
+        _on(graph, ranks, on_steps)
+        .join(steps.select("rank", "step", "input_ns"), on=["rank", "step"])
+        .join(peers, on="step", how="left")
+    )
+    factor = (pl.col("_peer").fill_null(0) / pl.col("input_ns").clip(lower_bound=1)).clip(upper_bound=1.0)
+    return Edit(_factor(rows, "input", factor), Edit.empty().transfer)
+
+
 def idle_over_peers(graph: Graph, steps: pl.DataFrame, ranks: tuple[int, ...], on_steps: tuple[int, ...]) -> Edit:
     """`ranks`' idle in `on_steps` cut to their peers' median idle in that step (`idle_removed` of the
     excess): a late rank's host on time, its lateness removed and nothing more."""
