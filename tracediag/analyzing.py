@@ -35,6 +35,14 @@ def _needs_split(meta: RunMeta, instances: pl.DataFrame) -> bool:
     return not named and len(rank_sets) > 1
 
 
+def _with_windows(late: pl.DataFrame, windows: pl.DataFrame | None) -> pl.DataFrame:
+    """The lateness rows with each rank's window before the instance (`derive.windows`), by the
+    instance's own start on the rank."""
+    if windows is None:
+        return late
+    return late.join(windows, on=["rank", "ts"], how="left")
+
+
 def derive_facts(run: Run, *, step_regex: str | None = None, link_gbps: float | None = None) -> tuple[Facts, dict]:
     """The derived per-rank and cross-rank tables, plus what was left out (``excluded_steps``,
     ``warnings``)."""
@@ -102,7 +110,8 @@ def facts_from_tables(
         .filter(pl.col("step").is_in(on_all.implode())),
         pipelines=pipeline_groups(tables["p2p_edges"]),
         host=tables["host"],
-        late=late_rows(matched).filter(pl.col("step").is_in(on_all.implode())),
+        kernel_steps=tables["kernels"],
+        late=_with_windows(late_rows(matched).filter(pl.col("step").is_in(on_all.implode())), tables.get("windows")),
         link_gbps=link_gbps,
         world_size=meta.world_size,
     )

@@ -80,6 +80,26 @@ class Thresholds:
     at least this times that rank's median of the same over the later steps (first iterations
     allocate, compile, build buckets on every rank; a rank that only waits for a slow peer is not
     slow itself)."""
+    stage_ratio: float = 1.5
+    """stage_imbalance: the heaviest pipeline stage's compute (median over steps) at least this times the
+    median of the other stages'. The balanced 4-stage CPU pipelines here (the last stage adds a
+    Linear(1024,10) and the loss) reach at most ~1.2x; a transformer's last stage with the logits and
+    the loss over a 32k–256k vocabulary is commonly 1.5–3x a decoder stage."""
+    stage_heavy_share: float = 0.75
+    """...and it is the heaviest stage on at least this share of the steps (a persistent property of
+    the partition, not one slow step)."""
+    stage_wait: float = 0.5
+    """...and the other stages wait (send/recv waits + idle, median) at least this share of its excess
+    compute: they absorb it, the schedule does not hide it."""
+    seq_step_ratio: float = 1.5
+    """sequence_imbalance: a step is imbalanced when its slowest rank computes at least this times its
+    peers' median, with the straggler pattern (last at a collective, the peers waiting for it). Single
+    healthy steps of an oversubscribed host reach 1.5–1.8x, so the step count below does the separating."""
+    seq_step_share: float = 0.5
+    """...on at least this share of the steps (and at least `persistent_min_steps` + 1 steps)."""
+    seq_max_rank_share: float = 0.5
+    """...with no rank the slowest on more than this share of those steps (else it is one slow worker:
+    compute_straggler), and at least 3 different slowest ranks (2 on a 2-rank job)."""
     lateness_share: float = 0.5
     """The ranks everyone waits for explain at least this share of all waiting in collectives
     (most of it: a set explaining less leaves most of the waiting to someone else)."""
@@ -94,5 +114,22 @@ class Thresholds:
     """...and the waiting they cause, per waiting rank, is at least this share of the analysed time:
     below it the job hardly feels them (half of `straggler_min_excess`, since a finding per rank then
     still has to be priced by the what-if)."""
+    lateness_episode_wait: float = 1.0
+    """...or, instead of the chance test, an *episode*: in some step they make each waiting peer wait
+    at least this times the median step (the step doubles; Holmes calls > 2x normal irregular, as
+    `straggler_transient_ratio`). A checkpoint every 4th step or a GC pause is last at few
+    instances, but by far; a loaded 4-rank gloo host's worst noise is 0.46 (healthy_ddp)."""
+    lateness_step_share: float = 0.5
+    """A waited-for rank's steps: where it causes, per waiting rank, at least this share of what it
+    causes in its worst step (as `step_share`: the episode, not the noise around it; a persistent
+    rank's steps are all alike)."""
+    lateness_reason_share: float = 0.5
+    """Why a waited-for rank is late: the part of its excess window (its windows before its late
+    arrivals less its peers' of the same instances) that reaches this share names the reason (named
+    host work, then loading, then compute, then idle); else the larger of compute and idle."""
+    lateness_more_ops: float = 1.1
+    """A late rank whose excess is compute runs *more work* when it starts at least this times its
+    peers' kernels/operators in the same windows (an uneven shard, extra ops); else the same ops take
+    longer (a slower or throttled device). One program on every rank launches the same op count."""
     persistent_min_steps: int = 2
     """A persistent straggler needs the pattern on at least this many steps (never 1 of 2)."""
