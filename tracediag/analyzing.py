@@ -202,17 +202,15 @@ def analyze_tables(
     diagnosed = without_steps(facts, warmup)
     late = lateness_detect.assess(diagnosed, th)
     findings = detect_all(diagnosed, thresholds=th)
-    whatif, warnings = None, left_out["warnings"]
+    warnings = left_out["warnings"]
     if warmup:
         warnings += (
             f"{noun(len(warmup), 'step')} {', '.join(map(str, warmup))} {'is' if len(warmup) == 1 else 'are'} "
             f"warm-up (every rank at least {th.warmup_ratio}x its later steps, its waits for peers left out): "
             "shown, left out of the diagnosis",
         )
-    try:
-        findings, whatif = price(findings, facts, graph_of(facts, **left_out["replay"]))
-    except (pl.exceptions.PolarsError, ValueError, IndexError, KeyError) as e:  # the detectors' estimates stay
-        warnings += (f"what-if replay not available ({type(e).__name__}: {str(e).splitlines()[0][:200]})",)
+    # priced on the steps the diagnosis read (warm-up left out), as every what-if in the output
+    findings, whatif = price(findings, diagnosed, graph_of(diagnosed, **left_out["replay"]), thresholds=th)
     kernels = left_out["kernels"]
     return Analysis(
         ranks=ranks if ranks is not None else tuple(meta.ranks),
