@@ -16,15 +16,12 @@ SAMPLES = SHARED / "trace-samples"
 RUNS = FIXTURES / "runs"
 LATENESS_PENDING: dict[str, str] = {
     "slow_link": "issue 24: a rank whose transfers are slow at the same bytes is not named yet",
-    "fsdp2_uneven": "issue 24: waits inside FSDP2's collectives count as compute (a step of the culprit missed)",
     "straggler_first_step_8": "issue 24: rank 5's step 3 (2.0x its peers' matmul-free compute) is not among its steps",
 }
 """Real runs of fixtures/runs (made by make_lateness_runs.py) whose manifest verdict tracediag does not
 give yet, with the reason. Verdict tests xfail on them strictly: the detector that gets one right
 removes it here."""
-LOAD_PENDING: dict[str, str] = {
-    "windows_repeat2": "issue 24: two profiler windows of one rank are refused ('both claim rank 0')",
-}
+LOAD_PENDING: dict[str, str] = {}
 """Runs of fixtures/runs that tracediag cannot load yet: every test over all runs leaves them out
 (`loadable_runs`), the verdict tests xfail on them strictly."""
 
