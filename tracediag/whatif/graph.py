@@ -184,7 +184,7 @@ def sync_ops(
         parts=pl.lit(2, pl.Int32),
     )
     ops = pl.concat([coll, p2p.cast(coll.schema)])
-    return (
+    ops = (
         ops.with_columns(last=pl.col("arrival").max().over("op"))
         .with_columns(dep=(pl.col("last") <= pl.col("end")) | (pl.col("dir").fill_null("") == "recv"))
         .with_columns(
@@ -192,11 +192,24 @@ def sync_ops(
             .then((pl.col("end") - pl.col("last")).clip(lower_bound=0))
             .otherwise(pl.col("end") - pl.col("arrival"))
         )
-        .with_columns(_e=pl.col("end").median().over("op"))
-        .with_columns(order=pl.col("_e").rank("dense").cast(pl.Int64) - 1)
-        .drop("last", "_e")
-        .sort("order", "rank")
+        # a send/recv pair completes once for both sides: each side's own end is only an upper bound
+        # (gloo closes a send or recv where the rank waits for it, which may be long after the data
+        # went over: the rank computed meanwhile), so the pair's transfer is the shorter side's
+        .with_columns(
+            transfer_ns=pl.when(pl.col("dep") & (pl.col("kind") == "p2p"))
+            .then(pl.when("dep").then("transfer_ns").min().over("op"))
+            .otherwise("transfer_ns")
+        )
     )
+    # replayed in the order of their last arrival: everything an operation's arrivals wait for ended
+    # before it (its own end may come much later: a wait long after the data went over)
+    order = (
+        ops.group_by("op")
+        .agg(pl.col("last").first(), _e=pl.col("end").median())
+        .sort("last", "_e", "op")
+        .select("op", order=pl.int_range(pl.len(), dtype=pl.Int64))
+    )
+    return ops.join(order, on="op", how="left").drop("last").sort("order", "rank")
 
 
 def _assign_blocks(blocks: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
