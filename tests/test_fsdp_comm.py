@@ -24,11 +24,6 @@ def run():
     return tracediag.load(FSDP2)
 
 
-@pytest.fixture(scope="module")
-def analysis(run):
-    return tracediag.analyze(run)
-
-
 @pytest.mark.parametrize(
     ("name", "op"),
     [
