@@ -35,7 +35,7 @@ def _scaled(facts, factor: float) -> pl.DataFrame:
 
 
 def test_observed_durations_replay_the_observed_steps(pipeline):
-    facts, graph, _ = pipeline
+    _facts, graph, _ = pipeline
     base = step_times(replay(graph))
     err = ((base["replay_ns"] - base["dur_ns"]).abs() / base["dur_ns"]).to_list()
     assert graph.ops.filter(pl.col("kind") == "p2p").height > 0

@@ -16,13 +16,14 @@ node in observed time: an operation's *completion* (its participants' ends, once
 arrived: at its last arrival) and a block's *release* (at the block's end, and never before its
 operation's completion), so what a node reads was replayed before it — also where a rank waits for
 an operation long after it completed (a send waited for at the end of a step). The loop runs once
-per operation and once per run of releases on distinct ranks (Series arithmetic), never per event. What no edit changes (which
-segment each mark lies on, the governing blocks, the participations) is found once per graph
+per operation and once per run of releases on distinct ranks (Series arithmetic), never per event.
+What no edit changes (which segment each mark lies on, the governing blocks, the participations) is found once per graph
 (`Plan`), so pricing many findings replays the same plan.
 """
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -171,7 +172,7 @@ def _schedule(
     nodes = pl.concat([rel.cast(comp.schema), comp]).sort("key", "k", "pid")
     r_pid = nodes.filter(pl.col("k") != 1)["pid"]
     sched: list[tuple[bool, int, int]] = []
-    size = dict(zip(cuts[:-1], (b - a for a, b in zip(cuts[:-1], cuts[1:]))))
+    size = {a: b - a for a, b in itertools.pairwise(cuts)}
     seen: set[int] = set()
     r = 0  # position in r_pid
     start = 0
