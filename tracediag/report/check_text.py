@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from tracediag.checking import Check, format_ms
+from tracediag.check_result import Check
+from tracediag.words import format_ms
 from tracediag.words import count
 
 

@@ -23,16 +23,11 @@ edge (`rank`). `replay.replay` walks the operations in order of their observed e
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cached_property
-from typing import TYPE_CHECKING
 
 import polars as pl
 
 from tracediag.derive.intervals import union_intervals
 from tracediag.whatif.rank import BLOCK_TOLERANCE_NS, BLOCK_TOLERANCE_SHARE, LOCAL_COLUMNS
-
-if TYPE_CHECKING:
-    from tracediag.whatif.replay import Plan
 
 
 @dataclass(frozen=True)
@@ -58,13 +53,6 @@ class Graph:
     end on the rank)."""
     steps: pl.DataFrame
     """Kept steps: ``rank, step, start_ns, dur_ns`` (observed)."""
-
-    @cached_property
-    def plan(self) -> Plan:
-        """What every replay of this graph shares (`replay.plan`), found on first use."""
-        from tracediag.whatif.replay import plan  # replay reads graphs: imported when first replayed
-
-        return plan(self)
 
 
 _P2P_OP_SCHEMA = {

@@ -20,6 +20,7 @@ segment each mark lies on, the governing blocks, the participations) is found on
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -33,7 +34,7 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Plan:
-    """What every replay of one graph shares, computed once (`Graph.plan`): an edit changes only the
+    """What every replay of one graph shares, computed once per graph (`plan_of`): an edit changes only the
     segments' lengths and the transfer times, so the marks' segments, the governing blocks and the
     participations are found here, and a replay is Series arithmetic over these plus the operation loop.
     (polars, not numpy: a replay is small next to numpy's start-up, whose BLAS threads alone cost more.)"""
@@ -165,6 +166,21 @@ def _where(mask: pl.Series, yes: pl.Series, no: pl.Series) -> pl.Series:
     return yes.zip_with(mask, no)
 
 
+_PLANS: dict[int, Plan] = {}
+"""Plans of live graphs, by ``id``: each entry leaves with its graph (a frozen graph holds frames, so
+it cannot key a dict by value)."""
+
+
+def plan_of(graph: Graph) -> Plan:
+    """The plan of `graph`, computed on its first replay and shared by the later ones."""
+    key = id(graph)
+    found = _PLANS.get(key)
+    if found is None:
+        found = _PLANS[key] = plan(graph)
+        weakref.finalize(graph, _PLANS.pop, key, None)
+    return found
+
+
 def replay(
     graph: Graph,
     *,
@@ -176,7 +192,7 @@ def replay(
     `factors`: ``rank, step, cat, factor`` multiplying local segment durations (missing: 1).
     `transfer`: ``op, rank, transfer_ns`` replacing transfer times (missing: observed).
     """
-    p = graph.plan
+    p = plan_of(graph)
     L = _progress(p, factors)
     tr = p.transfer
     if transfer is not None and transfer.height:
