@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from tracediag.check_result import Check
-from tracediag.words import format_ms
-from tracediag.words import count
+from tracediag.words import count, format_ms
 
 
 def _value(v: float | None, unit: str) -> str:

@@ -14,7 +14,6 @@ from importlib.metadata import version
 from typing import TYPE_CHECKING, Any
 
 from tracediag.analysis import Cause
-from tracediag.words import format_ms
 from tracediag.report.figures import (
     Figure,
     breakdown,
@@ -26,7 +25,7 @@ from tracediag.report.figures import (
     timeline,
 )
 from tracediag.report.kernels_html import kernels_section
-from tracediag.words import count, noun
+from tracediag.words import count, format_ms, noun
 
 if TYPE_CHECKING:
     from tracediag.analysis import Analysis, Finding, Pipeline, WhatIf

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
-from tracediag.whatif.rank import LOCAL_CATEGORIES, LOCAL_COLUMNS
+from tracediag.derive.sync_segments import LOCAL_CATEGORIES, LOCAL_COLUMNS
 
 if TYPE_CHECKING:
     from tracediag.whatif.graph import Graph
@@ -41,7 +41,7 @@ class Plan:
 
     seg: pl.DataFrame
     """Per segment (sorted by rank, ts): ``rank``, ``_k`` (the row of its (rank, step) in `keys`) and its
-    time per category (`rank.LOCAL_COLUMNS`, Float64)."""
+    time per category (`sync_segments.LOCAL_COLUMNS`, Float64)."""
     keys: pl.DataFrame
     """``rank, step, _k``: the segments' (rank, step) pairs."""
     mark_seg: pl.Series
