@@ -35,6 +35,14 @@ def _needs_split(meta: RunMeta, instances: pl.DataFrame) -> bool:
     return not named and len(rank_sets) > 1
 
 
+def _with_windows(late: pl.DataFrame, windows: pl.DataFrame | None) -> pl.DataFrame:
+    """The lateness rows with each rank's window before the instance (`derive.windows`), by the
+    instance's own start on the rank."""
+    if windows is None:
+        return late
+    return late.join(windows, on=["rank", "ts"], how="left")
+
+
 def derive_facts(run: Run, *, step_regex: str | None = None, link_gbps: float | None = None) -> tuple[Facts, dict]:
     """The derived per-rank and cross-rank tables, plus what was left out (``excluded_steps``,
     ``warnings``)."""
@@ -103,7 +111,7 @@ def facts_from_tables(
         pipelines=pipeline_groups(tables["p2p_edges"]),
         host=tables["host"],
         kernel_steps=tables["kernels"],
-        late=late_rows(matched).filter(pl.col("step").is_in(on_all.implode())),
+        late=_with_windows(late_rows(matched).filter(pl.col("step").is_in(on_all.implode())), tables.get("windows")),
         link_gbps=link_gbps,
         world_size=meta.world_size,
     )
@@ -194,17 +202,15 @@ def analyze_tables(
     diagnosed = without_steps(facts, warmup)
     late = lateness_detect.assess(diagnosed, th)
     findings = detect_all(diagnosed, thresholds=th)
-    whatif, warnings = None, left_out["warnings"]
+    warnings = left_out["warnings"]
     if warmup:
         warnings += (
             f"{noun(len(warmup), 'step')} {', '.join(map(str, warmup))} {'is' if len(warmup) == 1 else 'are'} "
             f"warm-up (every rank at least {th.warmup_ratio}x its later steps, its waits for peers left out): "
             "shown, left out of the diagnosis",
         )
-    try:
-        findings, whatif = price(findings, facts, graph_of(facts, **left_out["replay"]))
-    except (pl.exceptions.PolarsError, ValueError, IndexError, KeyError) as e:  # the detectors' estimates stay
-        warnings += (f"what-if replay not available ({type(e).__name__}: {str(e).splitlines()[0][:200]})",)
+    # priced on the steps the diagnosis read (warm-up left out), as every what-if in the output
+    findings, whatif = price(findings, diagnosed, graph_of(diagnosed, **left_out["replay"]), thresholds=th)
     kernels = left_out["kernels"]
     return Analysis(
         ranks=ranks if ranks is not None else tuple(meta.ranks),

@@ -25,7 +25,9 @@ from tracediag.causes import (
     comm_bound,
     compute_straggler,
     host_bound,
+    host_straggler,
     input_bound,
+    input_straggler,
     pipeline_bubble,
     sequence_imbalance,
     stage_imbalance,
@@ -41,6 +43,8 @@ __all__ = ["REGISTRY", "CauseSpec", "Context", "detect_all", "price", "spec_of"]
 
 REGISTRY: tuple[CauseSpec, ...] = (
     compute_straggler.SPEC,  # first: comm_bound and sequence_imbalance read its outliers
+    host_straggler.SPEC,  # the lateness pass's other findings (`causes.late`)
+    input_straggler.SPEC,
     stage_imbalance.SPEC,  # absorbs the heavy stage's straggler finding and its pipeline's bubble
     sequence_imbalance.SPEC,  # before comm_bound, which reads its outliers
     comm_bound.SPEC,
@@ -73,10 +77,12 @@ def detect_all(facts: Facts, *, thresholds: Thresholds | None = None) -> tuple[F
     return tuple(sorted((f for _, f in ctx.found), key=lambda f: (-f.time_lost_ns, f.cause)))
 
 
-def price(findings: tuple[Finding, ...], facts: Facts, graph: Graph) -> tuple[tuple[Finding, ...], WhatIf]:
+def price(
+    findings: tuple[Finding, ...], facts: Facts, graph: Graph, *, thresholds: Thresholds | None = None
+) -> tuple[tuple[Finding, ...], WhatIf]:
     """`whatif.price.price` with every registered cause's pricing."""
     pricing = {s.cause: s.pricing for s in REGISTRY if s.pricing is not None}
-    return _price.price(findings, facts, graph, pricing)
+    return _price.price(findings, facts, graph, pricing, thresholds=thresholds)
 
 
 def blamed_ranks(findings: tuple[Finding, ...]) -> set[int]:

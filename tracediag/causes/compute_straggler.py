@@ -1,7 +1,8 @@
 """compute_straggler: one rank computes longer than its peers while they wait for it.
 
-Detector: `detect.straggler`. What-if: the rank's compute in its steps set to its peers' median
-(`whatif.causes.straggler`).
+Detector: `detect.straggler`, and `detect.lateness` for a rank everyone waits for at the
+collectives that computes longer in the windows before its late arrivals (`causes.late`). What-if:
+the rank's compute in its steps set to its peers' median (`whatif.causes.straggler`).
 """
 
 from __future__ import annotations
@@ -9,12 +10,13 @@ from __future__ import annotations
 import polars as pl
 
 from tracediag.analysis import Cause, Finding
+from tracediag.causes import late
 from tracediag.causes.spec import CauseSpec, Context
 from tracediag.detect import straggler
 from tracediag.detect.facts import Facts
 from tracediag.whatif import causes
 from tracediag.whatif.graph import Graph
-from tracediag.whatif.price import Pricing
+from tracediag.whatif.price import MS, Pricing
 
 
 def _ratios(ctx: Context) -> pl.DataFrame | None:
@@ -23,7 +25,8 @@ def _ratios(ctx: Context) -> pl.DataFrame | None:
 
 
 def _detect(ctx: Context) -> list[Finding]:
-    return straggler.detect(ctx.facts, thresholds=ctx.thresholds, ratios=_ratios(ctx))
+    """The straggler rules' findings, with the waited-for ranks' (`causes.late`)."""
+    return late.of(Cause.COMPUTE_STRAGGLER, ctx)
 
 
 def _near(ctx: Context) -> tuple[float, str]:
@@ -50,7 +53,18 @@ def _ranks(ranks: tuple[int, ...]) -> str:
 
 
 def _removed(f: Finding, facts: Facts, graph: Graph) -> str:
-    return f"without {_ranks(f.ranks)} extra compute"
+    s = facts.steps.filter(pl.col("step").is_in(list(f.steps)))
+    peers = (
+        s.filter(~pl.col("rank").is_in(list(f.ranks))).group_by("step").agg(pl.col("compute_ns").median().alias("_p"))
+    )
+    extra = (
+        s.filter(pl.col("rank").is_in(list(f.ranks)))
+        .join(peers, on="step")
+        .select((pl.col("compute_ns") - pl.col("_p")).clip(lower_bound=0).median())
+        .item()
+    )
+    ms = float(extra or 0) / MS
+    return f"without {_ranks(f.ranks)} extra compute ({ms:,.1f} ms per step over its peers' median)"
 
 
 SPEC = CauseSpec(

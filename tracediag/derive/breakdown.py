@@ -434,4 +434,4 @@ def breakdown(
         .select("rank", "step", "device", "start_ns", "dur_ns", *BREAKDOWN_COLUMNS)
         .sort("rank", "step")
     )
-    return out.collect(engine="in-memory")  # less CPU than the streaming engine on this plan (as whatif.rank)
+    return out.collect(engine="in-memory")  # less CPU than the streaming engine on this plan (as derive.sync_segments)

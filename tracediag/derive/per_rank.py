@@ -19,6 +19,7 @@ from tracediag.derive.kernels import kernel_steps
 from tracediag.derive.p2p import p2p_per_step
 from tracediag.derive.steps import assign_steps, find_markers, launches, step_spans
 from tracediag.derive.sync_segments import segments, sync_ends
+from tracediag.derive.windows import rank_windows
 from tracediag.names import distinct_names
 from tracediag.sanity import rank_extents
 
@@ -33,6 +34,7 @@ TABLES = (
     "extents",
     "replay_segments",
     "replay_sync",
+    "windows",
 )
 """The per-rank tables, by name (`rank_tables` keys; file names of a rank's summary)."""
 
@@ -54,8 +56,10 @@ def rank_tables(
       analysed steps by `derive.kernels.kernel_view`;
     - ``extents``: `sanity.rank_extents` (recorded window, collective operations) for the run checks;
     - ``replay_segments`` and ``replay_sync``: the what-if replay's per-rank half
-      (`derive.sync_segments.segments`, `derive.sync_segments.sync_ends`): timeline pieces and sync ends, bounded by
-      the rank's steps and sync operations.
+      (`derive.sync_segments.segments`, `derive.sync_segments.sync_ends`): timeline pieces and sync ends,
+      bounded by the rank's steps and sync operations;
+    - ``windows``: `derive.windows.WINDOW_SCHEMA`, what the rank did in the window before each of its
+      collectives (why a late rank is late).
 
     `extents`: the ``extents`` table of `events`, when the caller has it (`sanity.check_same_run`
     read it). Raises ValueError for an invalid `step_regex`.
@@ -90,4 +94,5 @@ def rank_tables(
         "extents": rank_extents(events) if extents is None else extents,
         "replay_segments": segments(device, spans, sync, keys),
         "replay_sync": sync,
+        "windows": rank_windows(stepped, instances, spans, device, names),
     }
