@@ -18,10 +18,10 @@ from tracediag.derive.intervals import in_time_order, time_keys
 from tracediag.derive.kernels import kernel_steps
 from tracediag.derive.p2p import p2p_per_step
 from tracediag.derive.steps import assign_steps, find_markers, launches, step_spans
+from tracediag.derive.sync_segments import segments, sync_ends
 from tracediag.derive.windows import rank_windows
 from tracediag.names import distinct_names
 from tracediag.sanity import rank_extents
-from tracediag.whatif.rank import segments, sync_ends
 
 TABLES = (
     "spans",
@@ -56,8 +56,8 @@ def rank_tables(
       analysed steps by `derive.kernels.kernel_view`;
     - ``extents``: `sanity.rank_extents` (recorded window, collective operations) for the run checks;
     - ``replay_segments`` and ``replay_sync``: the what-if replay's per-rank half
-      (`whatif.rank.segments`, `whatif.rank.sync_ends`): timeline pieces and sync ends, bounded by
-      the rank's steps and sync operations;
+      (`derive.sync_segments.segments`, `derive.sync_segments.sync_ends`): timeline pieces and sync ends,
+      bounded by the rank's steps and sync operations;
     - ``windows``: `derive.windows.WINDOW_SCHEMA`, what the rank did in the window before each of its
       collectives (why a late rank is late).
 
