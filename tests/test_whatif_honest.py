@@ -125,8 +125,8 @@ def test_every_whatif_uses_the_diagnosed_steps():
 
 
 def test_the_replay_error_is_given_per_rank_and_withholds_the_whatif_above_the_limit():
-    """gpipe m=8: the replay misses ranks 2 and 3 by ~4% (median over steps), ranks 0 and 1 by ~1.5%.
-    The per-rank errors are the replay's own; under a 2% limit the what-if is withheld with the reason."""
+    """gpipe m=8: the replay misses each rank by under 1% (median over steps). The per-rank errors are
+    the replay's own; under a limit below the worst rank's error the what-if is withheld with the reason."""
     run = tracediag.load(RUNS / "pipeline_gpipe_m8", jobs=1)
     a = tracediag.analyze(run)
     facts, left = derive_facts(run)
@@ -137,7 +137,7 @@ def test_the_replay_error_is_given_per_rank_and_withholds_the_whatif_above_the_l
     assert a.whatif.replay_error_by_rank == {str(r): round(e, 4) for r, e in own.items()}
     assert max(own.values()) < 0.05 and a.whatif.withheld == ""
     worst = max(own, key=own.get)
-    strict = tracediag.analyze(run, thresholds=Thresholds(replay_error_limit=0.02))
+    strict = tracediag.analyze(run, thresholds=Thresholds(replay_error_limit=own[worst] / 2))
     assert f"rank {worst}'s steps by" in strict.whatif.withheld
     assert strict.whatif.step_time_without_all_ns is None
     (f,) = strict.findings

@@ -172,7 +172,7 @@ def sync_ops(
         parts=pl.lit(2, pl.Int32),
     )
     ops = pl.concat([coll, p2p.cast(coll.schema)])
-    return (
+    ops = (
         ops.with_columns(last=pl.col("arrival").max().over("op"))
         .with_columns(dep=(pl.col("last") <= pl.col("end")) | (pl.col("dir").fill_null("") == "recv"))
         .with_columns(
@@ -180,10 +180,37 @@ def sync_ops(
             .then((pl.col("end") - pl.col("last")).clip(lower_bound=0))
             .otherwise(pl.col("end") - pl.col("arrival"))
         )
-        .with_columns(_e=pl.col("end").median().over("op"))
-        .with_columns(order=pl.col("_e").rank("dense").cast(pl.Int64) - 1)
-        .drop("last", "_e")
-        .sort("order", "rank")
+    )
+    # replayed in the order of their last arrival: everything an operation's arrivals wait for ended
+    # before it (its own end may come much later: a wait long after the data went over)
+    order = (
+        ops.group_by("op")
+        .agg(pl.col("last").first(), _e=pl.col("end").median())
+        .sort("last", "_e", "op")
+        .select("op", order=pl.int_range(pl.len(), dtype=pl.Int64))
+    )
+    return ops.join(order, on="op", how="left").drop("last").sort("order", "rank")
+
+
+def _p2p_transfers(ops: pl.DataFrame, assigned: pl.DataFrame) -> pl.DataFrame:
+    """`ops` with each send/recv side's transfer at most its peer's transfer + the time the side was
+    seen waiting for it (its block). A side's own end is only an upper bound on when its data went
+    over: gloo closes a send or recv where the rank waits for it, which may be long after (a send
+    waited for at the end of the forward, the rank computing meanwhile); that stretch is the rank's
+    own progress, which an edit of its compute moves, not transfer. A side that completes later than
+    its peer for real (a recv still copying after the send was handed over) waits in a block."""
+    waited = assigned.select("op", "rank", _w=pl.col("end") - pl.col("ts"))
+    p2p = (pl.col("kind") == "p2p") & pl.col("dep")
+    both = p2p.all().over("op")
+    return (
+        ops.join(waited, on=["op", "rank"], how="left", maintain_order="left")
+        .with_columns(_peer=pl.col("transfer_ns").sum().over("op") - pl.col("transfer_ns"))
+        .with_columns(
+            transfer_ns=pl.when(p2p & both & (pl.col("n") == 2))
+            .then(pl.min_horizontal("transfer_ns", pl.col("_peer") + pl.col("_w").fill_null(0)))
+            .otherwise("transfer_ns")
+        )
+        .drop("_w", "_peer")
     )
 
 
@@ -251,7 +278,11 @@ def build(
     )
     ops = sync_ops(matched, sync, offsets, neighbours)
     cand = _assign_blocks(blocks, ops)
-    assigned = cand.select("rank", "op", ts="b_ts", end="b_end", lag_ns=pl.col("b_end") - pl.col("end"))
+    # a rank waits for an operation from its arrival on: exposed time before it (other communication
+    # in flight while the host is between operators) is its own progress
+    assigned = cand.select(
+        "rank", "op", ts=pl.max_horizontal("b_ts", "arrival"), end="b_end", lag_ns=pl.col("b_end") - pl.col("end")
+    )
     window = kept.group_by("rank").agg(_lo=pl.col("start_ns").min(), _hi=(pl.col("start_ns") + pl.col("dur_ns")).max())
     ops = ops.join(window, on="rank").filter(pl.col("arrival") >= pl.col("_lo"), pl.col("end") <= pl.col("_hi"))
     # an operation replays only when every participant's part lies in the window
@@ -262,6 +293,7 @@ def build(
     )
     # blocks whose operation was dropped are local time again
     assigned = assigned.join(ops.select("op", "rank"), on=["op", "rank"], how="semi")
+    ops = _p2p_transfers(ops, assigned)
     local = (
         segs.lazy()
         .sort("ts")

@@ -11,15 +11,19 @@ Rules (What-if analysis, Lin et al., OSDI'25, on a finer op model):
 - at a block the rank resumes at max(its own progress, the operation's end + the block's lag).
 
 Per rank the state after each block is (replayed time, local progress); any mark's time is the state
-of the last block before it on that rank + the local progress since. Operations are replayed in the
-order of their observed end, so the blocks a mark depends on are replayed before it. The loop runs
-once per operation (Series arithmetic over its participants), never per event. What no edit changes (which
-segment each mark lies on, the governing blocks, the participations) is found once per graph
+of the last block before it on that rank + the local progress since. The replay walks two kinds of
+node in observed time: an operation's *completion* (its participants' ends, once every participant
+arrived: at its last arrival) and a block's *release* (at the block's end, and never before its
+operation's completion), so what a node reads was replayed before it — also where a rank waits for
+an operation long after it completed (a send waited for at the end of a step). The loop runs once
+per operation and once per run of releases on distinct ranks (Series arithmetic), never per event.
+What no edit changes (which segment each mark lies on, the governing blocks, the participations) is found once per graph
 (`Plan`), so pricing many findings replays the same plan.
 """
 
 from __future__ import annotations
 
+import itertools
 import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -59,6 +63,11 @@ class Plan:
     """Per participation (``pid`` order): ``op, rank, pid``, to apply transfer edits."""
     cuts: tuple[int, ...]
     """Where each operation's participations start (they are sorted by operation order), and the end."""
+    sched: tuple[tuple[bool, int, int], ...]
+    """The replay's nodes in order: ``(True, a, n)`` completes the operation of participations
+    ``a..a+n``; ``(False, a, n)`` releases the blocks ``r_pid[a..a+n]`` (distinct ranks)."""
+    r_pid: pl.Series
+    """The participations with a block, in release order."""
     arr_mid: pl.Series
     blk_mid: pl.Series
     prev_pid: pl.Series
@@ -114,6 +123,8 @@ def plan(graph: Graph) -> Plan:
         parts.select("rank", prev_op="op", _pp="pid"), on=["rank", "prev_op"], how="left", maintain_order="left"
     )["_pp"]
     firsts = parts.select(pl.arg_where(pl.col("order").diff().fill_null(1) != 0))
+    cuts = (*firsts.to_series().to_list(), parts.height)
+    sched, r_pid = _schedule(parts, marks, graph.ops, cuts)
     return Plan(
         seg=seg.select("rank", "_k", *(pl.col(c).cast(pl.Float64) for c in LOCAL_COLUMNS)),
         keys=keys,
@@ -125,7 +136,9 @@ def plan(graph: Graph) -> Plan:
         is_block=marks["kind"] == "block",
         t_end=marks["t_end"].cast(pl.Float64),
         parts=parts.select("op", "rank", "pid"),
-        cuts=(*firsts.to_series().to_list(), parts.height),
+        cuts=cuts,
+        sched=sched,
+        r_pid=r_pid,
         arr_mid=parts["_a"].cast(pl.Int64),
         blk_mid=parts["_b"].fill_null(-1).cast(pl.Int64),
         prev_pid=prev.fill_null(-1).cast(pl.Int64),
@@ -133,6 +146,50 @@ def plan(graph: Graph) -> Plan:
         dep=parts["dep"],
         bounds=marks.filter(pl.col("kind") == "boundary").select("rank", "step", "mid"),
     )
+
+
+def _schedule(
+    parts: pl.DataFrame, marks: pl.DataFrame, ops: pl.DataFrame, cuts: tuple[int, ...]
+) -> tuple[tuple[tuple[bool, int, int], ...], pl.Series]:
+    """The replay's nodes (`Plan.sched`) and the release order (`Plan.r_pid`): completions at their
+    operation's last observed arrival, releases at max(the block's observed end, that arrival) —
+    before completions at the same time, except their own operation's. Consecutive releases on
+    distinct ranks form one node (none reads another)."""
+    last = ops.group_by("op").agg(_last=pl.col("arrival").max())
+    p = parts.select("op", "rank", "pid", "_b", "order").join(last, on="op", how="left", maintain_order="left")
+    t_end = marks.select("mid", _bend="t_end")
+    rel = (
+        p.filter(pl.col("_b").is_not_null())
+        .join(t_end, left_on="_b", right_on="mid", how="left", maintain_order="left")
+        .select(
+            "rank",
+            "pid",
+            key=pl.max_horizontal("_bend", "_last"),
+            k=pl.when(pl.col("_bend") > pl.col("_last")).then(0).otherwise(2),
+        )
+    )
+    first = pl.Series(cuts[:-1], dtype=pl.Int64)
+    comp = p[first].select(rank=pl.lit(-1, pl.Int32), pid=pl.col("pid").cast(pl.Int64), key="_last", k=pl.lit(1))
+    nodes = pl.concat([rel.cast(comp.schema), comp]).sort("key", "k", "pid")
+    r_pid = nodes.filter(pl.col("k") != 1)["pid"]
+    sched: list[tuple[bool, int, int]] = []
+    size = {a: b - a for a, b in itertools.pairwise(cuts)}
+    seen: set[int] = set()
+    r = 0  # position in r_pid
+    start = 0
+    for rank, pid, k in zip(nodes["rank"].to_list(), nodes["pid"].to_list(), nodes["k"].to_list()):
+        if k == 1 or rank in seen:
+            if r > start:
+                sched.append((False, start, r - start))
+            start, seen = r, set()
+        if k == 1:
+            sched.append((True, pid, size[pid]))
+        else:
+            seen.add(rank)
+            r += 1
+    if r > start:
+        sched.append((False, start, r - start))
+    return tuple(sched), r_pid
 
 
 def _progress(p: Plan, factors: pl.DataFrame | None) -> pl.Series:
@@ -214,9 +271,7 @@ def replay(
     marks = pl.DataFrame({"xi": xi, "L": L, "lg": lg})
     n_parts = p.parts.height
     blk = p.blk_mid
-    blk0 = _where(blk >= 0, blk, pl.Series([0] * n_parts, dtype=pl.Int64))
     at_arrival = marks[p.arr_mid]
-    at_block = marks[blk0].with_columns(lag=p.lag.gather(blk0)).get_columns()  # Series: filters are no queries
     prev0 = _where(p.prev_pid >= 0, p.prev_pid, pl.Series([0] * n_parts, dtype=pl.Int64))
     pids = pl.Series(range(n_parts), dtype=pl.Int64)
 
@@ -225,8 +280,15 @@ def replay(
         return x.gather(xi) + progress - lg
 
     end_of = pl.Series([None] * n_parts, dtype=pl.Float64)
-    for a, b in zip(p.cuts[:-1], p.cuts[1:]):
-        n = b - a
+    r_blk = blk.gather(p.r_pid)
+    at_release = marks[r_blk].with_columns(lag=p.lag.gather(r_blk)).get_columns()
+    for completes, a, n in p.sched:
+        if not completes:  # releases: max(own progress, the operation's end + the block's lag)
+            bxi, bl, blg, lag = (c.slice(a, n) for c in at_release)
+            resume = end_of.gather(p.r_pid.slice(a, n)) + lag
+            own = time_of(bxi, bl, blg)
+            x.scatter(r_blk.slice(a, n), _where(own >= resume, own, resume))
+            continue
         arrive = time_of(*at_arrival.slice(a, n).get_columns())
         pp = p.prev_pid.slice(a, n)
         waits = pp >= 0
@@ -239,12 +301,6 @@ def replay(
         last = arrive.max()
         end = arrive.clone().set(p.dep.slice(a, n), last) + tr.slice(a, n)
         end_of.scatter(pids.slice(a, n), end)
-        sel = blk.slice(a, n) >= 0
-        if sel.any():
-            bxi, bl, blg, lag = (c.slice(a, n).filter(sel) for c in at_block)
-            resume = end.filter(sel) + lag
-            own = time_of(bxi, bl, blg)
-            x.scatter(blk.slice(a, n).filter(sel), _where(own >= resume, own, resume))
     bounds = marks[p.bounds["mid"].cast(pl.Int64)]
     times = p.bounds.select("rank", "step").with_columns(T=time_of(*bounds.get_columns()))
     per = times.sort("rank", "step").with_columns(replay_ns=pl.col("T").shift(-1).over("rank") - pl.col("T"))
