@@ -44,7 +44,12 @@ def test_a_summary_has_one_field_per_table_and_the_cases_fill_every_one(whole):
 
 def test_every_table_has_rows_in_some_case():
     """So that the equalities below compare rows, not only schemas."""
-    filled = {name for path in CASES.values() for name, t in rank_tables(tracediag.load(path, jobs=1).events).tables().items() if t.height}
+    filled = {
+        name
+        for path in CASES.values()
+        for name, t in rank_tables(tracediag.load(path, jobs=1).events).tables().items()
+        if t.height
+    }
     assert filled == set(RankSummary.names())
 
 

@@ -113,8 +113,7 @@ def facts_from_tables(
     facts = Facts(
         steps=steps,
         collectives=collectives,
-        p2p=summary.p2p
-        .join(offsets, on="rank", how="left")
+        p2p=summary.p2p.join(offsets, on="rank", how="left")
         .with_columns(pl.col("first_send_ns") - pl.col("offset_ns").fill_null(0))
         .drop("offset_ns")
         .filter(pl.col("step").is_in(on_all.implode())),
@@ -123,9 +122,7 @@ def facts_from_tables(
         link_gbps=link_gbps,
         world_size=meta.world_size,
     )
-    replay = ReplayInputs(
-        segments=summary.replay_segments, sync=summary.replay_sync, offsets=offsets, matched=matched
-    )
+    replay = ReplayInputs(segments=summary.replay_segments, sync=summary.replay_sync, offsets=offsets, matched=matched)
     kernels = kernel_view(summary.kernels, steps, top=None)
     return Derived(facts=facts, excluded_steps=excluded, warnings=tuple(warnings), replay=replay, kernels=kernels)
 

@@ -75,7 +75,9 @@ class RankSummary:
 
     def equals(self, other: RankSummary) -> bool:
         """Every table equal, schema and rows."""
-        return all(t.equals(getattr(other, n)) and t.schema == getattr(other, n).schema for n, t in self.tables().items())
+        return all(
+            t.equals(getattr(other, n)) and t.schema == getattr(other, n).schema for n, t in self.tables().items()
+        )
 
     def write(self, folder: str, storage_options: dict[str, Any] | None = None) -> None:
         """One ``<table>.parquet`` per table under `folder` (a local path or an object-store URL),
