@@ -128,8 +128,11 @@ def test_collectives_are_classified_by_hlo_op() -> None:
     comm = ev.filter(pl.col("kind") == "comm")
     ops = dict(comm.group_by("name").agg(pl.col("coll_op").cast(pl.String).unique()).iter_rows())
     assert ops == {
-        "psum.7": ["all_reduce"], "all_gather.7": ["all_gather"], "reduce_scatter.7": ["reduce_scatter"],
-        "all-to-all": ["all_to_all"], "ppermute.3": ["other"],
+        "psum.7": ["all_reduce"],
+        "all_gather.7": ["all_gather"],
+        "reduce_scatter.7": ["reduce_scatter"],
+        "all-to-all": ["all_to_all"],
+        "ppermute.3": ["other"],
     }
     assert comm.height == 5 * 4 * 4  # five collectives, four devices, four steps
     assert comm["coll_group"].unique().to_list() == ["0,1,2,3"]
@@ -152,8 +155,11 @@ def test_collective_seq_is_the_run_id_and_pairs_devices() -> None:
 
 
 def test_xla_ops_take_device_from_ordinal_and_stream_from_thread() -> None:
-    src = {(_ns(e["ts"]), e["tid"]): int(e["args"]["device_ordinal"]) for e in _events(CPU2DEV)
-           if "hlo_op" in e.get("args", {})}
+    src = {
+        (_ns(e["ts"]), e["tid"]): int(e["args"]["device_ordinal"])
+        for e in _events(CPU2DEV)
+        if "hlo_op" in e.get("args", {})
+    }
     ft = read_file(CPU2DEV, default_rank=0)
     start = PROFILE_START_NS["gen_jax0.10.2_cpu2dev"]
     ops = ft.events.filter(pl.col("kind").is_in(["kernel", "comm"]))
@@ -187,7 +193,9 @@ def test_two_process_run_lines_up_collectives_across_ranks() -> None:
     assert run.meta.ranks == [0, 1] and {f.time_base for f in run.meta.files} == {"epoch"}
     psum = run.events.filter(pl.col("kind") == "comm")
     inst = psum.group_by("coll_seq").agg(
-        pl.len(), pl.col("rank").n_unique().alias("ranks"), pl.col("ts").max().alias("last_start"),
+        pl.len(),
+        pl.col("rank").n_unique().alias("ranks"),
+        pl.col("ts").max().alias("last_start"),
         (pl.col("ts") + pl.col("dur")).min().alias("first_end"),
     )
     assert inst.height == 4
@@ -203,8 +211,9 @@ def test_cli_ingest_reads_jax_files_from_content(runner, tmp_path: Path) -> None
     for i, src in enumerate(PROC):
         shutil.copy(src, tmp_path / f"proc{i}.json.gz")
     out = tmp_path / "run.parquet"
-    result = runner.invoke(cli, ["ingest", str(tmp_path), "-o", str(out), "-j", "1",
-                                 "--rank-from-filename", r"proc(\d+)"])
+    result = runner.invoke(
+        cli, ["ingest", str(tmp_path), "-o", str(out), "-j", "1", "--rank-from-filename", r"proc(\d+)"]
+    )
     assert result.exit_code == 0, result.output
     run = load(out)
     assert run.meta.ranks == [0, 1] and {f.format for f in run.meta.files} == {"jax"}
@@ -256,6 +265,7 @@ def test_hlo_stem_and_collective_names(op: str, stem: str, coll: str | None) -> 
 def test_device_plane_rules_on_a_constructed_gpu_and_tpu_layout(tmp_path: Path) -> None:
     """Constructed (no GPU/TPU here): the layout of trace-formats.md §4.2. Stream lines are the
     GPU's work, `XLA Ops` is the TPU's; derived lines are annotations; host `hlo_op` rows are launches."""
+
     def x(pid, tid, name, ts, dur, **args):
         return {"ph": "X", "pid": pid, "tid": tid, "name": name, "ts": ts, "dur": dur, "args": args}
 
@@ -263,10 +273,14 @@ def test_device_plane_rules_on_a_constructed_gpu_and_tpu_layout(tmp_path: Path) 
         return {"ph": "M", "pid": pid, "tid": tid, "name": kind, "args": {"name": label}}
 
     events = [
-        m(701, None, "process_name", "/host:CPU"), m(1, None, "process_name", "/device:GPU:1"),
+        m(701, None, "process_name", "/host:CPU"),
+        m(1, None, "process_name", "/device:GPU:1"),
         m(2, None, "process_name", "/device:TPU:0"),
-        m(1, 14, "thread_name", "Stream #14(Compute)"), m(1, 15, "thread_name", "Stream #15(MemcpyH2D)"),
-        m(1, 1, "thread_name", "XLA Ops"), m(2, 3, "thread_name", "XLA Ops"), m(2, 4, "thread_name", "Steps"),
+        m(1, 14, "thread_name", "Stream #14(Compute)"),
+        m(1, 15, "thread_name", "Stream #15(MemcpyH2D)"),
+        m(1, 1, "thread_name", "XLA Ops"),
+        m(2, 3, "thread_name", "XLA Ops"),
+        m(2, 4, "thread_name", "Steps"),
         x(701, 9, "train", 1, 100, step_num="5"),
         x(701, 9, "cuLaunchKernel", 2, 1),
         x(701, 9, "ThunkExecutor", 2, 1, hlo_op="fusion.3", device_ordinal="1"),

@@ -17,8 +17,7 @@ from tracediag.schema import EVENT_SCHEMA
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "nsys"
 REAL = {
-    lazy: FIXTURES / f"gen_nsys2022.4_cpu_nvtx_steps_schema3.0.0_lazy{lazy}.sqlite.gz"
-    for lazy in ("false", "true")
+    lazy: FIXTURES / f"gen_nsys2022.4_cpu_nvtx_steps_schema3.0.0_lazy{lazy}.sqlite.gz" for lazy in ("false", "true")
 }
 CONSTRUCTED = {r: FIXTURES / f"constructed_gpu_rank{r}.sqlite.gz" for r in (0, 1)}
 CONSUMED = (
@@ -63,12 +62,8 @@ def assert_one_line_error(err: Exception, path: Path) -> None:
 @pytest.mark.parametrize("lazy", ["false", "true"], ids=lambda x: f"lazy{x}")
 def test_real_export_rows_steps_and_accounting(lazy, tmp_path):
     db = plain_copy(REAL[lazy], tmp_path)
-    ranges = query(db, "SELECT count(*) FROM NVTX_EVENTS WHERE eventType IN (59, 60) AND end IS NOT NULL")[0][
-        0
-    ]
-    steps = query(db, "SELECT count(*) FROM NVTX_EVENTS WHERE eventType = 59 AND text GLOB 'ProfilerStep#*'")[
-        0
-    ][0]
+    ranges = query(db, "SELECT count(*) FROM NVTX_EVENTS WHERE eventType IN (59, 60) AND end IS NOT NULL")[0][0]
+    steps = query(db, "SELECT count(*) FROM NVTX_EVENTS WHERE eventType = 59 AND text GLOB 'ProfilerStep#*'")[0][0]
     marks = query(db, "SELECT count(*) FROM NVTX_EVENTS WHERE eventType = 34")[0][0]
 
     trace = read_nsys(REAL[lazy], rank=3)
@@ -185,9 +180,7 @@ def test_kernel_runtime_correlation_is_preserved():
     linked = gpu.join(launches, on="correlation", how="left")
     assert linked.height == gpu.height and linked["api"].null_count() == 0
     assert (linked["api_ts"] < linked["ts"]).all()
-    apis = dict(
-        linked.group_by(pl.col("kind").cast(pl.String)).agg(pl.col("api").unique().sort()).iter_rows()
-    )
+    apis = dict(linked.group_by(pl.col("kind").cast(pl.String)).agg(pl.col("api").unique().sort()).iter_rows())
     assert apis == {
         "kernel": ["cudaLaunchKernel_v7000"],
         "comm": ["cudaLaunchKernel_v7000"],
@@ -202,9 +195,7 @@ def test_kernel_runtime_correlation_is_preserved():
 def test_constructed_absolute_time(tmp_path):
     db = plain_copy(CONSTRUCTED[1], tmp_path)
     ((epoch,),) = query(db, "SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME")
-    rows = query(
-        db, "SELECT correlationId, start, end FROM CUPTI_ACTIVITY_KIND_KERNEL ORDER BY correlationId"
-    )
+    rows = query(db, "SELECT correlationId, start, end FROM CUPTI_ACTIVITY_KIND_KERNEL ORDER BY correlationId")
 
     ev = read_nsys(CONSTRUCTED[1]).events.filter(pl.col("kind").is_in(["kernel", "comm"])).sort("correlation")
 
@@ -245,9 +236,7 @@ def test_given_rank_wins_over_the_file_with_a_warning():
     assert trace.meta.warnings == ("the file says RANK=1; using rank 5 as given",)
 
 
-@pytest.mark.parametrize(
-    ("key", "expected"), [("OMPI_COMM_WORLD_RANK", 6), ("SLURM_PROCID", 2), ("PMI_RANK", 4)]
-)
+@pytest.mark.parametrize(("key", "expected"), [("OMPI_COMM_WORLD_RANK", 6), ("SLURM_PROCID", 2), ("PMI_RANK", 4)])
 def test_other_launchers_rank_variables(tmp_path, key, expected):
     db = plain_copy(CONSTRUCTED[0], tmp_path)
     con = sqlite3.connect(db)
@@ -277,9 +266,7 @@ def test_a_file_with_several_ranks_is_an_error(tmp_path):
     assert_one_line_error(e.value, db)
     assert "RANK=0, RANK=1" in str(e.value)
     # a rank given by the caller is taken, with a warning
-    assert read_nsys(db, rank=1).meta.warnings == (
-        "the file says RANK=0, RANK=1; using rank 1 as given",
-    )
+    assert read_nsys(db, rank=1).meta.warnings == ("the file says RANK=0, RANK=1; using rank 1 as given",)
 
 
 # --- bad input ------------------------------------------------------------------------------------

@@ -145,33 +145,110 @@ def test_three_decimal_times_are_exact_ns(tmp_path: Path) -> None:
 
 _MUTATIONS: list[tuple[bytes, list[bytes]]] = [
     # (pattern of a value in the file, replacements tried there)
-    (rb'"ts": [0-9.]+', [b'"ts": 12.5', b'"ts": 7.1234', b'"ts": 1e3', b'"ts": "5"', b'"ts": null', b'"ts": -3.25',
-                         b'"ts": 4611686018427388', b'"ts": 9007199254740993', b'"ts": true', b'"ts": 0.001',
-                         b'"ts": 20.841000000000001', b'"ts": -0.0005', b'"ts": 8796093022207.9999',
-                         b'"ts": 8796093022208.5', b'"ts": 1661203462598738.25', b'"ts": 2.5e-4', b'"ts": 1E400']),
+    (
+        rb'"ts": [0-9.]+',
+        [
+            b'"ts": 12.5',
+            b'"ts": 7.1234',
+            b'"ts": 1e3',
+            b'"ts": "5"',
+            b'"ts": null',
+            b'"ts": -3.25',
+            b'"ts": 4611686018427388',
+            b'"ts": 9007199254740993',
+            b'"ts": true',
+            b'"ts": 0.001',
+            b'"ts": 20.841000000000001',
+            b'"ts": -0.0005',
+            b'"ts": 8796093022207.9999',
+            b'"ts": 8796093022208.5',
+            b'"ts": 1661203462598738.25',
+            b'"ts": 2.5e-4',
+            b'"ts": 1E400',
+        ],
+    ),
     (rb'"dur": [0-9.]+', [b'"dur": -5', b'"dur": 2.5', b'"dur": 1E2', b'"dur": [1]', b'"dur": 01']),
-    (rb'"pid": [0-9]+', [b'"pid": "Spans"', b'"pid": 1.5', b'"pid": 99999999999999999999', b'"pid": null',
-                         b'"pid": -9223372036854775808', b'"pid": {"a": 1}']),
+    (
+        rb'"pid": [0-9]+',
+        [
+            b'"pid": "Spans"',
+            b'"pid": 1.5',
+            b'"pid": 99999999999999999999',
+            b'"pid": null',
+            b'"pid": -9223372036854775808',
+            b'"pid": {"a": 1}',
+        ],
+    ),
     (rb'"tid": [0-9]+', [b'"tid": "thread"', b'"tid": 2.0', b'"tid": -1']),
-    (rb'"name": "[^"]*"', [b'"name": "a\\nb\\u00e9\\t\\"q\\""', b'"name": 7', b'"name": ["x"]', b'"name": null',
-                           b'"name": "\\ud83d\\ude00"', b'"name": "\xff\xfe"', b'"name": "\x01"', b'"name": "\\x"',
-                           "\"name\": \"caf\u00e9 \u4e2d\"".encode(), b'"name": "\\u0000"',
-                           b'"name": "a", "name": "b"']),
-    (rb'"ph": "X"', [b'"ph": "Z"', b'"ph": 1', b'"ph": "\\u0058"', b'"ph": "i"', b'"ph": "M"', b'"ph": "B"',
-                     b'"ph": "E"', b'"ph": "XX"', b'"ph": "X", "ph": "X"', b'"xph": "X"']),
-    (rb'"External id": [0-9]+', [b'"External id": "7"', b'"External id": 7.5', b'"External id": null',
-                                 b'"External id": true', b'"External id": 18446744073709551616']),
-    (rb'"args": \{', [b'"args": {"device": "0", ', b'"args": {"Process Group Name": 7, ',
-                      b'"args": {"step_num": 12, ', b'"args": {"step_num": -0, ', b'"args": {"Seq": 1.0, ',
-                      b'"args": {"x": ' + b"[" * 70 + b"]" * 70 + b", ", b'"args": {"Input Dims": [[1, 2]], ',
-                      b'"args": {"a\\u0062": 1, ', b'"args": {"stream": 7, "stream": 8, ',
-                      # strings in integer args: polars' cast reads "5", "+5", "007" and nulls "0x0" (ROCm's stream)
-                      b'"args": {"stream": "0x0", ', b'"args": {"device": "5", ', b'"args": {"device": "+5", ',
-                      b'"args": {"device": "007", ', b'"args": {"device": "1e2", ', b'"args": {"device": " 7", ',
-                      b'"args": {"device": "", ', b'"args": {"device": "\\u0035", ', b'"args": {"Seq": "-0", ',
-                      b'"args": {"bytes": "99999999999999999999", ', b'"args": {"device": true, ']),
+    (
+        rb'"name": "[^"]*"',
+        [
+            b'"name": "a\\nb\\u00e9\\t\\"q\\""',
+            b'"name": 7',
+            b'"name": ["x"]',
+            b'"name": null',
+            b'"name": "\\ud83d\\ude00"',
+            b'"name": "\xff\xfe"',
+            b'"name": "\x01"',
+            b'"name": "\\x"',
+            '"name": "caf\u00e9 \u4e2d"'.encode(),
+            b'"name": "\\u0000"',
+            b'"name": "a", "name": "b"',
+        ],
+    ),
+    (
+        rb'"ph": "X"',
+        [
+            b'"ph": "Z"',
+            b'"ph": 1',
+            b'"ph": "\\u0058"',
+            b'"ph": "i"',
+            b'"ph": "M"',
+            b'"ph": "B"',
+            b'"ph": "E"',
+            b'"ph": "XX"',
+            b'"ph": "X", "ph": "X"',
+            b'"xph": "X"',
+        ],
+    ),
+    (
+        rb'"External id": [0-9]+',
+        [
+            b'"External id": "7"',
+            b'"External id": 7.5',
+            b'"External id": null',
+            b'"External id": true',
+            b'"External id": 18446744073709551616',
+        ],
+    ),
+    (
+        rb'"args": \{',
+        [
+            b'"args": {"device": "0", ',
+            b'"args": {"Process Group Name": 7, ',
+            b'"args": {"step_num": 12, ',
+            b'"args": {"step_num": -0, ',
+            b'"args": {"Seq": 1.0, ',
+            b'"args": {"x": ' + b"[" * 70 + b"]" * 70 + b", ",
+            b'"args": {"Input Dims": [[1, 2]], ',
+            b'"args": {"a\\u0062": 1, ',
+            b'"args": {"stream": 7, "stream": 8, ',
+            # strings in integer args: polars' cast reads "5", "+5", "007" and nulls "0x0" (ROCm's stream)
+            b'"args": {"stream": "0x0", ',
+            b'"args": {"device": "5", ',
+            b'"args": {"device": "+5", ',
+            b'"args": {"device": "007", ',
+            b'"args": {"device": "1e2", ',
+            b'"args": {"device": " 7", ',
+            b'"args": {"device": "", ',
+            b'"args": {"device": "\\u0035", ',
+            b'"args": {"Seq": "-0", ',
+            b'"args": {"bytes": "99999999999999999999", ',
+            b'"args": {"device": true, ',
+        ],
+    ),
     (rb'"args": \{[^{}]*\}', [b'"args": null', b'"args": []', b'"args": {}']),
-    (rb'\}, *\n *\{', [b"},\n{", b"}, ,{", b"}{", b"},\n 5, {", b"},\n[], {"]),
+    (rb"\}, *\n *\{", [b"},\n{", b"}, ,{", b"}{", b"},\n 5, {", b"},\n[], {"]),
 ]
 
 
@@ -235,8 +312,10 @@ def test_declines_what_it_does_not_read_exactly() -> None:
 def test_a_missing_or_unknown_phase_makes_every_event_a_row() -> None:
     """As msgspec's plain decode (JAX ends its events with `{}`): the flow, the unknown phase and the
     empty event become rows, to be counted by phase with the rest; only `M` stays metadata."""
-    doc = b'[{"ph": "f", "id": 1, "ts": 1}, {"ph": "X", "name": "a", "ts": 1, "dur": 1}, {"ph": "Q"},' \
-          b' {"ph": "M", "name": "process_name"}, {}]'
+    doc = (
+        b'[{"ph": "f", "id": 1, "ts": 1}, {"ph": "X", "name": "a", "ts": 1, "dur": 1}, {"ph": "Q"},'
+        b' {"ph": "M", "name": "process_name"}, {}]'
+    )
     fed, scanner = _scan(doc, True)
     assert fed is not None and (fed.n_events, fed.kept, fed.skipped) == (5, 4, {})
     rows = scanner.take()
@@ -267,7 +346,12 @@ def test_reads_the_columns_it_promises() -> None:
     assert rows.columns == list(native.COLUMNS)
     types = {pl.String: "str", pl.Int64: "int", pl.Boolean: "bool", pl.Binary: "raw"}
     assert {c: types[t] for c, t in rows.schema.items() if c in ("ph", "pid", "pid_str", "has_args", "input_dims")} == {
-        "ph": "str", "pid": "int", "pid_str": "str", "has_args": "bool", "input_dims": "raw"}
+        "ph": "str",
+        "pid": "int",
+        "pid_str": "str",
+        "has_args": "bool",
+        "input_dims": "raw",
+    }
     row = rows.row(0, named=True)
     assert (row["ph"], row["name"], row["ts"], row["dur"]) == ("X", "n\u00e9\n", 1500, 250)
     assert (row["pid"], row["pid_str"], row["tid"]) == (None, "Spans", None)
@@ -312,8 +396,26 @@ def test_a_declined_piece_between_scanned_ones(tmp_path: Path, monkeypatch: pyte
     _assert_same(scanned, decoded, "mixed")
 
 
-_VALUES = [None, True, 0, -1, 2**63 - 1, -(2**63) + 1, 12.125, 0.5, "", "x", "\u00e9\u4e2d\U0001f600",
-           'a"b\\c\n\t\u0000', [], {}, [[1, 2]], {"a": [1, {"b": None}]}, "12", "-0"]
+_VALUES = [
+    None,
+    True,
+    0,
+    -1,
+    2**63 - 1,
+    -(2**63) + 1,
+    12.125,
+    0.5,
+    "",
+    "x",
+    "\u00e9\u4e2d\U0001f600",
+    'a"b\\c\n\t\u0000',
+    [],
+    {},
+    [[1, 2]],
+    {"a": [1, {"b": None}]},
+    "12",
+    "-0",
+]
 
 
 @pytest.mark.parametrize("seed", range(2))
@@ -445,12 +547,48 @@ def test_names_are_categorical_and_the_name_tier_holds_the_rows_a_per_row_regex_
 # Arrays as Kineto writes them in skipped or raw args, and near misses. The scanner's fast path for
 # arrays of integers, plain strings and such arrays must accept exactly the valid ones.
 _ARRAYS = [
-    b"[]", b"[ ]", b"[[1024, 512], [], [512]]", b'["float", "", "Scalar"]', b"[[-3, 0], [10]]",
-    b'[ [ 1 ] , "a b" ]', b"[\n  [1,2],\n\t[]\r\n]", b'["]", "[", "[[]"]', b"[0, -0, 9007199254740993]",
-    b"[1.5, 2e3, -0.25]", b'["\\u00e9", "\\"", "\xc3\xa9"]', b'[{"a": [1]}, true, false, null]', b'["\x7f"]',
-    b"[1,,2]", b"[01]", b"[1 2]", b'["a" "b"]', b"[[1],]", b"[,]", b"[,1]", b"[1,]", b"[-]", b"[-a]", b"[--1]",
-    b"[+1]", b"[1a]", b"[.5]", b"[1.]", b"[[1]", b"[[1]]]", b"[1}", b"[[]][]", b"['a']", b'["a\tb"]',
-    b'["a\nb"]', b'["a\\x"]', b'["\xff"]', b'["\xc3"]', b"[\x0b]", b"[1\x00]", b"[tru]", b"[nul]",
+    b"[]",
+    b"[ ]",
+    b"[[1024, 512], [], [512]]",
+    b'["float", "", "Scalar"]',
+    b"[[-3, 0], [10]]",
+    b'[ [ 1 ] , "a b" ]',
+    b"[\n  [1,2],\n\t[]\r\n]",
+    b'["]", "[", "[[]"]',
+    b"[0, -0, 9007199254740993]",
+    b"[1.5, 2e3, -0.25]",
+    b'["\\u00e9", "\\"", "\xc3\xa9"]',
+    b'[{"a": [1]}, true, false, null]',
+    b'["\x7f"]',
+    b"[1,,2]",
+    b"[01]",
+    b"[1 2]",
+    b'["a" "b"]',
+    b"[[1],]",
+    b"[,]",
+    b"[,1]",
+    b"[1,]",
+    b"[-]",
+    b"[-a]",
+    b"[--1]",
+    b"[+1]",
+    b"[1a]",
+    b"[.5]",
+    b"[1.]",
+    b"[[1]",
+    b"[[1]]]",
+    b"[1}",
+    b"[[]][]",
+    b"['a']",
+    b'["a\tb"]',
+    b'["a\nb"]',
+    b'["a\\x"]',
+    b'["\xff"]',
+    b'["\xc3"]',
+    b"[\x0b]",
+    b"[1\x00]",
+    b"[tru]",
+    b"[nul]",
 ]
 
 
@@ -478,8 +616,23 @@ def test_arrays_in_args_are_read_exactly_when_valid_json(key: str, value: bytes)
 
 
 _STRINGS = [
-    b'""', b'"a"', b'"Scalar"', b'"fifteen chars.."', b'"sixteen chars..."', b'"a \\" b"', b'"\\n"', b'"\\u00e9"',
-    b'"\xc3\xa9"', b'"\x7f"', b'"a]"', b'"\\x"', b'"a\x01"', b'"a\tb"', b'"\xff"', b'"\xc3"', b'"\\ud800"',
+    b'""',
+    b'"a"',
+    b'"Scalar"',
+    b'"fifteen chars.."',
+    b'"sixteen chars..."',
+    b'"a \\" b"',
+    b'"\\n"',
+    b'"\\u00e9"',
+    b'"\xc3\xa9"',
+    b'"\x7f"',
+    b'"a]"',
+    b'"\\x"',
+    b'"a\x01"',
+    b'"a\tb"',
+    b'"\xff"',
+    b'"\xc3"',
+    b'"\\ud800"',
 ]
 
 
@@ -580,8 +733,15 @@ def _value_of_length(kind: str, n: int) -> bytes:
 
 
 # (args key, value kind): a skipped string, a label, an integer, a raw array, a skipped array and number
-_KEPT = [("Call stack", "str"), ("name", "str"), ("stream", "num"), ("Input Dims", "arr"), ("Call stack", "arr"),
-         ("Fwd thread id", "num"), ("stream", "neg")]
+_KEPT = [
+    ("Call stack", "str"),
+    ("name", "str"),
+    ("stream", "num"),
+    ("Input Dims", "arr"),
+    ("Call stack", "arr"),
+    ("Fwd thread id", "num"),
+    ("stream", "neg"),
+]
 
 
 @pytest.mark.parametrize(("key", "kind"), _KEPT)

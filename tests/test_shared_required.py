@@ -9,7 +9,7 @@ import sys
 
 from conftest import REQUIRE_SHARED, ROOT
 
-TEST = '''
+TEST = """
 from pathlib import Path
 from conftest import needs_shared
 
@@ -19,7 +19,7 @@ def test_reads_shared():
 
 def test_other():
     pass
-'''
+"""
 
 
 def _pytest(folder, require: str | None) -> subprocess.CompletedProcess:

@@ -13,14 +13,28 @@ from tracediag.detect.warmup import warmup_steps, without_steps
 TWO_RANK = sorted(KINETO.glob("gen_torch2.13cpu_gloo_2rank_rank*.pt.trace.json.gz"))
 
 
-def test_slow_first_step_on_every_rank_is_warmup_not_a_straggler_nor_a_pipeline():
-    """The generated 2-rank job: step 2 takes 33 ms on both ranks (rank 1 computes 33x rank 0 in it),
-    step 3 takes 13.5 ms. It sends one tensor per step and idles 21% against a 2-stage ideal of 50%."""
-    a = tracediag.analyze(tracediag.load(TWO_RANK, jobs=1))
+def test_one_ranks_slow_first_step_is_a_straggler_not_warmup_nor_a_pipeline():
+    """The generated 2-rank job: step 2 takes 33 ms on both ranks, but only rank 1 is slow in it (it
+    computes 33x rank 0); rank 0 spends 25 ms of it waiting for rank 1 in collectives, so its own
+    time is no more than in step 3. Warm-up is every rank slow on its own (issue 24), so step 2 is
+    rank 1 straggling. It sends one tensor per step and idles 21% against a 2-stage ideal of 50%:
+    not a pipeline bubble."""
+    run = tracediag.load(TWO_RANK, jobs=1)
+    facts = derive_facts(run).facts
+    s = facts.steps
+    # every rank's step is >= 1.5x its later one: the old rule (step time alone) called it warm-up
+    slow = s.pivot(on="step", index="rank", values="dur_ns").select(pl.col("2") / pl.col("3"))
+    assert slow.min().item() >= Thresholds().warmup_ratio
+    own = s.filter(pl.col("rank") == 0).select(pl.col("dur_ns") - pl.col("wait_ns"))["dur_ns"].to_list()
+    assert own[0] < own[1]  # rank 0 alone, less its wait: step 2 is not slower than step 3
+    assert warmup_steps(s, Thresholds()) == []
+    a = tracediag.analyze(run)
     causes = [f.cause for f in a.findings]
-    assert "compute_straggler" not in causes and "pipeline_bubble" not in causes
-    assert any(w.startswith("step 2 is warm-up") for w in a.warnings)
-    assert a.step_numbers == [2, 3]  # still shown
+    assert "pipeline_bubble" not in causes
+    assert not any("warm-up" in w for w in a.warnings)
+    (straggler_finding,) = [f for f in a.findings if f.cause == "compute_straggler"]
+    assert straggler_finding.ranks == (1,) and straggler_finding.steps == (2,)
+    assert a.step_numbers == [2, 3]
     assert a.pipelines[0].expected_bubble_share == 0.5
 
 

@@ -17,7 +17,7 @@ import polars as pl
 
 from tracediag.checking import Check
 
-SCHEMA_VERSION = "1.2"
+SCHEMA_VERSION = "1.3"
 
 
 class Cause(StrEnum):
@@ -100,6 +100,21 @@ COLLECTIVE_SCHEMA: dict[str, pl.DataType] = {
 ``skew_ns`` = last − first arrival; ``transfer_ns`` = end − last arrival; bandwidths follow
 nccl-tests (algbw = bytes / transfer time; busbw = algbw × the op's bus factor).
 """
+
+LATENESS_SCHEMA: dict[str, pl.DataType] = {
+    "rank": pl.Int32(),
+    "coll_n": pl.Int32(),
+    "last_n": pl.Int32(),
+    "late_ns": pl.Int64(),
+    "caused_ns": pl.Int64(),
+    "waited_ns": pl.Int64(),
+    "share": pl.Float64(),
+}
+"""Per rank over the analysed steps (`derive.lateness`), most waiting caused first: ``coll_n``
+matched collective instances, ``last_n`` of them among the last arrivers, ``late_ns`` = Σ over those
+of its arrival − the instance's median arrival, ``caused_ns`` the waiting blamed on it (its peers'
+waits at the instances it arrived last at, split among the last arrivers), ``waited_ns`` its own
+waiting, ``share`` = caused / all waiting."""
 
 KERNEL_SCHEMA: dict[str, pl.DataType] = {
     "rank": pl.Int32(),
@@ -253,6 +268,58 @@ class Pipeline:
 
 
 @dataclass(frozen=True, slots=True)
+class Lateness:
+    """Who everyone waits for at the collectives (the JSON `lateness` section; `derive.lateness`)."""
+
+    waited_for: tuple[int, ...]
+    """The ranks everyone waits for; empty: no one (`reason` says why)."""
+    share: float
+    """Their share of all waiting (when no one: the share of the rank that causes the most)."""
+    wait_ns: int
+    """All waiting in matched collectives over the analysed steps (each rank's waits counted once)."""
+    instances: int
+    """Matched collective instances read."""
+    gap: float
+    """The least member's caused waiting over the most any other rank causes (0 when no set qualified)."""
+    chance: float
+    """P(the members are among the last arrivers this often by chance)."""
+    wait_share: float
+    """The waiting they cause per waiting rank over the analysed time (Σ over steps of the median step)."""
+    reason: str
+    """Why no one is named ("" when someone is)."""
+    ranks: pl.DataFrame
+    """`LATENESS_SCHEMA`, one row per rank."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "waited_for": list(self.waited_for),
+            "share": self.share,
+            "wait_ns": self.wait_ns,
+            "instances": self.instances,
+            "gap": self.gap if self.gap != float("inf") else None,
+            "chance": self.chance,
+            "wait_share": self.wait_share,
+            "reason": self.reason,
+            "ranks": self.ranks.to_dicts(),
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Lateness:
+        gap = d.get("gap")
+        return cls(
+            waited_for=tuple(d.get("waited_for", ())),
+            share=float(d.get("share", 0.0)),
+            wait_ns=int(d.get("wait_ns", 0)),
+            instances=int(d.get("instances", 0)),
+            gap=float("inf") if gap is None else float(gap),
+            chance=float(d.get("chance", 1.0)),
+            wait_share=float(d.get("wait_share", 0.0)),
+            reason=str(d.get("reason", "")),
+            ranks=pl.DataFrame(d.get("ranks", []), schema=LATENESS_SCHEMA),
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class WhatIfStep:
     """One step: observed, replayed from the observed durations, and replayed without every cause."""
 
@@ -349,6 +416,8 @@ class Analysis:
     """The kernel view: per rank, the top kernels/operators by total time (`KERNEL_SCHEMA`)."""
     kernel_categories: pl.DataFrame | None = None
     """Per (rank, category) over all kernels/operators (`KERNEL_CATEGORY_SCHEMA`)."""
+    lateness: Lateness | None = None
+    """Who everyone waits for at the collectives, when collectives were matched."""
 
     @property
     def step_numbers(self) -> list[int]:
@@ -379,6 +448,8 @@ class Analysis:
             out["kernels"] = self.kernels.to_dicts()
         if self.kernel_categories is not None and self.kernel_categories.height:
             out["kernel_categories"] = self.kernel_categories.to_dicts()
+        if self.lateness is not None:
+            out["lateness"] = self.lateness.to_dict()
         return out
 
     @classmethod
@@ -404,4 +475,5 @@ class Analysis:
             kernel_categories=pl.DataFrame(d["kernel_categories"], schema=KERNEL_CATEGORY_SCHEMA)
             if d.get("kernel_categories")
             else None,
+            lateness=Lateness.from_dict(d["lateness"]) if d.get("lateness") else None,
         )

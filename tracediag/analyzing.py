@@ -17,10 +17,12 @@ import polars as pl
 from tracediag.analysis import COLLECTIVE_SCHEMA, STEP_SCHEMA, Analysis
 from tracediag.derive.collectives import align_and_match, plausible_matches, summarize_instances, wait_per_step
 from tracediag.derive.kernels import TOP_STORED, by_category, kernel_view
+from tracediag.derive.lateness import late_rows
 from tracediag.derive.p2p import pipeline_groups
 from tracediag.derive.per_rank import rank_tables
 from tracediag.derive.summary import RankSummary
 from tracediag.detect import Facts, Thresholds, detect_all
+from tracediag.detect import lateness as lateness_detect
 from tracediag.detect.pipeline import pipeline_stages
 from tracediag.detect.warmup import warmup_steps, without_steps
 from tracediag.errors import NoStepsError, TracediagError, shown
@@ -119,6 +121,7 @@ def facts_from_tables(
         .filter(pl.col("step").is_in(on_all.implode())),
         pipelines=pipeline_groups(summary.p2p_edges),
         host=summary.host,
+        late=late_rows(matched).filter(pl.col("step").is_in(on_all.implode())),
         link_gbps=link_gbps,
         world_size=meta.world_size,
     )
@@ -238,12 +241,15 @@ def reduce(
     facts = derived.facts
     th = thresholds or Thresholds()
     warmup = warmup_steps(facts.steps, th)
-    findings = detect_all(without_steps(facts, warmup), thresholds=th)
+    diagnosed = without_steps(facts, warmup)
+    late = lateness_detect.assess(diagnosed, th)
+    findings = detect_all(diagnosed, thresholds=th)
     whatif, warnings = None, derived.warnings
     if warmup:
         warnings += (
             f"{noun(len(warmup), 'step')} {', '.join(map(str, warmup))} {'is' if len(warmup) == 1 else 'are'} "
-            f"warm-up (every rank at least {th.warmup_ratio}x its later steps): shown, left out of the diagnosis",
+            f"warm-up (every rank at least {th.warmup_ratio}x its later steps, its waits for peers left out): "
+            "shown, left out of the diagnosis",
         )
     try:
         findings, whatif = price(findings, facts, graph_of(facts, derived.replay))
@@ -264,4 +270,5 @@ def reduce(
         whatif=whatif,
         kernels=kernels.group_by("rank", maintain_order=True).head(TOP_STORED) if kernels.height else None,
         kernel_categories=by_category(kernels) if kernels.height else None,
+        lateness=late,
     )

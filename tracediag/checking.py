@@ -83,7 +83,7 @@ class Component:
 
     @property
     def unit(self) -> str:
-        """"s" (seconds per step) or "fraction" (MFU)."""
+        """ "s" (seconds per step) or "fraction" (MFU)."""
         return "fraction" if self.name == "mfu" else "s"
 
     def to_dict(self) -> dict[str, Any]:

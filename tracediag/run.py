@@ -19,7 +19,8 @@ import polars as pl
 
 from tracediag.errors import NotATraceError, OutputError, RankError, TracediagError, TraceError, one_line, shown
 from tracediag.forks import forked_after_import
-from tracediag.ingest.read import read_file
+from tracediag.ingest import timeline
+from tracediag.ingest.read import read_traces
 from tracediag.ingest.remote import expand, filesystem, is_remote, location_key, read_prefix
 from tracediag.ingest.sniff import is_stream, sniff
 from tracediag.ingest.trace import FileMeta, FileTrace, ProcessGroup
@@ -232,11 +233,11 @@ ReadTask = tuple[str, "int | None", "int | None", "dict | None"]
 """(path or URL, rank assigned, default rank, storage options)."""
 
 
-def _read_one(args: ReadTask) -> FileTrace | tuple[str, bool]:
-    """The file's trace, or (one-line error, whether the file is simply not a trace)."""
+def _read_one(args: ReadTask) -> list[FileTrace] | tuple[str, bool]:
+    """The file's traces (one per rank it holds), or (one-line error, whether the file is simply not a trace)."""
     path, rank, default_rank, storage_options = args
     try:
-        return read_file(path, rank=rank, default_rank=default_rank, storage_options=storage_options)
+        return read_traces(path, rank=rank, default_rank=default_rank, storage_options=storage_options)
     except NotATraceError as e:
         return str(e), True
     except TracediagError as e:
@@ -283,11 +284,13 @@ def load(
     if not resolved:
         raise TracediagError("no trace files given")
     if len(resolved) == 1 and _is_parquet(resolved[0].path, storage_options):
-        return _load_parquet(resolved[0].path, storage_options)
+        saved = _load_parquet(resolved[0].path, storage_options)
+        if saved is not None:
+            return saved  # else an op-timeline table, read as traces are
     resolve = rank_resolver(rank_from_filename=rank_from_filename, rank_map=rank_map)
     default_rank = 0 if len(resolved) == 1 else None
     tasks: list[ReadTask] = []
-    results: dict[str, FileTrace | tuple[str, bool]] = {}
+    results: dict[str, list[FileTrace] | tuple[str, bool]] = {}
     for f in resolved:
         try:
             tasks.append((f.path, resolve(f.path), default_rank, storage_options))
@@ -301,8 +304,8 @@ def load(
     for f in resolved:
         path, in_directory = f.path, f.in_directory
         result = results[path]
-        if isinstance(result, FileTrace):
-            traces.append(result)
+        if isinstance(result, list):
+            traces.extend(result)
         elif result[1] and in_directory:
             ignored.append(result[0])
         else:
@@ -329,13 +332,13 @@ def _by_time(events: pl.DataFrame) -> pl.DataFrame:
 
 def _map_files(
     tasks: list[ReadTask], jobs: int, on_file_done: Callable[[str], None] | None
-) -> list[FileTrace | tuple[str, bool]]:
+) -> list[list[FileTrace] | tuple[str, bool]]:
     cores = os.cpu_count() or 1
     jobs = min(jobs if jobs > 0 else _paying_jobs(tasks), cores, len(tasks))
     if any(is_stream(t[0]) for t in tasks):
         jobs = 1  # a pipe (`<(zcat ...)`) is this process's own: a worker cannot open it
     if jobs <= 1:
-        results: list[FileTrace | tuple[str, bool]] = []
+        results: list[list[FileTrace] | tuple[str, bool]] = []
         for task in tasks:
             results.append(_read_one(task))
             if on_file_done:
@@ -406,8 +409,9 @@ def _is_parquet(path: str, storage_options: dict | None = None) -> bool:
         return False
 
 
-def _load_parquet(path: str, storage_options: dict | None = None) -> Run:
-    """A run saved by `Run.save`; a damaged or altered file is a one-line `TraceError`."""
+def _load_parquet(path: str, storage_options: dict | None = None) -> Run | None:
+    """A run saved by `Run.save` (None: the file is an op-timeline table, `ingest.timeline`); a damaged
+    or altered file is a one-line `TraceError`."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -423,6 +427,8 @@ def _load_parquet(path: str, storage_options: dict | None = None) -> Run:
         raise TraceError(path, f"cannot read Parquet ({one_line(str(e))})") from None
     raw = (table.schema.metadata or {}).get(PARQUET_META_KEY)
     if raw is None:
+        if timeline.is_timeline(table.column_names):
+            return None
         raise TraceError(path, "a Parquet file not written by `tracediag ingest`")
     try:
         meta = msgspec.convert(orjson.loads(raw), RunMeta)

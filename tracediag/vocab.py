@@ -33,6 +33,40 @@ STEP_NUMBER = r"^(?:ProfilerStep|train)#(\d+)$"
 
 DEVICE_CATS: tuple[str, ...] = ("kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation", "cuda_sync")
 """Chrome-trace categories of rows on a device timeline (pid = device, tid = stream)."""
+KINETO_CATS: tuple[str, ...] = (
+    "cpu_op", "user_annotation", "gpu_user_annotation", "kernel", "cuda_runtime", "cuda_driver",
+    "gpu_memcpy", "gpu_memset", "cuda_sync", "python_function",
+)  # fmt: skip
+"""The Kineto categories tracediag reads, as Kineto has written them since PyTorch 1.10."""
+CATEGORY_ALIASES: dict[str, str] = {
+    "operator": "cpu_op",
+    "runtime": "cuda_runtime",
+    "driver": "cuda_driver",
+    "memcpy": "gpu_memcpy",
+    "memset": "gpu_memset",
+    "python": "python_function",
+}
+"""Older spellings (lower-cased) of `KINETO_CATS`: the 2021 layout (PyTorch 1.8-1.9) writes `Operator`
+(host operators, `ProfilerStep#N` included), `Kernel`, `Runtime`, `Memcpy`, `Memset`."""
+
+
+def category(cat: pl.Expr) -> pl.Expr:
+    """`canonical_category` as an expression (on the few distinct categories or (category, name) pairs,
+    never per row where that can be avoided: it is a string operation)."""
+    low = cat.cast(pl.String).str.to_lowercase()
+    known = low.is_in(KINETO_CATS) | low.is_in(list(CATEGORY_ALIASES))
+    return pl.when(known).then(low.replace(CATEGORY_ALIASES)).otherwise(cat.cast(pl.String))
+
+
+def canonical_category(cat: str) -> str:
+    """A Kineto category as `KINETO_CATS` spells it: matched without regard to case, older names by
+    `CATEGORY_ALIASES`; any other category unchanged (`Kernel` -> `kernel`, `Operator` -> `cpu_op`,
+    `Trace` -> `Trace`)."""
+    low = cat.lower()
+    if low in KINETO_CATS:
+        return low
+    return CATEGORY_ALIASES.get(low, cat)
+
 
 OP_RULES: tuple[tuple[str, str], ...] = (
     ("sendrecv", "other"),  # one kernel moving both ways: no single direction
@@ -127,3 +161,17 @@ def resolve_rank(
         raise RankError(f"{shown(path)}: the file names no rank ({missing}); {fix}")
     warnings.append(f"the file names no rank; taken as rank {default}")
     return default
+
+
+TIMELINE_COMM = (
+    r"(?i)^(?:nccl|rccl|gloo:|nccl:|c10d::)"
+    r"|(?:^|[^a-z])(?:all[-_ ]?reduce|all[-_ ]?gather|reduce[-_ ]?scatter|all[-_ ]?to[-_ ]?allv?|broadcast"
+    r"|i?send|i?recv)(?:$|[^a-z])"
+)
+"""Op-timeline rows (`ingest.timeline`) named as communication when the table gives no `kind`: the
+kernels and host ranges above, or a name with a collective or point-to-point word of its own
+(`forward-send`, `backward-recv`, `grads-all-reduce`, `allgather_params`); its `coll_op` comes
+from `coll_op`."""
+TIMELINE_DATA = r"(?i)dataloader|data[-_ ]?load|batch[-_ ]?generator|get[-_ ]?batch"
+"""Op-timeline rows named as data loading when the table gives no `kind` (`DataLoader.__next__`,
+Megatron's `batch-generator`, `get_batch`)."""

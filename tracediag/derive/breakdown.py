@@ -118,11 +118,7 @@ def _in_flight(host: pl.LazyFrame, names: _Names) -> pl.LazyFrame:
     enqueue = ops.filter(pl.col("coll_op").is_not_null(), ~pl.col("coll_op").is_in(P2P_OPS)).select(
         "rank", "tid", "ts", _e=_end()
     )
-    nxt = (
-        ops.filter(pl.col("coll_op").is_null(), ~names.comm_op)
-        .select("rank", "tid", _next="ts")
-        .sort("_next")
-    )
+    nxt = ops.filter(pl.col("coll_op").is_null(), ~names.comm_op).select("rank", "tid", _next="ts").sort("_next")
     return (
         enqueue.sort("_e")
         .join_asof(nxt, left_on="_e", right_on="_next", by=["rank", "tid"], strategy="forward", check_sortedness=False)
@@ -168,24 +164,26 @@ def _device_timeline(events: pl.LazyFrame, spans: pl.DataFrame, names: _Names) -
     )
     on_gpu = [dev.select("rank", "ts", end=_end(), cat=dev_cat).filter(pl.col("cat").is_not_null())]
     # planned only when some rank is CPU-only: its sweep reads the host rows when planned
-    on_cpu = [
-        _host_compute(host, names).with_columns(cat=_cat("compute")),
-        host_comm.select(
-            "rank",
-            "ts",
-            end=_end(),
-            cat=pl.when(pl.col("coll_op").is_in(P2P_OPS)).then(_cat("p2p")).otherwise(_cat("comm")),
-        ),
-        _in_flight(host, names).with_columns(cat=_cat("comm")),
-    ] if has_cpu else []
+    on_cpu = (
+        [
+            _host_compute(host, names).with_columns(cat=_cat("compute")),
+            host_comm.select(
+                "rank",
+                "ts",
+                end=_end(),
+                cat=pl.when(pl.col("coll_op").is_in(P2P_OPS)).then(_cat("p2p")).otherwise(_cat("comm")),
+            ),
+            _in_flight(host, names).with_columns(cat=_cat("comm")),
+        ]
+        if has_cpu
+        else []
+    )
     parts = [
         *(on_gpu if has_gpu else []),
         *on_cpu,
         spans.filter(pl.col("start").is_not_null()).select("rank", ts="start", end="end", cat=_cat("step")),
     ]
     return pl.concat([p.select("rank", "ts", "end", "cat") for p in parts])
-
-
 
 
 def device_sweep(
@@ -329,10 +327,9 @@ def _by_step(segments: pl.LazyFrame, spans: pl.LazyFrame, start: str, keys: Time
     """Attach the step whose span (starting at column `start`) holds each in-step segment (`segments`:
     a `intervals.sweep`, whose order, by rank then ts, is what the as-of join asks for and is kept)."""
     starts = spans.filter(pl.col(start).is_not_null()).select("rank", pl.col(start).alias("_s"), "step")
-    return (
-        asof_by_rank(segments.filter(pl.col("n_step") > 0), starts, "ts", "_s", ordered=True, keys=keys)
-        .with_columns(len=pl.col("end") - pl.col("ts"))
-    )
+    return asof_by_rank(
+        segments.filter(pl.col("n_step") > 0), starts, "ts", "_s", ordered=True, keys=keys
+    ).with_columns(len=pl.col("end") - pl.col("ts"))
 
 
 def breakdown(

@@ -72,9 +72,7 @@ def host_feed(
     # the aggregates of CPU-only ranks' rows find no GPU step to join below: no filter by rank here
     host = lf.filter(pl.col("device") == -1, pl.col("step").is_not_null())
     runtime = host.filter(pl.col("kind").is_in(["runtime", "sync"]))
-    blocking = name_matches(names, SYNC_REGEX) | (
-        name_matches(names, COPY_REGEX) & (pl.col("dur") >= BLOCKING_COPY_NS)
-    )
+    blocking = name_matches(names, SYNC_REGEX) | (name_matches(names, COPY_REGEX) & (pl.col("dur") >= BLOCKING_COPY_NS))
     launch = name_matches(names, LAUNCH_REGEX)
     # only the rows counted below take part (a (rank, step) with none gets zeros from the join)
     # the tests made columns first: the aggregations are plain sums (a test inside an aggregation is

@@ -24,5 +24,8 @@ class Facts:
     """Peak bus bandwidth of the link in GB/s, when the user gave it."""
     host: pl.DataFrame | None = None
     """Per (rank, step) of GPU ranks: how the host feeds the device (`derive.host.HOST_SCHEMA`)."""
+    late: pl.DataFrame | None = None
+    """Per rank and matched instance of the steps: arrival, lateness, wait and waiting caused
+    (`derive.lateness.LATE_ROW_SCHEMA`)."""
     world_size: int | None = None
     """Ranks in the job, as the traces state it (more than the traced ranks when only some were profiled)."""

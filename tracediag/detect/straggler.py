@@ -40,6 +40,7 @@ def rank_step_ratios(steps: pl.DataFrame, th: Thresholds) -> pl.DataFrame:
     peer_c = pl.when(n == 2).then(c.sum().over("step") - c).otherwise(c.median().over("step"))
     w = pl.col("wait_ns")
     peer_w = pl.when(n == 2).then(w.sum().over("step") - w).otherwise(w.median().over("step"))
+
     def waited_for(excess: pl.Expr) -> pl.Expr:
         """Late at a collective, the peers waiting for `excess` while the rank itself hardly waits."""
         return (
@@ -140,14 +141,18 @@ def detect(facts: Facts, *, thresholds: Thresholds, ratios: pl.DataFrame | None 
     per_rank = per_rank.with_columns(
         chance=pl.Series([_chance(k, n, 1 / n_ranks) for k, n in per_rank.select("k", "n").iter_rows()])
     )
-    persistent = per_rank.filter(pl.col("k") >= th.persistent_min_steps).filter(
-        ((pl.col("med_ratio") >= th.straggler_persistent_ratio) & (pl.col("pattern_share") >= 0.5))
-        | (
-            (pl.col("med_ratio") >= th.straggler_min_ratio)
-            & (pl.col("pattern_share") >= th.straggler_pattern_share)
-            & (pl.col("chance") <= th.straggler_pattern_chance)
+    persistent = (
+        per_rank.filter(pl.col("k") >= th.persistent_min_steps)
+        .filter(
+            ((pl.col("med_ratio") >= th.straggler_persistent_ratio) & (pl.col("pattern_share") >= 0.5))
+            | (
+                (pl.col("med_ratio") >= th.straggler_min_ratio)
+                & (pl.col("pattern_share") >= th.straggler_pattern_share)
+                & (pl.col("chance") <= th.straggler_pattern_chance)
+            )
         )
-    ).sort("rank")
+        .sort("rank")
+    )
     findings = []
     for rank, med_ratio, share, *_ in persistent.iter_rows():
         rows = r.filter(pl.col("rank") == rank, pl.col("pattern"))

@@ -76,7 +76,23 @@ class Thresholds:
     (p−1)/(m+p−1): a schedule idles at least about its ideal; far below it the send/recv traffic is
     not a pipeline schedule (the real GPipe m=1 run idles 74% against 75%)."""
     warmup_ratio: float = 1.5
-    """A leading step is warm-up when every rank's step takes at least this times that rank's median
-    over the later steps (first iterations allocate, compile, build buckets on every rank)."""
+    """A leading step is warm-up when every rank's step, less its wait for peers in collectives, takes
+    at least this times that rank's median of the same over the later steps (first iterations
+    allocate, compile, build buckets on every rank; a rank that only waits for a slow peer is not
+    slow itself)."""
+    lateness_share: float = 0.5
+    """The ranks everyone waits for explain at least this share of all waiting in collectives
+    (most of it: a set explaining less leaves most of the waiting to someone else)."""
+    lateness_gap: float = 3.0
+    """...each of them causing at least this times the waiting any other rank causes: with two
+    ranks the late one causes ≥ 75%; ranks that straggle by noise on a loaded host cause shares
+    within 1.5–2.5x of each other (the 4-rank gloo fixtures: 37/25/23/14%)."""
+    lateness_chance: float = 0.01
+    """...and they are among the last arrivers at more instances than chance gives: P(≥ k of n
+    instances) under a Binomial(n, set size / ranks) at most this (as `straggler_pattern_chance`)."""
+    lateness_min_wait: float = 0.05
+    """...and the waiting they cause, per waiting rank, is at least this share of the analysed time:
+    below it the job hardly feels them (half of `straggler_min_excess`, since a finding per rank then
+    still has to be priced by the what-if)."""
     persistent_min_steps: int = 2
     """A persistent straggler needs the pattern on at least this many steps (never 1 of 2)."""

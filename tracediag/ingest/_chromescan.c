@@ -1448,6 +1448,19 @@ static inline int64_t str_code_as_last(State *st, const Val *v, int64_t *last, i
     return c;
 }
 
+/* A thread id written as a string of decimal digits (`"tid": "25738"`, the 2021 Kineto layout) as its
+ * integer; any other string (`"stream 7"`) null. As chrome.py's `_tid_series`: 1 to 18 ASCII digits. */
+static int64_t digits_id(const Val *v) {
+    if (v->len < 1 || v->len > 18) return NULL_INT;
+    int64_t n = 0;
+    for (Py_ssize_t k = 0; k < v->len; k++) {
+        unsigned char ch = v->s[k];
+        if (ch < '0' || ch > '9') return NULL_INT;
+        n = n * 10 + (ch - '0');
+    }
+    return n;
+}
+
 static int emit(State *st, Event *ev, int phase) {
     /* checks: every field a row reads has a type the columns can hold */
     if (ev->bad) FAIL(st, "an event field of another type");
@@ -1455,6 +1468,7 @@ static int emit(State *st, Event *ev, int phase) {
         || (ev->name.kind == V_STR && !ev->name.quoted) || (ev->cat.kind == V_STR && !ev->cat.quoted))
         FAIL(st, "an event field of another type");
     if (ev->pid.kind == V_BAD || ev->tid.kind == V_BAD) FAIL(st, "an id of another type");
+    if (ev->tid.kind == V_STR && (ev->tid.escaped || !ev->tid.quoted)) FAIL(st, "a thread id string with escapes");
     for (uint32_t set = ev->args_set; set; set &= set - 1) {
         int a = ctz32(set);
         if (ev->args[a].kind == V_BAD || (ARG_KEYS[a].how <= A_ANY_INT && ev->args[a].kind == V_STR))
@@ -1468,7 +1482,7 @@ static int emit(State *st, Event *ev, int phase) {
     c[C_CAT][r] = str_code_as_last(st, &ev->cat, &st->last_code[1], &err);
     c[C_NAME][r] = str_code_as_last(st, &ev->name, &st->last_code[2], &err);
     c[C_PID][r] = ev->pid.kind == V_INT ? ev->pid.i : NULL_INT;
-    c[C_TID][r] = ev->tid.kind == V_INT ? ev->tid.i : NULL_INT;
+    c[C_TID][r] = ev->tid.kind == V_INT ? ev->tid.i : ev->tid.kind == V_STR ? digits_id(&ev->tid) : NULL_INT;
     c[C_TS][r] = ev->ts.kind == V_INT ? ev->ts.i : NULL_INT;
     c[C_DUR][r] = ev->dur.kind == V_INT ? ev->dur.i : NULL_INT;
     c[C_HAS_ARGS][r] = ev->has_args;

@@ -29,7 +29,7 @@ from tracediag.errors import NotATraceError, TraceError
 from tracediag.ingest import native
 from tracediag.names import distinct_names, name_matches
 from tracediag.schema import MAX_NS
-from tracediag.vocab import COLLECTIVE_ROW, DEVICE_CATS
+from tracediag.vocab import COLLECTIVE_ROW, DEVICE_CATS, category
 
 _RAW_EMPTY = msgspec.Raw(b"")
 
@@ -275,6 +275,8 @@ def decode(source: bytes | Iterable[bytes] | mmap.mmap, path: str) -> Decoded:
         bases.append(base)
     if held:
         _add_scanned(scanner, bases, metas, rare, skipped)
+    if not bases:  # no event at all (`[]`, `{"traceEvents": []}`): the columns, without rows
+        bases.append(_piece_frame([], 0, b"", False, warnings)[0])
     frame = _contiguous(bases)
     # events dropped while decoding (cut off, or not convertible) never reached the frame
     events_in = n_events + skipped.get("malformed", 0) + skipped.get("truncated", 0)
@@ -386,7 +388,7 @@ def _metadata_frame(meta: list[Any]) -> pl.DataFrame:
             "name": pl.Series([e.name for e in meta], dtype=pl.String, strict=False),
             "pid": pid_int,
             "pid_str": pl.Series([p if type(p) is str else None for p in pid], dtype=pl.String),
-            "tid": _int_series([e.tid for e in meta]),
+            "tid": _tid_series([e.tid for e in meta]),
             "label": _arg_series("label", [e.args.label for e in meta]),
             "labels": _arg_series("labels", [e.args.labels for e in meta]),
         }
@@ -811,7 +813,7 @@ def _piece_frame(
             "cat": pl.Series([e.cat for e in events], dtype=pl.String, strict=False).cast(pl.Categorical),
             "name": pl.Series([e.name for e in events], dtype=pl.String, strict=False).cast(pl.Categorical),
             "pid": pid_int,
-            "tid": _int_series([e.tid for e in events]),
+            "tid": _tid_series([e.tid for e in events]),
             "pid_str": pl.Series([p if type(p) is str else None for p in pid], dtype=pl.String)
             if pid_int.null_count()
             else pl.repeat(None, len(pid), dtype=pl.String, eager=True),
@@ -844,8 +846,9 @@ _NO_CAT = pl.col("cat").is_null()  # tiers are taken from rows that are not `M` 
 _DEVICE_CAT = pl.any_horizontal([pl.col("cat") == c for c in DEVICE_CATS])
 """`cat.is_in(DEVICE_CATS)` (null where `cat` is): a few comparisons of short strings cost 40% less than
 a hash lookup of every row's `cat`."""
+_DEVICE_RULE = _DEVICE_CAT | _NO_CAT
 _ARG_TIERS: tuple[tuple[pl.Expr | str, tuple[str, ...]], ...] = (
-    (_DEVICE_CAT | _NO_CAT, ("device", "stream", "nbytes")),
+    (_DEVICE_RULE, ("device", "stream", "nbytes")),
     # collective rows, and the matrix products whose shapes calibrate the model: a pattern of the name
     (COLLECTIVE_ROW + r"|^aten::(?:mm|addmm|bmm|baddbmm|_scaled_mm)$", _COLL_FIELDS),
     (_NO_CAT, ("label", "step_num", "device_ordinal", "hlo_op", "hlo_module", "run_id")),
@@ -866,8 +869,25 @@ def _tier_masks(frame: pl.DataFrame, names: pl.Series | None = None) -> list[pl.
         if isinstance(rule, str):
             names = distinct_names(frame) if names is None else names
             rule = name_matches(names, rule)
+        elif rule is _DEVICE_RULE:
+            rule = _device_rule(frame.get_column("cat").unique().drop_nulls() if names is None else names)
         masks.append(rule)
     return masks
+
+
+def _device_rule(strings: pl.Series) -> pl.Expr:
+    """The device tier's mask where `strings` (a superset of the categories) hold a device category
+    spelled otherwise (the 2021 layout's `Kernel`, `Memcpy`, `Memset`: `vocab.canonical_category`): those
+    spellings are compared too. A file of today's spellings keeps the plain comparisons."""
+    s = pl.col("s")
+    other = (
+        pl.DataFrame({"s": strings.cast(pl.String)})
+        .filter(category(s).is_in(DEVICE_CATS) & ~s.is_in(DEVICE_CATS))
+        .get_column("s")
+    )
+    if other.is_empty():
+        return _DEVICE_RULE
+    return _DEVICE_RULE | pl.any_horizontal([pl.col("cat") == c for c in other.unique().sort().to_list()])
 
 
 class _RareArgs:
@@ -910,6 +930,14 @@ def _int_series(values: list[Any]) -> pl.Series:
         return pl.Series(values, dtype=pl.Int64)  # the decoder admits only ints, strings and nulls
     except (TypeError, OverflowError):
         return pl.Series([v if type(v) is int and -(2**63) <= v < 2**63 else None for v in values], dtype=pl.Int64)
+
+
+def _tid_series(values: list[Any]) -> pl.Series:
+    """Thread ids: integers, and strings of 1 to 18 decimal digits as their integer (the 2021 Kineto
+    layout writes `"tid": "25738"`); other strings (`"stream 7"`: the stream is in `args`) null."""
+    if any(type(v) is str for v in values):
+        values = [int(v) if type(v) is str and 0 < len(v) <= 18 and v.isascii() and v.isdigit() else v for v in values]
+    return _int_series(values)
 
 
 def _arg_series(fname: str, values: list[Any]) -> pl.Series:

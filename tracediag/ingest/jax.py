@@ -52,9 +52,7 @@ def to_events(
     """
     warnings = list(dec.warnings)
     missing = "a JAX trace holds one process and never names its rank"
-    rank = resolve_rank(
-        path, given=rank, named=(), source="", default=default_rank, missing=missing, warnings=warnings
-    )
+    rank = resolve_rank(path, given=rank, named=(), source="", default=default_rank, missing=missing, warnings=warnings)
     check_rank(rank, path)
     slices = _with_planes(dec)
     has_device_planes = bool(slices["plane_device"].is_not_null().any()) if slices.height else False
@@ -77,19 +75,27 @@ def to_events(
 def _with_planes(dec: Decoded) -> pl.DataFrame:
     """Slices with their plane's device index, their line's name and stream, and its plane's streams."""
     meta = dec.metadata
-    planes = meta.filter(pl.col("name") == "process_name").select(
-        "pid", plane_device=pl.col("label").str.extract(DEVICE_PLANE, 1).cast(pl.Int64, strict=False)
-    ).unique("pid", keep="first")
-    lines = meta.filter(pl.col("name") == "thread_name").select(
-        "pid", "tid", line=pl.col("label")
-    ).unique(["pid", "tid"], keep="first")
-    streamed = lines.filter(pl.col("line").str.contains(STREAM_LINE)).select("pid").unique().with_columns(
-        plane_has_streams=pl.lit(True)
+    planes = (
+        meta.filter(pl.col("name") == "process_name")
+        .select("pid", plane_device=pl.col("label").str.extract(DEVICE_PLANE, 1).cast(pl.Int64, strict=False))
+        .unique("pid", keep="first")
+    )
+    lines = (
+        meta.filter(pl.col("name") == "thread_name")
+        .select("pid", "tid", line=pl.col("label"))
+        .unique(["pid", "tid"], keep="first")
+    )
+    streamed = (
+        lines.filter(pl.col("line").str.contains(STREAM_LINE))
+        .select("pid")
+        .unique()
+        .with_columns(plane_has_streams=pl.lit(True))
     )
     # the mapping matches names by pattern row by row (a JAX file is small): String names, not Categorical
     slices = dec.slices.with_columns(pl.col("name").cast(pl.String))
     return (
-        dec.with_args(slices, *_RARE_ARGS).join(planes, on="pid", how="left")
+        dec.with_args(slices, *_RARE_ARGS)
+        .join(planes, on="pid", how="left")
         .join(lines, on=["pid", "tid"], how="left")
         .join(streamed, on="pid", how="left")
         .with_columns(
@@ -120,19 +126,29 @@ def _classify(s: pl.DataFrame, has_device_planes: bool) -> pl.DataFrame:
         | (~on_device & hlo.is_not_null() & (not has_device_planes))
     )
     work_kind = (
-        pl.when(is_done).then(pl.lit("sync"))
-        .when(is_coll).then(pl.lit("comm"))
-        .when(name.str.contains(r"(?i)^memcpy")).then(pl.lit("memcpy"))
-        .when(name.str.contains(r"(?i)^memset")).then(pl.lit("memset"))
+        pl.when(is_done)
+        .then(pl.lit("sync"))
+        .when(is_coll)
+        .then(pl.lit("comm"))
+        .when(name.str.contains(r"(?i)^memcpy"))
+        .then(pl.lit("memcpy"))
+        .when(name.str.contains(r"(?i)^memset"))
+        .then(pl.lit("memset"))
         .otherwise(pl.lit("kernel"))
     )
     kind = (
-        pl.when(device_work).then(work_kind)
-        .when(on_device).then(pl.lit("annotation"))
-        .when(pl.col("a_step_num").is_not_null()).then(pl.lit("step"))
-        .when(name.str.starts_with("end: ") | name.str.contains(RENDEZVOUS_HELPERS)).then(pl.lit("other"))
-        .when(name.str.starts_with("$")).then(pl.lit("python"))
-        .when(name.str.contains(RUNTIME_CALL)).then(pl.lit("runtime"))
+        pl.when(device_work)
+        .then(work_kind)
+        .when(on_device)
+        .then(pl.lit("annotation"))
+        .when(pl.col("a_step_num").is_not_null())
+        .then(pl.lit("step"))
+        .when(name.str.starts_with("end: ") | name.str.contains(RENDEZVOUS_HELPERS))
+        .then(pl.lit("other"))
+        .when(name.str.starts_with("$"))
+        .then(pl.lit("python"))
+        .when(name.str.contains(RUNTIME_CALL))
+        .then(pl.lit("runtime"))
         .otherwise(pl.lit("cpu_op"))
     )
     return s.with_columns(
@@ -140,8 +156,10 @@ def _classify(s: pl.DataFrame, has_device_planes: bool) -> pl.DataFrame:
         name=pl.when(pl.col("a_step_num").is_not_null() & ~on_device)
         .then(pl.format("{}#{}", name, pl.col("a_step_num")))
         .otherwise(name),
-        device=pl.when(on_device).then(pl.col("plane_device"))
-        .when(device_work).then(pl.col("a_device_ordinal"))
+        device=pl.when(on_device)
+        .then(pl.col("plane_device"))
+        .when(device_work)
+        .then(pl.col("a_device_ordinal"))
         .otherwise(-1),
         stream=pl.when(on_device).then(pl.col("line_stream")).when(device_work).then(pl.col("tid")),
         correlation=pl.col("a_correlation"),
@@ -171,7 +189,9 @@ def _group_from_rendezvous(ev: pl.DataFrame) -> pl.DataFrame:
     rdv = (
         ev.filter((pl.col("name") == "Rendezvous") & pl.col("a_label").is_not_null())
         .select(
-            "pid", "tid", "ts",
+            "pid",
+            "tid",
+            "ts",
             r_run=pl.col("a_label").str.extract(key, 1).cast(pl.Int64, strict=False),
             r_group=pl.col("a_label").str.extract(key, 2).str.replace_all(" ", ""),
         )
@@ -187,8 +207,9 @@ def _group_from_rendezvous(ev: pl.DataFrame) -> pl.DataFrame:
         .sort("r_ts")
     )
     found = (
-        rdv.join_asof(colls, left_on="ts", right_on="r_ts", by=["pid", "tid"], strategy="backward",
-                  check_sortedness=False)
+        rdv.join_asof(
+            colls, left_on="ts", right_on="r_ts", by=["pid", "tid"], strategy="backward", check_sortedness=False
+        )
         .filter((pl.col("ts") <= pl.col("r_end")) & (pl.col("r_run") == pl.col("coll_seq")))
         .unique("_row", keep="first")
         .select("_row", "r_group")
@@ -221,8 +242,7 @@ def _place_in_time(ev: pl.DataFrame, xplane: Path | None, warnings: list[str]) -
             warnings.append(f"{xplane.name} is from another profile (this trace runs past its stop time)")
     if ev.height:
         warnings.append(
-            "times are relative to the profile start (no xplane.pb beside the file): "
-            "not comparable across hosts"
+            "times are relative to the profile start (no xplane.pb beside the file): not comparable across hosts"
         )
     return ev, "relative"
 

@@ -25,6 +25,7 @@ from tracediag.vocab import (
     HOST_COLLECTIVE,
     OP_RULES,
     STEP_MARKER,
+    category,
     resolve_rank,
 )
 
@@ -247,9 +248,12 @@ def _classify(s: pl.DataFrame, named: pl.Series) -> pl.DataFrame:
     )
 
 
-_CAT, _NAME = pl.col("cat"), pl.col("name")
+_CAT, _NAME = category(pl.col("cat")), pl.col("name")
+"""The category as Kineto spells it since PyTorch 1.10 (`Kernel`, `Operator` of the 2021 layout as
+`kernel`, `cpu_op`): the pair rules run once per distinct pair, so this costs no per-row work."""
 _PAIR_RULES: dict[str, pl.Expr] = {
-    "kind": pl.when(_CAT.is_in(["user_annotation", "gpu_user_annotation"]) & _NAME.str.contains(STEP_MARKER))
+    # the step's range: a user annotation since 2021, an `Operator` (cpu_op) in the 2021 layout
+    "kind": pl.when(_CAT.is_in(["user_annotation", "gpu_user_annotation", "cpu_op"]) & _NAME.str.contains(STEP_MARKER))
     .then(pl.lit("step", dtype=Kind))
     .when((_CAT == "user_annotation") & _NAME.str.starts_with("gloo:"))
     .then(pl.lit("comm", dtype=Kind))

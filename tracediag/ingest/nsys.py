@@ -83,9 +83,7 @@ _MEMCPY = _Table(
     ("start", "end", "deviceId", "streamId"),
     ("copyKind", "correlationId", "globalPid"),
 )
-_MEMSET = _Table(
-    "CUPTI_ACTIVITY_KIND_MEMSET", ("start", "end", "deviceId", "streamId"), ("correlationId", "globalPid")
-)
+_MEMSET = _Table("CUPTI_ACTIVITY_KIND_MEMSET", ("start", "end", "deviceId", "streamId"), ("correlationId", "globalPid"))
 _SYNC = _Table(
     "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION",
     ("start", "end", "deviceId", "streamId"),
@@ -212,9 +210,7 @@ def _check_header(path: Path, head: bytes, *, shown: Path) -> None:
     if not head:
         raise TraceError(str(shown), "empty file")
     if not head.startswith(_SQLITE_MAGIC):
-        raise TraceError(
-            str(shown), "not a trace: content is not SQLite (Nsight Systems: `nsys export --type sqlite`)"
-        )
+        raise TraceError(str(shown), "not a trace: content is not SQLite (Nsight Systems: `nsys export --type sqlite`)")
     if len(head) < 100:
         raise TraceError(str(shown), "truncated SQLite file (header cut short)")
     page_size = int.from_bytes(head[16:18], "big")
@@ -455,9 +451,7 @@ def _nvtx(raw: pl.DataFrame, strings: pl.DataFrame) -> tuple[pl.DataFrame, dict[
         device=pl.lit(-1),
         name=name,
     ).with_columns(
-        kind=pl.when(pl.col("name").str.contains(STEP_MARKER))
-        .then(pl.lit("step"))
-        .otherwise(pl.lit("annotation")),
+        kind=pl.when(pl.col("name").str.contains(STEP_MARKER)).then(pl.lit("step")).otherwise(pl.lit("annotation")),
         coll_op=pl.when(pl.col("name").str.contains(COMM_KERNEL)).then(coll_op(pl.col("name"), default=None)),
     )
     return rows, skipped

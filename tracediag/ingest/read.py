@@ -11,7 +11,7 @@ from typing import Any
 import polars as pl
 
 from tracediag.errors import NotATraceError, RankError, TracediagError, TraceError
-from tracediag.ingest import chrome, kineto
+from tracediag.ingest import chrome, kineto, timeline
 from tracediag.ingest.remote import expand, is_remote, local_copy
 from tracediag.ingest.sniff import iter_blocks, map_plain, peek_head, sniff
 from tracediag.ingest.trace import FileTrace
@@ -24,7 +24,35 @@ def read_file(
     default_rank: int | None = None,
     storage_options: dict[str, Any] | None = None,
 ) -> FileTrace:
-    """The event table of one trace file (Kineto/Chrome JSON, JAX JSON or Nsight Systems SQLite).
+    """The event table of one trace file of one rank (`read_traces`); an op-timeline table of several
+    ranks is a `TraceError` (read it with `read_traces` or `tracediag.load`)."""
+    traces = read_traces(path, rank=rank, default_rank=default_rank, storage_options=storage_options)
+    if len(traces) != 1:
+        raise TraceError(str(path), f"an op-timeline table of {len(traces):,} ranks: read it with tracediag.load")
+    return traces[0]
+
+
+def read_traces(
+    path: str | Path,
+    *,
+    rank: int | None = None,
+    default_rank: int | None = None,
+    storage_options: dict[str, Any] | None = None,
+) -> list[FileTrace]:
+    """The event tables of one file: one rank's trace, or each rank's rows of an op-timeline table."""
+    read = _read(path, rank=rank, default_rank=default_rank, storage_options=storage_options)
+    return read if isinstance(read, list) else [read]
+
+
+def _read(
+    path: str | Path,
+    *,
+    rank: int | None = None,
+    default_rank: int | None = None,
+    storage_options: dict[str, Any] | None = None,
+) -> FileTrace | list[FileTrace]:
+    """The event table of one trace file (Kineto/Chrome JSON, JAX JSON or Nsight Systems SQLite), or
+    those of the ranks of an op-timeline table (Parquet, CSV, JSON Lines: `ingest.timeline`).
 
     `path` may be a URL (``s3://``, ``gs://``, ``az://``, ``file://``: `ingest.remote`), read as a
     stream with `storage_options` (an SQLite export or ``.nsys-rep`` is first copied to a temporary
@@ -39,12 +67,23 @@ def read_file(
 
         path = str(export_nsys_rep(path))
     # one open: a pipe can be read only once
-    head, blocks = peek_head(iter_blocks(path, storage_options=storage_options))
+    head, blocks = peek_head(iter_blocks(path, storage_options=storage_options), timeline.HEAD_BYTES)
+    table = timeline.table_format(head)
+    if table is not None:
+        return _read_timeline(path, blocks, table, rank)
     try:
         fmt = sniff(path, head)
     except TraceError:
         blocks.close()
         raise
+    if fmt == "parquet":
+        mapped = map_plain(path)
+        if mapped is not None:
+            mapped.close()
+        source = path if mapped is not None else b"".join(blocks)  # a local file is read in place
+        if timeline.parquet_is_timeline(source):
+            blocks.close()
+            return timeline.read_timeline(path, source, "parquet", rank=rank)
     if fmt != "json":
         blocks.close()
     if fmt == "sqlite" and is_remote(path):
@@ -67,6 +106,16 @@ def read_file(
                 return jax.to_events(decoded, path, rank=rank, default_rank=default_rank, xplane=xplane)
         return jax.to_events(decoded, path, rank=rank, default_rank=default_rank)
     return kineto.to_events(decoded, path, rank=rank, default_rank=default_rank)
+
+
+def _read_timeline(path: str, blocks: Iterator[bytes], fmt: str, rank: int | None) -> list[FileTrace]:
+    """An op-timeline table read from the file itself when it is local and uncompressed, else from its content."""
+    mapped = map_plain(path)
+    if mapped is None:
+        return timeline.read_timeline(path, blocks, fmt, rank=rank)
+    mapped.close()
+    blocks.close()
+    return timeline.read_timeline(path, path, fmt, rank=rank)
 
 
 def _read_copy(

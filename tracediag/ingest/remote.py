@@ -163,6 +163,7 @@ def fs_kwargs(store: str, storage_options: dict[str, Any] | None) -> dict[str, A
 def filesystem(url: str, storage_options: dict[str, Any] | None = None) -> tuple[pafs.FileSystem, str]:
     """The file system holding `url` and the object's path in it. Raises `TracediagError` (one line)."""
     import pyarrow.fs as pafs
+
     kind = scheme(url)
     if kind is None:
         raise TracediagError(f"{shown(url)}: not a URL")
@@ -219,6 +220,7 @@ def _s3_defaults(kw: dict[str, Any], bucket: str) -> dict[str, Any]:
 def _bucket_region(bucket: str) -> str | None:
     """The AWS region of `bucket` (one anonymous request per bucket and process), None when unknown."""
     import pyarrow.fs as pafs
+
     try:
         return pafs.resolve_s3_region(bucket)
     except (OSError, ValueError):
@@ -279,6 +281,7 @@ def expand(
     listing that fails, is a `TracediagError`.
     """
     import pyarrow.fs as pafs
+
     fs, path = filesystem(source, storage_options)
     if not _GLOB.search(source.split("://", 1)[1]):
         try:
@@ -314,6 +317,7 @@ def expand(
 def _list(fs: pafs.FileSystem, path: str, url: str, *, recursive: bool) -> list[pafs.FileInfo]:
     """The files (not prefixes) under `path`."""
     import pyarrow.fs as pafs
+
     try:
         infos = fs.get_file_info(pafs.FileSelector(path, allow_not_found=True, recursive=recursive))
     except OSError as e:
@@ -336,6 +340,7 @@ def open_stream(url: str, storage_options: dict[str, Any] | None = None) -> tupl
     """The object at `url` as a buffered stream (read front to back, `STREAM_BUFFER` bytes a request)
     and its size. A missing object or a denied access is a `TraceError` naming the URL."""
     import pyarrow.fs as pafs
+
     try:
         fs, path = filesystem(url, storage_options)
     except TracediagError as e:

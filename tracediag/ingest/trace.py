@@ -26,7 +26,7 @@ class FileMeta:
 
     path: str
     format: str
-    """"kineto", "nsys" or "jax"."""
+    """"kineto", "nsys", "jax" or "timeline"."""
     rank: int
     world_size: int | None = None
     backend: str | None = None
@@ -40,6 +40,9 @@ class FileMeta:
     skipped: dict[str, int] = field(default_factory=dict)
     """Input events that did not become rows, by reason (see `schema.SKIP_REASONS`)."""
     warnings: tuple[str, ...] = ()
+    coords: dict[str, int] = field(default_factory=dict)
+    """The rank's coordinates in the job's parallel layout (`dp`, `pp`, `tp`, `cp`, `ep`), where the
+    input gives them (op-timeline tables)."""
 
 
 @dataclass(frozen=True, slots=True)

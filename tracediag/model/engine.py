@@ -164,6 +164,7 @@ ENGINES = {
 }
 """Named engine profiles (`--engine`)."""
 
+
 def resolve_engine(name: str) -> Engine:
     """An engine profile by name."""
     if name not in ENGINES:

@@ -7,7 +7,7 @@ from typing import Any
 
 import polars as pl
 
-from tracediag.analysis import Analysis, Finding, WhatIf
+from tracediag.analysis import Analysis, Finding, Lateness, WhatIf
 from tracediag.words import count, noun
 
 MS = 1e6
@@ -60,6 +60,31 @@ def _finding_lines(i: int, f: Finding) -> list[str]:
     )
     whatif = [f"   what-if: {f.whatif}"] if f.whatif else []
     return [head, f"   {f.summary}", *whatif, f"   evidence: {_evidence(f.evidence)}"]
+
+
+LATENESS_RANKS_SHOWN = 8
+"""Ranks listed on the lateness line (most waiting caused first)."""
+
+
+def _lateness_lines(late: Lateness | None) -> list[str]:
+    """Who everyone waits for, and each rank's share of the waiting it causes."""
+    if late is None or not late.instances:
+        return []
+    t = late.ranks
+    waits = f"{late.wait_ns / MS:,.1f} ms waiting in {count(late.instances, 'collective instance')}"
+    if late.waited_for:
+        mine = t.filter(pl.col("rank").is_in(list(late.waited_for)))
+        last = int(mine["last_n"].max())
+        who = f"rank {late.waited_for[0]}" if len(late.waited_for) == 1 else f"ranks {_span(late.waited_for)}"
+        head = f"waited for: {who}, {late.share:.0%} of the {waits} (last at up to {last} of {late.instances})"
+    else:
+        head = f"waited for: no one ({late.reason}; {waits})"
+    shown = [
+        f"{r}:{sh:.0%} {n}/{c}"
+        for r, sh, n, c in t.head(LATENESS_RANKS_SHOWN).select("rank", "share", "last_n", "coll_n").iter_rows()
+    ]
+    more = f" (+{count(t.height - LATENESS_RANKS_SHOWN, 'rank')})" if t.height > LATENESS_RANKS_SHOWN else ""
+    return [head, f"   waiting caused by rank (rank:share last/instances): {', '.join(shown)}{more}"]
 
 
 def _step_table(steps: pl.DataFrame, whatif: WhatIf | None = None) -> list[str]:
@@ -117,6 +142,7 @@ def render_text(analysis: Analysis) -> str:
         )
     if any(f.whatif for f in analysis.findings):
         lines.extend(_whatif_line(analysis.whatif))
+    lines.extend(_lateness_lines(analysis.lateness))
     lines.append("")
     priced = any(f.whatif for f in analysis.findings)
     lines.extend(_step_table(analysis.steps, analysis.whatif if priced else None))

@@ -67,6 +67,7 @@ PHASE_REGEX = r"^(?i:forward|backward)"
 """Pipeline schedule annotations (`torch.distributed.pipelining`: ``Forward i``, ``Backward i``): a
 send inside a forward goes to the next stage, a recv comes from the previous one; backward reverses."""
 
+
 def _category_tests() -> dict[str, pl.Expr]:
     """The local category of an elementary segment, one test per category of `LOCAL_CATEGORIES`:
     computing, else loading data, else communicating or copying without compute (``other``), else
@@ -111,9 +112,7 @@ def sync_ends(events: pl.DataFrame, instances: pl.DataFrame, *, names: pl.Series
     )
     phases = (
         lf.filter(pl.col("device") == -1, pl.col("kind") == "annotation", name_matches(names, PHASE_REGEX))
-        .select(
-            "rank", "tid", _pts="ts", _pend=pl.col("ts") + pl.col("dur"), _fwd=name_matches(names, "(?i)^forward")
-        )
+        .select("rank", "tid", _pts="ts", _pend=pl.col("ts") + pl.col("dur"), _fwd=name_matches(names, "(?i)^forward"))
         .sort("_pts")
     )
     p2p = (

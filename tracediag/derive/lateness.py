@@ -1,0 +1,148 @@
+"""Who everyone waits for: lateness per collective instance, summed per rank over a run.
+
+Per matched instance (`derive.collectives.match_instances`, aligned clocks) every rank's wait is
+blamed on the instance's last arrivers (``is_last``: within `collectives.LATE_SHARE` of the skew of
+the last one), split equally among them: had they arrived with the others, nobody would have waited.
+A rank's wait is counted once where concurrent instances overlap (DDP buckets in flight together):
+each instance's wait is scaled by the rank's union of waits in the step over their sum
+(`collectives.wait_per_step`). Summed per rank over the instances of the analysed steps, this gives
+``caused_ns`` (waiting it made its peers do) and its ``share`` of all waiting, from one step of many
+collectives as well as from many steps.
+
+`assess` names the ranks everyone waits for: the smallest set of the ranks that cause the most
+whose combined share reaches `lateness_share`, at most half the ranks, each member causing at least
+`lateness_gap` × what any other rank causes, the members among the last arrivers more often than
+chance allows, and the waiting they cause material (`lateness_min_wait` of the step). Else no one.
+"""
+
+from __future__ import annotations
+
+from math import exp, lgamma, log, log1p
+
+import polars as pl
+
+from tracediag.analysis import LATENESS_SCHEMA, Lateness
+from tracediag.derive.intervals import union_intervals
+
+LATE_ROW_SCHEMA: dict[str, pl.DataType] = {
+    "rank": pl.Int32(),
+    "iid": pl.UInt64(),
+    "step": pl.Int32(),
+    "op": pl.String(),
+    "ts": pl.Int64(),
+    "arrival": pl.Int64(),
+    "late_ns": pl.Int64(),
+    "wait_ns": pl.Int64(),
+    "caused_ns": pl.Int64(),
+    "is_last": pl.Boolean(),
+}
+"""Per rank and matched instance (seen on ≥ 2 ranks, in a step): ``ts`` (own clock: joins the
+rank's windows), ``arrival`` (aligned), ``late_ns`` = arrival − the median arrival of the instance,
+``wait_ns`` (its wait, counted once where concurrent instances overlap), ``caused_ns`` (its part of
+the instance's waiting, blamed on the last arrivers), ``is_last``."""
+
+
+def late_rows(matched: pl.DataFrame) -> pl.DataFrame:
+    """Per rank and instance: `LATE_ROW_SCHEMA` (from `collectives.match_instances` rows)."""
+    lf = matched.lazy().filter(pl.col("n_ranks") > 1, pl.col("step").is_not_null())
+    # one wait per rank where its instances in flight overlap: scale by union / sum in the step
+    union = _union_waits(lf)
+    summed = pl.col("wait_ns").sum().over("rank", "step")
+    scale = pl.when(summed > 0).then(pl.col("_union") / summed).otherwise(0.0)
+    rows = (
+        lf.join(union, on=["rank", "step"], how="left")
+        .with_columns(_union=pl.col("_union").fill_null(0))
+        .with_columns(wait_ns=(pl.col("wait_ns") * scale).round(0).cast(pl.Int64))
+        .with_columns(
+            late_ns=pl.col("arrival") - pl.col("arrival").median().over("iid").round(0).cast(pl.Int64),
+            _w=pl.col("wait_ns").sum().over("iid"),
+            _l=pl.col("is_last").sum().over("iid"),
+        )
+        .with_columns(caused_ns=pl.when("is_last").then(pl.col("_w") / pl.col("_l").clip(lower_bound=1)).otherwise(0.0))
+        .select(list(LATE_ROW_SCHEMA))
+        .sort("rank", "arrival")
+    )
+    return rows.collect(engine="in-memory").cast(LATE_ROW_SCHEMA)
+
+
+def _union_waits(lf: pl.LazyFrame) -> pl.LazyFrame:
+    waiting = lf.filter(pl.col("wait_ns") > 0).select(
+        "rank", "step", ts="arrival", end=pl.col("arrival") + pl.col("wait_ns")
+    )
+    return (
+        union_intervals(waiting, ["rank", "step"])
+        .group_by("rank", "step")
+        .agg(_union=(pl.col("end") - pl.col("ts")).sum())
+    )
+
+
+def per_rank(rows: pl.DataFrame) -> pl.DataFrame:
+    """`LATENESS_SCHEMA`, one row per rank of `rows` (`late_rows`), most waiting caused first."""
+    total = rows["wait_ns"].sum() if rows.height else 0
+    out = (
+        rows.lazy()
+        .group_by("rank")
+        .agg(
+            coll_n=pl.len().cast(pl.Int32),
+            last_n=pl.col("is_last").sum().cast(pl.Int32),
+            late_ns=pl.col("late_ns").filter("is_last").sum(),
+            caused_ns=pl.col("caused_ns").sum(),
+            waited_ns=pl.col("wait_ns").sum(),
+        )
+        .with_columns(share=pl.col("caused_ns") / total if total > 0 else pl.lit(0.0))
+        .sort("caused_ns", "rank", descending=[True, False])
+        .select(list(LATENESS_SCHEMA))
+        .collect(engine="in-memory")
+    )
+    return out.cast(LATENESS_SCHEMA)
+
+
+def _chance(k: int, n: int, p: float) -> float:
+    """P(X ≥ k), X ~ Binomial(n, p), summed in logs (n reaches thousands of instances)."""
+    if k <= 0 or p >= 1:
+        return 1.0
+    log_terms = (
+        lgamma(n + 1) - lgamma(i + 1) - lgamma(n - i + 1) + i * log(p) + (n - i) * log1p(-p) for i in range(k, n + 1)
+    )
+    return min(1.0, sum(exp(t) for t in log_terms))
+
+
+def assess(
+    rows: pl.DataFrame, *, step_time_ns: float, share: float, gap: float, chance: float, min_wait: float
+) -> Lateness:
+    """Who everyone waits for, from the `late_rows` of the analysed steps; `step_time_ns`: the
+    analysed time per rank (Σ over steps of the median step); the thresholds as in
+    `detect.thresholds.Thresholds` (``lateness_*``)."""
+    table = per_rank(rows)
+    n = table.height
+    total = int(rows["wait_ns"].sum()) if rows.height else 0
+    instances = rows["iid"].n_unique() if rows.height else 0
+
+    def result(ranks: tuple[int, ...], sh: float, g: float, p: float, ws: float, reason: str) -> Lateness:
+        return Lateness(ranks, round(sh, 4), total, instances, round(g, 3), p, round(ws, 4), reason, table)
+
+    if n < 2 or int(table["caused_ns"].sum()) <= 0:
+        return result((), 0.0, 0.0, 1.0, 0.0, "no rank waits for another")
+    shares = table["share"].to_list()
+    caused = table["caused_ns"].to_list()
+    ranks = table["rank"].to_list()
+    for k in range(1, n // 2 + 1):
+        mine = sum(shares[:k])
+        rest_max = max(shares[k:])
+        g = shares[k - 1] / rest_max if rest_max > 0 else float("inf")
+        if mine < share or g < gap:
+            continue
+        members = tuple(sorted(ranks[:k]))
+        hit = rows.group_by("iid").agg(m=(pl.col("is_last") & pl.col("rank").is_in(members)).any())["m"]
+        p = _chance(int(hit.sum()), hit.len(), k / n)
+        ws = sum(caused[:k]) / (n - k) / max(step_time_ns, 1.0)
+        if p > chance:
+            return result((), mine, g, p, ws, f"ranks {_list(members)} are last this often by chance")
+        if ws < min_wait:
+            return result((), mine, g, p, ws, f"the waiting ranks {_list(members)} cause is small")
+        return result(members, mine, g, p, ws, "")
+    return result((), shares[0], 0.0, 1.0, 0.0, "the waiting is spread over the ranks")
+
+
+def _list(ranks: tuple[int, ...]) -> str:
+    return ", ".join(map(str, ranks))
