@@ -88,8 +88,9 @@ def build(ranks: int, steps: int, per_step: int):
 def stage(ranks: int, steps: int, per_step: int) -> dict:
     import polars as pl
 
+    from tracediag.causes import detect_all
     from tracediag.derive.collectives import align_and_match, summarize_instances, wait_per_step
-    from tracediag.detect import Facts, detect_all
+    from tracediag.detect import Facts
 
     instances, step_rows, facts = build(ranks, steps, per_step)
     base = _hwm()

@@ -16,9 +16,8 @@ from pathlib import Path
 
 import tracediag
 from tracediag.analyzing import derive_facts
-from tracediag.detect import detect_all
+from tracediag.causes import detect_all, price
 from tracediag.whatif import graph_of
-from tracediag.whatif.price import price
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT = ("pipeline_gpipe_m8", "straggler_persistent", "healthy_tp_dp")

@@ -16,10 +16,9 @@ from bench_whatif import best  # the same timing rule (script directory on sys.p
 
 import tracediag
 from tracediag.analyzing import derive_facts
-from tracediag.detect import detect_all
+from tracediag.causes import detect_all, price
 from tracediag.run import Run
 from tracediag.whatif import graph_of
-from tracediag.whatif.price import price
 
 RUN = Path(__file__).resolve().parent.parent / "fixtures" / "runs" / "straggler_persistent"
 

@@ -24,8 +24,8 @@ import polars as pl
 import tracediag
 from tracediag.analysis import Finding
 from tracediag.analyzing import derive_facts
+from tracediag.causes import price
 from tracediag.whatif import graph_of
-from tracediag.whatif.price import price
 
 HERE = Path(__file__).resolve().parent
 MS = 1e6

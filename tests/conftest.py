@@ -13,6 +13,15 @@ FIXTURES = ROOT / "fixtures"
 KINETO = FIXTURES / "kineto"
 SHARED = ROOT.parent / "shared"
 SAMPLES = SHARED / "trace-samples"
+RUNS = FIXTURES / "runs"
+LATENESS_PENDING: dict[str, str] = {
+    "host_late": "issue 24: a rank late from host work (Python, sleep) is not named yet",
+    "gc_pause": "issue 24: a rank late from GC pauses is not named yet",
+    "checkpoint_every4": "issue 24: a rank late from writing a checkpoint is not named yet",
+}
+"""Real runs of fixtures/runs (made by make_lateness_runs.py) whose manifest verdict tracediag does not
+give yet, with the reason. Verdict tests xfail on them strictly: the detector that gets one right
+removes it here."""
 REQUIRE_SHARED = "TRACEDIAG_REQUIRE_SHARED"
 """Set to 1 (as `.ci/run` does) and a test whose ../shared data is missing fails instead of skipping,
 so the accuracy and reference tests cannot silently stop running."""

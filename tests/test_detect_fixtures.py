@@ -5,25 +5,28 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import FIXTURES
+from conftest import LATENESS_PENDING, RUNS
 
 import tracediag
 from tracediag.analysis import Analysis
 
-RUNS = FIXTURES / "runs"
 SCENARIOS = sorted(p.parent.name for p in RUNS.glob("*/manifest.json"))
+VERDICTS = [
+    pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=LATENESS_PENDING[n])) if n in LATENESS_PENDING else n
+    for n in SCENARIOS
+]
 
 
 @pytest.fixture(scope="module")
 def analyses() -> dict[str, tuple[Analysis, dict]]:
     out = {}
     for name in SCENARIOS:
-        run = tracediag.load(sorted(RUNS.glob(f"{name}/rank*.pt.trace.json.gz")), jobs=1)
+        run = tracediag.load(sorted(RUNS.glob(f"{name}/*.pt.trace.json.gz")), jobs=1)
         out[name] = (tracediag.analyze(run), json.loads((RUNS / name / "manifest.json").read_text()))
     return out
 
 
-@pytest.mark.parametrize("name", SCENARIOS, ids=str)
+@pytest.mark.parametrize("name", VERDICTS, ids=str)
 def test_verdict_ranks_and_steps_match_manifest(analyses, name):
     analysis, manifest = analyses[name]
     causes = [f.cause for f in analysis.findings]
@@ -43,7 +46,7 @@ def test_verdict_ranks_and_steps_match_manifest(analyses, name):
 def test_every_complete_step_of_every_rank_is_in_the_table(analyses, name):
     analysis, manifest = analyses[name]
     assert analysis.step_numbers == manifest["profiler_steps"]
-    assert analysis.steps.height == 4 * len(manifest["profiler_steps"])
+    assert analysis.steps.height == manifest["world_size"] * len(manifest["profiler_steps"])
     s = analysis.steps
     assert (s["compute_ns"] + s["exposed_comm_ns"] + s["idle_ns"] <= s["dur_ns"]).all()
     assert (s["exposed_comm_ns"] <= s["comm_ns"]).all()

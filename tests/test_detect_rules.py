@@ -5,7 +5,8 @@ from __future__ import annotations
 import polars as pl
 
 from tracediag.analysis import STEP_SCHEMA
-from tracediag.detect import Facts, detect_all
+from tracediag.causes import detect_all
+from tracediag.detect import Facts
 
 MS = 1_000_000
 

@@ -15,13 +15,14 @@ from dataclasses import dataclass
 import polars as pl
 
 from tracediag.analysis import COLLECTIVE_SCHEMA, STEP_SCHEMA, Analysis
+from tracediag.causes import detect_all, price
 from tracediag.derive.collectives import align_and_match, plausible_matches, summarize_instances, wait_per_step
 from tracediag.derive.kernels import TOP_STORED, by_category, kernel_view
 from tracediag.derive.lateness import late_rows
 from tracediag.derive.p2p import pipeline_groups
 from tracediag.derive.per_rank import rank_tables
 from tracediag.derive.summary import RankSummary
-from tracediag.detect import Facts, Thresholds, detect_all
+from tracediag.detect import Facts, Thresholds
 from tracediag.detect import lateness as lateness_detect
 from tracediag.detect.pipeline import pipeline_stages
 from tracediag.detect.warmup import warmup_steps, without_steps
@@ -29,7 +30,6 @@ from tracediag.errors import NoStepsError, TracediagError, shown
 from tracediag.run import Run, RunMeta
 from tracediag.sanity import check_problems, check_same_run, run_problems
 from tracediag.whatif import ReplayInputs, graph_of
-from tracediag.whatif.price import price
 from tracediag.words import count, noun
 
 

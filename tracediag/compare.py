@@ -23,7 +23,7 @@ from typing import Any
 
 import polars as pl
 
-from tracediag.analysis import Analysis
+from tracediag.analysis import Analysis, Cause
 from tracediag.derive.kernels import TOP_STORED
 
 PARTS = (
@@ -178,7 +178,7 @@ def compare(base: Analysis, new: Analysis) -> Comparison:
     if kernels:
         k = kernels[0]
         headline += f"; the kernel that changed most is {k['name'][:80]} ({k['status']}, {_ms(k['delta_ns'])} per step)"
-    new_causes = sorted(causes_n - causes_b - {"healthy"})
+    new_causes = sorted(causes_n - causes_b - {Cause.HEALTHY})
     if new_causes:
         headline += f"; new cause: {', '.join(new_causes)}"
     return Comparison(

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
+from tracediag.causes import blamed_ranks
 from tracediag.words import count
 
 if TYPE_CHECKING:
@@ -203,7 +204,7 @@ def breakdown(steps: pl.DataFrame) -> Figure:
 
 def _culprits(analysis: Analysis) -> set[int]:
     """Ranks a finding blames (stragglers); job-wide causes name every rank and blame none."""
-    return {r for f in analysis.findings if f.cause == "compute_straggler" for r in f.ranks}
+    return blamed_ranks(analysis.findings)
 
 
 def _slowest_step(steps: pl.DataFrame) -> int:

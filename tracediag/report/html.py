@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from importlib.metadata import version
 from typing import TYPE_CHECKING, Any
 
+from tracediag.analysis import Cause
 from tracediag.checking import format_ms
 from tracediag.report.figures import Figure, breakdown, check_chart, esc, heatmap, pipeline_idle, timeline
 from tracediag.report.kernels_html import kernels_section
@@ -99,7 +100,7 @@ def _value(v: Any) -> str:
 
 
 def _finding(f: Finding) -> str:
-    kind = "ok" if f.cause == "healthy" else "bad"
+    kind = "ok" if f.cause == Cause.HEALTHY else "bad"
     evidence = "".join(
         f'<tr><td class="key">{esc(k)}</td><td>{esc(_value(v))}</td></tr>' for k, v in f.evidence.items()
     )

@@ -7,7 +7,7 @@ from typing import Any
 
 import polars as pl
 
-from tracediag.analysis import Analysis, Finding, Lateness, WhatIf
+from tracediag.analysis import Analysis, Cause, Finding, Lateness, WhatIf
 from tracediag.words import count, noun
 
 MS = 1e6
@@ -50,7 +50,7 @@ def _evidence(evidence: Mapping[str, Any]) -> str:
 
 
 def _finding_lines(i: int, f: Finding) -> list[str]:
-    if f.cause == "healthy":
+    if f.cause == Cause.HEALTHY:
         return [f"{i}. healthy  {f.summary}", f"   evidence: {_evidence(f.evidence)}"]
     n = len(f.steps)
     head = (

@@ -51,6 +51,12 @@ def _on(graph: Graph, ranks: tuple[int, ...], steps: tuple[int, ...]) -> pl.Data
     return s.filter(pl.col("step").is_in(list(steps))) if steps else s
 
 
+def has_ops(graph: Graph, ranks: tuple[int, ...], kind: str) -> bool:
+    """Whether the graph holds sync operations of `kind` (``collective``, ``p2p``) on `ranks`: an edit
+    of their transfers needs them (communication no operation was matched for cannot be sped up)."""
+    return graph.ops.filter(pl.col("rank").is_in(list(ranks)), pl.col("kind") == kind).height > 0
+
+
 def _factor(rows: pl.DataFrame, cat: str, factor: pl.Expr | float) -> pl.DataFrame:
     f = factor if isinstance(factor, pl.Expr) else pl.lit(factor)
     return rows.select("rank", "step", cat=pl.lit(cat), factor=f).cast(_FACTOR_SCHEMA)

@@ -10,96 +10,51 @@ what-if applies every finding's edit at once.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
 import polars as pl
 
-from tracediag.analysis import Finding, WhatIf, WhatIfStep
+from tracediag.analysis import Cause, Finding, WhatIf, WhatIfStep
 from tracediag.detect.facts import Facts
-from tracediag.detect.pipeline import bubble_formula
 from tracediag.whatif import causes
 from tracediag.whatif.graph import Graph
 from tracediag.whatif.replay import replay, step_times
 
 MS = 1e6
-PROJECTED_MICROBATCHES = (2, 4, 8)
-"""A pipeline's step is also projected at these multiples of its micro-batches."""
 
 
-def _edit(f: Finding, facts: Facts, graph: Graph) -> causes.Edit | None:
-    """The cause's edit; None where the graph cannot express it (the detector's estimate then stays):
-    a pipeline whose send/recv could not be paired (no peers, no schedule annotations) would replay
-    its stages as independent, and communication no operation was matched for cannot be sped up."""
-    kinds = set(graph.ops.filter(pl.col("rank").is_in(list(f.ranks)))["kind"].to_list())
-    if f.cause == "pipeline_bubble" and "p2p" not in kinds:
-        return None
-    if f.cause == "comm_bound" and "collective" not in kinds:
-        return None
-    if f.cause == "compute_straggler":
-        return causes.combine([causes.straggler(graph, facts.steps, r, f.steps) for r in f.ranks])
-    if f.cause == "input_bound":
-        return causes.no_input(graph, f.ranks, f.steps)
-    if f.cause == "comm_bound":
-        return causes.comm(graph, facts.collectives, facts.link_gbps)
-    if f.cause == "host_bound":
-        return causes.no_idle(graph, f.ranks, f.steps)
-    if f.cause == "pipeline_bubble":
-        return causes.pipeline(graph, facts.steps, f.ranks, f.steps)
-    return None
+@dataclass(frozen=True)
+class Pricing:
+    """How the what-if prices one cause (registered with the cause, `tracediag.causes`)."""
+
+    edit: Callable[[Finding, Facts, Graph], causes.Edit | None]
+    """The durations to change (`whatif.causes`); None where the graph cannot express the cause (the
+    detector's estimate then stays)."""
+    removed: Callable[[Finding, Facts, Graph], str]
+    """What the edit removes, as the clause that opens the sentence ("without rank 2's extra compute")."""
+    project: Callable[[Finding, float], tuple[dict[str, int], str]] | None = None
+    """From the finding and its median edited step: projected steps (the JSON's ``whatif.pipeline``
+    entry, e.g. m → step) and the clause appended to the sentence; None: no projection."""
 
 
-def _ranks(ranks: tuple[int, ...]) -> str:
-    return f"rank {ranks[0]}'s" if len(ranks) == 1 else f"ranks {', '.join(map(str, ranks))}'"
+def _then(without_ns: float, observed_ns: float) -> str:
+    return f"the step would take {without_ns / MS:,.0f} ms instead of {observed_ns / MS:,.0f} ms"
 
 
-def _sentence(f: Finding, without_ns: float, observed_ns: float, facts: Facts, graph: Graph) -> str:
-    """ "without rank 2's extra compute the step would take 131 ms instead of 379 ms"."""
-    then = f"the step would take {without_ns / MS:,.0f} ms instead of {observed_ns / MS:,.0f} ms"
-    if f.cause == "compute_straggler":
-        return f"without {_ranks(f.ranks)} extra compute {then}"
-    if f.cause == "input_bound":
-        return f"without the wait for data {then}"
-    if f.cause == "host_bound":
-        return f"with the host's launch gaps closed {then}"
-    if f.cause == "comm_bound":
-        sized = graph.ops.filter(pl.col("kind") == "collective", pl.col("bytes").fill_null(0) > 0).height > 0
-        if not sized:
-            return f"with every collective as fast as in its fastest step (the trace has no message sizes) {then}"
-        bw = facts.link_gbps
-        link = f"the link's {bw:g} GB/s" if bw else "the best bus bandwidth the run reached"
-        return f"with communication at {link} {then}"
-    if f.cause == "pipeline_bubble":
-        p, m = f.evidence.get("p"), f.evidence.get("m")
-        ideal = f" ({bubble_formula(p, m):.0%} for p={p}, m={m})" if p and m else ""
-        return f"with balanced stages and free transfers, only the schedule's own bubble left{ideal}, {then}"
-    return ""
-
-
-def _projection(f: Finding, edited_ns: float) -> dict[str, int]:
-    """A pipeline's ideal step at more micro-batches: the ideal step scales as (m+p−1)/m."""
-    p, m = f.evidence.get("p"), f.evidence.get("m")
-    if not p or not m:
-        return {}
-    now = (m + p - 1) / m
-    return {str(k * m): round(edited_ns * ((k * m + p - 1) / (k * m)) / now) for k in PROJECTED_MICROBATCHES}
-
-
-def _more_microbatches(f: Finding, proj: dict[str, int]) -> str:
-    """ "; with 4 micro-batches (4x) about 310 ms" for a pipeline."""
-    m = f.evidence.get("m")
-    if not proj or not m or str(4 * m) not in proj:
-        return ""
-    return f"; with {4 * m} micro-batches (4x) about {proj[str(4 * m)] / MS:,.0f} ms"
-
-
-def price(findings: tuple[Finding, ...], facts: Facts, graph: Graph) -> tuple[tuple[Finding, ...], WhatIf]:
+def price(
+    findings: tuple[Finding, ...], facts: Facts, graph: Graph, pricing: Mapping[Cause, Pricing]
+) -> tuple[tuple[Finding, ...], WhatIf]:
     """Findings with replayed ``time_lost_ns``, ``step_time_without_ns`` and ``whatif``, ranked by
-    time lost, and the ``whatif`` section (replay error, combined what-if, per step)."""
+    time lost, and the ``whatif`` section (replay error, combined what-if, per step). `pricing`: per
+    cause, how to price it (a cause without an entry keeps its detector's estimate)."""
     base = step_times(replay(graph))
     err = ((base["replay_ns"] - base["dur_ns"]).abs() / base["dur_ns"].clip(lower_bound=1)).drop_nulls()
     priced, edits, projections = [], [], []
     for f in findings:
-        edit = _edit(f, facts, graph)
-        if edit is None:
+        how = pricing.get(f.cause)
+        edit = how.edit(f, facts, graph) if how is not None else None
+        if how is None or edit is None:
             priced.append(f)
             continue
         edits.append(edit)
@@ -110,7 +65,7 @@ def price(findings: tuple[Finding, ...], facts: Facts, graph: Graph) -> tuple[tu
             continue
         without = float(mine["without_ns"].median())
         observed = float(mine["dur_ns"].median())
-        proj = _projection(f, float(mine["edited_ns"].median())) if f.cause == "pipeline_bubble" else {}
+        proj, tail = how.project(f, float(mine["edited_ns"].median())) if how.project else ({}, "")
         if proj:
             projections.append({"ranks": list(f.ranks), "step_ns_by_microbatches": proj})
         priced.append(
@@ -118,7 +73,7 @@ def price(findings: tuple[Finding, ...], facts: Facts, graph: Graph) -> tuple[tu
                 f,
                 time_lost_ns=int(mine["lost_ns"].sum()),
                 step_time_without_ns=round(without),
-                whatif=_sentence(f, without, observed, facts, graph) + _more_microbatches(f, proj),
+                whatif=f"{how.removed(f, facts, graph)} {_then(without, observed)}{tail}",
             )
         )
     ranked = tuple(sorted(priced, key=lambda f: (-f.time_lost_ns, f.cause)))

@@ -1,0 +1,64 @@
+"""compute_straggler: one rank computes longer than its peers while they wait for it.
+
+Detector: `detect.straggler`. What-if: the rank's compute in its steps set to its peers' median
+(`whatif.causes.straggler`).
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from tracediag.analysis import Cause, Finding
+from tracediag.causes.spec import CauseSpec, Context
+from tracediag.detect import straggler
+from tracediag.detect.facts import Facts
+from tracediag.whatif import causes
+from tracediag.whatif.graph import Graph
+from tracediag.whatif.price import Pricing
+
+
+def _ratios(ctx: Context) -> pl.DataFrame | None:
+    """Per (rank, step) compute ratios, derived once per pass (the healthy finding reads them too)."""
+    return ctx.memo(straggler.rank_step_ratios) if ctx.facts.steps.height else None
+
+
+def _detect(ctx: Context) -> list[Finding]:
+    return straggler.detect(ctx.facts, thresholds=ctx.thresholds, ratios=_ratios(ctx))
+
+
+def _near(ctx: Context) -> tuple[float, str]:
+    th = ctx.thresholds
+    ratio = _ratios(ctx).group_by("rank").agg(pl.col("ratio").median())["ratio"].max()
+    return (
+        (ratio - 1) / (th.straggler_persistent_ratio - 1),
+        f"the slowest rank computes {ratio:.2f}x its peers (compute_straggler from "
+        f"{th.straggler_persistent_ratio}x, or {th.straggler_min_ratio}x when it is last on most steps)",
+    )
+
+
+def _outliers(f: Finding) -> tuple[int, ...]:
+    """A persistent straggler sets the pace of the whole run; a transient one only of its steps."""
+    return f.ranks if f.evidence["kind"] == "persistent" else ()
+
+
+def _edit(f: Finding, facts: Facts, graph: Graph) -> causes.Edit:
+    return causes.combine([causes.straggler(graph, facts.steps, r, f.steps) for r in f.ranks])
+
+
+def _ranks(ranks: tuple[int, ...]) -> str:
+    return f"rank {ranks[0]}'s" if len(ranks) == 1 else f"ranks {', '.join(map(str, ranks))}'"
+
+
+def _removed(f: Finding, facts: Facts, graph: Graph) -> str:
+    return f"without {_ranks(f.ranks)} extra compute"
+
+
+SPEC = CauseSpec(
+    cause=Cause.COMPUTE_STRAGGLER,
+    detect=_detect,
+    pricing=Pricing(edit=_edit, removed=_removed),
+    quiet="no rank computes persistently longer than its peers",
+    near=_near,
+    outliers=_outliers,
+    blames_ranks=True,
+)

@@ -1,0 +1,47 @@
+"""input_bound: every rank's device idles at step start while its host loads data.
+
+Detector: `detect.input_bound`. What-if: the data loading removed (`whatif.causes.no_input`).
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from tracediag.analysis import Cause, Finding
+from tracediag.causes.spec import CauseSpec, Context
+from tracediag.detect import input_bound
+from tracediag.detect.facts import Facts
+from tracediag.whatif import causes
+from tracediag.whatif.graph import Graph
+from tracediag.whatif.price import Pricing
+
+
+def _detect(ctx: Context) -> list[Finding]:
+    return input_bound.detect(ctx.facts, thresholds=ctx.thresholds)
+
+
+def _near(ctx: Context) -> tuple[float, str]:
+    th, s = ctx.thresholds, ctx.facts.steps
+    lead = s.group_by("rank").agg((pl.col("lead_idle_ns") / pl.col("dur_ns").clip(1)).median())["lead_idle_ns"].min()
+    return (
+        lead / th.input_share,
+        f"device idle before each step's first work {lead:.0%} (input_bound from {th.input_share:.0%})",
+    )
+
+
+def _edit(f: Finding, facts: Facts, graph: Graph) -> causes.Edit:
+    return causes.no_input(graph, f.ranks, f.steps)
+
+
+def _removed(f: Finding, facts: Facts, graph: Graph) -> str:
+    return "without the wait for data"
+
+
+SPEC = CauseSpec(
+    cause=Cause.INPUT_BOUND,
+    detect=_detect,
+    pricing=Pricing(edit=_edit, removed=_removed),
+    quiet="data loading",
+    near=_near,
+    explains_idle=True,
+)
