@@ -29,6 +29,8 @@ class Cause(StrEnum):
     PIPELINE_BUBBLE = "pipeline_bubble"
     INPUT_BOUND = "input_bound"
     HOST_BOUND = "host_bound"
+    STAGE_IMBALANCE = "stage_imbalance"
+    SEQUENCE_IMBALANCE = "sequence_imbalance"
     HEALTHY = "healthy"
 
 

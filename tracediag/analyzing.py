@@ -121,6 +121,7 @@ def facts_from_tables(
         .filter(pl.col("step").is_in(on_all.implode())),
         pipelines=pipeline_groups(summary.p2p_edges),
         host=summary.host,
+        kernel_steps=summary.kernels,
         late=late_rows(matched).filter(pl.col("step").is_in(on_all.implode())),
         link_gbps=link_gbps,
         world_size=meta.world_size,

@@ -20,6 +20,7 @@ import polars as pl
 from tracediag.errors import NotATraceError, OutputError, RankError, TracediagError, TraceError, one_line, shown
 from tracediag.forks import forked_after_import
 from tracediag.ingest import timeline
+from tracediag.ingest.commkernel import check_comm_kernel, mark_comm_kernels
 from tracediag.ingest.read import read_traces
 from tracediag.ingest.remote import expand, filesystem, is_remote, location_key, read_prefix
 from tracediag.ingest.sniff import is_stream, sniff
@@ -261,8 +262,12 @@ def load(
     rank_map: dict[str, int] | None = None,
     on_file_done: Callable[[str], None] | None = None,
     storage_options: dict | None = None,
+    comm_kernel: str | None = None,
 ) -> Run:
     """Read trace files (or a saved `.parquet`) into a `Run`.
+
+    `comm_kernel`: a regular expression; kernels whose name it finds are communication (kind `comm`,
+    `coll_op` from the name), over what `vocab.COMM_KERNEL` knows (`--comm-kernel`).
 
     `sources` may be URLs (``s3://bucket/run/*.json.gz``, ``gs://``, ``az://``, ``file://``): they
     are listed here and each object is streamed by the process that reads it, with
@@ -280,13 +285,17 @@ def load(
         warnings.warn(FORK_WARNING, RuntimeWarning, stacklevel=2)
     if isinstance(sources, (str, Path)):
         sources = [sources]
+    try:
+        comm_kernel = check_comm_kernel(comm_kernel)
+    except ValueError as e:
+        raise TracediagError(str(e)) from None
     resolved = resolve_inputs(sources, storage_options)
     if not resolved:
         raise TracediagError("no trace files given")
     if len(resolved) == 1 and _is_parquet(resolved[0].path, storage_options):
         saved = _load_parquet(resolved[0].path, storage_options)
-        if saved is not None:
-            return saved  # else an op-timeline table, read as traces are
+        if saved is not None:  # else an op-timeline table, read as traces are
+            return saved if comm_kernel is None else Run(mark_comm_kernels(saved.events, comm_kernel), saved.meta)
     resolve = rank_resolver(rank_from_filename=rank_from_filename, rank_map=rank_map)
     default_rank = 0 if len(resolved) == 1 else None
     tasks: list[ReadTask] = []
@@ -313,6 +322,8 @@ def load(
     if not traces:
         raise TracediagError("\n".join(errors or ignored))
     _check_unique_ranks(traces)
+    if comm_kernel is not None:
+        traces = [dataclasses.replace(t, events=mark_comm_kernels(t.events, comm_kernel)) for t in traces]
     # one rank per file: each file sorted by time, then the files in rank order, is the table sorted by
     # (rank, ts) with ties in file order, for less than a sort of the whole table
     events = pl.concat([_by_time(t.events) for t in sorted(traces, key=lambda t: t.meta.rank)])

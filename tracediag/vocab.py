@@ -11,9 +11,21 @@ import polars as pl
 
 from tracediag.errors import RankError, shown
 
-COMM_KERNEL = r"(?i)^(?:nccl|rccl)"
-"""Communication kernels and NCCL/RCCL API ranges by name, of every naming generation
-(`ncclKernel_AllReduce_…`, `ncclDevKernel_SendRecv`, `ncclAllReduceRingLLKernel_sum_f32`, `ncclAllGather`)."""
+COMM_KERNEL = (
+    r"(?i)^(?:void\s+)?(?:nccl|rccl)"  # NCCL/RCCL kernels and API ranges
+    r"|(?:^|[\s:<(])(?:deep_?ep|dpsk::ep)::"  # DeepEP: `deep_ep::internode::dispatch`, `dpsk::ep::intranode::combine`
+    r"|nvshmem"  # NVSHMEM kernels (`nvshmemi_*`, `nvshmem_*_on_stream_kernel`)
+    r"|cross_device_reduce|custom_?all_?reduce|(?:one|two)_?shot_?all_?reduce|multimem_?all_?reduce"
+    r"|lamport_?all_?reduce|all_?reduce_?fusion"  # custom all-reduce (vLLM, SGLang, TRT-LLM, symmetric memory)
+    r"|userbuffers|\bmscclpp"  # Transformer Engine userbuffers, MSCCL++
+)
+"""Communication kernels (and NCCL/RCCL API ranges) by name: NCCL/RCCL of every naming generation
+(`ncclKernel_AllReduce_…`, `ncclDevKernel_SendRecv`, `ncclAllReduceRingLLKernel_sum_f32`, `ncclAllGather`) and
+the libraries that move data without NCCL: DeepEP's expert-parallel `dispatch`/`combine` (intranode, internode,
+low-latency `internode_ll`), NVSHMEM, the custom all-reduce kernels of vLLM/SGLang (`cross_device_reduce_1stage`),
+TensorRT-LLM (`oneShotAllReduceKernel`, `allreduce_fusion_kernel…`) and PyTorch symmetric memory
+(`one_shot_all_reduce_kernel`, `multimem_all_reduce_kernel`), Transformer Engine userbuffers, MSCCL++.
+`--comm-kernel REGEX` adds what this does not know (`comm_kernel_rule`)."""
 COLLECTIVE_PREFIX = r"^(?:gloo:|nccl:|c10d::)"
 """Host rows named after the collective they run: gloo/nccl annotations and c10d ops."""
 HOST_COLLECTIVE = r"^(?:gloo:|nccl:|c10d::|record_param_comms$)"
@@ -71,9 +83,12 @@ def canonical_category(cat: str) -> str:
 OP_RULES: tuple[tuple[str, str], ...] = (
     ("sendrecv", "other"),  # one kernel moving both ways: no single direction
     ("allreduce", "all_reduce"),
+    ("crossdevicereduce", "all_reduce"),  # vLLM/SGLang custom all-reduce
     ("allgather", "all_gather"),
     ("reducescatter", "reduce_scatter"),
     ("alltoall", "all_to_all"),
+    ("dispatch", "all_to_all"),  # DeepEP (MoE expert parallelism): tokens to their experts' ranks
+    ("combine", "all_to_all"),  # and back
     ("broadcast", "broadcast"),
     ("bcast", "broadcast"),
     ("barrier", "barrier"),

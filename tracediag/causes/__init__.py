@@ -21,7 +21,15 @@ from collections.abc import Mapping
 from types import MappingProxyType
 
 from tracediag.analysis import Cause, Finding, WhatIf
-from tracediag.causes import comm_bound, compute_straggler, host_bound, input_bound, pipeline_bubble
+from tracediag.causes import (
+    comm_bound,
+    compute_straggler,
+    host_bound,
+    input_bound,
+    pipeline_bubble,
+    sequence_imbalance,
+    stage_imbalance,
+)
 from tracediag.causes.healthy import healthy
 from tracediag.causes.spec import CauseSpec, Context
 from tracediag.detect.facts import Facts
@@ -32,7 +40,9 @@ from tracediag.whatif.graph import Graph
 __all__ = ["REGISTRY", "CauseSpec", "Context", "detect_all", "price", "spec_of"]
 
 REGISTRY: tuple[CauseSpec, ...] = (
-    compute_straggler.SPEC,  # first: comm_bound reads its outliers
+    compute_straggler.SPEC,  # first: comm_bound and sequence_imbalance read its outliers
+    stage_imbalance.SPEC,  # absorbs the heavy stage's straggler finding and its pipeline's bubble
+    sequence_imbalance.SPEC,  # before comm_bound, which reads its outliers
     comm_bound.SPEC,
     pipeline_bubble.SPEC,
     input_bound.SPEC,
@@ -53,7 +63,11 @@ def detect_all(facts: Facts, *, thresholds: Thresholds | None = None) -> tuple[F
     """All findings, most time lost first; a single ``healthy`` finding when no cause is found."""
     ctx = Context(facts, thresholds or Thresholds())
     for spec in REGISTRY:
-        ctx.found.extend((spec, f) for f in spec.detect(ctx))
+        for f in spec.detect(ctx):
+            if any(s.absorbs(g, f) for s, g in ctx.found):
+                continue  # the effect of a cause already found
+            ctx.found[:] = [(s, g) for s, g in ctx.found if not spec.absorbs(f, g)]
+            ctx.found.append((spec, f))
     if not ctx.found:
         return (healthy(ctx, REGISTRY),)
     return tuple(sorted((f for _, f in ctx.found), key=lambda f: (-f.time_lost_ns, f.cause)))

@@ -47,6 +47,10 @@ def _no_outliers(_: Finding) -> tuple[int, ...]:
     return ()
 
 
+def _absorbs_nothing(own: Finding, other: Finding) -> bool:
+    return False
+
+
 @dataclass(frozen=True)
 class CauseSpec:
     """Everything about one cause, in one place (one module under `tracediag.causes` each)."""
@@ -67,5 +71,9 @@ class CauseSpec:
     """Its findings account for the device's idle time (host_bound then does not fire)."""
     outliers: Callable[[Finding], tuple[int, ...]] = _no_outliers
     """The ranks one of its findings names as setting the pace (job-wide causes then do not fire)."""
+    absorbs: Callable[[Finding, Finding], bool] = _absorbs_nothing
+    """``absorbs(own, other)``: `other` (a finding of another cause) is an effect of `own`, one of this
+    cause's findings, and is not reported (a heavy stage's pipeline bubble; the single slow steps of
+    uneven batches). Applied both ways round, whichever was found first (`causes.detect_all`)."""
     blames_ranks: bool = False
     """Its findings blame their ranks (reports mark them); job-wide causes name every rank and blame none."""

@@ -23,7 +23,7 @@ from tracediag.cli.execute_options import (
     storage_options,
     summarize_kw,
 )
-from tracediag.cli.ingest import load_traces, trace_options
+from tracediag.cli.ingest import load_traces, refuse_comm_kernel_with_executor, trace_options
 from tracediag.errors import TracediagError, shown
 from tracediag.output import write_atomic
 from tracediag.report.kernels_text import render_kernels
@@ -113,6 +113,7 @@ def analyze(
     jobs: int,
     rank_from_filename: str | None,
     rank_map: tuple[str, ...],
+    comm_kernel: str | None,
     **check_kw: Any,
 ) -> None:
     """Name the cause of slow steps in trace files, globs, directories or an ingest Parquet."""
@@ -126,6 +127,7 @@ def analyze(
     if ex_kw["executor"]:
         from tracediag.execute.driver import analyze_ranks_per_file
 
+        refuse_comm_kernel_with_executor(comm_kernel)
         refuse_overwrite(paths, {"-o": output, "--html": html}, (check_kw.get("plan_path"),), ex_kw)
         kw = summarize_kw(ex_kw, jobs=jobs, rank_from_filename=rank_from_filename, rank_map=rank_map)
         analyses, summaries = run_summaries(
@@ -147,6 +149,7 @@ def analyze(
             {"-o": output, "--html": html},
             (check_kw.get("plan_path"),),
             storage_options=storage_options(ex_kw["storage_options"]),
+            comm_kernel=comm_kernel,
         )
         analyses = run_analysis(run, step_regex=step_regex, link_gbps=peak, per_file=allow_mixed)
     results = _with_checks(analyses, run, check_kw)

@@ -33,6 +33,12 @@ def trace_options(f):
         help=r"Take each file's rank from its name: the regex's first group, e.g. 'rank(\d+)'.",
     )(f)
     f = click.option(
+        "--comm-kernel",
+        metavar="REGEX",
+        help="Kernels whose name this finds are communication too (beyond NCCL, DeepEP, NVSHMEM, custom "
+        "all-reduce, userbuffers), e.g. 'my_a2a_kernel'.",
+    )(f)
+    f = click.option(
         "--jobs",
         "-j",
         type=click.IntRange(min=0),
@@ -56,6 +62,12 @@ def parse_rank_map(items: tuple[str, ...]) -> dict[str, int]:
     return out
 
 
+def refuse_comm_kernel_with_executor(comm_kernel: str | None) -> None:
+    """--comm-kernel relabels the loaded events; the summaries of --executor are made on the workers."""
+    if comm_kernel is not None:
+        raise InputError("--comm-kernel is not supported with --executor yet: load the run whole (no --executor)")
+
+
 def load_traces(
     paths: tuple[str, ...],
     jobs: int,
@@ -64,6 +76,7 @@ def load_traces(
     outputs: dict[str, str | Path | None] | None = None,
     more_inputs: tuple[str | Path | None, ...] = (),
     storage_options: dict[str, str] | None = None,
+    comm_kernel: str | None = None,
 ) -> Run:
     """Load traces for a command: progress on a terminal, bad files reported one line each.
 
@@ -86,6 +99,7 @@ def load_traces(
                     rank_map=mapping,
                     on_file_done=lambda _p: bar.update(1),
                     storage_options=storage_options,
+                    comm_kernel=comm_kernel,
                 )
         else:
             run = load(
@@ -94,6 +108,7 @@ def load_traces(
                 rank_from_filename=rank_from_filename,
                 rank_map=mapping,
                 storage_options=storage_options,
+                comm_kernel=comm_kernel,
             )
     except TracediagError as e:
         raise InputError(str(e).replace("\n", "\nError: ")) from None
@@ -144,6 +159,7 @@ def ingest(
     rank_from_filename: str | None,
     rank_map: tuple[str, ...],
     step_regex: str | None,
+    comm_kernel: str | None,
     **ex_kw: Any,
 ) -> None:
     """Read trace files (files, globs or directories) into one event table.
@@ -154,6 +170,7 @@ def ingest(
     if ex_kw["executor"]:
         from tracediag.cli.execute_ingest import ingest_ranks
 
+        refuse_comm_kernel_with_executor(comm_kernel)
         ingest_ranks(
             paths, output, step_regex, ex_kw, jobs=jobs, rank_from_filename=rank_from_filename, rank_map=rank_map
         )
@@ -165,6 +182,7 @@ def ingest(
         rank_map,
         {"-o": output},
         storage_options=storage_options(ex_kw["storage_options"]),
+        comm_kernel=comm_kernel,
     )
     if output:
         try:

@@ -24,6 +24,9 @@ class Facts:
     """Peak bus bandwidth of the link in GB/s, when the user gave it."""
     host: pl.DataFrame | None = None
     """Per (rank, step) of GPU ranks: how the host feeds the device (`derive.host.HOST_SCHEMA`)."""
+    kernel_steps: pl.DataFrame | None = None
+    """Per (rank, step, name, category): ``count`` and ``total_ns`` of kernels (GPU ranks) or operators'
+    self time (CPU ranks), `derive.kernels.kernel_steps`: which operators a stage runs more of."""
     late: pl.DataFrame | None = None
     """Per rank and matched instance of the steps: arrival, lateness, wait and waiting caused
     (`derive.lateness.LATE_ROW_SCHEMA`)."""

@@ -80,6 +80,26 @@ class Thresholds:
     at least this times that rank's median of the same over the later steps (first iterations
     allocate, compile, build buckets on every rank; a rank that only waits for a slow peer is not
     slow itself)."""
+    stage_ratio: float = 1.5
+    """stage_imbalance: the heaviest pipeline stage's compute (median over steps) at least this times the
+    median of the other stages'. The balanced 4-stage CPU pipelines here (the last stage adds a
+    Linear(1024,10) and the loss) reach at most ~1.2x; a transformer's last stage with the logits and
+    the loss over a 32k–256k vocabulary is commonly 1.5–3x a decoder stage."""
+    stage_heavy_share: float = 0.75
+    """...and it is the heaviest stage on at least this share of the steps (a persistent property of
+    the partition, not one slow step)."""
+    stage_wait: float = 0.5
+    """...and the other stages wait (send/recv waits + idle, median) at least this share of its excess
+    compute: they absorb it, the schedule does not hide it."""
+    seq_step_ratio: float = 1.5
+    """sequence_imbalance: a step is imbalanced when its slowest rank computes at least this times its
+    peers' median, with the straggler pattern (last at a collective, the peers waiting for it). Single
+    healthy steps of an oversubscribed host reach 1.5–1.8x, so the step count below does the separating."""
+    seq_step_share: float = 0.5
+    """...on at least this share of the steps (and at least `persistent_min_steps` + 1 steps)."""
+    seq_max_rank_share: float = 0.5
+    """...with no rank the slowest on more than this share of those steps (else it is one slow worker:
+    compute_straggler), and at least 3 different slowest ranks (2 on a 2-rank job)."""
     lateness_share: float = 0.5
     """The ranks everyone waits for explain at least this share of all waiting in collectives
     (most of it: a set explaining less leaves most of the waiting to someone else)."""

@@ -46,6 +46,7 @@ def without_steps(facts: Facts, steps: list[int]) -> Facts:
         return facts
     keep = ~pl.col("step").is_in(steps)
     host = facts.host.filter(keep) if facts.host is not None else None
+    kernel_steps = facts.kernel_steps.filter(keep) if facts.kernel_steps is not None else None
     late = facts.late.filter(keep) if facts.late is not None else None
     return dataclasses.replace(
         facts,
@@ -54,4 +55,5 @@ def without_steps(facts: Facts, steps: list[int]) -> Facts:
         collectives=facts.collectives.filter(keep),
         p2p=facts.p2p.filter(keep),
         host=host,
+        kernel_steps=kernel_steps,
     )

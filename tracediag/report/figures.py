@@ -108,8 +108,9 @@ def _rank_label(first: int, k: int) -> str:
     return str(first) if k == 1 else f"{first}–{first + k - 1}"
 
 
-def heatmap(steps: pl.DataFrame, column: str, title: str) -> Figure:
-    """Rank × step heat-map of one per-step time, in ms."""
+def heatmap(steps: pl.DataFrame, column: str, title: str, *, from_zero: bool = False) -> Figure:
+    """Rank × step heat-map of one per-step time, in ms. `from_zero`: colours start at 0 (pale)
+    instead of the median."""
     import plotly.graph_objects as go
 
     ranks = sorted(steps["rank"].unique().to_list())
@@ -126,6 +127,7 @@ def heatmap(steps: pl.DataFrame, column: str, title: str) -> Figure:
     )
     ncol = math.ceil(len(step_numbers) / sk)
     median, top = (steps[column].median() or 0) / MS, (steps[column].max() or 0) / MS
+    low = 0.0 if from_zero else median
     grid = cells.with_columns((pl.col(column) / MS).round(2)).pivot(on="col", index="row", values=column).sort("row")
     rows = [_rank_label(r, rk) for r in grid["row"].to_list()]
     z = grid.select([str(c) for c in range(ncol)]).rows()
@@ -136,8 +138,8 @@ def heatmap(steps: pl.DataFrame, column: str, title: str) -> Figure:
             x=xlabels,
             y=rows,
             colorscale="YlOrRd",
-            zmin=median,
-            zmax=max(top, HOT * median),
+            zmin=low,
+            zmax=max(top, HOT * median, low + 1e-3),
             colorbar={"title": {"text": "ms"}, "thickness": 12},
             hovertemplate=("rank %{y}" if rk == 1 else "ranks %{y}") + "<br>step %{x}<br>%{z:.1f} ms<extra></extra>",
             hoverongaps=False,
@@ -147,9 +149,32 @@ def heatmap(steps: pl.DataFrame, column: str, title: str) -> Figure:
     fig.update_yaxes(title="rank", type="category", autorange="reversed")
     fig.update_xaxes(title="step", type="category")
     step_note = "" if sk == 1 else f"; steps in bins of {sk}"
-    scale = f"colour from the median (pale) to {HOT:g}× the median or the maximum (dark)"
+    scale = (
+        "colour from 0 (pale) to the maximum (dark)"
+        if from_zero
+        else f"colour from the median (pale) to {HOT:g}× the median or the maximum (dark)"
+    )
     shape = f"{count(len(ranks), 'rank')} × {count(len(step_numbers), 'step')}"
     return Figure(fig, f"{shape}{rank_note}{step_note}; {scale}")
+
+
+def lateness(steps: pl.DataFrame) -> Figure:
+    """Rank × step heat-map of each rank's compute excess over the step's median compute (ms, ≥ 0):
+    the time the others wait for it at the step's collectives. The pattern names the cause: one hot
+    row is one slow worker (compute_straggler), a row hot on every step a heavy pipeline stage
+    (stage_imbalance; the median is over all ranks of the step), hot cells scattered over rows and
+    steps uneven batches (sequence_imbalance)."""
+    excess = (pl.col("compute_ns") - pl.col("compute_ns").median().over("step")).clip(lower_bound=0)
+    fig = heatmap(
+        steps.with_columns(lateness_ns=excess),
+        "lateness_ns",
+        "lateness: compute over the step's median (ms)",
+        from_zero=True,
+    )
+    return Figure(
+        fig.figure,
+        fig.caption + "; one hot row: a slow worker or a heavy stage; scattered cells: uneven batches",
+    )
 
 
 def breakdown(steps: pl.DataFrame) -> Figure:

@@ -1,7 +1,8 @@
 """The HTML report: one self-contained file (plotly.js inline, no network) for a CI artifact.
 
 Order: findings with their evidence (and the observed-vs-predicted sentence), rank × step heat-maps
-of step time and compute, per-rank breakdown bars, the slowest step's timeline with collective waits,
+of step time, compute and lateness (compute over the step's median: a hot spot, a stripe, scatter),
+per-rank breakdown bars, the slowest step's timeline with collective waits,
 pipeline stage idle shares (when the analysis has a pipeline section), observed against predicted
 (when a model was given), warnings, and the report's size. Every string from a trace is escaped.
 """
@@ -14,7 +15,16 @@ from typing import TYPE_CHECKING, Any
 
 from tracediag.analysis import Cause
 from tracediag.checking import format_ms
-from tracediag.report.figures import Figure, breakdown, check_chart, esc, heatmap, pipeline_idle, timeline
+from tracediag.report.figures import (
+    Figure,
+    breakdown,
+    check_chart,
+    esc,
+    heatmap,
+    lateness,
+    pipeline_idle,
+    timeline,
+)
 from tracediag.report.kernels_html import kernels_section
 from tracediag.words import count, noun
 
@@ -222,7 +232,9 @@ def _body(analysis: Analysis) -> str:
             '<section id="heatmaps"><h2>Step time and compute per rank and step</h2><div class="grid2">'
             + _figure(heatmap(steps, "dur_ns", "step time (ms)"), "step-time")
             + _figure(heatmap(steps, "compute_ns", "compute (ms)"), "compute")
-            + "</div></section>"
+            + "</div>"
+            + _figure(lateness(steps), "lateness")
+            + "</section>"
         )
         parts.append(
             '<section id="breakdown"><h2>Where each rank\'s step goes</h2>'

@@ -9,6 +9,9 @@ times (``transfer``: op, rank → ns). Per cause:
   fastest transfer the same operation (same name, same position in the step) reached in any step;
 - input_bound: data loading removed (``input`` segments → 0);
 - host_bound: the device's idle gaps closed (``idle`` → 0);
+- stage_imbalance: every stage's compute set to the step's mean stage compute (the same work,
+  rebalanced over the stages: the heavy stage's falls, the light stages' rises);
+- sequence_imbalance: every data-parallel rank's compute set to the step's mean (balanced batches);
 - pipeline_bubble: stages balanced (compute → the median stage's), idle closed and send/recv
   transfers free: what is left is the bubble of the schedule itself.
 """
@@ -127,6 +130,19 @@ def pipeline(graph: Graph, steps: pl.DataFrame, ranks: tuple[int, ...], on_steps
     factors = pl.concat([_factor(comp, "compute", pl.col("f")), _factor(on, "idle", 0.0), _factor(on, "other", 0.0)])
     p2p = graph.ops.filter(pl.col("kind") == "p2p", pl.col("rank").is_in(list(ranks)))
     return Edit(factors, p2p.select("op", "rank", transfer_ns=pl.lit(0.0)).cast(_TRANSFER_SCHEMA))
+
+
+def balance(graph: Graph, steps: pl.DataFrame, ranks: tuple[int, ...], on_steps: tuple[int, ...]) -> Edit:
+    """Compute of `ranks` in `on_steps` set to the mean over `ranks` in that step: the same total work,
+    spread evenly (factors above 1 on the ranks that had less)."""
+    on = _on(graph, ranks, on_steps)
+    comp = (
+        steps.filter(pl.col("rank").is_in(list(ranks)))
+        .join(on, on=["rank", "step"], how="semi")
+        .with_columns(_mean=pl.col("compute_ns").mean().over("step"))
+        .select("rank", "step", f=pl.col("_mean") / pl.col("compute_ns").clip(lower_bound=1))
+    )
+    return Edit(_factor(comp, "compute", pl.col("f")), Edit.empty().transfer)
 
 
 def combine(edits: list[Edit]) -> Edit:

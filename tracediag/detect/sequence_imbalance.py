@@ -1,0 +1,102 @@
+"""sequence_imbalance: the slowest data-parallel rank changes from step to step, with its batch.
+
+Variable-length batches (packed or bucketed sequences, different on every rank) give each rank a
+different amount of work every step; the collective waits for whichever rank drew the most. Over
+the ranks outside pipelines, per step (`straggler.rank_step_ratios`): the slowest rank, its compute
+against its peers' median (``ratio``) and whether the peers waited for it (the straggler
+``pattern``). A step is *imbalanced* when the slowest rank's ratio ≥ `seq_step_ratio` with the
+pattern. Found when at least `seq_step_share` of the steps (and at least
+`persistent_min_steps` + 1) are imbalanced, no rank is the slowest on more than
+`seq_max_rank_share` of them, and at least three different ranks are (two on a two-rank job): one
+persistent slow worker is ``compute_straggler``, one slow step is a transient straggler, and
+healthy noise does not reach the ratio on half the steps. Once found, a step belongs to it when
+its slowest rank's ratio reaches 1 + `step_share` × (`seq_step_ratio` − 1) (the job-wide causes'
+convention: single steps of a persistent cause scatter around the threshold).
+
+time_lost_ns (the detector's estimate; the what-if replaces it): Σ over its steps of the
+slowest rank's compute − the step's mean compute. The what-if balances the batches: every rank's
+compute in the step set to the step's mean (the same work, spread evenly).
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from tracediag.analysis import Finding
+from tracediag.detect.facts import Facts
+from tracediag.detect.thresholds import Thresholds
+
+MS = 1e6
+
+
+def candidate_ranks(facts: Facts) -> list[int]:
+    """The data-parallel ranks considered: every rank outside a pipeline."""
+    in_pipe = {r for ranks in facts.pipelines for r in ranks}
+    return sorted(r for r in facts.steps["rank"].unique().to_list() if r not in in_pipe)
+
+
+def detect(facts: Facts, *, thresholds: Thresholds, ratios: pl.DataFrame) -> list[Finding]:
+    """At most one sequence_imbalance finding for the ranks outside pipelines; `ratios`:
+    `straggler.rank_step_ratios` of the facts' steps."""
+    th = thresholds
+    ranks = candidate_ranks(facts)
+    if len(ranks) < 2:
+        return []
+    # ratios are against all ranks of the step: recompute among the candidates when pipelines exist
+    r = ratios.filter(pl.col("rank").is_in(ranks))
+    if len(ranks) < facts.steps["rank"].n_unique():
+        from tracediag.detect.straggler import rank_step_ratios
+
+        r = rank_step_ratios(facts.steps.filter(pl.col("rank").is_in(ranks)), th)
+    n_steps = r["step"].n_unique()
+    top = r.sort(["ratio", "rank"], descending=[True, False]).unique("step", keep="first").sort("step")
+    hit = top.filter(pl.col("pattern"), pl.col("ratio") >= th.seq_step_ratio)
+    need = max(th.persistent_min_steps + 1, th.seq_step_share * n_steps)
+    if hit.height < need:
+        return []
+    by_rank = hit.group_by("rank").agg(n=pl.len())
+    distinct = min(3, len(ranks))
+    if by_rank.height < distinct or by_rank["n"].max() > th.seq_max_rank_share * hit.height:
+        return []
+    # the cause holds for the run: a step belongs to it at `step_share` of the step threshold's excess
+    member = top.filter(pl.col("ratio") >= 1 + th.step_share * (th.seq_step_ratio - 1))
+    steps = tuple(member["step"].to_list())
+    mean = (
+        facts.steps.filter(pl.col("rank").is_in(ranks), pl.col("step").is_in(list(steps)))
+        .group_by("step")
+        .agg(mean=pl.col("compute_ns").mean())
+    )
+    h = member.join(mean, on="step")
+    lost = int((h["compute_ns"] - h["mean"]).clip(lower_bound=0).sum())
+    slowest = {str(s): int(k) for s, k in member.select("step", "rank").iter_rows()}
+    summary = (
+        f"the slowest rank changes from step to step: on {len(steps)} of {n_steps} steps one rank computes "
+        f"{hit['ratio'].median():.1f}x its peers' median (median over those steps), {by_rank.height} different "
+        f"ranks in turn, none on more than {by_rank['n'].max()}; the others wait "
+        f"{hit['peer_wait_ns'].median() / MS:.0f} ms per step in collectives: uneven batches (variable sequence "
+        f"lengths per rank)"
+    )
+    evidence = {
+        "slowest_rank_by_step": slowest,
+        "compute_ratio_by_step": {str(s): round(float(q), 3) for s, q in member.select("step", "ratio").iter_rows()},
+        "imbalanced_steps": hit["step"].to_list(),
+        "compute_ratio_median": round(float(hit["ratio"].median()), 3),
+        "distinct_slowest_ranks": by_rank.height,
+        "most_steps_one_rank": int(by_rank["n"].max()),
+        "peer_wait_ms_median": round(float(hit["peer_wait_ns"].median()) / MS, 3),
+        "dp_ranks": ranks,
+    }
+    confidence = min(1.0, hit.height / n_steps) * min(
+        1.0, (float(hit["ratio"].median()) - 1) / (2 * (th.seq_step_ratio - 1))
+    )
+    return [
+        Finding(
+            cause="sequence_imbalance",
+            ranks=tuple(ranks),
+            steps=steps,
+            time_lost_ns=lost,
+            confidence=confidence,
+            summary=summary,
+            evidence=evidence,
+        )
+    ]
