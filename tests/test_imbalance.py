@@ -153,3 +153,20 @@ def test_lateness_heat_map_shows_spot_stripe_and_scatter(seq, stage):
     page = render_html(seq)
     assert 'id="fig-lateness"' in page
     assert page.index('id="fig-compute"') < page.index('id="fig-lateness"') < page.index('<section id="breakdown">')
+
+
+def test_the_effects_are_absorbed_not_reported(seq_run, stage_run):
+    """Alone, the straggler rule sees single slow steps of the ranks that drew the long sequences, and
+    the bubble rule sees the heavy stage's bubble; with the causes found, they are not reported."""
+    from tracediag.detect import pipeline, straggler
+
+    th = Thresholds()
+    facts = derive_facts(seq_run).facts
+    transient = straggler.detect(facts, thresholds=th)
+    assert transient and all(f.evidence["kind"] == "transient" for f in transient)
+    (seq,) = detect_all(facts)
+    assert seq.cause == "sequence_imbalance"
+    assert all(set(f.steps) <= set(seq.steps) for f in transient)
+    facts = derive_facts(stage_run).facts
+    assert [f.cause for f in pipeline.detect(facts, thresholds=th)] == ["pipeline_bubble"]
+    assert [f.cause for f in detect_all(facts)] == ["stage_imbalance"]

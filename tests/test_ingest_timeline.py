@@ -92,7 +92,7 @@ def test_several_table_files_are_one_run_and_a_table_of_several_ranks_is_not_one
     table.filter(pl.col("rank") >= 2).write_csv(tmp_path / "b.csv")
     run = tracediag.load([tmp_path / "a.parquet", tmp_path / "b.csv"], jobs=1)
     assert run.meta.ranks == [0, 1, 2, 3]
-    with pytest.raises(TraceError, match=r"a\.parquet: an op-timeline table of 2 ranks"):
+    with pytest.raises(TraceError, match=r"a\.parquet: an op-timeline table of 2 ranks is read whole"):
         read_file(tmp_path / "a.parquet")
     one = tmp_path / "one.csv"
     table.filter(pl.col("rank") == 3).write_csv(one)
@@ -317,3 +317,12 @@ def test_a_rank_with_two_coordinates_is_named(runner, tmp_path):
     path = _csv(tmp_path, "rank,step,name,start_ns,dur_ns,pp\n0,1,a,0,5,0\n0,1,b,5,5,1\n")
     code, out = _analyze(runner, path)
     assert code == 2 and "t.csv: column pp: rank 0 has several values" in out
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "csv.gz"])
+def test_the_executor_refuses_a_table_of_several_ranks_in_one_line(runner, fmt):
+    src = TABLES / f"straggler_persistent.{fmt}"
+    result = runner.invoke(cli, ["analyze", "--executor", "local", "-j", "1", str(src)])
+    assert result.exit_code == 2
+    assert "op-timeline table" in result.output and "without --executor" in result.output
+    assert "Traceback" not in result.output

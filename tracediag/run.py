@@ -292,8 +292,13 @@ def load(
     resolved = resolve_inputs(sources, storage_options)
     if not resolved:
         raise TracediagError("no trace files given")
-    if len(resolved) == 1 and _is_parquet(resolved[0].path, storage_options):
-        saved = _load_parquet(resolved[0].path, storage_options)
+    one = resolved[0].path
+    if (
+        len(resolved) == 1
+        and _is_parquet(one, storage_options)
+        and (is_remote(one) or not timeline.parquet_is_timeline(one))
+    ):
+        saved = _load_parquet(one, storage_options)
         if saved is not None:  # else an op-timeline table, read as traces are
             return saved if comm_kernel is None else Run(mark_comm_kernels(saved.events, comm_kernel), saved.meta)
     resolve = rank_resolver(rank_from_filename=rank_from_filename, rank_map=rank_map)

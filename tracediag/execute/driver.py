@@ -37,6 +37,7 @@ from tracediag.execute.task import (
     rank_dir,
     summarize_files,
 )
+from tracediag.ingest.timeline import parquet_is_timeline
 from tracediag.parquet import is_url, join, read_parquet, write_parquet
 from tracediag.run import RunMeta, _is_parquet, rank_resolver, resolve_inputs
 
@@ -109,7 +110,8 @@ def _tasks(
     if not resolved:
         raise TracediagError("no trace files given")
     if len(resolved) == 1 and _is_parquet(resolved[0].path, storage_options):
-        raise TracediagError(f"{resolved[0].path}: a saved run is analysed without --executor")
+        what = "an op-timeline table" if parquet_is_timeline(resolved[0].path) else "a saved run"
+        raise TracediagError(f"{resolved[0].path}: {what} is analysed without --executor")
     resolve = rank_resolver(rank_from_filename=rank_from_filename, rank_map=rank_map)
     default_rank = 0 if len(resolved) == 1 else None
     tasks, errors = [], []

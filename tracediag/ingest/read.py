@@ -28,7 +28,11 @@ def read_file(
     ranks is a `TraceError` (read it with `read_traces` or `tracediag.load`)."""
     traces = read_traces(path, rank=rank, default_rank=default_rank, storage_options=storage_options)
     if len(traces) != 1:
-        raise TraceError(str(path), f"an op-timeline table of {len(traces):,} ranks: read it with tracediag.load")
+        raise TraceError(
+            str(path),
+            f"an op-timeline table of {len(traces):,} ranks is read whole: "
+            "analyse it without --executor (or load it with tracediag.load)",
+        )
     return traces[0]
 
 

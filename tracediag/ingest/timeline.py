@@ -412,7 +412,8 @@ def _lanes(t: pl.DataFrame) -> pl.DataFrame:
     )
     lanes = (
         points.sort("rank", "stream", "_t", "_o")
-        .with_columns(_lane=(pl.col("_d").cum_sum().over("rank", "stream") - 1).clip(lower_bound=0))
+        # each stream's points sum to 0, so one running sum over all of them is each stream's own
+        .with_columns(_lane=(pl.col("_d").cum_sum() - 1).clip(lower_bound=0))
         .filter(pl.col("_row").is_not_null())
         .select("_row", "_lane")
         .collect()
