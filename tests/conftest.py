@@ -15,9 +15,6 @@ SHARED = ROOT.parent / "shared"
 SAMPLES = SHARED / "trace-samples"
 RUNS = FIXTURES / "runs"
 LATENESS_PENDING: dict[str, str] = {
-    "host_late": "issue 24: a rank late from host work (Python, sleep) is not named yet",
-    "gc_pause": "issue 24: a rank late from GC pauses is not named yet",
-    "checkpoint_every4": "issue 24: a rank late from writing a checkpoint is not named yet",
     "slow_link": "issue 24: a rank whose transfers are slow at the same bytes is not named yet",
 }
 """Real runs of fixtures/runs (made by make_lateness_runs.py) whose manifest verdict tracediag does not

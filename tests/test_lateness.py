@@ -91,3 +91,48 @@ def test_dlrm_8_gpus_ranks_4_and_5_last_but_too_few_instances():
     assert top["share"].sum() > 0.9
     assert late.waited_for == () and late.chance == pytest.approx((2 / 8) ** 3)
     assert rows["rank"].n_unique() == 8
+
+
+@pytest.mark.parametrize(
+    ("name", "reason"),
+    [("host_late", "host"), ("gc_pause", "gc"), ("checkpoint_every4", "host"), ("straggler_persistent", "compute")],
+)
+def test_why_the_waited_for_rank_is_late(name, reason):
+    """Read from the late rank's windows against its peers' of the same instances, on real runs:
+    a sleep and Python between forward and backward is idle with the host busy or absent (host); a
+    gc.collect() pause the profiler records as `gc` events is gc; a torch.save the trace records no
+    op for is host time again (it is named a checkpoint only when the trace names it); 36 extra
+    matmuls are compute, with more ops than the peers (more work)."""
+    facts = _facts(name)
+    th = Thresholds()
+    late = lateness_detect.assess(facts, th)
+    manifest = json.loads((RUNS / name / "manifest.json").read_text())
+    assert list(late.waited_for) == manifest["ranks"]
+    steps = lateness_detect.late_steps(facts, late.waited_for, th)
+    assert list(steps) == manifest["steps"]
+    ex = lateness_detect.window_excess(facts, late.waited_for).filter(pl.col("step").is_in(list(steps)))
+    got, nums = lateness_detect.reason_of(ex, th)
+    assert got == reason
+    if reason == "compute":
+        assert nums["compute_kind"] == "more_work" and nums["ops_ratio"] > 1.5
+        assert nums["compute_excess_ms"] >= th.lateness_reason_share * nums["window_excess_ms"]
+    else:
+        assert nums["idle_excess_ms"] >= th.lateness_reason_share * nums["window_excess_ms"]
+        assert nums["compute_excess_ms"] < 0.5 * nums["idle_excess_ms"]
+    if reason == "gc":
+        assert nums["gc_ms"] >= th.lateness_reason_share * nums["window_excess_ms"]
+
+
+def test_windows_are_per_rank_and_add_up():
+    """The windows table is computed per rank: one rank's events alone give the same rows; compute
+    and busy time lie inside the window."""
+    from tracediag.derive.per_rank import rank_tables
+
+    run = tracediag.load(sorted((RUNS / "gc_pause").glob("rank*.pt.trace.json.gz")), jobs=1)
+    whole = rank_tables(run.events).windows
+    alone = rank_tables(run.events.filter(pl.col("rank") == 3)).windows
+    assert alone.equals(whole.filter(pl.col("rank") == 3))
+    assert whole.height == rank_tables(run.events)["instances"].height
+    assert (whole["compute_ns"] <= whole["busy_ns"]).all() and (whole["busy_ns"] <= whole["window_ns"]).all()
+    assert (whole.filter(pl.col("rank") == 3)["gc_ns"] > 0).sum() >= 2  # its two collections
+    assert whole.filter(pl.col("rank") != 3)["gc_ns"].sum() == 0

@@ -29,6 +29,8 @@ class Cause(StrEnum):
     PIPELINE_BUBBLE = "pipeline_bubble"
     INPUT_BOUND = "input_bound"
     HOST_BOUND = "host_bound"
+    HOST_STRAGGLER = "host_straggler"
+    INPUT_STRAGGLER = "input_straggler"
     STAGE_IMBALANCE = "stage_imbalance"
     SEQUENCE_IMBALANCE = "sequence_imbalance"
     HEALTHY = "healthy"

@@ -40,6 +40,12 @@ def _needs_split(meta: RunMeta, instances: pl.DataFrame) -> bool:
     return not named and len(rank_sets) > 1
 
 
+def _with_windows(late: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
+    """The lateness rows with each rank's window before the instance (`derive.windows`), by the
+    instance's own start on the rank."""
+    return late.join(windows, on=["rank", "ts"], how="left")
+
+
 @dataclass(frozen=True, eq=False)
 class Derived:
     """The cross-rank facts of a run and what the reduce left out or keeps for later stages."""
@@ -122,7 +128,7 @@ def facts_from_tables(
         pipelines=pipeline_groups(summary.p2p_edges),
         host=summary.host,
         kernel_steps=summary.kernels,
-        late=late_rows(matched).filter(pl.col("step").is_in(on_all.implode())),
+        late=_with_windows(late_rows(matched).filter(pl.col("step").is_in(on_all.implode())), summary.windows),
         link_gbps=link_gbps,
         world_size=meta.world_size,
     )

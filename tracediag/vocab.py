@@ -178,6 +178,19 @@ def resolve_rank(
     return default
 
 
+GC_OP = r"(?i)^python gc|\bgc\b|gc\.collect|gc_collect|gc[_ ]pause|garbage.?collect"
+"""Host rows of a garbage-collection pause: the profiler's ``Python GC`` events
+(``record_python_gc_info``), ``gc.collect`` annotations, a framework's ``gc``/``garbage_collect`` ranges."""
+SYNC_OP = r"(?i)synchronize"
+"""Host rows that block until a device catches up: ``cudaDeviceSynchronize``, ``cudaStreamSynchronize``,
+``cudaEventSynchronize``, ``torch.cuda.synchronize`` annotations, the HIP equivalents."""
+CHECKPOINT_OP = (
+    r"(?i)^checkpoint$|torch\.save|save_checkpoint|checkpoint(?:ing)?[._: ]?(?:save|write)"
+    r"|(?:save|write)[._ ]?checkpoint|\bdcp[._]|log_metrics|wandb|summarywriter|tensorboard"
+)
+"""Host rows of a checkpoint or logging write (``torch.save``, ``save_checkpoint``, ``dcp.save``, metric
+loggers). Activation checkpointing (``CheckpointFunction``, recompute) is compute and does not match."""
+
 TIMELINE_COMM = (
     r"(?i)^(?:nccl|rccl|gloo:|nccl:|c10d::)"
     r"|(?:^|[^a-z])(?:all[-_ ]?reduce|all[-_ ]?gather|reduce[-_ ]?scatter|all[-_ ]?to[-_ ]?allv?|broadcast"

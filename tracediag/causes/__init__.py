@@ -25,7 +25,9 @@ from tracediag.causes import (
     comm_bound,
     compute_straggler,
     host_bound,
+    host_straggler,
     input_bound,
+    input_straggler,
     pipeline_bubble,
     sequence_imbalance,
     stage_imbalance,
@@ -41,6 +43,8 @@ __all__ = ["REGISTRY", "CauseSpec", "Context", "detect_all", "price", "spec_of"]
 
 REGISTRY: tuple[CauseSpec, ...] = (
     compute_straggler.SPEC,  # first: comm_bound and sequence_imbalance read its outliers
+    host_straggler.SPEC,  # the lateness pass's other findings (`causes.late`)
+    input_straggler.SPEC,
     stage_imbalance.SPEC,  # absorbs the heavy stage's straggler finding and its pipeline's bubble
     sequence_imbalance.SPEC,  # before comm_bound, which reads its outliers
     comm_bound.SPEC,

@@ -1,7 +1,8 @@
 """compute_straggler: one rank computes longer than its peers while they wait for it.
 
-Detector: `detect.straggler`. What-if: the rank's compute in its steps set to its peers' median
-(`whatif.causes.straggler`).
+Detector: `detect.straggler`, and `detect.lateness` for a rank everyone waits for at the
+collectives that computes longer in the windows before its late arrivals (`causes.late`). What-if:
+the rank's compute in its steps set to its peers' median (`whatif.causes.straggler`).
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import polars as pl
 
 from tracediag.analysis import Cause, Finding
+from tracediag.causes import late
 from tracediag.causes.spec import CauseSpec, Context
 from tracediag.detect import straggler
 from tracediag.detect.facts import Facts
@@ -23,7 +25,8 @@ def _ratios(ctx: Context) -> pl.DataFrame | None:
 
 
 def _detect(ctx: Context) -> list[Finding]:
-    return straggler.detect(ctx.facts, thresholds=ctx.thresholds, ratios=_ratios(ctx))
+    """The straggler rules' findings, with the waited-for ranks' (`causes.late`)."""
+    return late.of(Cause.COMPUTE_STRAGGLER, ctx)
 
 
 def _near(ctx: Context) -> tuple[float, str]:

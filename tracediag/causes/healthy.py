@@ -19,7 +19,7 @@ def _and(parts: Sequence[str]) -> str:
 
 def _quiet(specs: Sequence[CauseSpec]) -> str:
     """ "no rank computes ..., exposed communication, ... and device idle stay below their thresholds"."""
-    phrases = [s.quiet for s in specs]
+    phrases = [s.quiet for s in specs if s.quiet]
     if len(phrases) == 1:
         return f"{phrases[0]} stays below its threshold"
     return f"{phrases[0]}, {_and(phrases[1:])} stay below their thresholds"

@@ -63,7 +63,8 @@ class CauseSpec:
     None: the detector's estimate stands."""
     quiet: str
     """Its measure as the healthy finding lists it among those below their thresholds ("exposed
-    communication"); the first registered reads as a clause ("no rank computes ...")."""
+    communication"); the first registered reads as a clause ("no rank computes ..."); empty: covered
+    by another cause's phrase."""
     near: Callable[[Context], tuple[float, str]] | None = None
     """How close its run-level measure came to its threshold (1 = at it) and that as a clause, for
     the healthy finding's "closest: ..."."""

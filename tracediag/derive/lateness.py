@@ -107,12 +107,39 @@ def _chance(k: int, n: int, p: float) -> float:
     return min(1.0, sum(exp(t) for t in log_terms))
 
 
+def episode_waits(rows: pl.DataFrame, ranks: tuple[int, ...], median_step_ns: float) -> pl.DataFrame:
+    """Per step: ``share`` of the step's waiting `ranks` cause and ``per_step`` = what they cause
+    per waiting rank over the median step."""
+    n = rows["rank"].n_unique()
+    mine = pl.col("caused_ns").filter(pl.col("rank").is_in(list(ranks))).sum()
+    return (
+        rows.group_by("step")
+        .agg(_all=pl.col("wait_ns").sum(), _mine=mine)
+        .select(
+            "step",
+            share=pl.when(pl.col("_all") > 0).then(pl.col("_mine") / pl.col("_all")).otherwise(0.0),
+            per_step=pl.col("_mine") / max(n - len(ranks), 1) / max(median_step_ns, 1.0),
+        )
+        .sort("step")
+    )
+
+
 def assess(
-    rows: pl.DataFrame, *, step_time_ns: float, share: float, gap: float, chance: float, min_wait: float
+    rows: pl.DataFrame,
+    *,
+    step_time_ns: float,
+    median_step_ns: float,
+    share: float,
+    gap: float,
+    chance: float,
+    min_wait: float,
+    episode: float,
 ) -> Lateness:
     """Who everyone waits for, from the `late_rows` of the analysed steps; `step_time_ns`: the
-    analysed time per rank (Σ over steps of the median step); the thresholds as in
-    `detect.thresholds.Thresholds` (``lateness_*``)."""
+    analysed time per rank (Σ over steps of the median step), `median_step_ns` the median step; the
+    thresholds as in `detect.thresholds.Thresholds` (``lateness_*``). Being last more often than
+    chance allows is not needed for an *episode*: in some step the ranks make their peers wait at
+    least `episode` × the median step (a checkpoint every 4th step, a GC pause)."""
     table = per_rank(rows)
     n = table.height
     total = int(rows["wait_ns"].sum()) if rows.height else 0
@@ -136,7 +163,8 @@ def assess(
         hit = rows.group_by("iid").agg(m=(pl.col("is_last") & pl.col("rank").is_in(members)).any())["m"]
         p = _chance(int(hit.sum()), hit.len(), k / n)
         ws = sum(caused[:k]) / (n - k) / max(step_time_ns, 1.0)
-        if p > chance:
+        big = episode_waits(rows, members, median_step_ns)["per_step"].max() or 0.0
+        if p > chance and big < episode:
             return result((), mine, g, p, ws, f"ranks {_list(members)} are last this often by chance")
         if ws < min_wait:
             return result((), mine, g, p, ws, f"the waiting ranks {_list(members)} cause is small")

@@ -20,6 +20,7 @@ from tracediag.derive.kernels import kernel_steps
 from tracediag.derive.p2p import p2p_per_step
 from tracediag.derive.steps import assign_steps, find_markers, launches, step_spans
 from tracediag.derive.summary import RankSummary
+from tracediag.derive.windows import rank_windows
 from tracediag.names import distinct_names
 from tracediag.sanity import rank_extents
 from tracediag.whatif.rank import segments, sync_ends
@@ -64,4 +65,5 @@ def rank_tables(
         extents=rank_extents(events) if extents is None else extents,
         replay_segments=segments(device, spans, sync, keys),
         replay_sync=sync,
+        windows=rank_windows(stepped, instances, spans, device, names),
     )

@@ -59,6 +59,10 @@ class RankSummary:
     replay_sync: pl.DataFrame
     """The what-if replay's sync ends, `whatif.rank.sync_ends`: ``rank, kind, ts, dur, stream, dir,
     peer, fwd, bytes``."""
+    windows: pl.DataFrame
+    """What the rank did in the window before each of its collectives (why a late rank is late),
+    `derive.windows.WINDOW_SCHEMA`: ``rank, ts`` (the instance's own start), ``window_ns,
+    compute_ns, op_n, busy_ns, input_ns, gc_ns, sync_ns, checkpoint_ns``."""
 
     @classmethod
     def names(cls) -> tuple[str, ...]:

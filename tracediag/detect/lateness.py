@@ -2,17 +2,27 @@
 
 `assess` reads the per-instance lateness rows of the analysed steps and names the ranks everyone
 waits for (one rank, a set such as a slow node's ranks, or no one) with the share of all waiting
-they explain.
+they explain. `detect` says why, from the windows before their late arrivals
+(`derive.windows`) against their peers' windows of the same instances: more compute
+(``compute_straggler``, the ratio of the same ops' time and of their count in evidence), host work
+(``host_straggler``: the device idle with the host late — ``reason`` host; or named host work:
+gc, sync, checkpoint) or data loading (``input_straggler``).
 """
 
 from __future__ import annotations
 
+import dataclasses
+
 import polars as pl
 
-from tracediag.analysis import Lateness
+from tracediag.analysis import Cause, Finding, Lateness
 from tracediag.derive import lateness
+from tracediag.detect import straggler
 from tracediag.detect.facts import Facts
 from tracediag.detect.thresholds import Thresholds
+from tracediag.words import count
+
+MS = 1e6
 
 
 def assess(facts: Facts, th: Thresholds) -> Lateness | None:
@@ -23,12 +33,188 @@ def assess(facts: Facts, th: Thresholds) -> Lateness | None:
     rows = rows.join(facts.steps.select("step").unique(), on="step", how="semi")
     if not rows.height:
         return None
-    analysed = float(facts.steps.group_by("step").agg(pl.col("dur_ns").median())["dur_ns"].sum())
+    per_step = facts.steps.group_by("step").agg(pl.col("dur_ns").median())["dur_ns"]
     return lateness.assess(
         rows,
-        step_time_ns=analysed,
+        step_time_ns=float(per_step.sum()),
+        median_step_ns=float(per_step.median()),
+        episode=th.lateness_episode_wait,
         share=th.lateness_share,
         gap=th.lateness_gap,
         chance=th.lateness_chance,
         min_wait=th.lateness_min_wait,
     )
+
+
+WINDOW_PARTS = ("window_ns", "compute_ns", "op_n", "busy_ns", "input_ns", "gc_ns", "sync_ns", "checkpoint_ns")
+"""The window columns compared between a late rank and its peers (`derive.windows.WINDOW_SCHEMA`)."""
+
+NAMED_REASONS = (("checkpoint", "checkpoint_ns"), ("gc", "gc_ns"), ("sync", "sync_ns"))
+"""Host work named in the trace, tested before the unnamed idle (`vocab` patterns)."""
+
+
+def window_excess(facts: Facts, ranks: tuple[int, ...]) -> pl.DataFrame:
+    """Per instance where one of `ranks` arrived last: its window parts minus the median of the
+    other ranks' windows of the same instance (``d_<part>``), with ``rank, step, iid, late_ns``."""
+    rows = facts.late
+    if rows is None or "window_ns" not in rows.columns:
+        return pl.DataFrame()
+    rows = rows.with_columns(idle_ns=pl.col("window_ns") - pl.col("busy_ns"))
+    parts = [*WINDOW_PARTS, "idle_ns"]
+    peers = (
+        rows.filter(~pl.col("rank").is_in(list(ranks)))
+        .group_by("iid")
+        .agg(*(pl.col(c).median().alias(f"p_{c}") for c in parts))
+    )
+    mine = rows.filter(pl.col("rank").is_in(list(ranks)), "is_last").join(peers, on="iid")
+    return mine.select(
+        "rank",
+        "step",
+        "iid",
+        "late_ns",
+        "caused_ns",
+        *(pl.col(c) for c in parts),
+        *(pl.col(f"p_{c}") for c in parts),
+        *((pl.col(c) - pl.col(f"p_{c}")).alias(f"d_{c}") for c in parts),
+    )
+
+
+def reason_of(ex: pl.DataFrame, th: Thresholds) -> tuple[str, dict[str, float]]:
+    """Why the rank(s) of `ex` (`window_excess`) arrive late, and the numbers (ms, ratios).
+
+    The excess window (its window − the peers' median, summed over its late arrivals) is split into
+    what fills it: named host work (checkpoint/logging, GC, synchronisations) first, then data
+    loading, then compute, then idle device time (its host late: Python, a sleep, a busy thread,
+    CPU contention). The first part reaching `lateness_reason_share` of the excess is the reason;
+    else the larger of compute and idle."""
+    total = lambda c: float(ex[c].sum()) if ex.height else 0.0  # noqa: E731
+    excess = total("d_window_ns")
+    nums = {
+        "late_arrivals": ex.height,
+        "window_excess_ms": round(excess / MS, 3),
+        "lateness_ms": round(total("late_ns") / MS, 3),
+        "compute_excess_ms": round(total("d_compute_ns") / MS, 3),
+        "idle_excess_ms": round(total("d_idle_ns") / MS, 3),
+        "input_excess_ms": round(total("d_input_ns") / MS, 3),
+        "gc_ms": round(total("gc_ns") / MS, 3),
+        "sync_ms": round(total("sync_ns") / MS, 3),
+        "checkpoint_ms": round(total("checkpoint_ns") / MS, 3),
+        "compute_ratio": round(total("compute_ns") / max(total("p_compute_ns"), 1.0), 3),
+        "ops_ratio": round(total("op_n") / max(total("p_op_n"), 1.0), 3),
+    }
+    nums["compute_kind"] = "more_work" if nums["ops_ratio"] >= th.lateness_more_ops else "slower"
+    need = th.lateness_reason_share * max(excess, 1.0)
+    for reason, col in NAMED_REASONS:
+        if total(col) - total(f"p_{col}") >= need:
+            return reason, nums
+    if total("d_input_ns") >= need:
+        return "input", nums
+    if total("d_compute_ns") >= need:
+        return "compute", nums
+    if total("d_idle_ns") >= need:
+        return "host", nums
+    return ("compute" if total("d_compute_ns") >= total("d_idle_ns") else "host"), nums
+
+
+def late_steps(facts: Facts, ranks: tuple[int, ...], th: Thresholds) -> tuple[int, ...]:
+    """Steps where `ranks` cause at least `lateness_share` of the step's waiting and, per waiting
+    rank, at least `lateness_min_wait` of the median step and `lateness_step_share` of what they
+    cause in their worst step (an episode's steps, not the noise around it)."""
+    median = float(facts.steps.group_by("step").agg(pl.col("dur_ns").median())["dur_ns"].median())
+    per = lateness.episode_waits(facts.late, ranks, median)
+    worst = per["per_step"].max() or 0.0
+    keep = per.filter(
+        pl.col("share") >= th.lateness_share,
+        pl.col("per_step") >= max(th.lateness_min_wait, th.lateness_step_share * worst),
+    )
+    return tuple(sorted(keep["step"].to_list()))
+
+
+REASON_WORDS = {
+    "host": "its device sits idle while its host is busy elsewhere or absent (Python, a sleep, a busy thread, "
+    "CPU contention)",
+    "gc": "garbage collection holds its host",
+    "sync": "device synchronisations hold its host",
+    "checkpoint": "a checkpoint or logging write holds its host",
+    "input": "it loads data longer",
+}
+
+
+def _who(ranks: tuple[int, ...]) -> str:
+    return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {', '.join(map(str, ranks))}"
+
+
+def detect(facts: Facts, late: Lateness | None, th: Thresholds, found: list[Finding]) -> list[Finding]:
+    """`found` (the other detectors' findings) with the lateness findings: for the ranks everyone
+    waits for, the reason read from their windows (`reason_of`). Compute: a ``compute_straggler``
+    per rank unless one already names it; host work (``host_straggler``, with its ``reason``) or
+    loading (``input_straggler``) replaces a compute_straggler finding of the same rank."""
+    if late is None or not late.waited_for or facts.late is None or "window_ns" not in facts.late.columns:
+        return found
+    ranks = late.waited_for
+    steps = late_steps(facts, ranks, th)
+    if not steps:
+        return found
+    ex = window_excess(facts, ranks).filter(pl.col("step").is_in(list(steps)))
+    reason, nums = reason_of(ex, th)
+    n_steps = facts.steps["step"].n_unique()
+    waiting = {
+        "waiting_share": late.share,
+        "peer_wait_ms_per_step": round(
+            float(ex["caused_ns"].sum()) / max(facts.late["rank"].n_unique() - len(ranks), 1) / len(steps) / MS, 3
+        ),
+        "collectives": late.instances,
+    }
+    if reason == "compute":
+        named = {r for f in found if f.cause is Cause.COMPUTE_STRAGGLER for r in f.ranks}
+        ratios = straggler.rank_step_ratios(facts.steps, th)
+        out = list(found)
+        kind = "persistent" if len(steps) >= max(th.persistent_min_steps, n_steps / 2) or n_steps == 1 else "transient"
+        for r in ranks:
+            if r in named:
+                continue
+            rows = ratios.filter(pl.col("rank") == r, pl.col("step").is_in(list(steps)))
+            f = straggler._finding(rows, r, kind, n_steps, min(1.0, late.share), reason="compute", **nums)
+            out.append(
+                dataclasses.replace(
+                    f,
+                    summary=f.summary
+                    + f"; it arrives last at {nums['late_arrivals']} of {late.instances} collectives and causes "
+                    f"{late.share:.0%} of all waiting; before those arrivals it "
+                    + (
+                        f"runs {nums['ops_ratio']:.2f}x its peers' ops (more work)"
+                        if nums["compute_kind"] == "more_work"
+                        else f"runs the same ops ({nums['ops_ratio']:.2f}x) {nums['compute_ratio']:.2f}x longer "
+                        "(a slower or throttled device)"
+                    ),
+                )
+            )
+        return out
+    cause = Cause.INPUT_STRAGGLER if reason == "input" else Cause.HOST_STRAGGLER
+    rows = ex
+    lost = int(rows["caused_ns"].sum() / max(facts.late["rank"].n_unique() - len(ranks), 1))
+    part = {
+        "host": nums["idle_excess_ms"],
+        "gc": nums["gc_ms"],
+        "sync": nums["sync_ms"],
+        "checkpoint": nums["checkpoint_ms"],
+        "input": nums["input_excess_ms"],
+    }[reason]
+    summary = (
+        f"{_who(ranks)} arrive{'s' if len(ranks) == 1 else ''} last at {nums['late_arrivals']} of {late.instances} "
+        f"collectives and cause{'s' if len(ranks) == 1 else ''} {late.share:.0%} of all waiting (each other rank waits "
+        f"{waiting['peer_wait_ms_per_step']:.1f} ms per step for them); before those arrivals {REASON_WORDS[reason]}: "
+        f"{part:.1f} ms over {count(len(steps), 'step')} against a window {nums['window_excess_ms']:.1f} ms longer "
+        f"than its peers', its compute {nums['compute_ratio']:.2f}x theirs"
+    )
+    finding = Finding(
+        cause=cause,
+        ranks=ranks,
+        steps=steps,
+        time_lost_ns=lost,
+        confidence=min(1.0, late.share),
+        summary=summary,
+        evidence={"reason": reason, **waiting, **nums},
+    )
+    kept = [f for f in found if not (f.cause is Cause.COMPUTE_STRAGGLER and set(f.ranks) & set(ranks))]
+    return [*kept, finding]

@@ -114,5 +114,22 @@ class Thresholds:
     """...and the waiting they cause, per waiting rank, is at least this share of the analysed time:
     below it the job hardly feels them (half of `straggler_min_excess`, since a finding per rank then
     still has to be priced by the what-if)."""
+    lateness_episode_wait: float = 1.0
+    """...or, instead of the chance test, an *episode*: in some step they make each waiting peer wait
+    at least this times the median step (the step doubles; Holmes calls > 2x normal irregular, as
+    `straggler_transient_ratio`). A checkpoint every 4th step or a GC pause is last at few
+    instances, but by far; a loaded 4-rank gloo host's worst noise is 0.46 (healthy_ddp)."""
+    lateness_step_share: float = 0.5
+    """A waited-for rank's steps: where it causes, per waiting rank, at least this share of what it
+    causes in its worst step (as `step_share`: the episode, not the noise around it; a persistent
+    rank's steps are all alike)."""
+    lateness_reason_share: float = 0.5
+    """Why a waited-for rank is late: the part of its excess window (its windows before its late
+    arrivals less its peers' of the same instances) that reaches this share names the reason (named
+    host work, then loading, then compute, then idle); else the larger of compute and idle."""
+    lateness_more_ops: float = 1.1
+    """A late rank whose excess is compute runs *more work* when it starts at least this times its
+    peers' kernels/operators in the same windows (an uneven shard, extra ops); else the same ops take
+    longer (a slower or throttled device). One program on every rank launches the same op count."""
     persistent_min_steps: int = 2
     """A persistent straggler needs the pattern on at least this many steps (never 1 of 2)."""

@@ -1,0 +1,48 @@
+"""host_straggler: the rank everyone waits for is late because of its host, not its compute.
+
+Detector: `detect.lateness` (`causes.late`): in the windows before its late arrivals its device sits
+idle longer than its peers' (its host busy elsewhere or absent: Python, a sleep, a busy thread, CPU
+contention), or named host work fills them (evidence ``reason``: host, gc, sync, checkpoint).
+What-if: its device's idle gaps closed in its late steps (`whatif.causes.no_idle`).
+"""
+
+from __future__ import annotations
+
+from tracediag.analysis import Cause, Finding
+from tracediag.causes import late
+from tracediag.causes.spec import CauseSpec, Context
+from tracediag.detect.facts import Facts
+from tracediag.whatif import causes
+from tracediag.whatif.graph import Graph
+from tracediag.whatif.price import Pricing
+
+
+def _detect(ctx: Context) -> list[Finding]:
+    return late.of(Cause.HOST_STRAGGLER, ctx)
+
+
+def _edit(f: Finding, facts: Facts, graph: Graph) -> causes.Edit:
+    return causes.no_idle(graph, f.ranks, f.steps)
+
+
+def ranks_of(ranks: tuple[int, ...]) -> str:
+    return f"rank {ranks[0]}'s" if len(ranks) == 1 else f"ranks {', '.join(map(str, ranks))}'"
+
+
+def _removed(f: Finding, facts: Facts, graph: Graph) -> str:
+    return f"with {ranks_of(f.ranks)} host on time (its device's idle gaps closed in those steps)"
+
+
+def _outliers(f: Finding) -> tuple[int, ...]:
+    return f.ranks
+
+
+SPEC = CauseSpec(
+    cause=Cause.HOST_STRAGGLER,
+    detect=_detect,
+    pricing=Pricing(edit=_edit, removed=_removed),
+    quiet="lateness at the collectives",
+    explains_idle=True,
+    outliers=_outliers,
+    blames_ranks=True,
+)

@@ -1,0 +1,124 @@
+"""What each rank did right before each of its collectives: the window before an arrival.
+
+Per rank and collective instance (`collectives.collective_instances`), the *window* runs from the
+end of the rank's previous collective (the latest end of any earlier one, so concurrent buckets
+nest) to this one's start; before the rank's first collective, from its first step's start. When a
+rank arrives late, its window is longer than its peers' windows of the same instance, and what
+fills the difference says why (`detect.lateness`): more compute, a device idle while its host is
+busy elsewhere (Python, a sleep, a busy thread, CPU contention), data loading, a garbage-collection
+pause, synchronisations or a checkpoint/logging write. The window of a step's first collective
+starts in the previous step, so work after a step's last collective lands in the next step's first
+window, where the peers wait for it.
+
+Everything here is one rank's own timeline (own clock), computed where its file lies
+(`per_rank.rank_tables`); the comparison across ranks is the reduce's.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from tracediag.derive.intervals import covered
+from tracediag.names import name_matches
+from tracediag.vocab import CHECKPOINT_OP, GC_OP, SYNC_OP
+
+WINDOW_SCHEMA: dict[str, pl.DataType] = {
+    "rank": pl.Int32(),
+    "ts": pl.Int64(),
+    "window_ns": pl.Int64(),
+    "compute_ns": pl.Int64(),
+    "op_n": pl.Int64(),
+    "busy_ns": pl.Int64(),
+    "input_ns": pl.Int64(),
+    "gc_ns": pl.Int64(),
+    "sync_ns": pl.Int64(),
+    "checkpoint_ns": pl.Int64(),
+}
+"""Per rank and collective instance (``rank, ts``: the instance's own start, as in
+`collectives.INSTANCE_SCHEMA`): ``window_ns`` (the window's length), ``compute_ns`` (compute in it:
+device kernels; on CPU-only ranks the host's operator time outside communication and loading),
+``op_n`` (compute kernels or operators starting in it), ``busy_ns`` (compute, communication or
+copies: the rest of the window is idle), ``input_ns`` (data loading), ``gc_ns``, ``sync_ns`` and
+``checkpoint_ns`` (host rows named as garbage collection, device synchronisations, checkpoint or
+logging writes: `vocab.GC_OP`, `vocab.SYNC_OP`, `vocab.CHECKPOINT_OP`)."""
+
+
+def rank_windows(
+    events: pl.DataFrame, instances: pl.DataFrame, spans: pl.DataFrame, device: pl.DataFrame, names: pl.Series
+) -> pl.DataFrame:
+    """`WINDOW_SCHEMA` rows: one per row of `instances`, from the stepped `events`, their `spans`
+    (`steps.step_spans`), the `device` timeline (`breakdown.device_sweep`) and their distinct `names`."""
+    if not instances.height:
+        return pl.DataFrame(schema=WINDOW_SCHEMA)
+    first = spans.filter(pl.col("start").is_not_null()).group_by("rank").agg(_first=pl.col("start").min())
+    windows = (
+        instances.lazy()
+        .select("rank", "ts", "end")
+        .unique(["rank", "ts"])
+        .sort("rank", "ts")
+        .with_columns(_prev=pl.col("end").cum_max().shift(1).over("rank"))
+        .join(first.lazy(), on="rank", how="left")
+        .with_columns(_start=pl.coalesce("_prev", "_first", "ts"))
+        .select("rank", "ts", _ws=pl.min_horizontal("_start", "ts"))
+    )
+    w = windows.select("rank", _key="ts", ts="_ws", end="ts").collect(engine="in-memory")
+
+    def cover(intervals: pl.LazyFrame, col: str) -> pl.LazyFrame:
+        # each coverage on its own plan: one plan sharing the windows' row index between several
+        # coverages mixed them up (polars' common-subplan elimination)
+        got = covered(intervals.select("rank", "ts", "end"), w.lazy(), "rank").collect(engine="in-memory")
+        return got.lazy().select("rank", "_key", pl.col("covered").alias(col))
+
+    dev = device.lazy()
+    active = (pl.col("n_compute") > 0) | (pl.col("n_comm") > 0) | (pl.col("n_p2p") > 0) | (pl.col("n_copy") > 0)
+    host = events.lazy().filter(pl.col("device") == -1)
+    end = pl.col("ts") + pl.col("dur")
+    named = {
+        "gc_ns": GC_OP,
+        "sync_ns": SYNC_OP,
+        "checkpoint_ns": CHECKPOINT_OP,
+    }
+    parts = [
+        cover(dev.filter(pl.col("n_compute") > 0), "compute_ns"),
+        cover(dev.filter(active), "busy_ns"),
+        cover(dev.filter(pl.col("n_input") > 0), "input_ns"),
+        *(cover(host.filter(name_matches(names, rx)).with_columns(end=end), c) for c, rx in named.items()),
+    ]
+    ops = _compute_ops(events).sort("ts")
+    counts = (
+        ops.join_asof(
+            w.lazy().sort("ts").select("rank", "_key", _ws="ts", _we="end"),
+            left_on="ts",
+            right_on="_ws",
+            by="rank",
+            check_sortedness=False,
+        )
+        .filter(pl.col("_key").is_not_null(), pl.col("ts") < pl.col("_we"))
+        .group_by("rank", "_key")
+        .agg(op_n=pl.len().cast(pl.Int64))
+    )
+    out = w.lazy().select("rank", "_key", window_ns=pl.col("end") - pl.col("ts"))
+    for p in [*parts, counts]:
+        out = out.join(p, on=["rank", "_key"], how="left")
+    return (
+        out.rename({"_key": "ts"})
+        .with_columns(pl.col(c).fill_null(0) for c in WINDOW_SCHEMA if c not in ("rank", "ts"))
+        .select(list(WINDOW_SCHEMA))
+        .sort("rank", "ts")
+        .collect(engine="in-memory")
+        .cast(WINDOW_SCHEMA)
+    )
+
+
+def _compute_ops(events: pl.DataFrame) -> pl.LazyFrame:
+    """Start times of compute work: device kernels on GPU ranks, else host operators that are no
+    collective (nested operators count each: the same on every rank of one program)."""
+    lf = events.lazy()
+    gpu = lf.filter(pl.col("kind") == "kernel").select("rank").unique()
+    kernels = lf.filter(pl.col("kind") == "kernel").select("rank", "ts")
+    cpu_ops = (
+        lf.filter(pl.col("kind") == "cpu_op", pl.col("coll_op").is_null())
+        .join(gpu, on="rank", how="anti")
+        .select("rank", "ts")
+    )
+    return pl.concat([kernels, cpu_ops])
