@@ -132,7 +132,7 @@ def test_windows_are_per_rank_and_add_up():
     whole = rank_tables(run.events).windows
     alone = rank_tables(run.events.filter(pl.col("rank") == 3)).windows
     assert alone.equals(whole.filter(pl.col("rank") == 3))
-    assert whole.height == rank_tables(run.events)["instances"].height
+    assert whole.height == rank_tables(run.events).instances.height
     assert (whole["compute_ns"] <= whole["busy_ns"]).all() and (whole["busy_ns"] <= whole["window_ns"]).all()
     assert (whole.filter(pl.col("rank") == 3)["gc_ns"] > 0).sum() >= 2  # its two collections
     assert whole.filter(pl.col("rank") != 3)["gc_ns"].sum() == 0
