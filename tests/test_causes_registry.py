@@ -93,7 +93,7 @@ def test_a_cause_is_detected_and_priced_through_its_spec(monkeypatch):
     run = _load("straggler_persistent")
     (f,) = tracediag.analyze(run).findings
     assert f.cause == Cause.COMPUTE_STRAGGLER
-    assert f.whatif.startswith(f"without rank {f.ranks[0]}'s extra compute the step would take")
+    assert f.whatif.startswith(f"without rank {f.ranks[0]}'s extra compute (")
     spec = spec_of(Cause.COMPUTE_STRAGGLER)
     silent = dataclasses.replace(spec, detect=lambda ctx: [])
     monkeypatch.setattr(causes, "REGISTRY", tuple(silent if s is spec else s for s in REGISTRY))

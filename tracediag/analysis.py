@@ -17,7 +17,7 @@ import polars as pl
 
 from tracediag.checking import Check
 
-SCHEMA_VERSION = "1.3"
+SCHEMA_VERSION = "1.4"
 
 
 class Cause(StrEnum):
@@ -182,6 +182,11 @@ class Finding:
     """The step time without this cause (median over its steps), from the what-if replay."""
     whatif: str = ""
     """The what-if as a sentence ("without rank 2's extra compute the step would take ...")."""
+    measurable: bool = True
+    """False when removing the cause recovers less than `Thresholds.whatif_measurable_share` of the
+    step: found, but it costs nothing measurable (``--fail-on`` does not count it)."""
+    whatif_withheld: str = ""
+    """Why the what-if did not price this finding (its ``time_lost_ns`` is then the detector's estimate)."""
 
     def __post_init__(self) -> None:
         if self.cause not in CAUSES:
@@ -194,7 +199,8 @@ class Finding:
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickle (a read-only mapping cannot be): rebuilt through the constructor, which freezes again."""
         fields = (self.cause, self.ranks, self.steps, self.time_lost_ns, self.confidence, self.summary)
-        return (type(self), (*fields, _thaw(self.evidence), self.step_time_without_ns, self.whatif))
+        more = (self.step_time_without_ns, self.whatif, self.measurable, self.whatif_withheld)
+        return (type(self), (*fields, _thaw(self.evidence), *more))
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -206,6 +212,8 @@ class Finding:
             "confidence": round(float(self.confidence), 3),
             "summary": self.summary,
             "whatif": self.whatif,
+            "measurable": self.measurable,
+            "whatif_withheld": self.whatif_withheld,
             "evidence": _thaw(self.evidence),
         }
 
@@ -221,6 +229,8 @@ class Finding:
             evidence=d.get("evidence", {}),
             step_time_without_ns=d.get("step_time_without_ns"),
             whatif=d.get("whatif", ""),
+            measurable=bool(d.get("measurable", True)),
+            whatif_withheld=d.get("whatif_withheld", ""),
         )
 
 
@@ -351,15 +361,22 @@ class WhatIf:
     steps: tuple[WhatIfStep, ...] = ()
     pipeline: tuple[Mapping[str, Any], ...] = ()
     """Per pipeline_bubble finding: ``ranks`` and ``step_ns_by_microbatches`` (m → projected ideal step)."""
+    replay_error_by_rank: Mapping[str, float] = field(default_factory=dict)
+    """Per rank (its trace): the replay's relative error against its observed steps, median over steps."""
+    withheld: str = ""
+    """Why no what-if is given (a rank's replay error above `Thresholds.replay_error_limit`), or ""."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "steps", tuple(self.steps))
         object.__setattr__(self, "pipeline", tuple(_freeze(p) for p in self.pipeline))
+        object.__setattr__(self, "replay_error_by_rank", _freeze(self.replay_error_by_rank))
 
     def to_dict(self) -> dict[str, Any]:
         out = {
             "replay_error_median": self.replay_error_median,
             "replay_error_max": self.replay_error_max,
+            "replay_error_by_rank": _thaw(self.replay_error_by_rank),
+            "withheld": self.withheld,
             "operations": self.operations,
             "step_time_ns": self.step_time_ns,
             "step_time_without_all_ns": self.step_time_without_all_ns,
@@ -392,6 +409,8 @@ class WhatIf:
                 for s in d.get("steps", [])
             ),
             pipeline=tuple(d.get("pipeline", [])),
+            replay_error_by_rank=d.get("replay_error_by_rank", {}),
+            withheld=d.get("withheld", ""),
         )
 
 

@@ -251,17 +251,15 @@ def reduce(
     diagnosed = without_steps(facts, warmup)
     late = lateness_detect.assess(diagnosed, th)
     findings = detect_all(diagnosed, thresholds=th)
-    whatif, warnings = None, derived.warnings
+    warnings = derived.warnings
     if warmup:
         warnings += (
             f"{noun(len(warmup), 'step')} {', '.join(map(str, warmup))} {'is' if len(warmup) == 1 else 'are'} "
             f"warm-up (every rank at least {th.warmup_ratio}x its later steps, its waits for peers left out): "
             "shown, left out of the diagnosis",
         )
-    try:
-        findings, whatif = price(findings, facts, graph_of(facts, derived.replay))
-    except (pl.exceptions.PolarsError, ValueError, IndexError, KeyError) as e:  # the detectors' estimates stay
-        warnings += (f"what-if replay not available ({type(e).__name__}: {str(e).splitlines()[0][:200]})",)
+    # priced on the steps the diagnosis read (warm-up left out), as every what-if in the output
+    findings, whatif = price(findings, diagnosed, graph_of(diagnosed, derived.replay), thresholds=th)
     kernels = derived.kernels
     return Analysis(
         ranks=tuple(meta.ranks) or tuple(sorted(summary.extents["rank"].to_list())),

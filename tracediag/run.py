@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import os
 import warnings
 from collections.abc import Callable, Iterable, Sequence
@@ -101,6 +102,7 @@ class RunMeta:
                         "process_groups": groups,
                         "devices": tuple(f.get("devices", ())),
                         "warnings": tuple(f.get("warnings", ())),
+                        "windows": tuple(f.get("windows", ())),
                     }
                 )
             )
@@ -326,7 +328,7 @@ def load(
             errors.append(result[0])
     if not traces:
         raise TracediagError("\n".join(errors or ignored))
-    _check_unique_ranks(traces)
+    traces = _check_unique_ranks(traces)
     if comm_kernel is not None:
         traces = [dataclasses.replace(t, events=mark_comm_kernels(t.events, comm_kernel)) for t in traces]
     # one rank per file: each file sorted by time, then the files in rank order, is the table sorted by
@@ -395,15 +397,90 @@ def _crashed(task: ReadTask, why: str) -> tuple[str, bool]:
     return f"{shown(task[0])}: {why} while reading it (out of memory?)", False
 
 
-def _check_unique_ranks(traces: list[FileTrace]) -> None:
-    by_rank: dict[int, str] = {}
+def _check_unique_ranks(traces: list[FileTrace]) -> list[FileTrace]:
+    """One trace per rank: the files of one rank that are profiler windows of its timeline merged
+    (`merge_windows`); two files claiming one rank otherwise are a `RankError` naming both."""
+    by_rank: dict[int, list[FileTrace]] = {}
     for t in traces:
-        other = by_rank.setdefault(t.meta.rank, t.meta.path)
-        if other != t.meta.path:
+        by_rank.setdefault(t.meta.rank, []).append(t)
+    out = []
+    for rank, group in by_rank.items():
+        if len(group) == 1:
+            out.append(group[0])
+            continue
+        why = windows_problem(group)
+        if why is not None:
             raise RankError(
-                f"{shown(other)} and {shown(t.meta.path)} both claim rank {t.meta.rank}; "
+                f"{shown(group[0].meta.path)} and {shown(group[1].meta.path)} both claim rank {rank} ({why}); "
                 "give ranks explicitly with --rank-from-filename REGEX or --rank FILE=N"
             )
+        out.append(merge_windows(group))
+    return out
+
+
+def _window(t: FileTrace) -> tuple[int, int] | None:
+    """The recorded time window of a file's events (first start, last end); None without events."""
+    ev = t.events
+    return (ev["ts"].min(), (ev["ts"] + ev["dur"]).max()) if ev.height else None
+
+
+def _host_pids(t: FileTrace) -> set[int]:
+    return set(t.events.filter(pl.col("device") == -1).get_column("pid").drop_nulls().unique().to_list())
+
+
+def windows_problem(group: list[FileTrace]) -> str | None:
+    """Why the files of one rank are not profiler windows of one process's timeline (None when they are).
+
+    Profiler windows (`schedule(..., repeat=N)` with `tensorboard_trace_handler`: one file per window)
+    are files of one format on the Unix-epoch clock whose recorded time windows do not overlap, and
+    that agree on the world size, the backend and the host process id where they state them."""
+    if len({t.meta.format for t in group}) > 1:
+        return "files of different formats"
+    if any(t.meta.time_base != "epoch" for t in group):
+        return "relative times: profiler windows cannot be told apart"
+    for label, values in (
+        ("world sizes", [t.meta.world_size for t in group]),
+        ("backends", [t.meta.backend for t in group]),
+    ):
+        if len({v for v in values if v is not None}) > 1:
+            return f"{label} differ"
+    pids = [p for p in map(_host_pids, group) if p]
+    if len(pids) > 1 and not set.intersection(*pids):
+        return "different host processes"
+    spans = [_window(t) for t in group]
+    if any(s is None for s in spans):
+        return "a file without events"
+    ordered = sorted(s for s in spans if s is not None)
+    if any(nxt[0] < prev[1] for prev, nxt in itertools.pairwise(ordered)):
+        return "their recorded time windows overlap"
+    return None
+
+
+def merge_windows(group: list[FileTrace]) -> FileTrace:
+    """The profiler windows of one rank (`windows_problem` is None) as one trace: events concatenated
+    (each keeps its step numbers, as the profiler numbered them), counts summed, the first window's
+    file its `path` and the others its `windows`."""
+    group = sorted(group, key=lambda t: _window(t) or (0, 0))
+    first = group[0].meta
+    skipped: dict[str, int] = {}
+    for t in group:
+        for reason, n in t.meta.skipped.items():
+            skipped[reason] = skipped.get(reason, 0) + n
+    warnings = list(first.warnings)
+    for t in group[1:]:
+        warnings += [w for w in t.meta.warnings if w not in warnings]
+    meta = dataclasses.replace(
+        first,
+        world_size=next((t.meta.world_size for t in group if t.meta.world_size), None),
+        backend=next((t.meta.backend for t in group if t.meta.backend), None),
+        process_groups=next((t.meta.process_groups for t in group if t.meta.process_groups), ()),
+        devices=next((t.meta.devices for t in group if t.meta.devices), ()),
+        events_in=sum(t.meta.events_in for t in group),
+        skipped=dict(sorted(skipped.items())),
+        warnings=tuple(warnings),
+        windows=tuple(t.meta.path for t in group[1:]),
+    )
+    return FileTrace(events=pl.concat([t.events for t in group]), meta=meta)
 
 
 def _is_parquet(path: str, storage_options: dict | None = None) -> bool:

@@ -77,10 +77,12 @@ def detect_all(facts: Facts, *, thresholds: Thresholds | None = None) -> tuple[F
     return tuple(sorted((f for _, f in ctx.found), key=lambda f: (-f.time_lost_ns, f.cause)))
 
 
-def price(findings: tuple[Finding, ...], facts: Facts, graph: Graph) -> tuple[tuple[Finding, ...], WhatIf]:
+def price(
+    findings: tuple[Finding, ...], facts: Facts, graph: Graph, *, thresholds: Thresholds | None = None
+) -> tuple[tuple[Finding, ...], WhatIf]:
     """`whatif.price.price` with every registered cause's pricing."""
     pricing = {s.cause: s.pricing for s in REGISTRY if s.pricing is not None}
-    return _price.price(findings, facts, graph, pricing)
+    return _price.price(findings, facts, graph, pricing, thresholds=thresholds)
 
 
 def blamed_ranks(findings: tuple[Finding, ...]) -> set[int]:

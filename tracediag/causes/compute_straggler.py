@@ -16,7 +16,7 @@ from tracediag.detect import straggler
 from tracediag.detect.facts import Facts
 from tracediag.whatif import causes
 from tracediag.whatif.graph import Graph
-from tracediag.whatif.price import Pricing
+from tracediag.whatif.price import MS, Pricing
 
 
 def _ratios(ctx: Context) -> pl.DataFrame | None:
@@ -53,7 +53,18 @@ def _ranks(ranks: tuple[int, ...]) -> str:
 
 
 def _removed(f: Finding, facts: Facts, graph: Graph) -> str:
-    return f"without {_ranks(f.ranks)} extra compute"
+    s = facts.steps.filter(pl.col("step").is_in(list(f.steps)))
+    peers = (
+        s.filter(~pl.col("rank").is_in(list(f.ranks))).group_by("step").agg(pl.col("compute_ns").median().alias("_p"))
+    )
+    extra = (
+        s.filter(pl.col("rank").is_in(list(f.ranks)))
+        .join(peers, on="step")
+        .select((pl.col("compute_ns") - pl.col("_p")).clip(lower_bound=0).median())
+        .item()
+    )
+    ms = float(extra or 0) / MS
+    return f"without {_ranks(f.ranks)} extra compute ({ms:,.1f} ms per step over its peers' median)"
 
 
 SPEC = CauseSpec(

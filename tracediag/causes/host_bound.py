@@ -1,10 +1,13 @@
 """host_bound: the device sits idle waiting on its own host.
 
-Detector: `detect.host_bound` (not when a cause found before it explains the idle). What-if: the
-device's idle gaps closed (`whatif.causes.no_idle`).
+Detector: `detect.host_bound` (not when a cause found before it explains the idle). What-if: only the
+device's waits on its host removed (``idle_host_ns`` per step, `whatif.causes.idle_removed`); on
+CPU-only ranks there are none (the host is the device), so the what-if finds nothing measurable there.
 """
 
 from __future__ import annotations
+
+import polars as pl
 
 from tracediag.analysis import Cause, Finding
 from tracediag.causes.spec import CauseSpec, Context
@@ -12,7 +15,7 @@ from tracediag.detect import host_bound
 from tracediag.detect.facts import Facts
 from tracediag.whatif import causes
 from tracediag.whatif.graph import Graph
-from tracediag.whatif.price import Pricing
+from tracediag.whatif.price import MS, Pricing
 
 
 def _detect(ctx: Context) -> list[Finding]:
@@ -26,11 +29,16 @@ def _near(ctx: Context) -> tuple[float, str]:
 
 
 def _edit(f: Finding, facts: Facts, graph: Graph) -> causes.Edit:
-    return causes.no_idle(graph, f.ranks, f.steps)
+    """Only the device's waits on its host (``idle_host_ns``: nothing queued until the launch
+    returns); idle with work queued but held (events, syncs, another device) stays."""
+    return causes.idle_removed(graph, facts.steps, "idle_host_ns", f.ranks, f.steps)
 
 
 def _removed(f: Finding, facts: Facts, graph: Graph) -> str:
-    return "with the host's launch gaps closed"
+    s = facts.steps.filter(pl.col("rank").is_in(list(f.ranks)), pl.col("step").is_in(list(f.steps)))
+    host = float(s["idle_host_ns"].median() or 0) / MS if s.height else 0.0
+    idle = float(s["idle_ns"].median() or 0) / MS if s.height else 0.0
+    return f"without the device's waits on its host ({host:,.1f} of its {idle:,.1f} ms idle per step)"
 
 
 SPEC = CauseSpec(

@@ -3,10 +3,13 @@
 Detector: `detect.lateness` (`causes.late`): in the windows before its late arrivals its device sits
 idle longer than its peers' (its host busy elsewhere or absent: Python, a sleep, a busy thread, CPU
 contention), or named host work fills them (evidence ``reason``: host, gc, sync, checkpoint).
-What-if: its device's idle gaps closed in its late steps (`whatif.causes.no_idle`).
+What-if: its lateness removed — its device's idle in its late steps cut to its peers' median idle
+(`whatif.causes.idle_over_peers`), not every idle gap closed.
 """
 
 from __future__ import annotations
+
+import polars as pl
 
 from tracediag.analysis import Cause, Finding
 from tracediag.causes import late
@@ -14,7 +17,7 @@ from tracediag.causes.spec import CauseSpec, Context
 from tracediag.detect.facts import Facts
 from tracediag.whatif import causes
 from tracediag.whatif.graph import Graph
-from tracediag.whatif.price import Pricing
+from tracediag.whatif.price import MS, Pricing
 
 
 def _detect(ctx: Context) -> list[Finding]:
@@ -22,7 +25,7 @@ def _detect(ctx: Context) -> list[Finding]:
 
 
 def _edit(f: Finding, facts: Facts, graph: Graph) -> causes.Edit:
-    return causes.no_idle(graph, f.ranks, f.steps)
+    return causes.idle_over_peers(graph, facts.steps, f.ranks, f.steps)
 
 
 def ranks_of(ranks: tuple[int, ...]) -> str:
@@ -30,7 +33,14 @@ def ranks_of(ranks: tuple[int, ...]) -> str:
 
 
 def _removed(f: Finding, facts: Facts, graph: Graph) -> str:
-    return f"with {ranks_of(f.ranks)} host on time (its device's idle gaps closed in those steps)"
+    s = facts.steps.filter(pl.col("step").is_in(list(f.steps)))
+    peers = s.filter(~pl.col("rank").is_in(list(f.ranks))).group_by("step").agg(_p=pl.col("idle_ns").median())
+    own = s.filter(pl.col("rank").is_in(list(f.ranks))).join(peers, on="step")
+    extra = own.select((pl.col("idle_ns") - pl.col("_p")).clip(lower_bound=0).median()).item() if own.height else 0
+    return (
+        f"with {ranks_of(f.ranks)} host on time (its device's idle cut to its peers' median in those steps: "
+        f"{float(extra or 0) / MS:,.1f} ms less per step)"
+    )
 
 
 def _outliers(f: Finding) -> tuple[int, ...]:

@@ -1,6 +1,7 @@
 """input_bound: every rank's device idles at step start while its host loads data.
 
-Detector: `detect.input_bound`. What-if: the data loading removed (`whatif.causes.no_input`).
+Detector: `detect.input_bound`. What-if: the data loading removed (`whatif.causes.no_input`); with no
+loader in the trace, the idle before each step's first work (`whatif.causes.idle_removed`).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from tracediag.detect import input_bound
 from tracediag.detect.facts import Facts
 from tracediag.whatif import causes
 from tracediag.whatif.graph import Graph
-from tracediag.whatif.price import Pricing
+from tracediag.whatif.price import MS, Pricing
 
 
 def _detect(ctx: Context) -> list[Finding]:
@@ -30,11 +31,24 @@ def _near(ctx: Context) -> tuple[float, str]:
 
 
 def _edit(f: Finding, facts: Facts, graph: Graph) -> causes.Edit:
-    return causes.no_input(graph, f.ranks, f.steps)
+    """The loading the trace shows (``input`` pieces: loading with nothing computing); with no loader
+    in the trace, the idle before each step's first work, which the detector read as the loading."""
+    if f.evidence.get("loader_annotated", True):
+        return causes.no_input(graph, f.ranks, f.steps)
+    return causes.idle_removed(graph, facts.steps, "lead_idle_ns", f.ranks, f.steps)
 
 
 def _removed(f: Finding, facts: Facts, graph: Graph) -> str:
-    return "without the wait for data"
+    on = pl.col("rank").is_in(list(f.ranks)) & pl.col("step").is_in(list(f.steps))
+    if f.evidence.get("loader_annotated", True):
+        s = graph.segments.filter(on).group_by("rank", "step").agg(pl.col("input_ns").sum())
+        ms = float(s["input_ns"].median() or 0) / MS if s.height else 0.0
+        return f"without the data loading the device waits for ({ms:,.1f} ms per step)"
+    s = facts.steps.filter(on)
+    ms = float(s["lead_idle_ns"].median() or 0) / MS if s.height else 0.0
+    return (
+        f"without the device's idle before each step's first work, read as the unnamed loader ({ms:,.1f} ms per step)"
+    )
 
 
 SPEC = CauseSpec(

@@ -1,10 +1,13 @@
 """input_straggler: the rank everyone waits for is late because it loads data longer than its peers.
 
 Detector: `detect.lateness` (`causes.late`): data loading fills the windows before its late
-arrivals. What-if: its data loading removed in its late steps (`whatif.causes.no_input`).
+arrivals. What-if: its lateness removed — its data loading in its late steps scaled to its peers'
+median loading (`whatif.causes.input_to_peers`), the loading every rank does kept.
 """
 
 from __future__ import annotations
+
+import polars as pl
 
 from tracediag.analysis import Cause, Finding
 from tracediag.causes import late
@@ -13,7 +16,7 @@ from tracediag.causes.spec import CauseSpec, Context
 from tracediag.detect.facts import Facts
 from tracediag.whatif import causes
 from tracediag.whatif.graph import Graph
-from tracediag.whatif.price import Pricing
+from tracediag.whatif.price import MS, Pricing
 
 
 def _detect(ctx: Context) -> list[Finding]:
@@ -21,11 +24,15 @@ def _detect(ctx: Context) -> list[Finding]:
 
 
 def _edit(f: Finding, facts: Facts, graph: Graph) -> causes.Edit:
-    return causes.no_input(graph, f.ranks, f.steps)
+    return causes.input_to_peers(graph, facts.steps, f.ranks, f.steps)
 
 
 def _removed(f: Finding, facts: Facts, graph: Graph) -> str:
-    return f"without {ranks_of(f.ranks)} data loading in those steps"
+    s = facts.steps.filter(pl.col("step").is_in(list(f.steps)))
+    peers = s.filter(~pl.col("rank").is_in(list(f.ranks))).group_by("step").agg(_p=pl.col("input_ns").median())
+    own = s.filter(pl.col("rank").is_in(list(f.ranks))).join(peers, on="step")
+    extra = own.select((pl.col("input_ns") - pl.col("_p")).clip(lower_bound=0).median()).item() if own.height else 0
+    return f"without {ranks_of(f.ranks)} extra data loading ({float(extra or 0) / MS:,.1f} ms per step over its peers')"
 
 
 def _outliers(f: Finding) -> tuple[int, ...]:

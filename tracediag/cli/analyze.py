@@ -78,7 +78,11 @@ def _link(value: str | None) -> float | None:
 @click.argument("paths", nargs=-1, required=True)
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the report to this file.")
-@click.option("--fail-on", metavar="CAUSE[,CAUSE]", help=f"Exit {EXIT_FINDING} when a finding of these causes exists.")
+@click.option(
+    "--fail-on",
+    metavar="CAUSE[,CAUSE]",
+    help=f"Exit {EXIT_FINDING} when a finding of these causes exists (not one that costs nothing measurable).",
+)
 @click.option("--step-regex", metavar="REGEX", help=r"Step markers other than ProfilerStep#N, e.g. '^step (\d+)$'.")
 @click.option(
     "--link-gbps",
@@ -178,5 +182,6 @@ def analyze(
             kw = {**check_kw, "html_path": html.with_name(f"{html.stem}.{i}{html.suffix}")}
         finish_report(r, kw)
     report_failed(failed, ex_kw["allow_missing"])
-    if gate and any(f.cause in gate for _, r in results for f in r.findings):
+    # a finding that costs nothing measurable is reported, not gated on
+    if gate and any(f.cause in gate and f.measurable for _, r in results for f in r.findings):
         raise SystemExit(EXIT_FINDING)

@@ -120,7 +120,10 @@ def load_traces(
 def summary(run: Run) -> str:
     """A one-screen summary: ranks, events, steps, time span, skipped by reason, warnings."""
     ev, meta = run.events, run.meta
-    lines = [f"files   {len(meta.files)} read" + (f", {len(meta.errors)} failed" if meta.errors else "")]
+    n_files = sum(1 + len(f.windows) for f in meta.files)
+    lines = [f"files   {n_files} read" + (f", {len(meta.errors)} failed" if meta.errors else "")]
+    if n_files > len(meta.files):
+        lines[0] += f" ({n_files - len(meta.files)} more profiler windows of a rank, joined to its timeline)"
     if meta.ignored:
         lines[0] += f", {len(meta.ignored)} in the directories ignored (not traces: {meta.ignored[0]}"
         lines[0] += f" and {len(meta.ignored) - 1} more)" if len(meta.ignored) > 1 else ")"

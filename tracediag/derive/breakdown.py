@@ -47,6 +47,8 @@ INPUT_REGEX = r"(?i)dataloader"
 """Host rows that load input (``enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__``, ...)."""
 
 P2P_OPS = ("send", "recv")
+ATEN_OP_REGEX = r"^aten::"
+"""ATen operators: the work happens in their own bodies (`_host_compute`)."""
 """Point-to-point operations (pipeline traffic), kept apart so a bubble is not read as comm_bound."""
 
 KERNEL_WAIT_NS = 30_000
@@ -76,32 +78,56 @@ class _Names:
 
     comm_op: pl.Expr
     input: pl.Expr
+    kernel_op: pl.Expr
+    """ATen operators (`aten::*`): their own time is compute (the work happens in their bodies)."""
 
 
 def _end() -> pl.Expr:
     return pl.col("ts") + pl.col("dur")
 
 
-def _host_compute(events: pl.LazyFrame, names: _Names) -> pl.LazyFrame:
-    """CPU-only ranks: intervals where some host thread computes (rank, ts, end)."""
+def _host_compute(events: pl.LazyFrame, names: _Names, comm: pl.LazyFrame) -> pl.LazyFrame:
+    """CPU-only ranks: intervals where some host thread computes (rank, ts, end).
+
+    A thread computes inside an operator; but the own time of an operator that is no ATen operator and
+    has operators nested in it (an autograd node, a hook, a Python function: its time outside the
+    operators nested in it) is waiting, not compute, while a collective of the rank is in flight (`comm`:
+    rank, ts, end). FSDP1/FSDP2 wait for their all-gathers and reduce-scatters there: `work.wait()` in
+    the pre- and post-backward hooks records no operator of its own, and shows as the own time of
+    `RegisterPostBackwardFunctionBackward` or of the `autograd::engine::evaluate_function: ...` around
+    the hook. ATen operators (`aten::mm`, whose own time is its work) and operators with none nested in
+    them compute all along.
+    """
     ops = events.filter(pl.col("device") == -1, pl.col("kind") == "cpu_op")
+    # an operator is a parent when the next operator of its thread (in start order, longer first) starts
+    # before it ends: operators of one thread nest
+    nested = (pl.col("ts").shift(-1).over("rank", "tid") < _end()).fill_null(False)
     cat = (
         pl.when(pl.col("coll_op").is_not_null() | names.comm_op)
         .then(pl.lit("commop"))
         .when(names.input)
         .then(pl.lit("input"))
+        .when(nested & ~names.kernel_op)
+        .then(pl.lit("parent"))
         .otherwise(pl.lit("op"))
     )
     loaders = events.filter(pl.col("device") == -1, pl.col("kind") != "cpu_op", names.input)
     per_thread = pl.concat(
         [
-            ops.select("rank", "tid", "ts", end=_end(), cat=cat),
+            ops.sort("rank", "tid", "ts", "dur", descending=[False, False, False, True]).select(
+                "rank", "tid", "ts", end=_end(), cat=cat
+            ),
             loaders.select("rank", "tid", "ts", end=_end(), cat=pl.lit("input")),
         ]
     )
-    segs = sweep(per_thread, ["rank", "tid"], ["op", "commop", "input"])
-    busy = segs.filter(pl.col("n_op") > 0, pl.col("n_commop") == 0, pl.col("n_input") == 0)
-    return union_intervals(busy.select("rank", "ts", "end"), ["rank"])
+    segs = sweep(per_thread, ["rank", "tid"], ["op", "parent", "commop", "input"])
+    free = (pl.col("n_commop") == 0) & (pl.col("n_input") == 0)
+    busy = segs.filter(free, pl.col("n_op") > 0).select("rank", "ts", "end", cat=pl.lit("op"))
+    gaps = segs.filter(free, pl.col("n_op") == 0, pl.col("n_parent") > 0).select("rank", "ts", "end", cat=pl.lit("gap"))
+    in_flight = comm.select("rank", "ts", "end", cat=pl.lit("comm"))
+    per_rank = sweep(pl.concat([busy, gaps, in_flight]), ["rank"], ["op", "gap", "comm"])
+    computing = (pl.col("n_op") > 0) | ((pl.col("n_gap") > 0) & (pl.col("n_comm") == 0))
+    return union_intervals(per_rank.filter(computing).select("rank", "ts", "end"), ["rank"])
 
 
 def _in_flight(host: pl.LazyFrame, names: _Names) -> pl.LazyFrame:
@@ -163,17 +189,20 @@ def _device_timeline(events: pl.LazyFrame, spans: pl.DataFrame, names: _Names) -
         (pl.col("kind") == "comm") | ((pl.col("kind") == "cpu_op") & (pl.col("coll_op").is_not_null() | names.comm_op))
     )
     on_gpu = [dev.select("rank", "ts", end=_end(), cat=dev_cat).filter(pl.col("cat").is_not_null())]
+    in_flight = _in_flight(host, names)
     # planned only when some rank is CPU-only: its sweep reads the host rows when planned
     on_cpu = (
         [
-            _host_compute(host, names).with_columns(cat=_cat("compute")),
+            _host_compute(host, names, pl.concat([host_comm.select("rank", "ts", end=_end()), in_flight])).with_columns(
+                cat=_cat("compute")
+            ),
             host_comm.select(
                 "rank",
                 "ts",
                 end=_end(),
                 cat=pl.when(pl.col("coll_op").is_in(P2P_OPS)).then(_cat("p2p")).otherwise(_cat("comm")),
             ),
-            _in_flight(host, names).with_columns(cat=_cat("comm")),
+            in_flight.with_columns(cat=_cat("comm")),
         ]
         if has_cpu
         else []
@@ -230,7 +259,11 @@ def device_sweep(
 def _names(names: pl.DataFrame | pl.Series) -> _Names:
     if isinstance(names, pl.DataFrame):
         names = distinct_names(names)
-    return _Names(comm_op=name_matches(names, COMM_OP_REGEX), input=name_matches(names, INPUT_REGEX))
+    return _Names(
+        comm_op=name_matches(names, COMM_OP_REGEX),
+        input=name_matches(names, INPUT_REGEX),
+        kernel_op=name_matches(names, ATEN_OP_REGEX),
+    )
 
 
 def _host_agg(events: pl.LazyFrame, spans: pl.DataFrame, names: _Names, ordered: bool) -> pl.LazyFrame:

@@ -133,3 +133,11 @@ class Thresholds:
     longer (a slower or throttled device). One program on every rank launches the same op count."""
     persistent_min_steps: int = 2
     """A persistent straggler needs the pattern on at least this many steps (never 1 of 2)."""
+    whatif_measurable_share: float = 0.01
+    """A finding whose what-if recovers less than this share of the step (median over its steps) is
+    reported as found but costing nothing measurable, and does not trip ``--fail-on``: one percent
+    is below the step-to-step noise of every real run here (healthy gloo steps scatter 2–10%)."""
+    replay_error_limit: float = 0.05
+    """The what-if is withheld when replaying a rank's observed durations misses its observed steps
+    by more than this (median over steps): the What-if analysis (Lin et al., OSDI'25) drops traces
+    whose replay is off by more than 5%, since an edit's saving is then within the replay's own error."""

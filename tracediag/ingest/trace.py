@@ -43,6 +43,9 @@ class FileMeta:
     coords: dict[str, int] = field(default_factory=dict)
     """The rank's coordinates in the job's parallel layout (`dp`, `pp`, `tp`, `cp`, `ep`), where the
     input gives them (op-timeline tables)."""
+    windows: tuple[str, ...] = ()
+    """Further files of this rank, read as later profiler windows of its timeline (`run.merge_windows`):
+    `path` is the first window's file, these the others in time order."""
 
 
 @dataclass(frozen=True, slots=True)

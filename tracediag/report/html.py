@@ -118,8 +118,11 @@ def _finding(f: Finding) -> str:
         f'<article class="finding {kind}"><h3><span class="badge">{esc(f.cause)}</span>{esc(f.summary)}</h3>'
         f'<p class="meta">{noun(len(f.ranks), "rank")} {esc(_listing(f.ranks))} · '
         f"{noun(len(f.steps), 'step')} {esc(_listing(f.steps))} · time lost "
-        f"{_ms(f.time_lost_ns)} · confidence {f.confidence:.2f}</p>"
+        f"{_ms(f.time_lost_ns)} · confidence {f.confidence:.2f}"
+        + ("" if f.measurable else " · found, costs nothing measurable")
+        + "</p>"
         + (f'<p class="whatif">what-if: {esc(f.whatif)}</p>' if f.whatif else "")
+        + (f'<p class="whatif">what-if withheld: {esc(f.whatif_withheld)}</p>' if f.whatif_withheld else "")
         + (f"<table>{evidence}</table>" if evidence else "")
         + "</article>"
     )
@@ -216,6 +219,8 @@ def _whatif(whatif: WhatIf | None) -> str:
     fit = (
         "" if err is None else f" The replay of the observed durations is off by {100 * err:.1f}% (median over steps)."
     )
+    if whatif.withheld:
+        fit += f" What-if withheld: {whatif.withheld}."
     return (
         '<section id="whatif"><h2>What-if: each step without the causes found</h2>'
         f'<p class="note">Each step replayed from the trace with every cause\'s durations removed.{esc(fit)}</p>'

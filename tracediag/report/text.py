@@ -58,7 +58,11 @@ def _finding_lines(i: int, f: Finding) -> list[str]:
         f"{noun(n, 'step')} {_span(f.steps)}  "
         f"lost {f.time_lost_ns / MS:,.1f} ms over {count(n, 'step')}  confidence {f.confidence:.2f}"
     )
+    if not f.measurable:
+        head += "  found, costs nothing measurable"
     whatif = [f"   what-if: {f.whatif}"] if f.whatif else []
+    if f.whatif_withheld:
+        whatif.append(f"   what-if withheld: {f.whatif_withheld}")
     return [head, f"   {f.summary}", *whatif, f"   evidence: {_evidence(f.evidence)}"]
 
 
@@ -113,6 +117,8 @@ def _step_table(steps: pl.DataFrame, whatif: WhatIf | None = None) -> list[str]:
 
 def _whatif_line(whatif: WhatIf | None) -> list[str]:
     """The combined what-if and the replay's own error."""
+    if whatif is not None and whatif.withheld:
+        return [f"what-if withheld: {whatif.withheld}"]
     if whatif is None or whatif.step_time_ns is None or whatif.step_time_without_all_ns is None:
         return []
     err = whatif.replay_error_median
@@ -140,7 +146,7 @@ def render_text(analysis: Analysis) -> str:
             f"   pipeline p={pipe.p} m={pipe.m}: idle share by stage (rank:share) {stages}; "
             f"ideal {pipe.expected_bubble_share:.0%}"
         )
-    if any(f.whatif for f in analysis.findings):
+    if any(f.whatif or f.whatif_withheld for f in analysis.findings):
         lines.extend(_whatif_line(analysis.whatif))
     lines.extend(_lateness_lines(analysis.lateness))
     lines.append("")

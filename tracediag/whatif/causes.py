@@ -7,8 +7,10 @@ times (``transfer``: op, rank → ns). Per cause:
 - comm_bound: every collective's transfer at the bus bandwidth the link reaches — ``link_gbps`` when
   given, else the 90th percentile of the run's own bus bandwidths; without message sizes, the
   fastest transfer the same operation (same name, same position in the step) reached in any step;
-- input_bound: data loading removed (``input`` segments → 0);
-- host_bound: the device's idle gaps closed (``idle`` → 0);
+- input_bound: data loading removed (``input`` segments → 0); with no loader in the trace, the
+  device's idle before each step's first work (what the detector reads as the loading) removed;
+- host_bound: the device's waits on its host removed (``idle_host_ns`` of each step taken out of
+  its idle), the rest of the idle (queued work held by events, syncs, another device) kept;
 - stage_imbalance: every stage's compute set to the step's mean stage compute (the same work,
   rebalanced over the stages: the heavy stage's falls, the light stages' rises);
 - sequence_imbalance: every data-parallel rank's compute set to the step's mean (balanced batches);
@@ -84,9 +86,45 @@ def no_input(graph: Graph, ranks: tuple[int, ...], on_steps: tuple[int, ...]) ->
     return Edit(_factor(_on(graph, ranks, on_steps), "input", 0.0), Edit.empty().transfer)
 
 
-def no_idle(graph: Graph, ranks: tuple[int, ...], on_steps: tuple[int, ...]) -> Edit:
-    """The device's idle gaps closed on `ranks` in `on_steps` (a host that launches in time)."""
-    return Edit(_factor(_on(graph, ranks, on_steps), "idle", 0.0), Edit.empty().transfer)
+def idle_removed(
+    graph: Graph, steps: pl.DataFrame, column: str, ranks: tuple[int, ...], on_steps: tuple[int, ...]
+) -> Edit:
+    """`column` of `steps` (ns per rank and step, e.g. ``idle_host_ns``) taken out of the idle of
+    `ranks` in `on_steps`: each step's idle pieces scaled by 1 − removed / their sum (never below 0).
+    The replay's pieces carry how long the device idles, not which gap is which, so the removed time
+    is spread over the step's idle; what a step removes is exactly its `column` (at most its idle)."""
+    idle = graph.segments.group_by("rank", "step").agg(pl.col("idle_ns").sum().alias("_idle"))
+    rows = (
+        _on(graph, ranks, on_steps)
+        .join(steps.select("rank", "step", _rm=pl.col(column)), on=["rank", "step"])
+        .join(idle, on=["rank", "step"])
+        .filter(pl.col("_idle") > 0)
+    )
+    factor = (1 - pl.col("_rm") / pl.col("_idle")).clip(lower_bound=0.0)
+    return Edit(_factor(rows, "idle", factor), Edit.empty().transfer)
+
+
+def input_to_peers(graph: Graph, steps: pl.DataFrame, ranks: tuple[int, ...], on_steps: tuple[int, ...]) -> Edit:
+    """`ranks`' data loading in `on_steps` scaled to their peers' median loading in that step: a late
+    rank's extra loading removed, the loading every rank does kept."""
+    peers = steps.filter(~pl.col("rank").is_in(list(ranks))).group_by("step").agg(_peer=pl.col("input_ns").median())
+    rows = (
+        _on(graph, ranks, on_steps)
+        .join(steps.select("rank", "step", "input_ns"), on=["rank", "step"])
+        .join(peers, on="step", how="left")
+    )
+    factor = (pl.col("_peer").fill_null(0) / pl.col("input_ns").clip(lower_bound=1)).clip(upper_bound=1.0)
+    return Edit(_factor(rows, "input", factor), Edit.empty().transfer)
+
+
+def idle_over_peers(graph: Graph, steps: pl.DataFrame, ranks: tuple[int, ...], on_steps: tuple[int, ...]) -> Edit:
+    """`ranks`' idle in `on_steps` cut to their peers' median idle in that step (`idle_removed` of the
+    excess): a late rank's host on time, its lateness removed and nothing more."""
+    peers = steps.filter(~pl.col("rank").is_in(list(ranks))).group_by("step").agg(_peer=pl.col("idle_ns").median())
+    excess = steps.join(peers, on="step", how="left").with_columns(
+        _excess_idle_ns=(pl.col("idle_ns") - pl.col("_peer").fill_null(pl.col("idle_ns"))).clip(lower_bound=0)
+    )
+    return idle_removed(graph, excess, "_excess_idle_ns", ranks, on_steps)
 
 
 def link_transfer(graph: Graph, collectives: pl.DataFrame, link_gbps: float | None) -> pl.DataFrame:

@@ -158,6 +158,17 @@ def sync_ops(
             stream="stream",
             dir=pl.lit(None, pl.String),
         )
+        .with_columns(parts=pl.col("n") - (pl.len().over("op") - pl.col("rank").n_unique().over("op")).cast(pl.Int32))
+        # one participation per rank: a rank with several devices in one collective (a JAX process
+        # driving its local devices) arrives with its first device and goes on when its last is done
+        .group_by("op", "rank", maintain_order=True)
+        .agg(
+            pl.col("kind", "name", "bytes", "n").first(),
+            pl.col("arrival").min(),
+            pl.col("end").max(),
+            pl.col("stream").sort_by("arrival").first(),
+            pl.col("dir", "parts").first(),
+        )
     )
     p2p = _p2p_ops(sync, offsets, neighbours or {}).select(
         "op",
@@ -170,6 +181,7 @@ def sync_ops(
         end="end",
         stream="stream",
         dir="dir",
+        parts=pl.lit(2, pl.Int32),
     )
     ops = pl.concat([coll, p2p.cast(coll.schema)])
     return (
@@ -255,7 +267,7 @@ def build(
     window = kept.group_by("rank").agg(_lo=pl.col("start_ns").min(), _hi=(pl.col("start_ns") + pl.col("dur_ns")).max())
     ops = ops.join(window, on="rank").filter(pl.col("arrival") >= pl.col("_lo"), pl.col("end") <= pl.col("_hi"))
     # an operation replays only when every participant's part lies in the window
-    ops = ops.filter(pl.len().over("op") == pl.col("n")).drop("_lo", "_hi")
+    ops = ops.filter(pl.len().over("op") == pl.col("parts")).drop("_lo", "_hi", "parts")
     # a device stream (or a gloo worker thread) runs its communication one operation after the other
     ops = ops.sort("arrival").with_columns(
         prev_op=pl.when(pl.col("stream").is_not_null()).then(pl.col("op").shift(1).over("rank", "stream"))
