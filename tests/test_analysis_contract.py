@@ -12,7 +12,7 @@ from _reports import RUNS, analysis_with_check, traces
 
 import tracediag
 from tracediag.analysis import CAUSES, Analysis, Cause, Finding, Pipeline
-from tracediag.checking import Check, CheckedPlan, Component
+from tracediag.check_result import Check, CheckedPlan, Component
 from tracediag.model.specs import Split
 
 

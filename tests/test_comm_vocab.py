@@ -110,3 +110,16 @@ def test_a_bad_comm_kernel_pattern_is_one_line(runner, tmp_path):
         tracediag.load(tmp_path, comm_kernel="(")
     result = runner.invoke(cli, ["analyze", str(tmp_path), "--comm-kernel", "("])
     assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("command", ["analyze", "ingest"])
+def test_comm_kernel_with_the_executor_is_refused_in_one_line(runner, tmp_path, command):
+    """The executor's summaries are made on the workers, which do not apply the option (yet)."""
+    out = tmp_path / "out"
+    result = runner.invoke(
+        cli, [command, str(tmp_path), "--executor", "local", "--out", str(out), "--comm-kernel", "x"]
+    )
+    assert result.exit_code == 2
+    assert result.output.strip().splitlines() == [
+        "Error: --comm-kernel is not supported with --executor yet: load the run whole (no --executor)"
+    ]

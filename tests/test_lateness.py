@@ -114,7 +114,7 @@ def test_why_the_waited_for_rank_is_late(name, reason):
     got, nums = lateness_detect.reason_of(ex, th)
     assert got == reason
     if reason == "compute":
-        assert nums["compute_kind"] == "more_work" and nums["ops_ratio"] > 1.5
+        assert nums["compute_kind"] == "more_ops" and nums["ops_ratio"] > 1.5
         assert nums["compute_excess_ms"] >= th.lateness_reason_share * nums["window_excess_ms"]
     else:
         assert nums["idle_excess_ms"] >= th.lateness_reason_share * nums["window_excess_ms"]
@@ -136,3 +136,18 @@ def test_windows_are_per_rank_and_add_up():
     assert (whole["compute_ns"] <= whole["busy_ns"]).all() and (whole["busy_ns"] <= whole["window_ns"]).all()
     assert (whole.filter(pl.col("rank") == 3)["gc_ns"] > 0).sum() >= 2  # its two collections
     assert whole.filter(pl.col("rank") != 3)["gc_ns"].sum() == 0
+
+
+def test_a_straggler_rules_finding_keeps_its_shape_and_gains_the_why():
+    """The persistent straggler found by the straggler rules keeps its evidence keys and gains why
+    it is late: it runs 1.65x its peers' compute ops (the 36 extra matmuls), measured on the steps'
+    own op counts."""
+    run = tracediag.load(sorted((RUNS / "straggler_persistent").glob("rank*.pt.trace.json.gz")), jobs=1)
+    (f,) = tracediag.analyze(run).findings
+    assert f.cause == "compute_straggler" and f.ranks == (2,)
+    for key in ("kind", "compute_ratio_median", "compute_ratio_by_step", "peer_wait_ms_median", "last_arrivals"):
+        assert key in f.evidence
+    assert f.evidence["kind"] == "persistent"
+    assert f.evidence["reason"] == "compute" and f.evidence["compute_kind"] == "more_ops"
+    assert 1.5 < f.evidence["ops_ratio"] < 1.8
+    assert "more work" in f.summary

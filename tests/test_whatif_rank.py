@@ -1,4 +1,4 @@
-"""The what-if's per-rank half (`whatif.rank`): small tables that each rank gives alone, from which the
+"""The what-if's per-rank half (`derive.sync_segments`): small tables that each rank gives alone, from which the
 driver builds the same replay graph as from the whole run."""
 
 from __future__ import annotations

@@ -16,7 +16,8 @@ import tracediag.forks  # noqa: F401 - the fork hook, from import on
 if TYPE_CHECKING:
     from tracediag.analysis import Analysis, Cause, Finding
     from tracediag.analyzing import analyze
-    from tracediag.checking import Check, check
+    from tracediag.check_result import Check
+    from tracediag.checking import check
     from tracediag.errors import MixedRunError, NoStepsError, RankError, SpecError, TracediagError, TraceError
     from tracediag.model.plan import plan
     from tracediag.model.predict import load_prediction, predict
@@ -27,7 +28,7 @@ _HOME = {
     "Cause": "analysis",
     "Finding": "analysis",
     "analyze": "analyzing",
-    "Check": "checking",
+    "Check": "check_result",
     "check": "checking",
     "MixedRunError": "errors",
     "NoStepsError": "errors",

@@ -15,7 +15,7 @@ from typing import Any
 
 import polars as pl
 
-from tracediag.checking import Check
+from tracediag.check_result import Check
 
 SCHEMA_VERSION = "1.4"
 

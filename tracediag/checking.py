@@ -9,10 +9,12 @@ component apart, the observed value is None and the note says why (docs/check.md
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import polars as pl
+
+from tracediag.check_result import LABELS, Check, CheckedPlan, Component, LinkCheck
+from tracediag.words import format_ms
 
 if TYPE_CHECKING:
     from tracediag.analysis import Analysis
@@ -28,19 +30,6 @@ MFU_REFUSED = "not shown: above 100%"
 CLOSE = 0.10
 """A component off by less than this share of the predicted step time is not called a gap."""
 
-_LABELS = {
-    "step_time": "step time",
-    "compute": "compute",
-    "exposed_tp": "exposed TP communication",
-    "exposed_cp": "exposed CP communication",
-    "exposed_ep": "exposed EP all-to-all",
-    "exposed_dp": "exposed DP communication",
-    "exposed_pp": "exposed PP send/recv",
-    "exposed_comm": "exposed communication (all kinds)",
-    "bubble": "pipeline bubble",
-    "idle": "idle (no compute, no communication)",
-    "mfu": "MFU",
-}
 _ADVICE = {
     "compute": "kernels run below the model's efficiency, or the work differs from the plan (model, batch, recompute)",
     "exposed_tp": "TP collectives are slower or less overlapped than the plan assumes",
@@ -56,183 +45,6 @@ _P2P = ("send", "recv")
 P2P_COLUMN = "exposed_p2p_ns"
 """Optional steps column: exposed time in which only send/recv (pipeline traffic) is active."""
 _DESC_KIND = re.compile(r"(?<![a-z])(tp|cp|ep|dp|pp)(?![a-z])")
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Component:
-    """One row of the comparison: a time per step in seconds, or MFU as a fraction."""
-
-    name: str
-    """`step_time`, `compute`, `exposed_<kind>`, `exposed_comm`, `bubble`, `idle` or `mfu`."""
-    observed: float | None
-    """Median over the trace's (rank, step) rows; None where the trace cannot tell."""
-    predicted: float
-    note: str = ""
-
-    @property
-    def ratio(self) -> float | None:
-        """Observed / predicted; None when either is missing or the prediction is zero."""
-        if self.observed is None or self.predicted <= 0:
-            return None
-        return self.observed / self.predicted
-
-    @property
-    def label(self) -> str:
-        """What a person reads ("exposed DP communication")."""
-        return _LABELS[self.name]
-
-    @property
-    def unit(self) -> str:
-        """ "s" (seconds per step) or "fraction" (MFU)."""
-        return "fraction" if self.name == "mfu" else "s"
-
-    def to_dict(self) -> dict[str, Any]:
-        ratio = self.ratio
-        return {
-            "component": self.name,
-            "label": self.label,
-            "unit": self.unit,
-            "observed": self.observed,
-            "predicted": self.predicted,
-            "ratio": None if ratio is None else round(ratio, 4),
-            "note": self.note,
-        }
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Component:
-        observed = d.get("observed")
-        return cls(
-            name=d["component"],
-            observed=None if observed is None else float(observed),
-            predicted=float(d["predicted"]),
-            note=d.get("note", ""),
-        )
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class LinkCheck:
-    """Achieved bus bandwidth of one collective kind and op against the model's link figure."""
-
-    kind: str | None
-    """tp/cp/ep/dp/pp, or None when the trace cannot tell which kind these collectives are."""
-    kind_from: str
-    """How the kind was decided (group name, membership, group size, ...) or why it could not be."""
-    op: str
-    groups: tuple[str, ...]
-    """Group names, each with the trace's description when it has one: "3 (dp0)"."""
-    collectives: int
-    busbw_gbps: float
-    """Median achieved bus bandwidth (nccl-tests convention), GB/s."""
-    link: str | None
-    link_busbw_gbps: float | None
-    note: str = ""
-
-    @property
-    def ratio(self) -> float | None:
-        return self.busbw_gbps / self.link_busbw_gbps if self.link_busbw_gbps else None
-
-    def to_dict(self) -> dict[str, Any]:
-        ratio = self.ratio
-        return {
-            "kind": self.kind,
-            "kind_from": self.kind_from,
-            "op": self.op,
-            "groups": list(self.groups),
-            "collectives": self.collectives,
-            "busbw_gbps": round(self.busbw_gbps, 4),
-            "link": self.link,
-            "link_busbw_gbps": self.link_busbw_gbps,
-            "ratio": None if ratio is None else round(ratio, 4),
-            "note": self.note,
-        }
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> LinkCheck:
-        figure = d.get("link_busbw_gbps")
-        return cls(
-            kind=d.get("kind"),
-            kind_from=d.get("kind_from", ""),
-            op=d["op"],
-            groups=tuple(d.get("groups", ())),
-            collectives=int(d["collectives"]),
-            busbw_gbps=float(d["busbw_gbps"]),
-            link=d.get("link"),
-            link_busbw_gbps=None if figure is None else float(figure),
-            note=d.get("note", ""),
-        )
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class CheckedPlan:
-    """What was predicted for: model, device, GPUs, split degrees, engine and batch shape."""
-
-    model: str
-    device: str
-    gpus: int
-    split: tuple[tuple[str, int], ...]
-    """(dimension, degree) in the order tp, pp, dp, cp, ep, vpp, zero."""
-    engine: str
-    micro_batch: int
-    seq_len: int
-    global_batch: int
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "model": self.model,
-            "device": self.device,
-            "gpus": self.gpus,
-            "split": dict(self.split),
-            "engine": self.engine,
-            "micro_batch": self.micro_batch,
-            "seq_len": self.seq_len,
-            "global_batch": self.global_batch,
-        }
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> CheckedPlan:
-        return cls(
-            model=str(d["model"]),
-            device=str(d["device"]),
-            gpus=int(d["gpus"]),
-            split=tuple((str(k), int(v)) for k, v in d.get("split", {}).items()),
-            engine=str(d.get("engine", "")),
-            micro_batch=int(d["micro_batch"]),
-            seq_len=int(d["seq_len"]),
-            global_batch=int(d["global_batch"]),
-        )
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Check:
-    """Observed against predicted (`Analysis.check`; the JSON `check` section is `to_dict`)."""
-
-    components: tuple[Component, ...]
-    links: tuple[LinkCheck, ...]
-    sentence: str
-    """One sentence on the largest gap."""
-    notes: tuple[str, ...] = ()
-    """Caveats for the whole comparison (world size differs, CPU-only trace, ...)."""
-    plan: CheckedPlan
-    """What was predicted for."""
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "plan": self.plan.to_dict(),
-            "components": [c.to_dict() for c in self.components],
-            "links": [li.to_dict() for li in self.links],
-            "sentence": self.sentence,
-            "notes": list(self.notes),
-        }
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Check:
-        return cls(
-            components=tuple(Component.from_dict(c) for c in d.get("components", [])),
-            links=tuple(LinkCheck.from_dict(li) for li in d.get("links", [])),
-            sentence=d.get("sentence", ""),
-            notes=tuple(d.get("notes", [])),
-            plan=CheckedPlan.from_dict(d["plan"]),
-        )
 
 
 def check(analysis: Analysis, prediction: Prediction, *, run: Run | None = None) -> Check:
@@ -508,14 +320,6 @@ def _links(
     return tuple(out)
 
 
-def format_ms(seconds: float) -> str:
-    """Seconds as milliseconds, small values kept readable ("0.03 ms", "< 0.01 ms")."""
-    ms = 1e3 * seconds
-    if ms == 0 or ms >= 1:
-        return f"{ms:,.1f} ms"
-    return f"{ms:.2f} ms" if ms >= 0.01 else "< 0.01 ms"
-
-
 def _sentence(components: list[Component], step_s: float) -> str:
     """One sentence on the component whose observed time exceeds its prediction the most."""
     by_name = {c.name: c for c in components}
@@ -532,7 +336,7 @@ def _sentence(components: list[Component], step_s: float) -> str:
         if step.ratio is not None and step.ratio < 1 - CLOSE:
             return f"The run is faster than predicted ({step.ratio:.2f}× the step time): check the plan's inputs."
         return f"Step time is {step.ratio:.2f}× the prediction; no component is off by more than {CLOSE:.0%} of a step."
-    label = _LABELS[worst.name]
+    label = LABELS[worst.name]
     label = label[0].upper() + label[1:]
     advice = _ADVICE[worst.name]
     if worst.ratio is None:

@@ -19,3 +19,11 @@ def of_peak(label: str, share: float) -> str:
     if share <= 1:
         return f"{label} {100 * share:.1f}%"
     return f"{label} not shown ({100 * share:,.0f}% of peak is impossible: the inputs do not describe one run)"
+
+
+def format_ms(seconds: float) -> str:
+    """Seconds as milliseconds, small values kept readable ("0.03 ms", "< 0.01 ms")."""
+    ms = 1e3 * seconds
+    if ms == 0 or ms >= 1:
+        return f"{ms:,.1f} ms"
+    return f"{ms:.2f} ms" if ms >= 0.01 else "< 0.01 ms"

@@ -16,6 +16,7 @@ def cli() -> None:
 
 def _register() -> None:
     from tracediag.cli.analyze import analyze
+    from tracediag.cli.calibrate import calibrate
     from tracediag.cli.compare import compare
     from tracediag.cli.ingest import ingest
     from tracediag.cli.model import register as register_model
@@ -25,6 +26,7 @@ def _register() -> None:
     cli.add_command(analyze)
     cli.add_command(compare)
     register_model(cli)
+    cli.add_command(calibrate)
     cli.add_command(report)
 
 

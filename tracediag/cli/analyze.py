@@ -23,7 +23,7 @@ from tracediag.cli.execute_options import (
     storage_options,
     summarize_kw,
 )
-from tracediag.cli.ingest import load_traces, refuse_comm_kernel_with_executor, trace_options
+from tracediag.cli.traces import load_traces, refuse_comm_kernel_with_executor, trace_options
 from tracediag.errors import TracediagError, shown
 from tracediag.output import write_atomic
 from tracediag.report.kernels_text import render_kernels

@@ -12,8 +12,15 @@ import orjson
 
 from tracediag.analyzing import analyze
 from tracediag.cli.common import InputError
-from tracediag.cli.ingest import load_traces
-from tracediag.cli.model import _device, _errors, _model, engine_from_options, predict, split_from_options
+from tracediag.cli.model import predict
+from tracediag.cli.model_options import (
+    device_from_options,
+    engine_from_options,
+    model_from_options,
+    one_line_errors,
+    split_from_options,
+)
+from tracediag.cli.traces import load_traces
 from tracediag.errors import TracediagError
 from tracediag.model.calibrate import (
     apply_profile,
@@ -61,7 +68,7 @@ def _with_predict_options(f: Any) -> Any:
     help="Write the profile JSON here (then pass it to predict/plan/analyze with --profile).",
 )
 @_with_predict_options
-@_errors
+@one_line_errors
 def calibrate(paths: tuple[str, ...], output: Path, **kw: Any) -> None:
     """Measure GEMM, HBM and link efficiencies from a run's traces, or fit the GEMM rate to one measured number.
 
@@ -77,7 +84,7 @@ def calibrate(paths: tuple[str, ...], output: Path, **kw: Any) -> None:
         msg = "calibrate needs --gpu (the device preset the profile scales)"
         raise InputError(msg)
     engine = engine_from_options(kw)
-    device = _device(kw)
+    device = device_from_options(kw)
     has_model = kw["model_name"] is not None or kw["layers"] is not None
     if paths:
         files = resolve_paths(paths)
@@ -95,7 +102,7 @@ def calibrate(paths: tuple[str, ...], output: Path, **kw: Any) -> None:
             _needs(kw, "seq_len", "global_batch")
             kw = {**kw, "gpus": kw["gpus"] or result.world_size}
             split, train = split_from_options(kw)
-            extra = {"model": _model(kw), "split": split, "training": train}
+            extra = {"model": model_from_options(kw), "split": split, "training": train}
         profile = calibrate_from_trace(files, result, device, engine, groups=groups, **extra)
         if not profile.calibrated:
             msg = f"nothing to calibrate in {len(files)} file(s): {'; '.join(profile.notes)}"
@@ -106,7 +113,7 @@ def calibrate(paths: tuple[str, ...], output: Path, **kw: Any) -> None:
             msg = "a measured number needs the run's --model (or --layers ...) and split options"
             raise InputError(msg)
         ((measure, value),) = measures.items()
-        model, (split, train) = _model(kw), split_from_options(kw)
+        model, (split, train) = model_from_options(kw), split_from_options(kw)
         step = step_time_from_measure(measure, value, model, device, split, train, engine, gpus=kw["gpus"])
         profile = calibrate_from_step_time(
             model,

@@ -16,7 +16,8 @@ import click
 
 from tracediag.checking import check
 from tracediag.cli.common import InputError, regular_file
-from tracediag.cli.model import FILE_ERRORS, checked_numbers, predict, prediction_from_options
+from tracediag.cli.model import predict
+from tracediag.cli.model_options import FILE_ERRORS, checked_numbers, prediction_from_options
 from tracediag.cli.report import write_html
 from tracediag.errors import TracediagError, one_line, shown
 from tracediag.model.predict import load_prediction

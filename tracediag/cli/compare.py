@@ -9,7 +9,7 @@ import orjson
 
 from tracediag.analysis import Analysis
 from tracediag.cli.common import EXIT_FINDING, InputError
-from tracediag.cli.ingest import load_traces
+from tracediag.cli.traces import load_traces
 from tracediag.compare import compare as _compare
 from tracediag.errors import TracediagError
 from tracediag.output import refuse_inputs, write_atomic

@@ -9,8 +9,9 @@ from typing import Any
 import click
 
 from tracediag.cli.common import InputError
+from tracediag.cli.traces import parse_rank_map
 from tracediag.errors import TracediagError
-from tracediag.execute import EXECUTORS, EngineMissing
+from tracediag.execute.base import EXECUTORS, EngineMissing
 
 EXECUTOR_KEYS = (
     "executor", "address", "scheduler_file", "out_dir", "storage_options", "resume", "retries", "allow_missing",
@@ -88,8 +89,6 @@ def summarize_kw(
     kw: dict[str, Any], *, jobs: int, rank_from_filename: str | None, rank_map: tuple[str, ...]
 ) -> dict[str, Any]:
     """`execute.driver.summarize` arguments from the command's options."""
-    from tracediag.cli.ingest import parse_rank_map  # ingest imports this module
-
     if _attaches(kw) and not kw["out_dir"]:
         raise InputError("a cluster's workers write where the driver reads: give --out on storage both reach")
     return {

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 from typing import Any
 
 import click
@@ -11,110 +10,10 @@ import polars as pl
 
 from tracediag.cli.common import InputError
 from tracediag.cli.execute_options import executor_options, storage_options
+from tracediag.cli.traces import load_traces, refuse_comm_kernel_with_executor, trace_options
 from tracediag.derive.steps import find_markers
 from tracediag.errors import TracediagError, one_line, shown
-from tracediag.output import refuse_inputs
-from tracediag.run import Run, load, resolve_paths
-from tracediag.schema import MAX_RANK
-
-
-def trace_options(f):
-    """The options every command that reads traces shares."""
-    f = click.option(
-        "--rank",
-        "rank_map",
-        multiple=True,
-        metavar="FILE=N",
-        help="Assign rank N to FILE (path or base name); repeatable.",
-    )(f)
-    f = click.option(
-        "--rank-from-filename",
-        metavar="REGEX",
-        help=r"Take each file's rank from its name: the regex's first group, e.g. 'rank(\d+)'.",
-    )(f)
-    f = click.option(
-        "--comm-kernel",
-        metavar="REGEX",
-        help="Kernels whose name this finds are communication too (beyond NCCL, DeepEP, NVSHMEM, custom "
-        "all-reduce, userbuffers), e.g. 'my_a2a_kernel'.",
-    )(f)
-    f = click.option(
-        "--jobs",
-        "-j",
-        type=click.IntRange(min=0),
-        default=0,
-        envvar="TRACEDIAG_JOBS",
-        show_default="one per 384 MB of input, at most one per CPU; with --executor one per CPU",
-        help="Processes reading files in parallel, this one included (at most one per CPU and one per file).",
-    )(f)
-    return f
-
-
-def parse_rank_map(items: tuple[str, ...]) -> dict[str, int]:
-    """`FILE=N` items to a mapping; N is a whole number (ASCII digits) in the `rank` column's range."""
-    out: dict[str, int] = {}
-    for item in items:
-        name, sep, value = item.rpartition("=")
-        value = value.strip()
-        if not sep or not name or not (value.isascii() and value.isdigit()) or int(value) > MAX_RANK:
-            raise click.BadParameter(f"{item!r} is not FILE=N with N in 0..{MAX_RANK:,}", param_hint="--rank")
-        out[name] = int(value)
-    return out
-
-
-def refuse_comm_kernel_with_executor(comm_kernel: str | None) -> None:
-    """--comm-kernel relabels the loaded events; the summaries of --executor are made on the workers."""
-    if comm_kernel is not None:
-        raise InputError("--comm-kernel is not supported with --executor yet: load the run whole (no --executor)")
-
-
-def load_traces(
-    paths: tuple[str, ...],
-    jobs: int,
-    rank_from_filename: str | None,
-    rank_map: tuple[str, ...],
-    outputs: dict[str, str | Path | None] | None = None,
-    more_inputs: tuple[str | Path | None, ...] = (),
-    storage_options: dict[str, str] | None = None,
-    comm_kernel: str | None = None,
-) -> Run:
-    """Load traces for a command: progress on a terminal, bad files reported one line each.
-
-    `outputs` (option -> path) are refused when they name an input: a trace, or one of `more_inputs`.
-    `storage_options` apply to input URLs (`run.load`).
-    """
-    try:
-        files = resolve_paths(paths, storage_options)
-        inputs = [*files, *(p for p in more_inputs if p is not None)]
-        for option, out in (outputs or {}).items():
-            if out is not None:
-                refuse_inputs(out, inputs, option)
-        mapping = parse_rank_map(rank_map)
-        if sys.stderr.isatty() and len(files) > 1:
-            with click.progressbar(length=len(files), label="reading", file=sys.stderr) as bar:
-                run = load(
-                    paths,
-                    jobs=jobs,
-                    rank_from_filename=rank_from_filename,
-                    rank_map=mapping,
-                    on_file_done=lambda _p: bar.update(1),
-                    storage_options=storage_options,
-                    comm_kernel=comm_kernel,
-                )
-        else:
-            run = load(
-                paths,
-                jobs=jobs,
-                rank_from_filename=rank_from_filename,
-                rank_map=mapping,
-                storage_options=storage_options,
-                comm_kernel=comm_kernel,
-            )
-    except TracediagError as e:
-        raise InputError(str(e).replace("\n", "\nError: ")) from None
-    for line in run.meta.errors:
-        click.echo(f"Error: {line}", err=True)
-    return run
+from tracediag.run import Run
 
 
 def summary(run: Run) -> str:

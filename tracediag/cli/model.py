@@ -2,245 +2,40 @@
 
 from __future__ import annotations
 
-import dataclasses
-import functools
-import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
 import orjson
 
-from tracediag.cli.common import InputError, regular_file
-from tracediag.errors import TracediagError, one_line, shown
-from tracediag.model.calibrate import apply_profile, load_profile
+from tracediag.cli.model_options import (
+    COUNT,
+    device_from_options,
+    device_options,
+    engine_from_options,
+    model_from_options,
+    model_options,
+    one_line_errors,
+    prediction_from_options,
+    profile_from_options,
+    split_options,
+)
 from tracediag.model.emit import ENGINES as EMIT_TARGETS
 from tracediag.model.emit import emit
-from tracediag.model.engine import ENGINES, Engine, resolve_engine, with_overrides
 from tracediag.model.plan import DEFAULT_HEADROOM, ceiling_warning, mfu_ceiling
 from tracediag.model.plan import plan as run_plan
-from tracediag.model.predict import predict as run_predict
 from tracediag.model.specs import (
-    DEVICES,
     DTYPES,
-    GB,
-    RECOMPUTE_MODES,
-    TFLOPS,
-    ModelSpec,
-    Split,
-    Training,
-    parse_link,
-    resolve_device,
-    resolve_model,
 )
 from tracediag.output import write_atomic
 from tracediag.words import of_peak
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
     from tracediag.model.calibrate import Profile
     from tracediag.model.plan import Plan
     from tracediag.model.predict import Prediction
-    from tracediag.model.specs import DeviceSpec
 
 GIB = 2**30
-
-
-class _Positive(click.ParamType):
-    """A finite number above 0 (no nan, no inf, no 0): never silently replaced or propagated."""
-
-    name = "number"
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
-        try:
-            number = float(value)
-        except (TypeError, ValueError):
-            self.fail(f"{value!r} is not a number", param, ctx)
-        if not (math.isfinite(number) and number > 0):
-            self.fail(f"{value!r} must be a finite number above 0", param, ctx)
-        return number
-
-
-POSITIVE = _Positive()
-COUNT = click.IntRange(1, 2**31 - 1)
-"""Sizes, degrees and counts: a whole number of at least 1 (and within Int32)."""
-
-
-def _options(*decorators: Callable) -> Callable:
-    def wrap(f: Callable) -> Callable:
-        for d in reversed(decorators):
-            f = d(f)
-        return f
-
-    return wrap
-
-
-model_options = _options(
-    click.option("--model", "model_name", help="Preset name (gpt3-175b, llama3-8b, ...) or a HF config.json."),
-    click.option("--layers", type=COUNT, help="Layers (instead of --model)."),
-    click.option("--hidden", type=COUNT, help="Hidden size."),
-    click.option("--heads", type=COUNT, help="Attention heads."),
-    click.option("--kv-heads", type=COUNT, help="Key/value heads (GQA); default = heads."),
-    click.option("--ffn", type=COUNT, help="MLP inner size; default 4·hidden."),
-    click.option("--swiglu/--gelu", default=False, help="Gated (SwiGLU) MLP or GeLU; with --layers."),
-    click.option("--vocab", type=COUNT, help="Vocabulary size."),
-    click.option("--experts", type=COUNT, help="MoE experts per MLP layer (overrides the preset)."),
-    click.option("--top-k", type=COUNT, help="Experts each token is routed to (MoE)."),
-    click.option(
-        "--tied-embeddings/--untied-embeddings",
-        "tied_embeddings",
-        default=None,
-        help="Output layer shares the input embedding (default: the preset's; untied for --layers).",
-    ),
-)
-device_options = _options(
-    click.option("--gpus", type=COUNT, required=True, help="Total GPUs."),
-    click.option("--gpu", "gpu", type=click.Choice(list(DEVICES)), required=True, help="Device preset."),
-    click.option("--gpus-per-node", type=COUNT, help="GPUs per node (default: the preset's 8)."),
-    click.option("--intra-link", help="In-node link preset (nvlink4, ...) or measured GB/s."),
-    click.option("--inter-link", help="Network link preset (ib-ndr, roce-400g, ...) or measured GB/s."),
-    click.option("--peak-tflops", type=POSITIVE, help="Override dense bf16 peak, TFLOP/s."),
-    click.option("--memory-gb", type=POSITIVE, help="Override device memory, GB."),
-    click.option("--hbm-gbps", type=POSITIVE, help="Override HBM bandwidth, GB/s."),
-    click.option(
-        "--oversubscription",
-        type=click.FloatRange(min=1.0),
-        help="Network oversubscription: injection over bisection bandwidth (default 1, non-blocking).",
-    ),
-    click.option(
-        "--profile",
-        "profile_path",
-        type=click.Path(exists=True, dir_okay=False, path_type=Path),
-        help="Apply a calibration profile written by `tracediag calibrate`.",
-    ),
-    click.option(
-        "--engine",
-        "engine_name",
-        type=click.Choice(list(ENGINES)),
-        default="megatron-core",
-        show_default=True,
-        help="Software profile: kernels and overlap.",
-    ),
-    click.option("--tp-overlap/--no-tp-overlap", default=None, help="TP collectives hidden behind GEMMs."),
-    click.option("--dp-overlap/--no-dp-overlap", default=None, help="DP/FSDP traffic hidden behind compute."),
-    click.option("--pp-overlap/--no-pp-overlap", default=None, help="Pipeline send/recv hidden behind compute."),
-    click.option(
-        "--attention",
-        type=click.Choice(["fa2", "fa3", "unfused"]),
-        help="Attention kernel (default: the engine's): FlashAttention-2, -3 / cuDNN, or materialised softmax.",
-    ),
-    click.option("--cp-all-gather/--cp-ring", default=None, help="Context parallelism by all-gather or ring."),
-    click.option("--seq-len", type=COUNT, required=True, help="Tokens per sequence."),
-    click.option("--global-batch", type=COUNT, required=True, help="Sequences per step."),
-    click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True),
-)
-
-
-def _errors(f: Callable) -> Callable:
-    @functools.wraps(f)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return f(*args, **kwargs)
-        except TracediagError as e:
-            raise InputError(str(e).replace("\n\n", " ")) from e
-
-    return wrapper
-
-
-FILE_ERRORS = (KeyError, TypeError, ValueError, AttributeError, OverflowError, RecursionError)
-"""What a JSON file with a wrong-typed value (a string or a list where a number belongs, 1e400)
-raises in the code that reads it; at the command line it is one line naming the file."""
-
-
-def checked_numbers(obj: Any, source: str) -> None:
-    """`InputError` unless every number field of the dataclass `obj` is finite, and every int in 0..2^31-1."""
-    for f in dataclasses.fields(obj):
-        value = getattr(obj, f.name)
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            continue
-        if (isinstance(value, int) and not 0 <= value < 2**31) or not math.isfinite(value):
-            raise InputError(f"{shown(source)}: {f.name} = {value!r} is out of range")
-
-
-def _model(kw: dict) -> ModelSpec:
-    overrides = {k: kw[k] for k in ("experts", "top_k", "tied_embeddings") if kw.get(k) is not None}
-    if kw["model_name"]:
-        regular_file(kw["model_name"], "--model")
-        try:
-            model = resolve_model(kw["model_name"])
-        except FILE_ERRORS as e:
-            why = one_line(f"{type(e).__name__}: {e}")
-            raise InputError(f"{shown(kw['model_name'])}: not a usable model config ({why})") from None
-        checked_numbers(model, kw["model_name"])
-        return dataclasses.replace(model, **overrides) if overrides else model
-    missing = [n for n in ("layers", "hidden", "heads", "vocab") if kw[n] is None]
-    if missing:
-        msg = f"missing --model or --{' --'.join(missing)}"
-        raise InputError(msg)
-    return ModelSpec(
-        layers=kw["layers"],
-        hidden=kw["hidden"],
-        heads=kw["heads"],
-        kv_heads=kw["kv_heads"],
-        ffn=kw["ffn"] or 4 * kw["hidden"],
-        swiglu=kw["swiglu"],
-        vocab=kw["vocab"],
-        **overrides,
-    )
-
-
-def _profile(kw: dict) -> Profile | None:
-    if not kw.get("profile_path"):
-        return None
-    regular_file(kw["profile_path"], "--profile")
-    try:
-        return load_profile(kw["profile_path"])
-    except FILE_ERRORS as e:
-        why = one_line(f"{type(e).__name__}: {e}")
-        raise InputError(f"{shown(kw['profile_path'])}: not a usable calibration profile ({why})") from None
-
-
-def _link(text: str | None, option: str) -> Any:
-    if text is None:
-        return None
-    link = parse_link(text)
-    if not (math.isfinite(link.bandwidth_gbps) and link.bandwidth_gbps > 0):
-        raise InputError(f"{option} {text!r}: a bandwidth is a finite number of GB/s above 0")
-    return link
-
-
-def _device(kw: dict, profile: Profile | None = None) -> DeviceSpec:
-    """The device the options describe, with the calibration profile (if any) applied."""
-    device = resolve_device(
-        kw["gpu"],
-        gpus_per_node=kw["gpus_per_node"],
-        intra_link=_link(kw["intra_link"], "--intra-link"),
-        inter_link=_link(kw["inter_link"], "--inter-link"),
-        peak_flops=kw["peak_tflops"] * TFLOPS if kw["peak_tflops"] is not None else None,
-        memory_bytes=kw["memory_gb"] * GB if kw["memory_gb"] is not None else None,
-        hbm_bandwidth=kw["hbm_gbps"] * GB if kw["hbm_gbps"] is not None else None,
-        network_oversubscription=kw.get("oversubscription"),
-    )
-    return apply_profile(device, profile) if profile is not None else device
-
-
-def engine_from_options(kw: dict, name: str | None = None) -> Engine:
-    """The engine profile named by `--engine` (or `name`), with the switches the options set."""
-    attention = kw.get("attention")
-    switches = {
-        "tp_overlap": kw.get("tp_overlap"),
-        "dp_overlap": kw.get("dp_overlap"),
-        "pp_overlap": kw.get("pp_overlap"),
-        "cp_all_gather": kw.get("cp_all_gather"),
-        "flash_attention": None if attention is None else attention != "unfused",
-        "attention_kernel": attention if attention in ("fa2", "fa3") else None,
-    }
-    engine = resolve_engine(name or kw["engine_name"])
-    changed = [f"{k}={v}" for k, v in switches.items() if v is not None and getattr(engine, k) != v]
-    if changed:
-        switches["name"] = f"{engine.name} ({', '.join(changed)})"
-    return with_overrides(engine, **switches)
 
 
 def _gib(x: float) -> str:
@@ -318,40 +113,6 @@ def _calibration_line(profile: Profile | None) -> str:
     return f"{profile.describe()}\n" if profile is not None else ""
 
 
-split_options = _options(
-    click.option("--micro-batch", type=COUNT, default=1, show_default=True, help="Sequences per micro-batch."),
-    click.option("--tp", type=COUNT, default=1, show_default=True),
-    click.option("--pp", type=COUNT, default=1, show_default=True),
-    click.option("--dp", type=COUNT, help="Data-parallel degree; default gpus/(tp·pp·cp)."),
-    click.option("--cp", type=COUNT, default=1, show_default=True),
-    click.option("--ep", type=COUNT, default=1, show_default=True, help="Expert parallel (MoE)."),
-    click.option("--vpp", type=COUNT, default=1, show_default=True, help="Virtual stages per GPU (interleaving)."),
-    click.option("--zero", type=click.IntRange(0, 3), default=1, show_default=True, help="ZeRO stage (3 = FSDP)."),
-    click.option(
-        "--recompute",
-        type=click.Choice(RECOMPUTE_MODES),
-        default="none",
-        show_default=True,
-        help="Activation recomputation.",
-    ),
-    click.option(
-        "--grad-dtype",
-        type=click.Choice(["fp32", "bf16"]),
-        default="fp32",
-        show_default=True,
-        help="Gradient dtype kept and reduced (fp32 main grads, as Megatron; bf16 as FSDP mixed precision).",
-    ),
-    click.option(
-        "--dtype",
-        type=click.Choice(list(DTYPES)),
-        default="bf16",
-        show_default=True,
-        help="GEMM precision (fp8: Transformer Engine style, bf16 weights and activations kept).",
-    ),
-    click.option("--sequence-parallel", is_flag=True, help="Megatron sequence parallelism (tp > 1)."),
-)
-
-
 @click.command()
 @model_options
 @device_options
@@ -362,10 +123,10 @@ split_options = _options(
     type=click.Path(dir_okay=False, path_type=Path),
     help="Save the prediction (inputs + outputs) as JSON for `analyze --plan`.",
 )
-@_errors
+@one_line_errors
 def predict(**kw: Any) -> None:
     """Predict memory per device, step time by part, MFU and tokens/s of one split."""
-    profile = _profile(kw)
+    profile = profile_from_options(kw)
     p = prediction_from_options(kw, profile)
     if kw["output"]:
         write_atomic(kw["output"], orjson.dumps(p.to_dict(), option=orjson.OPT_INDENT_2))  # as Prediction.save
@@ -381,43 +142,6 @@ def predict(**kw: Any) -> None:
     else:
         warning = ceiling_warning(p)
         click.echo(_calibration_line(profile) + render_prediction(p) + (f"\nwarning: {warning}" if warning else ""))
-
-
-def split_from_options(kw: dict) -> tuple[Split, Training]:
-    """The split and training `predict`'s options describe."""
-    cp, tp, pp = kw["cp"], kw["tp"], kw["pp"]
-    dp = kw["dp"] if kw["dp"] is not None else max(kw["gpus"] // (tp * pp * cp), 1)
-    split = Split(
-        tp=tp,
-        pp=pp,
-        dp=dp,
-        cp=cp,
-        ep=kw["ep"],
-        vpp=kw["vpp"],
-        zero=kw["zero"],
-        sequence_parallel=kw["sequence_parallel"],
-    )
-    train = Training(
-        seq_len=kw["seq_len"],
-        global_batch=kw["global_batch"],
-        micro_batch=kw["micro_batch"],
-        recompute=kw["recompute"],
-        grad_bytes=2 if kw.get("grad_dtype") == "bf16" else 4,
-        dtype=kw.get("dtype") or "bf16",
-    )
-    return split, train
-
-
-def prediction_from_options(kw: dict, profile: Profile | None = None) -> Prediction:
-    """The prediction `predict`'s options describe (also used by `analyze --model ...`).
-
-    `--profile` is read here when no profile is passed, so `analyze --model ... --profile FILE` applies it.
-    """
-    if profile is None:
-        profile = _profile(kw)
-    model, device = _model(kw), _device(kw, profile)
-    split, train = split_from_options(kw)
-    return run_predict(model, device, split, train, engine_from_options(kw), gpus=kw["gpus"])
 
 
 @click.command()
@@ -446,18 +170,18 @@ def prediction_from_options(kw: dict, profile: Profile | None = None) -> Predict
     help="Gradient dtype kept and reduced.",
 )
 @click.option("--dtype", type=click.Choice(list(DTYPES)), default="bf16", show_default=True, help="GEMM precision.")
-@_errors
+@one_line_errors
 def plan(**kw: Any) -> None:
     """Search every split that fits, rank by predicted throughput, say why each wins or loses."""
-    profile = _profile(kw)
+    profile = profile_from_options(kw)
     engine_name = kw["engine_name"]
     source = click.get_current_context().get_parameter_source("engine_name")
     if kw["emit_target"] and source == click.core.ParameterSource.DEFAULT:
         # Time and size the splits with the profile of the stack that will run them.
         engine_name = EMIT_ENGINE[kw["emit_target"]]
     result = run_plan(
-        _model(kw),
-        _device(kw, profile),
+        model_from_options(kw),
+        device_from_options(kw, profile),
         engine_from_options(kw, engine_name),
         gpus=kw["gpus"],
         seq_len=kw["seq_len"],
@@ -480,9 +204,6 @@ def plan(**kw: Any) -> None:
 
 
 def register(group: click.Group) -> None:
-    """Add `predict`, `plan` and `calibrate` to the command group."""
-    from tracediag.cli.calibrate import calibrate
-
+    """Add `predict` and `plan` to the command group."""
     group.add_command(predict)
     group.add_command(plan)
-    group.add_command(calibrate)

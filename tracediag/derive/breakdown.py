@@ -224,11 +224,11 @@ def device_sweep(
     keys: TimeKeys | None = None,
 ) -> pl.DataFrame:
     """Each rank's device timeline over `spans`, swept once (`intervals.sweep`) for both its readers:
-    the breakdown and the what-if replay's timeline pieces (`whatif.rank.segments`).
+    the breakdown and the what-if replay's timeline pieces (`derive.sync_segments.segments`).
 
     Counts ``n_<cat>`` of `DEVICE_CATEGORIES`: the device timeline's compute/comm/p2p/copy, ``step``
     (every span with a start), ``input`` (data loading on the host, any thread) and ``complete``
-    (spans not partial); cut also at the start of each of `sync`'s rows (`whatif.rank.sync_ends`).
+    (spans not partial); cut also at the start of each of `sync`'s rows (`derive.sync_segments.sync_ends`).
     ``breakdown_cut``: true where a segment starts at a cut of the breakdown's own timeline (the
     device categories and ``step``); the other cuts split its segments into pieces of equal counts.
     `names`: `names.distinct_names` of `events`, when the caller has them; `keys`: their
@@ -467,4 +467,4 @@ def breakdown(
         .select("rank", "step", "device", "start_ns", "dur_ns", *BREAKDOWN_COLUMNS)
         .sort("rank", "step")
     )
-    return out.collect(engine="in-memory")  # less CPU than the streaming engine on this plan (as whatif.rank)
+    return out.collect(engine="in-memory")  # less CPU than the streaming engine on this plan (as derive.sync_segments)

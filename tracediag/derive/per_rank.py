@@ -20,10 +20,10 @@ from tracediag.derive.kernels import kernel_steps
 from tracediag.derive.p2p import p2p_per_step
 from tracediag.derive.steps import assign_steps, find_markers, launches, step_spans
 from tracediag.derive.summary import RankSummary
+from tracediag.derive.sync_segments import segments, sync_ends
 from tracediag.derive.windows import rank_windows
 from tracediag.names import distinct_names
 from tracediag.sanity import rank_extents
-from tracediag.whatif.rank import segments, sync_ends
 
 _NO_OFFSETS = pl.DataFrame(schema={"rank": pl.Int32, "offset_ns": pl.Int64})
 

@@ -54,10 +54,10 @@ class RankSummary:
     """What the run checks read, `sanity.rank_extents`: ``rank, lo, hi`` (the recorded window) and
     ``coll_ops`` (List(String), the collective operations the rank runs, sorted)."""
     replay_segments: pl.DataFrame
-    """The what-if replay's timeline pieces, `whatif.rank.segments`: ``rank, step, ts, end, exposed,
+    """The what-if replay's timeline pieces, `derive.sync_segments.segments`: ``rank, step, ts, end, exposed,
     compute_ns, input_ns, idle_ns, other_ns``."""
     replay_sync: pl.DataFrame
-    """The what-if replay's sync ends, `whatif.rank.sync_ends`: ``rank, kind, ts, dur, stream, dir,
+    """The what-if replay's sync ends, `derive.sync_segments.sync_ends`: ``rank, kind, ts, dur, stream, dir,
     peer, fwd, bytes``."""
     windows: pl.DataFrame
     """What the rank did in the window before each of its collectives (why a late rank is late),

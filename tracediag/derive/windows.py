@@ -69,21 +69,40 @@ def rank_windows(
         got = covered(intervals.select("rank", "ts", "end"), w.lazy(), "rank").collect(engine="in-memory")
         return got.lazy().select("rank", "_key", pl.col("covered").alias(col))
 
-    dev = device.lazy()
     active = (pl.col("n_compute") > 0) | (pl.col("n_comm") > 0) | (pl.col("n_p2p") > 0) | (pl.col("n_copy") > 0)
-    host = events.lazy().filter(pl.col("device") == -1)
+    # the device timeline's segments, each in the window it starts in (window edges are cuts of the
+    # sweep: instance starts and ends, step starts), clipped to it: one as-of join for three sums
+    seg_len = pl.min_horizontal("end", "_we") - pl.col("ts")
+    swept = (
+        device.lazy()
+        .select("rank", "ts", "end", c=pl.col("n_compute") > 0, b=active, i=pl.col("n_input") > 0)
+        .sort("ts")
+        .join_asof(
+            w.lazy().sort("ts").select("rank", "_key", _ws="ts", _we="end"),
+            left_on="ts",
+            right_on="_ws",
+            by="rank",
+            check_sortedness=False,
+        )
+        .filter(pl.col("_key").is_not_null(), pl.col("ts") < pl.col("_we"))
+        .with_columns(_len=seg_len)
+        .group_by("rank", "_key")
+        .agg(
+            compute_ns=pl.col("_len").filter("c").sum(),
+            busy_ns=pl.col("_len").filter("b").sum(),
+            input_ns=pl.col("_len").filter("i").sum(),
+        )
+    )
     end = pl.col("ts") + pl.col("dur")
-    named = {
-        "gc_ns": GC_OP,
-        "sync_ns": SYNC_OP,
-        "checkpoint_ns": CHECKPOINT_OP,
-    }
-    parts = [
-        cover(dev.filter(pl.col("n_compute") > 0), "compute_ns"),
-        cover(dev.filter(active), "busy_ns"),
-        cover(dev.filter(pl.col("n_input") > 0), "input_ns"),
-        *(cover(host.filter(name_matches(names, rx)).with_columns(end=end), c) for c, rx in named.items()),
-    ]
+    named = {"gc_ns": GC_OP, "sync_ns": SYNC_OP, "checkpoint_ns": CHECKPOINT_OP}
+    host = events.lazy().filter(pl.col("device") == -1)
+    parts = [swept]
+    have = set()
+    for col, rx in named.items():
+        rows = host.filter(name_matches(names, rx)).select("rank", "ts", end=end).collect(engine="in-memory")
+        if rows.height:  # usually none: no coverage plan to run
+            parts.append(cover(rows.lazy(), col))
+            have.add(col)
     ops = _compute_ops(events).sort("ts")
     counts = (
         ops.join_asof(
@@ -102,6 +121,7 @@ def rank_windows(
         out = out.join(p, on=["rank", "_key"], how="left")
     return (
         out.rename({"_key": "ts"})
+        .with_columns(pl.lit(0, pl.Int64).alias(c) for c in named if c not in have)
         .with_columns(pl.col(c).fill_null(0) for c in WINDOW_SCHEMA if c not in ("rank", "ts"))
         .select(list(WINDOW_SCHEMA))
         .sort("rank", "ts")

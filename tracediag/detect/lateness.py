@@ -102,7 +102,7 @@ def reason_of(ex: pl.DataFrame, th: Thresholds) -> tuple[str, dict[str, float]]:
         "compute_ratio": round(total("compute_ns") / max(total("p_compute_ns"), 1.0), 3),
         "ops_ratio": round(total("op_n") / max(total("p_op_n"), 1.0), 3),
     }
-    nums["compute_kind"] = "more_work" if nums["ops_ratio"] >= th.lateness_more_ops else "slower"
+    nums["compute_kind"] = "more_ops" if nums["ops_ratio"] >= th.lateness_more_ops else "same_ops_longer"
     need = th.lateness_reason_share * max(excess, 1.0)
     for reason, col in NAMED_REASONS:
         if total(col) - total(f"p_{col}") >= need:
@@ -114,6 +114,32 @@ def reason_of(ex: pl.DataFrame, th: Thresholds) -> tuple[str, dict[str, float]]:
     if total("d_idle_ns") >= need:
         return "host", nums
     return ("compute" if total("d_compute_ns") >= total("d_idle_ns") else "host"), nums
+
+
+def op_counts(facts: Facts, ranks: tuple[int, ...], steps: tuple[int, ...]) -> dict[str, float] | None:
+    """Over `steps`, the compute kernels/operators `ranks` run against their peers' (from the per
+    (rank, step, name) kernel table): ``ops_ratio`` (count, members' mean over the peers' median) and
+    ``op_time_ratio`` (the mean duration of the ops both run, theirs over the peers'). Windows cannot
+    compare counts: a peer's window before an instance starts where the late rank let the previous
+    one end, later in its program. None without the table."""
+    k = facts.kernel_steps
+    if k is None or not k.height:
+        return None
+    k = k.filter(pl.col("category") == "compute", pl.col("step").is_in(list(steps)))
+    mine = pl.col("rank").is_in(list(ranks))
+    per_rank = k.group_by("rank").agg(pl.col("count").sum())
+    m = per_rank.filter(mine)["count"].mean()
+    p = per_rank.filter(~mine)["count"].median()
+    if not m or not p:
+        return None
+    # the mean duration of the ops both run, the late rank's over its peers'
+    shared = k.join(k.filter(mine).select("name").unique(), on="name", how="semi").join(
+        k.filter(~mine).select("name").unique(), on="name", how="semi"
+    )
+    each = shared.group_by(mine.alias("_m")).agg(_t=pl.col("total_ns").sum() / pl.col("count").sum())
+    t_m, t_p = (each.filter(pl.col("_m") == v)["_t"] for v in (True, False))
+    t = float(t_m[0]) / float(t_p[0]) if t_m.len() and t_p.len() and t_p[0] else None
+    return {"ops_ratio": round(float(m) / float(p), 3), "op_time_ratio": round(t, 3) if t else None}
 
 
 def late_steps(facts: Facts, ranks: tuple[int, ...], th: Thresholds) -> tuple[int, ...]:
@@ -157,6 +183,10 @@ def detect(facts: Facts, late: Lateness | None, th: Thresholds, found: list[Find
         return found
     ex = window_excess(facts, ranks).filter(pl.col("step").is_in(list(steps)))
     reason, nums = reason_of(ex, th)
+    counted = op_counts(facts, ranks, steps)
+    if counted is not None:  # the step's own counts, not the windows'
+        nums.update(counted)
+        nums["compute_kind"] = "more_ops" if counted["ops_ratio"] >= th.lateness_more_ops else "same_ops_longer"
     n_steps = facts.steps["step"].n_unique()
     waiting = {
         "waiting_share": late.share,
@@ -166,29 +196,31 @@ def detect(facts: Facts, late: Lateness | None, th: Thresholds, found: list[Find
         "collectives": late.instances,
     }
     if reason == "compute":
+        why = (
+            f"; it arrives last at {nums['late_arrivals']} of {late.instances} collectives and causes "
+            f"{late.share:.0%} of all waiting; in its late steps it "
+            + (
+                f"runs {nums['ops_ratio']:.2f}x its peers' ops (more work)"
+                if nums["compute_kind"] == "more_ops"
+                else f"runs the same ops ({nums['ops_ratio']:.2f}x as many), each longer (a slower or throttled "
+                "device, or bigger inputs: an uneven shard or batch)"
+            )
+        )
+        more = {"reason": "compute", **waiting, **nums}
+        out = []
+        for f in found:  # the straggler rules' finding of a waited-for rank stands, with the why
+            if f.cause is Cause.COMPUTE_STRAGGLER and set(f.ranks) & set(ranks):
+                f = dataclasses.replace(f, summary=f.summary + why, evidence={**more, **f.evidence})
+            out.append(f)
         named = {r for f in found if f.cause is Cause.COMPUTE_STRAGGLER for r in f.ranks}
         ratios = straggler.rank_step_ratios(facts.steps, th)
-        out = list(found)
         kind = "persistent" if len(steps) >= max(th.persistent_min_steps, n_steps / 2) or n_steps == 1 else "transient"
         for r in ranks:
             if r in named:
                 continue
             rows = ratios.filter(pl.col("rank") == r, pl.col("step").is_in(list(steps)))
-            f = straggler._finding(rows, r, kind, n_steps, min(1.0, late.share), reason="compute", **nums)
-            out.append(
-                dataclasses.replace(
-                    f,
-                    summary=f.summary
-                    + f"; it arrives last at {nums['late_arrivals']} of {late.instances} collectives and causes "
-                    f"{late.share:.0%} of all waiting; before those arrivals it "
-                    + (
-                        f"runs {nums['ops_ratio']:.2f}x its peers' ops (more work)"
-                        if nums["compute_kind"] == "more_work"
-                        else f"runs the same ops ({nums['ops_ratio']:.2f}x) {nums['compute_ratio']:.2f}x longer "
-                        "(a slower or throttled device)"
-                    ),
-                )
-            )
+            f = straggler._finding(rows, r, kind, n_steps, min(1.0, late.share), **more)
+            out.append(dataclasses.replace(f, summary=f.summary + why))
         return out
     cause = Cause.INPUT_STRAGGLER if reason == "input" else Cause.HOST_STRAGGLER
     rows = ex

@@ -128,9 +128,10 @@ class Thresholds:
     arrivals less its peers' of the same instances) that reaches this share names the reason (named
     host work, then loading, then compute, then idle); else the larger of compute and idle."""
     lateness_more_ops: float = 1.1
-    """A late rank whose excess is compute runs *more work* when it starts at least this times its
-    peers' kernels/operators in the same windows (an uneven shard, extra ops); else the same ops take
-    longer (a slower or throttled device). One program on every rank launches the same op count."""
+    """A late rank whose excess is compute runs *more ops* when it runs at least this times its peers'
+    compute kernels/operators in its late steps (extra work); else the same ops take longer (a slower
+    or throttled device, or bigger inputs to the same ops: an uneven shard or batch). One program on
+    every rank runs the same op count."""
     persistent_min_steps: int = 2
     """A persistent straggler needs the pattern on at least this many steps (never 1 of 2)."""
     whatif_measurable_share: float = 0.01

@@ -9,27 +9,13 @@ with it and gathers the summaries.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Hashable, Iterable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Protocol
+from typing import Any
 
-EXECUTORS = ("local", "ray", "dask")
+from tracediag.execute.base import EXECUTORS, EngineMissing, Executor, first_line
 
-
-class Executor(Protocol):
-    """A task engine: the engine retries a task whose worker dies or that raises, `retries` times."""
-
-    name: str
-
-    def submit(self, fn: Callable[[Any], Any], arg: Any) -> Hashable: ...
-
-    def as_completed(self, handles: Iterable[Hashable]) -> Iterator[tuple[Hashable, Any]]:
-        """Each handle once, as its task finishes: its result, or the exception of its last attempt."""
-        ...
-
-
-class EngineMissing(ImportError):
-    """The engine's package is not installed (`pip install 'tracediag[ray]'` or `'tracediag[dask]'`)."""
+__all__ = ["EXECUTORS", "EngineMissing", "Executor", "first_line", "open_executor"]
 
 
 @contextmanager
@@ -66,9 +52,3 @@ def open_executor(
         yield ex
     finally:
         ex.close()
-
-
-def first_line(e: BaseException) -> str:
-    """An exception as one line: its type and the first line of its message."""
-    text = str(e).strip().splitlines()
-    return f"{type(e).__name__}: {text[0]}" if text else type(e).__name__

@@ -23,7 +23,7 @@ try:
     from distributed import Client, LocalCluster
     from distributed import as_completed as _as_completed
 except ImportError as e:  # pragma: no cover - depends on the install
-    from tracediag.execute import EngineMissing
+    from tracediag.execute.base import EngineMissing
 
     raise EngineMissing("--executor dask needs Dask: pip install 'tracediag[dask]'") from e
 

@@ -27,7 +27,8 @@ import polars as pl
 from tracediag.analysis import Analysis
 from tracediag.derive.summary import RankSummary
 from tracediag.errors import RankError, TracediagError
-from tracediag.execute import first_line, open_executor
+from tracediag.execute import open_executor
+from tracediag.execute.base import first_line
 from tracediag.execute.task import (
     MANIFEST_SCHEMA,
     RankTask,

@@ -17,7 +17,7 @@ from typing import Any
 try:
     import ray
 except ImportError as e:  # pragma: no cover - depends on the install
-    from tracediag.execute import EngineMissing
+    from tracediag.execute.base import EngineMissing
 
     raise EngineMissing("--executor ray needs Ray: pip install 'tracediag[ray]'") from e
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from tracediag.checking import Check, format_ms
-from tracediag.words import count
+from tracediag.check_result import Check
+from tracediag.words import count, format_ms
 
 
 def _value(v: float | None, unit: str) -> str:

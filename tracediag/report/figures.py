@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     import plotly.graph_objects as go
 
     from tracediag.analysis import Analysis, Pipeline
-    from tracediag.checking import Check
+    from tracediag.check_result import Check
 
 MAX_ROWS = 256
 """Rank rows in a heat-map before ranks are binned: at 900 px a row keeps ≥ 3 px, so one hot rank shows

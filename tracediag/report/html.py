@@ -14,7 +14,6 @@ from importlib.metadata import version
 from typing import TYPE_CHECKING, Any
 
 from tracediag.analysis import Cause
-from tracediag.checking import format_ms
 from tracediag.report.figures import (
     Figure,
     breakdown,
@@ -26,11 +25,11 @@ from tracediag.report.figures import (
     timeline,
 )
 from tracediag.report.kernels_html import kernels_section
-from tracediag.words import count, noun
+from tracediag.words import count, format_ms, noun
 
 if TYPE_CHECKING:
     from tracediag.analysis import Analysis, Finding, Pipeline, WhatIf
-    from tracediag.checking import Check
+    from tracediag.check_result import Check
 
 CONFIG = {"displaylogo": False, "responsive": True, "modeBarButtonsToRemove": ["select2d", "lasso2d"]}
 _SIZE_MARK = "@@REPORT_SIZE@@"

@@ -1,6 +1,6 @@
 """What-if: replay each step from the trace with a cause's durations edited, to price each cause.
 
-`rank` derives what one rank gives the replay (timeline pieces, sync ends: small per-rank tables,
+`derive.sync_segments` derives what one rank gives the replay (timeline pieces, sync ends: small per-rank tables,
 written where the rank's file lies on the executor path), `graph.build` joins them across ranks into
 local segments and sync operations,
 `replay.replay` computes step times from (edited) durations, `causes` holds one edit per cause.
@@ -23,9 +23,9 @@ class ReplayInputs:
     summary's ``replay_segments`` and ``replay_sync``), the clock offsets and the matched collectives."""
 
     segments: pl.DataFrame
-    """`rank.segments` of every rank."""
+    """`derive.sync_segments.segments` of every rank."""
     sync: pl.DataFrame
-    """`rank.sync_ends` of every rank."""
+    """`derive.sync_segments.sync_ends` of every rank."""
     offsets: pl.DataFrame
     """``rank, offset_ns``: each rank's clock offset (`derive.collectives.align_and_match`)."""
     matched: pl.DataFrame
@@ -34,7 +34,7 @@ class ReplayInputs:
 
 def graph_of(facts: Facts, replay: ReplayInputs) -> Graph:
     """The replay graph of the kept steps of `facts` (pipeline neighbours from its stage order) from
-    every rank's `rank.segments` and `rank.sync_ends` and the matched collectives (`replay`)."""
+    every rank's `sync_segments.segments` and `sync_segments.sync_ends` and the matched collectives (`replay`)."""
     neighbours: dict[int, tuple[int, int]] = {}
     for ranks in facts.pipelines:
         order = stage_order(facts.p2p, ranks)

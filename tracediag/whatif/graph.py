@@ -1,6 +1,6 @@
 """The replay graph of a run: per rank, local segments and sync marks; across ranks, sync operations.
 
-This is the cross-rank half; the per-rank half (`rank`) cuts each rank's device timeline over its
+This is the cross-rank half; the per-rank half (`derive.sync_segments`) cuts each rank's device timeline over its
 complete steps into pieces and lists its sync ends, where its file lies. Here, on aligned clocks and
 over the kept steps, each rank's timeline from its first kept step to its last is cut into
 
@@ -17,22 +17,17 @@ arrival (its start) and its own end; ``transfer_ns`` = own end − the last part
 *Marks* place the sync points on a rank's local progress (the edited local time elapsed since the
 window start, blocks excluded): ``arrive`` (the rank launches an operation), ``block`` (it waits
 for one) and ``boundary`` (a step starts, or the last step ends). Every mark lies on a segment's
-edge (`rank`). `replay.replay` walks the operations in order of their observed end.
+edge (`derive.sync_segments`). `replay.replay` walks the operations in order of their observed end.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cached_property
-from typing import TYPE_CHECKING
 
 import polars as pl
 
 from tracediag.derive.intervals import union_intervals
-from tracediag.whatif.rank import BLOCK_TOLERANCE_NS, BLOCK_TOLERANCE_SHARE, LOCAL_COLUMNS
-
-if TYPE_CHECKING:
-    from tracediag.whatif.replay import Plan
+from tracediag.derive.sync_segments import BLOCK_TOLERANCE_NS, BLOCK_TOLERANCE_SHARE, LOCAL_COLUMNS
 
 
 @dataclass(frozen=True)
@@ -40,7 +35,7 @@ class Graph:
     """What the replay needs, all on aligned clocks (ns)."""
 
     segments: pl.DataFrame
-    """Local segments: ``rank, step, ts, end`` and the time of each of `rank.LOCAL_CATEGORIES` inside
+    """Local segments: ``rank, step, ts, end`` and the time of each of `sync_segments.LOCAL_CATEGORIES` inside
     (``compute_ns, input_ns, idle_ns, other_ns``, summing to ``end − ts``)."""
     ops: pl.DataFrame
     """Per (op, rank) participation: ``op, rank, kind`` (collective | p2p), ``dir`` (send | recv for
@@ -58,13 +53,6 @@ class Graph:
     end on the rank)."""
     steps: pl.DataFrame
     """Kept steps: ``rank, step, start_ns, dur_ns`` (observed)."""
-
-    @cached_property
-    def plan(self) -> Plan:
-        """What every replay of this graph shares (`replay.plan`), found on first use."""
-        from tracediag.whatif.replay import plan  # replay reads graphs: imported when first replayed
-
-        return plan(self)
 
 
 _P2P_OP_SCHEMA = {
@@ -141,7 +129,7 @@ def sync_ops(
     neighbours: dict[int, tuple[int, int]] | None = None,
 ) -> pl.DataFrame:
     """Every sync operation's participation rows (see `Graph.ops`) from the matched collectives and
-    the ranks' sync ends (`rank.sync_ends`)."""
+    the ranks' sync ends (`sync_segments.sync_ends`)."""
     streams = sync.filter(pl.col("kind") == "collective").select("rank", "ts", "stream").unique()
     coll = (
         matched.filter(pl.col("n_ranks") > 1)
@@ -249,7 +237,7 @@ def build(
 ) -> Graph:
     """The replay graph of the kept steps: the cross-rank half, from the per-rank tables.
 
-    `segments` and `sync`: every rank's `rank.segments` and `rank.sync_ends`; `offsets` and
+    `segments` and `sync`: every rank's `sync_segments.segments` and `sync_segments.sync_ends`; `offsets` and
     `matched` (`derive.collectives.align_and_match`); `steps`: the kept (rank, step) rows with
     aligned ``start_ns`` and ``dur_ns`` (`Facts.steps`). `neighbours`: per pipeline rank, its
     previous and next stage's rank (-1 at the ends), to pair send/recv when the trace names no peer.

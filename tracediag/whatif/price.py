@@ -7,7 +7,8 @@ simulated, so the replay's own bias cancels); ``time_lost_ns`` = its sum over th
 what-if applies every finding's edit at once, on the same steps (the ones the diagnosis read).
 
 Honest by construction: a finding whose what-if recovers less than `Thresholds.whatif_measurable_share`
-of the step (median over its steps; a pipeline's projection to more micro-batches counts) is
+of the step (1 − its step without the cause / its observed step, both medians over its steps, as the
+sentence says them; a pipeline's projection to more micro-batches counts) is
 ``measurable = False`` — found, costs nothing measurable; a finding whose edit leaves a step of no
 time is not priced (``whatif_withheld``); and when the replay of the observed durations misses a rank's
 steps by more than `Thresholds.replay_error_limit` (median over steps, ``replay_error_by_rank``) no
@@ -46,11 +47,16 @@ class Pricing:
     entry, e.g. m → step) and the clause appended to the sentence; None: no projection."""
 
 
-def _then(without_ns: float, observed_ns: float) -> str:
-    """ "the step would take 124 ms instead of 255 ms", both with the digits the observed step needs."""
-    ms = observed_ns / MS
+def _ms(ns: float) -> str:
+    """Milliseconds with the digits the value needs: 255, 9.2, 0.18 (never a step shown as 0 ms)."""
+    ms = ns / MS
     digits = 0 if ms >= 10 else 1 if ms >= 1 else 2
-    return f"the step would take {without_ns / MS:,.{digits}f} ms instead of {ms:,.{digits}f} ms"
+    return f"{ms:,.{digits}f}" if ms >= 0.01 else "< 0.01"
+
+
+def _then(without_ns: float, observed_ns: float) -> str:
+    """ "the step would take 124 ms instead of 255 ms"."""
+    return f"the step would take {_ms(without_ns)} ms instead of {_ms(observed_ns)} ms"
 
 
 def replay_error_by_rank(per_rank: pl.DataFrame) -> dict[int, float]:
@@ -127,7 +133,7 @@ def price(
         edits.append(edit)
         without = float(mine["without_ns"].median())
         observed = float(mine["dur_ns"].median())
-        recovered = float((mine["lost_ns"] / mine["dur_ns"].clip(lower_bound=1)).median())
+        recovered = 1 - without / max(observed, 1.0)  # the share of the step the sentence says it saves
         proj, tail = how.project(f, float(mine["edited_ns"].median())) if how.project else ({}, "")
         if proj:
             projections.append({"ranks": list(f.ranks), "step_ns_by_microbatches": proj})

@@ -20,12 +20,13 @@ segment each mark lies on, the governing blocks, the participations) is found on
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import polars as pl
 
-from tracediag.whatif.rank import LOCAL_CATEGORIES, LOCAL_COLUMNS
+from tracediag.derive.sync_segments import LOCAL_CATEGORIES, LOCAL_COLUMNS
 
 if TYPE_CHECKING:
     from tracediag.whatif.graph import Graph
@@ -33,14 +34,14 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Plan:
-    """What every replay of one graph shares, computed once (`Graph.plan`): an edit changes only the
+    """What every replay of one graph shares, computed once per graph (`plan_of`): an edit changes only the
     segments' lengths and the transfer times, so the marks' segments, the governing blocks and the
     participations are found here, and a replay is Series arithmetic over these plus the operation loop.
     (polars, not numpy: a replay is small next to numpy's start-up, whose BLAS threads alone cost more.)"""
 
     seg: pl.DataFrame
     """Per segment (sorted by rank, ts): ``rank``, ``_k`` (the row of its (rank, step) in `keys`) and its
-    time per category (`rank.LOCAL_COLUMNS`, Float64)."""
+    time per category (`sync_segments.LOCAL_COLUMNS`, Float64)."""
     keys: pl.DataFrame
     """``rank, step, _k``: the segments' (rank, step) pairs."""
     mark_seg: pl.Series
@@ -165,6 +166,21 @@ def _where(mask: pl.Series, yes: pl.Series, no: pl.Series) -> pl.Series:
     return yes.zip_with(mask, no)
 
 
+_PLANS: dict[int, Plan] = {}
+"""Plans of live graphs, by ``id``: each entry leaves with its graph (a frozen graph holds frames, so
+it cannot key a dict by value)."""
+
+
+def plan_of(graph: Graph) -> Plan:
+    """The plan of `graph`, computed on its first replay and shared by the later ones."""
+    key = id(graph)
+    found = _PLANS.get(key)
+    if found is None:
+        found = _PLANS[key] = plan(graph)
+        weakref.finalize(graph, _PLANS.pop, key, None)
+    return found
+
+
 def replay(
     graph: Graph,
     *,
@@ -176,7 +192,7 @@ def replay(
     `factors`: ``rank, step, cat, factor`` multiplying local segment durations (missing: 1).
     `transfer`: ``op, rank, transfer_ns`` replacing transfer times (missing: observed).
     """
-    p = graph.plan
+    p = plan_of(graph)
     L = _progress(p, factors)
     tr = p.transfer
     if transfer is not None and transfer.height:

@@ -12,7 +12,7 @@ tables of a run equal the concatenation of each rank's: a worker derives them wh
 lies (`derive.per_rank`) and only they travel. Their size grows with the rank's steps and sync
 operations, not with its events: between two cuts the categories are summed. The replay needs no
 finer grain, because every point where it reads a rank's local progress (a step boundary, the start
-of a sync operation, the edges of a block) is a cut. `graph.build` joins them across ranks.
+of a sync operation, the edges of a block) is a cut. `whatif.graph.build` joins them across ranks.
 """
 
 from __future__ import annotations
