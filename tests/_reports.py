@@ -30,7 +30,7 @@ def prediction(split: Split) -> Prediction:
 
 
 def traces(folder: Path) -> list[Path]:
-    return sorted(folder.glob("rank*.pt.trace.json.gz"))
+    return sorted(folder.glob("*.pt.trace.json.gz"))
 
 
 def hostile_copy(src: Path, dst: Path) -> None:

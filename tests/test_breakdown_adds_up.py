@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import polars as pl
 import pytest
-from conftest import FIXTURES, SAMPLES
+from conftest import FIXTURES, SAMPLES, loadable_runs
 
 import tracediag
 from tracediag.derive.breakdown import breakdown
 from tracediag.derive.steps import assign_steps, find_markers, step_spans
 from tracediag.errors import TracediagError
 
-RUN_DIRS = sorted(p.parent for p in (FIXTURES / "runs").glob("*/manifest.json"))
+RUN_DIRS = loadable_runs()
 TRACE_FILES = sorted(
     p
     for sub in ("kineto", "nsys", "jax")

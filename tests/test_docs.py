@@ -9,7 +9,7 @@ import sys
 
 import pytest
 from _reports import RUNS, traces
-from conftest import ROOT
+from conftest import ROOT, loadable_runs
 
 import tracediag
 
@@ -57,7 +57,7 @@ def _documented_evidence() -> dict[str, set[str]]:
 def test_json_doc_names_every_evidence_key_the_detectors_write():
     documented = _documented_evidence()
     seen: dict[str, set[str]] = {}
-    for name in sorted(p.parent.name for p in RUNS.glob("*/manifest.json")):
+    for name in [p.name for p in loadable_runs()]:
         analysis = tracediag.analyze(tracediag.load(traces(RUNS / name), jobs=1))
         for f in analysis.findings:
             seen.setdefault(f.cause.value, set()).update(f.evidence)

@@ -73,3 +73,19 @@ def test_gc_pause_records_python_gc_on_the_culprit_at_the_stated_steps_only():
             {n for e in ev if e["name"] == "Python GC" for n, (s, t) in spans.items() if s <= e["ts"] < t}
         )
         assert gc_steps == (manifest["steps"] if rank in manifest["ranks"] else []), rank
+
+
+def test_throttled_ranks_run_the_same_ops_the_culprit_longer():
+    sdir = RUNS / "throttled"
+    manifest = json.loads((sdir / "manifest.json").read_text())
+    counts, total = [], []
+    for rank in range(manifest["world_size"]):
+        ops = [e for e in _trace(sdir / f"rank{rank}.pt.trace.json.gz")["traceEvents"] if e.get("cat") == "cpu_op"]
+        names: dict[str, int] = {}
+        for e in ops:
+            names[e["name"]] = names.get(e["name"], 0) + 1
+        counts.append(names)
+        total.append(sum(e["dur"] for e in ops if e["name"].startswith("aten::")))
+    assert all(c == counts[0] for c in counts)  # same op names, same counts on every rank
+    (culprit,) = manifest["ranks"]
+    assert total[culprit] > 1.5 * sorted(t for r, t in enumerate(total) if r != culprit)[1]
