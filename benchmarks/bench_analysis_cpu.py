@@ -5,7 +5,7 @@
 FOLDER defaults to benchmarks/data/a100x8 (made by bench_vs_hta.py). Each round runs a fresh process
 per checkout that loads the run once (not counted) and then analyses it `--repeat` times; a stage's
 number is the process CPU (`time.process_time`: every polars thread included) of each call of the
-functions `derive.per_rank.rank_tables` makes, then `analyze_tables` and the run checks. Reported:
+functions `derive.per_rank.rank_tables` makes, then `analyzing.reduce` and the run checks. Reported:
 the median over rounds of each process's median. `--baseline DIR` runs the tracediag of another
 checkout (e.g. a `git worktree` of main) in the same rounds, alternating, so a change is measured
 against what it replaces under the same load.
@@ -57,9 +57,9 @@ for _ in range(repeat):
     t1 = time.process_time()
     tables = per_rank.rank_tables(run.events)
     t2 = time.process_time()
-    analyzing.analyze_tables(tables, run.meta, allow_mixed=True)
+    analyzing.reduce(tables, run.meta, allow_mixed=True)
     t3 = time.process_time()
-    whole = {"check_same_run": t1 - t0, "rank_tables": t2 - t1, "analyze_tables": t3 - t2, "total": t3 - t0}
+    whole = {"check_same_run": t1 - t0, "rank_tables": t2 - t1, "reduce": t3 - t2, "total": t3 - t0}
     runs.append({**spent, **whole})
 print(json.dumps({k: statistics.median(r.get(k, 0.0) for r in runs) for k in runs[0]}))
 """

@@ -44,7 +44,7 @@ def build(ranks: int, steps: int, per_step: int):
     run = tracediag.load(sorted(SOURCE.glob("rank*.pt.trace.json.gz")), jobs=1)
     ev = run.events
     inst = collective_instances(assign_steps(ev, step_spans(ev, find_markers(ev))))
-    facts, _ = derive_facts(run)
+    facts = derive_facts(run).facts
     src_steps = sorted(inst["step"].unique().to_list())
     step_len = 300_000_000
     base = inst.with_columns(

@@ -38,8 +38,8 @@ def main(argv: list[str]) -> None:
     print("|---|---|---|---|---|---|---|")
     for p in paths:
         run = tracediag.load(p, jobs=1)
-        t_base, (facts, left, found) = best(lambda run=run: _derive_detect(run))
-        t_w, (priced, section) = best(lambda f=found, fa=facts, lo=left: _whatif(f, fa, lo))
+        t_base, (facts, replay, found) = best(lambda run=run: _derive_detect(run))
+        t_w, (priced, section) = best(lambda f=found, fa=facts, rp=replay: _whatif(f, fa, rp))
         print(
             f"| {p.name} | {run.events.height:,} | {t_base:.3f} s | {t_w:.3f} s | {t_w / t_base:.2f} | "
             f"{section.operations} | {len(priced)} |"
@@ -47,12 +47,12 @@ def main(argv: list[str]) -> None:
 
 
 def _derive_detect(run):
-    facts, left = derive_facts(run)
-    return facts, left, detect_all(facts)
+    derived = derive_facts(run)
+    return derived.facts, derived.replay, detect_all(derived.facts)
 
 
-def _whatif(found, facts, left):
-    return price(found, facts, graph_of(facts, **left["replay"]))
+def _whatif(found, facts, replay):
+    return price(found, facts, graph_of(facts, replay))
 
 
 if __name__ == "__main__":

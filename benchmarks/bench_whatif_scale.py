@@ -44,9 +44,10 @@ def main(argv: list[str]) -> None:
     print("|---|---|---|---|---|---|---|")
     for n in [int(a) for a in argv] or [4, 16, 64]:
         run = replicate(base, n)
-        t0, (facts, left) = best(lambda run=run: derive_facts(run), n=2)
+        t0, derived = best(lambda run=run: derive_facts(run), n=2)
+        facts = derived.facts
         found = detect_all(facts)
-        t1, (priced, w) = best(lambda f=found, fa=facts, lo=left: price(f, fa, graph_of(fa, **lo["replay"])), n=2)
+        t1, (priced, w) = best(lambda f=found, fa=facts, d=derived: price(f, fa, graph_of(fa, d.replay)), n=2)
         top = priced[0]
         print(
             f"| {n} | {run.events.height:,} | {t0:.2f} s | {t1:.2f} s | {t1 / t0:.2f} | {w.operations} | "

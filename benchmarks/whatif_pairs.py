@@ -39,10 +39,11 @@ def _forced(path: Path, cause: str, link_gbps: float | None, steps: tuple[int, .
     """The what-if of `cause` on every rank and step, for a run where the detector did not find it
     (this validates the what-if, not the detector)."""
     run = tracediag.load(path, jobs=1)
-    facts, left_out = derive_facts(run, link_gbps=link_gbps)
+    derived = derive_facts(run, link_gbps=link_gbps)
+    facts = derived.facts
     ranks = tuple(sorted(facts.steps["rank"].unique().to_list()))
     probe = Finding(cause=cause, ranks=ranks, steps=steps, time_lost_ns=0, confidence=0.0, summary="")
-    priced, _ = price((probe,), facts, graph_of(facts, **left_out["replay"]))
+    priced, _ = price((probe,), facts, graph_of(facts, derived.replay))
     return priced[0]
 
 

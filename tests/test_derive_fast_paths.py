@@ -40,10 +40,9 @@ def _same_tables(events: pl.DataFrame, monkeypatch, module, name: str, plain) ->
     fast = per_rank.rank_tables(events)
     monkeypatch.setattr(module, name, plain)
     slow = per_rank.rank_tables(events)
-    assert fast.keys() == slow.keys()
-    for table in fast:
-        assert_frame_equal(fast[table], slow[table], check_exact=True)
-    assert fast["breakdown"].height > 0 and fast["replay_segments"].height > 0
+    for table, frame in fast.tables().items():
+        assert_frame_equal(frame, getattr(slow, table), check_exact=True)
+    assert fast.breakdown.height > 0 and fast.replay_segments.height > 0
 
 
 def test_rank_tables_are_the_same_with_the_packed_and_the_per_category_counts(events, monkeypatch):

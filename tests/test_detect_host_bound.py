@@ -56,7 +56,7 @@ def test_waiting_on_host_means_an_empty_launch_queue():
     assert starved == 1
     from tracediag.analyzing import derive_facts
 
-    facts, _ = derive_facts(tracediag.load(SAMPLES / "hta" / "ns_resolution_trace", jobs=1))
+    facts = derive_facts(tracediag.load(SAMPLES / "hta" / "ns_resolution_trace", jobs=1)).facts
     assert facts.host["queue_depth"].median() > 100
 
 

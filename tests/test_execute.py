@@ -24,7 +24,7 @@ from polars.testing import assert_frame_equal
 
 import tracediag
 from tracediag.cli import cli
-from tracediag.derive.per_rank import TABLES
+from tracediag.derive.summary import RankSummary
 from tracediag.execute.driver import analyze_ranks, summarize
 
 RUNS = FIXTURES / "runs"
@@ -144,9 +144,9 @@ def test_engine_tables_equal_local_tables(engine, engines, tmp_path):
         ("healthy_tp_dp", RUNS / "healthy_tp_dp"),
         ("a100", GPU_PAIR),
     ]:
-        local = summarize(run, out=str(tmp_path / case / "local"), executor="local", workers=2).tables()
+        local = summarize(run, out=str(tmp_path / case / "local"), executor="local", workers=2).summary().tables()
         out = str(tmp_path / case / engine)
-        other = summarize(run, out=out, executor=engine, workers=2, **engines[engine]).tables()
+        other = summarize(run, out=out, executor=engine, workers=2, **engines[engine]).summary().tables()
         for name, frame in local.items():
             assert_frame_equal(other[name], frame)
             sizes[name] = sizes.get(name, 0) + frame.height
@@ -205,7 +205,7 @@ def test_worker_killed_mid_run_is_retried(engine, engines, expected, tmp_path):
     assert analysis.to_dict() == expected[case]
     # nothing twice: one table file per rank and name, no temporary file left
     names = sorted(p.name for p in (tmp_path / "ranks" / f"rank={_faults.CRASH_RANK:05d}").iterdir())
-    assert names == sorted(f"{t}.parquet" for t in TABLES)
+    assert names == sorted(f"{t}.parquet" for t in RankSummary.names())
     assert not [p for p in tmp_path.rglob("*") if ".tmp-" in p.name]
 
 
@@ -242,8 +242,8 @@ def test_several_files_per_task_give_the_tables_of_one_file_per_task(tmp_path):
     one = summarize(run, out=str(tmp_path / "one"), executor="local", workers=2, files_per_task=1)
     four = summarize(run, out=str(tmp_path / "four"), executor="local", workers=1, files_per_task=5)
     assert four.manifest["worker"].n_unique() == 1  # all five files (four traces, one sidecar) in one task
-    for name, frame in one.tables().items():
-        assert_frame_equal(four.tables()[name], frame)
+    for name, frame in one.summary().tables().items():
+        assert_frame_equal(four.summary().tables()[name], frame)
 
 
 def test_cli_bad_file_exits_2_unless_allow_missing_and_resume_skips_finished(runner, tmp_path):
@@ -329,7 +329,7 @@ def test_resume_redoes_summaries_without_the_replay_tables_and_prices_as_in_memo
     naming the older tables) are redone by --resume, and the analysis is priced."""
     run = RUNS / "straggler_persistent"
     summarize(run, out=str(tmp_path), executor="local", workers=2)
-    older = ",".join(sorted(t for t in TABLES if not t.startswith("replay_")))
+    older = ",".join(sorted(t for t in RankSummary.names() if not t.startswith("replay_")))
     for done in (tmp_path / "done").glob("*.parquet"):
         pl.read_parquet(done).with_columns(pl.lit(older).alias("tables")).write_parquet(done)
     for stale in (tmp_path / "ranks").rglob("replay_*.parquet"):

@@ -24,7 +24,7 @@ import pytest
 from conftest import FIXTURES
 
 import tracediag
-from tracediag.derive.per_rank import TABLES
+from tracediag.derive.summary import RankSummary
 from tracediag.execute.driver import analyze_ranks
 
 RUN = FIXTURES / "runs" / "straggler_persistent"
@@ -229,7 +229,7 @@ def test_ray_node_killed_mid_task_is_retried_on_the_head(ray_head, tmp_path):
     # nothing twice: one file per table for every rank, no temporary file left
     for rank in range(4):
         names = sorted(p.name for p in (out / "ranks" / f"rank={rank:05d}").iterdir())
-        assert names == sorted(f"{t}.parquet" for t in TABLES)
+        assert names == sorted(f"{t}.parquet" for t in RankSummary.names())
     assert not [p for p in out.rglob("*") if ".tmp-" in p.name]
     local, _ = analyze_ranks(RUN, out=str(tmp_path / "local"), executor="local", workers=2)
     assert doc["analysis"] == orjson.loads(orjson.dumps(local.to_dict()))

@@ -76,7 +76,7 @@ def test_heavy_last_stage_is_named_with_the_ops_that_make_the_difference(stage):
 
 def test_without_the_heavy_stage_the_same_pipeline_is_a_bubble(stage_run):
     """The precedence rule: a pipeline whose stages pass the balance test keeps pipeline_bubble."""
-    facts, _ = derive_facts(stage_run)
+    facts = derive_facts(stage_run).facts
     (f,) = detect_all(facts, thresholds=Thresholds(stage_ratio=10.0))
     assert f.cause == "pipeline_bubble"
     assert f.ranks == (0, 1, 2, 3)
@@ -86,7 +86,7 @@ def test_without_the_heavy_stage_the_same_pipeline_is_a_bubble(stage_run):
 
 def test_balanced_pipelines_stay_below_the_stage_ratio():
     for name in ("pipeline_gpipe_m8", "pipeline_1f1b_m8", "pipeline_gpipe_m1"):
-        facts, _ = derive_facts(_load(name))
+        facts = derive_facts(_load(name)).facts
         per_rank = facts.steps.group_by("rank").agg(pl.col("compute_ns").median())["compute_ns"].sort()
         light = per_rank[:-1].median()
         assert per_rank[-1] / light < Thresholds().stage_ratio, name
@@ -114,15 +114,16 @@ def test_changing_slowest_rank_is_sequence_imbalance(seq):
 def test_one_persistent_straggler_is_not_uneven_batches():
     """The straggler run's rank 2 is slowest on every step: compute_straggler, not sequence_imbalance,
     even with the persistent rule switched off (then its steps are transient ones of one rank)."""
-    facts, _ = derive_facts(_load("straggler_persistent"))
+    facts = derive_facts(_load("straggler_persistent")).facts
     off = Thresholds(straggler_persistent_ratio=100.0, straggler_pattern_share=1.01)
     for th in (Thresholds(), off):
         assert "sequence_imbalance" not in {f.cause for f in detect_all(facts, thresholds=th)}
 
 
 def test_balanced_edit_keeps_the_work_and_evens_it(seq_run):
-    facts, left = derive_facts(seq_run)
-    graph = graph_of(facts, **left["replay"])
+    derived = derive_facts(seq_run)
+    facts = derived.facts
+    graph = graph_of(facts, derived.replay)
     edit = causes.balance(graph, facts.steps, (0, 1, 2, 3), ())
     after = facts.steps.join(edit.factors.select("rank", "step", "factor"), on=["rank", "step"]).with_columns(
         new=pl.col("compute_ns") * pl.col("factor")
@@ -160,12 +161,12 @@ def test_the_effects_are_absorbed_not_reported(seq_run, stage_run):
     from tracediag.detect import pipeline, straggler
 
     th = Thresholds()
-    facts, _ = derive_facts(seq_run)
+    facts = derive_facts(seq_run).facts
     transient = straggler.detect(facts, thresholds=th)
     assert transient and all(f.evidence["kind"] == "transient" for f in transient)
     (seq,) = detect_all(facts)
     assert seq.cause == "sequence_imbalance"
     assert all(set(f.steps) <= set(seq.steps) for f in transient)
-    facts, _ = derive_facts(stage_run)
+    facts = derive_facts(stage_run).facts
     assert [f.cause for f in pipeline.detect(facts, thresholds=th)] == ["pipeline_bubble"]
     assert [f.cause for f in detect_all(facts)] == ["stage_imbalance"]

@@ -22,7 +22,7 @@ DLRM = SAMPLES / "gpu-public" / "dlrm_v100_8rank"
 
 
 def _facts(name: str):
-    return derive_facts(tracediag.load(sorted((RUNS / name).glob("rank*.pt.trace.json.gz")), jobs=1))[0]
+    return derive_facts(tracediag.load(sorted((RUNS / name).glob("rank*.pt.trace.json.gz")), jobs=1)).facts
 
 
 def test_blame_adds_up_to_the_waiting_and_goes_to_the_last_arrivers():
@@ -82,7 +82,7 @@ def test_in_the_analysis_json_and_text():
 def test_dlrm_8_gpus_ranks_4_and_5_last_but_too_few_instances():
     """The real 8xV100 DLRM step: 3 all-reduces are matched; ranks 4 and 5 arrive last at all of
     them (within 10% of the skew of each other), but 3 of 3 with p = 2/8 is 1.6% by chance."""
-    facts, _ = derive_facts(tracediag.load(sorted(DLRM.glob("*.pt.trace.json")), jobs=1))
+    facts = derive_facts(tracediag.load(sorted(DLRM.glob("*.pt.trace.json")), jobs=1)).facts
     rows = facts.late
     late = lateness_detect.assess(facts, Thresholds())
     assert late.instances == 3
@@ -129,10 +129,10 @@ def test_windows_are_per_rank_and_add_up():
     from tracediag.derive.per_rank import rank_tables
 
     run = tracediag.load(sorted((RUNS / "gc_pause").glob("rank*.pt.trace.json.gz")), jobs=1)
-    whole = rank_tables(run.events)["windows"]
-    alone = rank_tables(run.events.filter(pl.col("rank") == 3))["windows"]
+    whole = rank_tables(run.events).windows
+    alone = rank_tables(run.events.filter(pl.col("rank") == 3)).windows
     assert alone.equals(whole.filter(pl.col("rank") == 3))
-    assert whole.height == rank_tables(run.events)["instances"].height
+    assert whole.height == rank_tables(run.events).instances.height
     assert (whole["compute_ns"] <= whole["busy_ns"]).all() and (whole["busy_ns"] <= whole["window_ns"]).all()
     assert (whole.filter(pl.col("rank") == 3)["gc_ns"] > 0).sum() >= 2  # its two collections
     assert whole.filter(pl.col("rank") != 3)["gc_ns"].sum() == 0

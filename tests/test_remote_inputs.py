@@ -75,8 +75,8 @@ def test_file_url_run_equals_the_files_on_disk_with_local_executor(on_disk, tmp_
     disk, disk_s = on_disk
     url, url_s = analyze_ranks(f"file://{RUN}/*.json.gz", out=str(tmp_path / "url"), executor="local", workers=2)
     assert _renamed(url.to_dict(), "file://", "") == disk.to_dict()
-    for name, frame in disk_s.tables().items():
-        assert_frame_equal(url_s.tables()[name], frame)
+    for name, frame in disk_s.summary().tables().items():
+        assert_frame_equal(url_s.summary().tables()[name], frame)
     # the manifest's bytes and mtime (what --resume compares) are the files' own
     for row in url_s.manifest.iter_rows(named=True):
         st = Path(row["path"].removeprefix("file://")).stat()
@@ -278,8 +278,8 @@ def test_s3_run_equals_the_files_on_disk_in_memory_and_with_local_executor(s3, o
     disk_run, disk_s = on_disk
     got, url_s = analyze_ranks(f"{base}/run/", out=f"{base}/out", executor="local", workers=2, storage_options=opts)
     assert _renamed(got.to_dict(), f"{base}/run/", f"{RUN}/") == disk_run.to_dict()
-    for name, frame in disk_s.tables().items():
-        assert_frame_equal(url_s.tables()[name], frame)
+    for name, frame in disk_s.summary().tables().items():
+        assert_frame_equal(url_s.summary().tables()[name], frame)
     assert [m.replace(f"{base}/run/", f"{RUN}/") for m in url_s.meta.ignored] == list(disk_s.meta.ignored)
 
 
@@ -363,6 +363,6 @@ def test_s3_on_a_dask_cluster_each_worker_streams_its_objects(s3, on_disk, tmp_p
             workers=2,
             storage_options=opts,
         )
-    for name, frame in on_disk[1].tables().items():
-        assert_frame_equal(got.tables()[name], frame)
+    for name, frame in on_disk[1].summary().tables().items():
+        assert_frame_equal(got.summary().tables()[name], frame)
     assert f"{socket.gethostname()}:{os.getpid()}" not in got.manifest["worker"].to_list()

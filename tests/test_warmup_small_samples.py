@@ -20,7 +20,7 @@ def test_one_ranks_slow_first_step_is_a_straggler_not_warmup_nor_a_pipeline():
     rank 1 straggling. It sends one tensor per step and idles 21% against a 2-stage ideal of 50%:
     not a pipeline bubble."""
     run = tracediag.load(TWO_RANK, jobs=1)
-    facts, _ = derive_facts(run)
+    facts = derive_facts(run).facts
     s = facts.steps
     # every rank's step is >= 1.5x its later one: the old rule (step time alone) called it warm-up
     slow = s.pivot(on="step", index="rank", values="dur_ns").select(pl.col("2") / pl.col("3"))
@@ -41,7 +41,7 @@ def test_one_ranks_slow_first_step_is_a_straggler_not_warmup_nor_a_pipeline():
 def test_persistent_needs_enough_steps():
     """The real persistent straggler (rank 2, 2.3x on 8 of 8 steps) seen on one step is not called
     persistent (the pattern on 1 of 1 or 1 of 2 steps says nothing about persistence); on 2 steps it is."""
-    facts, _ = derive_facts(tracediag.load(sorted((FIXTURES / "runs" / "straggler_persistent").glob("rank*.gz"))))
+    facts = derive_facts(tracediag.load(sorted((FIXTURES / "runs" / "straggler_persistent").glob("rank*.gz")))).facts
     th = Thresholds()
     steps = sorted(facts.steps["step"].unique().to_list())
     full = straggler.detect(facts, thresholds=th)
@@ -56,7 +56,7 @@ def test_persistent_needs_enough_steps():
 def test_no_warmup_on_the_fixture_runs():
     """The fixture runs start at their steady pace (first analysed step ≤ 1.3x the later ones)."""
     for d in sorted((FIXTURES / "runs").glob("*/manifest.json")):
-        facts, _ = derive_facts(tracediag.load(sorted(d.parent.glob("rank*.gz")), jobs=1))
+        facts = derive_facts(tracediag.load(sorted(d.parent.glob("rank*.gz")), jobs=1)).facts
         assert warmup_steps(facts.steps, Thresholds()) == [], d.parent.name
     steps = pl.DataFrame({"rank": [0, 1] * 3, "step": [1, 1, 2, 2, 3, 3], "dur_ns": [30, 31, 10, 11, 10, 12]})
     assert warmup_steps(steps, Thresholds()) == [1]

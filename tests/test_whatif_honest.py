@@ -46,8 +46,9 @@ def test_the_replay_runs_on_jax_traces(path):
     assert not [w for w in a.warnings if "what-if" in w]
     assert a.whatif is not None and a.whatif.replay_error_median < 0.05
     assert set(a.whatif.replay_error_by_rank) == {str(r) for r in a.ranks}
-    facts, left = derive_facts(tracediag.load(path, jobs=1))
-    ops = graph_of(facts, **left["replay"]).ops
+    derived = derive_facts(tracediag.load(path, jobs=1))
+    facts = derived.facts
+    ops = graph_of(facts, derived.replay).ops
     assert ops.height == ops.select("op", "rank").unique().height
     assert ops.height > 0  # the collectives are still replayed
 
@@ -111,7 +112,7 @@ def test_every_whatif_uses_the_diagnosed_steps():
     so of every what-if — the run line's median is over the same steps the findings are priced on."""
     path = JAX / "gen_jax0.10.2_cpu2dev.trace.json.gz"
     a = _analyze(path)
-    facts, _ = derive_facts(tracediag.load(path, jobs=1))
+    facts = derive_facts(tracediag.load(path, jobs=1)).facts
     warm = warmup_steps(facts.steps, Thresholds())
     assert warm  # the run has a warm-up step
     replayed = [s.step for s in a.whatif.steps]
@@ -129,11 +130,12 @@ def test_the_replay_error_is_given_per_rank_and_withholds_the_whatif_above_the_l
     the replay's own; under a limit below the worst rank's error the what-if is withheld with the reason."""
     run = tracediag.load(RUNS / "pipeline_gpipe_m8", jobs=1)
     a = tracediag.analyze(run)
-    facts, left = derive_facts(run)
+    derived = derive_facts(run)
+    facts = derived.facts
     from tracediag.detect.warmup import without_steps
 
     diagnosed = without_steps(facts, warmup_steps(facts.steps, Thresholds()))
-    own = replay_error_by_rank(replay(graph_of(diagnosed, **left["replay"])))
+    own = replay_error_by_rank(replay(graph_of(diagnosed, derived.replay)))
     assert a.whatif.replay_error_by_rank == {str(r): round(e, 4) for r, e in own.items()}
     assert max(own.values()) < 0.05 and a.whatif.withheld == ""
     worst = max(own, key=own.get)

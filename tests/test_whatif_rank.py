@@ -33,34 +33,34 @@ def test_a_runs_replay_tables_are_its_ranks_tables_alone(run):
     whole = rank_tables(run.events)
     alone = [rank_tables(run.events.filter(pl.col("rank") == r)) for r in sorted(run.meta.ranks)]
     for name in REPLAY:
-        assert whole[name].height > 0
-        assert_frame_equal(whole[name], pl.concat([t[name] for t in alone]))
+        assert getattr(whole, name).height > 0
+        assert_frame_equal(getattr(whole, name), pl.concat([getattr(t, name) for t in alone]))
 
 
 def test_pieces_partition_the_complete_steps_and_are_few(run):
     """Per complete step, the pieces cover the step's span exactly and carry the breakdown's compute;
     they grow with the sync points, not with the events (cut at sync points and blocks, not at kernels)."""
     tables = rank_tables(run.events)
-    pieces = tables["replay_segments"]
+    pieces = tables.replay_segments
     assert (pieces["end"] - pieces["ts"]).to_list() == pieces.select(
         pl.sum_horizontal("compute_ns", "input_ns", "idle_ns", "other_ns")
     ).to_series().to_list()
     per_step = pieces.group_by("rank", "step").agg(
         dur_ns=(pl.col("end") - pl.col("ts")).sum(), compute_ns=pl.col("compute_ns").sum()
     )
-    complete = tables["breakdown"].join(tables["spans"].filter(~pl.col("partial")), on=["rank", "step"], how="semi")
+    complete = tables.breakdown.join(tables.spans.filter(~pl.col("partial")), on=["rank", "step"], how="semi")
     got = complete.select("rank", "step").join(per_step, on=["rank", "step"], how="left").sort("rank", "step")
     want = complete.select("rank", "step", "dur_ns", "compute_ns").sort("rank", "step")
     assert_frame_equal(got, want)
     assert pieces.height * 10 < run.events.height
-    assert pieces.height <= 10 * (tables["replay_sync"].height + tables["spans"].height)
+    assert pieces.height <= 10 * (tables.replay_sync.height + tables.spans.height)
 
 
 def test_every_mark_lies_on_a_local_segment_edge(run):
     """The replay reads a rank's progress only at segment edges, so summing categories per piece loses
     nothing."""
-    facts, left = derive_facts(run)
-    g = graph_of(facts, **left["replay"])
+    derived = derive_facts(run)
+    g = graph_of(derived.facts, derived.replay)
     seg = g.segments.select("rank", _ts="ts", _end="end").sort("_ts")
     inside = (
         g.marks.sort("t")
@@ -77,6 +77,6 @@ def test_the_sorted_fast_path_gives_the_tables_of_unsorted_events(run):
     shuffled = run.events.sample(fraction=1.0, shuffle=True, seed=7)
     assert in_time_order(run.events, "rank", "ts") and not in_time_order(shuffled, "rank", "ts")
     fast, general = rank_tables(run.events), rank_tables(shuffled)
-    assert fast["breakdown"].height > 0 and fast["host"].height + fast["kernels"].height > 0
-    for name, table in fast.items():
-        assert_frame_equal(table, general[name])
+    assert fast.breakdown.height > 0 and fast.host.height + fast.kernels.height > 0
+    for name, table in fast.tables().items():
+        assert_frame_equal(table, getattr(general, name))

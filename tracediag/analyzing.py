@@ -1,12 +1,16 @@
 """`analyze(run) -> Analysis`: where a run waits, from its events to ranked findings.
 
-The façade chains the stages: derive (steps → breakdown → collectives → point-to-point), then the
-detectors, and packs the result into the `analysis.Analysis` contract.
+The façade chains the stages: the map, `derive.per_rank.rank_tables` (each rank's events to its
+`RankSummary`: steps, breakdown, collectives, point-to-point, ...), then the one reduce, `reduce`
+(every rank's summary and the files' metadata to facts, detectors, what-if prices, packed into the
+`analysis.Analysis` contract). The in-memory path, the executors (`tracediag.execute`) and the
+per-file split of ``--allow-mixed`` (`reduce_files`) all reduce through it.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import polars as pl
 
@@ -17,14 +21,15 @@ from tracediag.derive.kernels import TOP_STORED, by_category, kernel_view
 from tracediag.derive.lateness import late_rows
 from tracediag.derive.p2p import pipeline_groups
 from tracediag.derive.per_rank import rank_tables
+from tracediag.derive.summary import RankSummary
 from tracediag.detect import Facts, Thresholds
 from tracediag.detect import lateness as lateness_detect
 from tracediag.detect.pipeline import pipeline_stages
 from tracediag.detect.warmup import warmup_steps, without_steps
-from tracediag.errors import NoStepsError
+from tracediag.errors import NoStepsError, TracediagError, shown
 from tracediag.run import Run, RunMeta
 from tracediag.sanity import check_problems, check_same_run, run_problems
-from tracediag.whatif import graph_of
+from tracediag.whatif import ReplayInputs, graph_of
 from tracediag.words import count, noun
 
 
@@ -35,36 +40,49 @@ def _needs_split(meta: RunMeta, instances: pl.DataFrame) -> bool:
     return not named and len(rank_sets) > 1
 
 
-def _with_windows(late: pl.DataFrame, windows: pl.DataFrame | None) -> pl.DataFrame:
+def _with_windows(late: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
     """The lateness rows with each rank's window before the instance (`derive.windows`), by the
     instance's own start on the rank."""
-    if windows is None:
-        return late
     return late.join(windows, on=["rank", "ts"], how="left")
 
 
-def derive_facts(run: Run, *, step_regex: str | None = None, link_gbps: float | None = None) -> tuple[Facts, dict]:
-    """The derived per-rank and cross-rank tables, plus what was left out (``excluded_steps``,
-    ``warnings``)."""
-    tables = rank_tables(run.events, step_regex=step_regex)
-    return facts_from_tables(tables, run.meta, step_regex=step_regex, link_gbps=link_gbps)
+@dataclass(frozen=True, eq=False)
+class Derived:
+    """The cross-rank facts of a run and what the reduce left out or keeps for later stages."""
+
+    facts: Facts
+    """What the detectors read (complete steps on every rank, aligned clocks)."""
+    excluded_steps: int
+    """Rank-steps left out of `facts` (partial, without device work, or not on every rank)."""
+    warnings: tuple[str, ...]
+    """One line per kind of thing left out, with its count."""
+    replay: ReplayInputs
+    """What the what-if replay reads beside `facts`."""
+    kernels: pl.DataFrame
+    """Every kernel or operator per rank over the kept steps (`derive.kernels.kernel_view`)."""
+
+
+def derive_facts(run: Run, *, step_regex: str | None = None, link_gbps: float | None = None) -> Derived:
+    """The derived per-rank and cross-rank tables of `run` (no run checks, no detectors)."""
+    summary = rank_tables(run.events, step_regex=step_regex)
+    return facts_from_tables(summary, run.meta, step_regex=step_regex, link_gbps=link_gbps)
 
 
 def facts_from_tables(
-    tables: dict[str, pl.DataFrame], meta: RunMeta, *, step_regex: str | None = None, link_gbps: float | None = None
-) -> tuple[Facts, dict]:
-    """The cross-rank part of `derive_facts`: from the per-rank tables (`derive.per_rank.rank_tables`
-    of all ranks, in rank order) to the facts the detectors read."""
-    spans = tables["spans"]
+    summary: RankSummary, meta: RunMeta, *, step_regex: str | None = None, link_gbps: float | None = None
+) -> Derived:
+    """The cross-rank part of `derive_facts`: from the summary of every rank (`derive.per_rank.rank_tables`,
+    in rank order) to the facts the detectors read. Raises `NoStepsError` when no rank has steps."""
+    spans = summary.spans
     if not spans.height:
         what = f"no host row matches --step-regex {step_regex!r}" if step_regex else "no ProfilerStep#N markers"
         msg = f"{what} in the traces; pass --step-regex REGEX for other step annotations (NVTX ranges, train)"
         raise NoStepsError(msg)
-    instances = tables["instances"]
+    instances = summary.instances
     offsets, matched = align_and_match(instances, split=_needs_split(meta, instances))
     matched, unmatched = plausible_matches(matched)
     waits = wait_per_step(matched)
-    per_step = tables["breakdown"].join(offsets, on="rank", how="left")
+    per_step = summary.breakdown.join(offsets, on="rank", how="left")
     n_ranks = per_step["rank"].n_unique()
     partial = spans.filter("partial").select("rank", "step")
     complete = per_step.join(partial, on=["rank", "step"], how="anti")
@@ -103,31 +121,20 @@ def facts_from_tables(
     facts = Facts(
         steps=steps,
         collectives=collectives,
-        p2p=tables["p2p"]
-        .join(offsets, on="rank", how="left")
+        p2p=summary.p2p.join(offsets, on="rank", how="left")
         .with_columns(pl.col("first_send_ns") - pl.col("offset_ns").fill_null(0))
         .drop("offset_ns")
         .filter(pl.col("step").is_in(on_all.implode())),
-        pipelines=pipeline_groups(tables["p2p_edges"]),
-        host=tables["host"],
-        kernel_steps=tables["kernels"],
-        late=_with_windows(late_rows(matched).filter(pl.col("step").is_in(on_all.implode())), tables.get("windows")),
+        pipelines=pipeline_groups(summary.p2p_edges),
+        host=summary.host,
+        kernel_steps=summary.kernels,
+        late=_with_windows(late_rows(matched).filter(pl.col("step").is_in(on_all.implode())), summary.windows),
         link_gbps=link_gbps,
         world_size=meta.world_size,
     )
-    replay_inputs = {
-        "segments": tables["replay_segments"],
-        "sync": tables["replay_sync"],
-        "offsets": offsets,
-        "matched": matched,
-    }
-    kernels = kernel_view(tables["kernels"], steps, top=None)
-    return facts, {
-        "excluded_steps": excluded,
-        "warnings": tuple(warnings),
-        "replay": replay_inputs,
-        "kernels": kernels,
-    }
+    replay = ReplayInputs(segments=summary.replay_segments, sync=summary.replay_sync, offsets=offsets, matched=matched)
+    kernels = kernel_view(summary.kernels, steps, top=None)
+    return Derived(facts=facts, excluded_steps=excluded, warnings=tuple(warnings), replay=replay, kernels=kernels)
 
 
 def analyze(
@@ -163,46 +170,88 @@ def analyze(
     ValueError
         `link_gbps` is not a finite number above 0, or `step_regex` is not a valid pattern.
     """
+    return analyze_files(
+        run, step_regex=step_regex, link_gbps=link_gbps, thresholds=thresholds, allow_mixed=allow_mixed
+    )[0][1]
+
+
+def analyze_files(
+    run: Run,
+    *,
+    step_regex: str | None = None,
+    link_gbps: float | None = None,
+    thresholds: Thresholds | None = None,
+    allow_mixed: bool = False,
+    per_file: bool = False,
+) -> list[tuple[str, Analysis]]:
+    """`analyze`, or with `per_file` (``--allow-mixed``) one analysis per file when the files are
+    not ranks of one run: `reduce_files` of the run's `RankSummary`. Raises as `analyze`."""
     if link_gbps is not None and not (isinstance(link_gbps, (int, float)) and 0 < link_gbps < math.inf):
         raise ValueError(f"link_gbps must be a finite number of GB/s above 0, got {link_gbps!r}")
-    extents = None if allow_mixed else check_same_run(run)
-    tables = rank_tables(run.events, step_regex=step_regex, extents=extents)
-    ranks = tuple(run.meta.ranks) or tuple(sorted(run.events["rank"].unique().to_list()))
-    return analyze_tables(
-        tables,
+    extents = None if allow_mixed or per_file else check_same_run(run)  # refused before the per-rank work
+    summary = rank_tables(run.events, step_regex=step_regex, extents=extents)
+    return reduce_files(
+        summary,
         run.meta,
-        ranks=ranks,
         step_regex=step_regex,
         link_gbps=link_gbps,
         thresholds=thresholds,
-        allow_mixed=True,  # checked above, before the per-rank tables
+        allow_mixed=True,  # checked above, or each file on its own
+        per_file=per_file,
     )
 
 
-def analyze_tables(
-    tables: dict[str, pl.DataFrame],
+def reduce_files(
+    summary: RankSummary,
     meta: RunMeta,
     *,
-    ranks: tuple[int, ...] | None = None,
+    step_regex: str | None = None,
+    link_gbps: float | None = None,
+    thresholds: Thresholds | None = None,
+    allow_mixed: bool = False,
+    per_file: bool = False,
+) -> list[tuple[str, Analysis]]:
+    """``[("", analysis)]`` of the run, by `reduce`; or, with `per_file`, when the files are not
+    ranks of one run (`sanity.run_problems` of the metadata and the summary's ``extents``), one
+    ``(path, analysis)`` per file, each reduced from its rank's summary alone, in rank order. An
+    error of one file names it. Raises `MixedRunError` for mixed files unless `allow_mixed` or
+    `per_file`."""
+    kw = {"step_regex": step_regex, "link_gbps": link_gbps, "thresholds": thresholds}
+    if not (per_file and run_problems(meta, summary.extents)):
+        return [("", reduce(summary, meta, allow_mixed=allow_mixed or per_file, **kw))]
+    out = []
+    for f in sorted(meta.files, key=lambda f: f.rank):
+        try:
+            out.append((f.path, reduce(summary.only_rank(f.rank), RunMeta(files=(f,)), allow_mixed=True, **kw)))
+        except TracediagError as e:
+            raise TracediagError(f"{shown(f.path)}: {e}") from None
+    return out
+
+
+def reduce(
+    summary: RankSummary,
+    meta: RunMeta,
+    *,
     step_regex: str | None = None,
     link_gbps: float | None = None,
     thresholds: Thresholds | None = None,
     allow_mixed: bool = False,
 ) -> Analysis:
-    """`analyze` from the per-rank tables of every rank (`derive.per_rank.rank_tables`, in rank
-    order) and the files' metadata: the driver's half when ranks are summarised where they lie
-    (`tracediag.execute`). `ranks` defaults to the ranks `meta` lists. The run checks
-    (`sanity.run_problems`) read the metadata and the per-rank ``extents``, unless `allow_mixed`.
-    Findings are priced by the what-if replay from the per-rank replay tables, as in memory."""
+    """`analyze` from the summary of every rank (`derive.per_rank.rank_tables`, in rank order) and
+    the files' metadata: the one cross-rank half, in memory and on the driver when ranks are
+    summarised where they lie (`tracediag.execute`). The run checks (`sanity.run_problems`) read
+    the metadata and the summary's ``extents``, unless `allow_mixed`. Findings are priced by the
+    what-if replay from the summary's replay tables."""
     if not allow_mixed:
-        check_problems(meta, run_problems(meta, tables["extents"]))
-    facts, left_out = facts_from_tables(tables, meta, step_regex=step_regex, link_gbps=link_gbps)
+        check_problems(meta, run_problems(meta, summary.extents))
+    derived = facts_from_tables(summary, meta, step_regex=step_regex, link_gbps=link_gbps)
+    facts = derived.facts
     th = thresholds or Thresholds()
     warmup = warmup_steps(facts.steps, th)
     diagnosed = without_steps(facts, warmup)
     late = lateness_detect.assess(diagnosed, th)
     findings = detect_all(diagnosed, thresholds=th)
-    warnings = left_out["warnings"]
+    warnings = derived.warnings
     if warmup:
         warnings += (
             f"{noun(len(warmup), 'step')} {', '.join(map(str, warmup))} {'is' if len(warmup) == 1 else 'are'} "
@@ -210,17 +259,17 @@ def analyze_tables(
             "shown, left out of the diagnosis",
         )
     # priced on the steps the diagnosis read (warm-up left out), as every what-if in the output
-    findings, whatif = price(findings, diagnosed, graph_of(diagnosed, **left_out["replay"]), thresholds=th)
-    kernels = left_out["kernels"]
+    findings, whatif = price(findings, diagnosed, graph_of(diagnosed, derived.replay), thresholds=th)
+    kernels = derived.kernels
     return Analysis(
-        ranks=ranks if ranks is not None else tuple(meta.ranks),
+        ranks=tuple(meta.ranks) or tuple(sorted(summary.extents["rank"].to_list())),
         world_size=meta.world_size,
         steps=facts.steps.with_columns(pl.min_horizontal("wait_ns", "exposed_comm_ns").alias("wait_ns"))
         .select(list(STEP_SCHEMA))
         .cast(STEP_SCHEMA),
         collectives=facts.collectives,
         findings=findings,
-        excluded_steps=left_out["excluded_steps"],
+        excluded_steps=derived.excluded_steps,
         warnings=tuple(meta.errors) + warnings,
         pipelines=tuple(pipeline_stages(facts)),
         whatif=whatif,

@@ -11,7 +11,7 @@ import click
 import orjson
 
 from tracediag.analysis import CAUSES, Analysis
-from tracediag.analyzing import analyze as _analyze
+from tracediag.analyzing import analyze_files
 from tracediag.cli.check_options import add_check, append_check_text, check_options, finish_report
 from tracediag.cli.common import EXIT_FINDING, InputError
 from tracediag.cli.execute_options import (
@@ -29,26 +29,25 @@ from tracediag.output import write_atomic
 from tracediag.report.kernels_text import render_kernels
 from tracediag.report.text import render_text
 from tracediag.run import Run
-from tracediag.sanity import mixed_run_problems, split_by_file
+from tracediag.sanity import split_by_file
 
 
 def run_analysis(
-    run: Run, *, step_regex: str | None = None, link_gbps: float | None = None, allow_mixed: bool = False
-) -> Analysis:
-    """The work behind the command: load is done, options are parsed; rendering happens after."""
-    return _analyze(run, step_regex=step_regex, link_gbps=link_gbps, allow_mixed=allow_mixed)
+    run: Run, *, step_regex: str | None = None, link_gbps: float | None = None, per_file: bool = False
+) -> list[tuple[str, Analysis]]:
+    """The work behind the command: load is done, options are parsed; rendering happens after.
+    ``[("", analysis)]``, or with `per_file` one ``(path, analysis)`` per file when the files are
+    not ranks of one run (`analyzing.analyze_files`)."""
+    try:
+        return analyze_files(run, step_regex=step_regex, link_gbps=link_gbps, per_file=per_file)
+    except (TracediagError, ValueError) as e:
+        raise InputError(str(e).replace("\n", "\nError: ")) from None
 
 
-def _per_file(run: Run, step_regex: str | None, peak: float | None, check_kw: dict) -> list[tuple[str, Analysis]]:
-    """`--allow-mixed` on files of different runs: each file analysed on its own."""
-    out = []
-    for path, one in split_by_file(run):
-        try:
-            result = run_analysis(one, step_regex=step_regex, link_gbps=peak, allow_mixed=True)
-        except (TracediagError, ValueError) as e:
-            raise InputError(f"{shown(path)}: {e}".replace("\n", "\nError: ")) from None
-        out.append((path, add_check(result, one, check_kw)))
-    return out
+def _with_checks(results: list[tuple[str, Analysis]], run: Run | None, check_kw: dict) -> list[tuple[str, Analysis]]:
+    """Each analysis with its check (`--plan`/`--model`), against its own file's run in memory."""
+    runs = dict(split_by_file(run)) if run is not None and any(p for p, _ in results) else {}
+    return [(p, add_check(r, runs.get(p, run), check_kw)) for p, r in results]
 
 
 def _causes(value: str | None) -> tuple[str, ...]:
@@ -145,7 +144,6 @@ def analyze(
             **kw,
         )
         failed = summaries.meta.errors
-        results = [(p, add_check(r, None, check_kw)) for p, r in analyses]
     else:
         run = load_traces(
             paths,
@@ -157,14 +155,8 @@ def analyze(
             storage_options=storage_options(ex_kw["storage_options"]),
             comm_kernel=comm_kernel,
         )
-        if allow_mixed and mixed_run_problems(run):
-            results = _per_file(run, step_regex, peak, check_kw)
-        else:
-            try:
-                result = run_analysis(run, step_regex=step_regex, link_gbps=peak)
-            except (TracediagError, ValueError) as e:
-                raise InputError(str(e).replace("\n", "\nError: ")) from None
-            results = [("", add_check(result, run, check_kw))]
+        analyses = run_analysis(run, step_regex=step_regex, link_gbps=peak, per_file=allow_mixed)
+    results = _with_checks(analyses, run, check_kw)
     if fmt == "json":
         docs = [{**({"file": p} if p else {}), **r.to_dict()} for p, r in results]
         text = orjson.dumps(docs[0] if len(docs) == 1 and not results[0][0] else {"per_file": docs}).decode()

@@ -4,7 +4,8 @@
 rank (each expression is grouped by, or taken over, ``rank``), so the tables of a whole run equal the
 concatenation, in rank order, of the tables of each rank computed alone. That is what lets a worker
 derive one rank's tables where its file lies and ship only these summaries to the driver, which
-then matches collectives across ranks (`analyzing.facts_from_tables`).
+then matches collectives across ranks (`analyzing.reduce`). The tables are the fields of
+`derive.summary.RankSummary`.
 """
 
 from __future__ import annotations
@@ -18,48 +19,20 @@ from tracediag.derive.intervals import in_time_order, time_keys
 from tracediag.derive.kernels import kernel_steps
 from tracediag.derive.p2p import p2p_per_step
 from tracediag.derive.steps import assign_steps, find_markers, launches, step_spans
+from tracediag.derive.summary import RankSummary
 from tracediag.derive.sync_segments import segments, sync_ends
 from tracediag.derive.windows import rank_windows
 from tracediag.names import distinct_names
 from tracediag.sanity import rank_extents
-
-TABLES = (
-    "spans",
-    "breakdown",
-    "instances",
-    "p2p",
-    "p2p_edges",
-    "host",
-    "kernels",
-    "extents",
-    "replay_segments",
-    "replay_sync",
-    "windows",
-)
-"""The per-rank tables, by name (`rank_tables` keys; file names of a rank's summary)."""
 
 _NO_OFFSETS = pl.DataFrame(schema={"rank": pl.Int32, "offset_ns": pl.Int64})
 
 
 def rank_tables(
     events: pl.DataFrame, *, step_regex: str | None = None, extents: pl.DataFrame | None = None
-) -> dict[str, pl.DataFrame]:
-    """The per-rank tables of `events` (one rank or many), on each rank's own clock.
-
-    - ``spans``: `derive.steps.STEP_SPAN_SCHEMA` (empty when the rank has no step markers);
-    - ``breakdown``: `derive.breakdown.breakdown` per (rank, step), partial steps included;
-    - ``instances``: `derive.collectives.INSTANCE_SCHEMA`, one row per collective per rank;
-    - ``p2p``: `derive.p2p.p2p_per_step` with no clock offset (``first_send_ns`` on the own clock);
-    - ``p2p_edges``: ``rank, coll_op, coll_peer`` of the send/recv rows, distinct (pipeline topology);
-    - ``host``: `derive.host.host_feed` per (rank, step) of GPU ranks (how the host feeds the device);
-    - ``kernels``: `derive.kernels.kernel_steps` per (rank, step, kernel or operator), summed over the
-      analysed steps by `derive.kernels.kernel_view`;
-    - ``extents``: `sanity.rank_extents` (recorded window, collective operations) for the run checks;
-    - ``replay_segments`` and ``replay_sync``: the what-if replay's per-rank half
-      (`derive.sync_segments.segments`, `derive.sync_segments.sync_ends`): timeline pieces and sync ends,
-      bounded by the rank's steps and sync operations;
-    - ``windows``: `derive.windows.WINDOW_SCHEMA`, what the rank did in the window before each of its
-      collectives (why a late rank is late).
+) -> RankSummary:
+    """The `RankSummary` of `events` (one rank or many), on each rank's own clock (its fields say
+    what each table holds).
 
     `extents`: the ``extents`` table of `events`, when the caller has it (`sanity.check_same_run`
     read it). Raises ValueError for an invalid `step_regex`.
@@ -76,23 +49,21 @@ def rank_tables(
     instances = collective_instances(stepped)
     sync = sync_ends(stepped, instances, names=names)
     device = device_sweep(stepped, spans, sync, names=names, keys=keys)
-    return {
-        "spans": spans,
-        "breakdown": breakdown(
-            stepped, spans, names=names, device=device, ordered=ordered, launched=launched, keys=keys
-        ),
-        "instances": instances,
-        "p2p": p2p_per_step(stepped, _NO_OFFSETS),
-        "p2p_edges": events.lazy()
+    return RankSummary(
+        spans=spans,
+        breakdown=breakdown(stepped, spans, names=names, device=device, ordered=ordered, launched=launched, keys=keys),
+        instances=instances,
+        p2p=p2p_per_step(stepped, _NO_OFFSETS),
+        p2p_edges=events.lazy()
         .filter(pl.col("coll_op").is_in(["send", "recv"]))  # on the Enum: no string per row
         .select("rank", op.alias("coll_op"), "coll_peer")
         .unique()
         .sort("rank", "coll_op", "coll_peer", nulls_last=True)
         .collect(),
-        "host": host_feed(stepped, spans, names=names, launched=launched, keys=keys),
-        "kernels": kernel_steps(stepped, spans.group_by("rank").agg(pl.col("device").first()), names=names),
-        "extents": rank_extents(events) if extents is None else extents,
-        "replay_segments": segments(device, spans, sync, keys),
-        "replay_sync": sync,
-        "windows": rank_windows(stepped, instances, spans, device, names),
-    }
+        host=host_feed(stepped, spans, names=names, launched=launched, keys=keys),
+        kernels=kernel_steps(stepped, spans.group_by("rank").agg(pl.col("device").first()), names=names),
+        extents=rank_extents(events) if extents is None else extents,
+        replay_segments=segments(device, spans, sync, keys),
+        replay_sync=sync,
+        windows=rank_windows(stepped, instances, spans, device, names),
+    )

@@ -2,8 +2,8 @@
 
 `summarize` submits `task.summarize_files` for the input files (small ones several to a task),
 skips the ones a previous run finished (``resume``), turns a file that fails every retry into an
-error row, shows progress and writes ``manifest.parquet``. `Summaries.tables` reads the per-rank
-tables back, in rank order, for `analyzing.analyze_tables`; `analyze_ranks` chains the two. Driver
+error row, shows progress and writes ``manifest.parquet``. `Summaries.summary` reads the ranks'
+`RankSummary` back, in rank order, for `analyzing.reduce_files`; `analyze_ranks` chains the two. Driver
 memory grows with the summaries (steps, collective instances, per-step kernel totals and the what-if
 replay's timeline pieces and sync ends per rank), not with the traces.
 """
@@ -25,7 +25,7 @@ import orjson
 import polars as pl
 
 from tracediag.analysis import Analysis
-from tracediag.derive.per_rank import TABLES
+from tracediag.derive.summary import RankSummary
 from tracediag.errors import RankError, TracediagError
 from tracediag.execute import open_executor
 from tracediag.execute.base import first_line
@@ -34,15 +34,12 @@ from tracediag.execute.task import (
     RankTask,
     done_path,
     input_stat,
-    is_url,
-    join,
     manifest_row,
     rank_dir,
-    read_parquet,
     summarize_files,
-    write_parquet,
 )
 from tracediag.ingest.timeline import parquet_is_timeline
+from tracediag.parquet import is_url, join, read_parquet, write_parquet
 from tracediag.run import RunMeta, _is_parquet, rank_resolver, resolve_inputs
 
 
@@ -60,13 +57,9 @@ class Summaries:
     def ranks(self) -> list[int]:
         return sorted(self.manifest.filter("ok")["rank"].to_list())
 
-    def tables(self) -> dict[str, pl.DataFrame]:
-        """The per-rank tables of every summarised rank, concatenated in rank order."""
-        out = {}
-        for name in TABLES:
-            files = [join(rank_dir(self.out, r), f"{name}.parquet") for r in self.ranks]
-            out[name] = read_parquet(files, self.storage_options)
-        return out
+    def summary(self) -> RankSummary:
+        """The summaries of every summarised rank, concatenated in rank order."""
+        return RankSummary.read([rank_dir(self.out, r) for r in self.ranks], self.storage_options)
 
 
 class Progress:
@@ -269,7 +262,7 @@ _TEMP = re.compile(r"\.tmp-[0-9a-f]{32}$")
 
 
 def _sweep_temp(out: str) -> None:
-    """Remove the temporary files of attempts whose worker died mid-write (`task.write_parquet` names them)."""
+    """Remove the temporary files of attempts whose worker died mid-write (`parquet.write_parquet` names them)."""
     if is_url(out):
         return
     for sub in ("ranks", "events", "done"):
@@ -310,20 +303,18 @@ def analyze_summaries(
     """The cross-rank half on the driver: ``[("", analysis)]`` of the summarised run, or with
     `per_file`, when the files are not ranks of one run (`sanity.run_problems` on the files'
     metadata and per-rank extents), one ``(path, analysis)`` per file analysed alone, in rank order
-    (``--allow-mixed``, as `sanity.split_by_file` in memory). Raises `MixedRunError` for mixed files
-    unless `allow_mixed` or `per_file`."""
-    from tracediag.analyzing import analyze_tables
-    from tracediag.sanity import run_problems
+    (``--allow-mixed``): `analyzing.reduce_files`, as in memory. Raises `MixedRunError` for mixed
+    files unless `allow_mixed` or `per_file`."""
+    from tracediag.analyzing import reduce_files
 
-    tables = summaries.tables()
-    kw: dict[str, Any] = {"step_regex": step_regex, "link_gbps": link_gbps}
-    if per_file and run_problems(summaries.meta, tables["extents"]):
-        out = []
-        for f in sorted(summaries.meta.files, key=lambda f: f.rank):
-            one = {name: frame.filter(pl.col("rank") == f.rank) for name, frame in tables.items()}
-            out.append((f.path, analyze_tables(one, RunMeta(files=(f,)), allow_mixed=True, **kw)))
-        return out
-    return [("", analyze_tables(tables, summaries.meta, allow_mixed=allow_mixed or per_file, **kw))]
+    return reduce_files(
+        summaries.summary(),
+        summaries.meta,
+        step_regex=step_regex,
+        link_gbps=link_gbps,
+        allow_mixed=allow_mixed,
+        per_file=per_file,
+    )
 
 
 def analyze_ranks_per_file(

@@ -4,7 +4,7 @@ This is the only code that runs on the workers, whatever the engine. Only the ma
 dicts) travel back; the tables go to the output location, a local directory or an object-store
 URL (``s3://``, ``gs://``, ``az://`` through polars' storage options). Layout under the output::
 
-    ranks/rank=00003/<table>.parquet   per-rank tables (`derive.per_rank.TABLES`)
+    ranks/rank=00003/<table>.parquet   the rank's summary (`derive.summary.RankSummary.write`)
     events/rank=00003.parquet          the event table (ingest)
     done/<key>.parquet                 the task's manifest row, last
 
@@ -20,16 +20,17 @@ import hashlib
 import os
 import socket
 import time
-import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 import polars as pl
 
-from tracediag.derive.per_rank import TABLES, rank_tables
+from tracediag.derive.per_rank import rank_tables
+from tracediag.derive.summary import RankSummary
 from tracediag.errors import NotATraceError, TracediagError
 from tracediag.ingest.remote import is_remote
+from tracediag.parquet import is_url, join, write_parquet
 
 MANIFEST_SCHEMA: dict[str, pl.DataType] = {
     "key": pl.String(),
@@ -81,36 +82,6 @@ class RankTask:
         return hashlib.sha1(f"{self.path}\0{self.rank}".encode()).hexdigest()[:20]
 
 
-def is_url(location: str) -> bool:
-    """An object-store URL (anything with a scheme but ``file``), else a local path."""
-    return "://" in location and not location.startswith("file://")
-
-
-def join(base: str, *parts: str) -> str:
-    return "/".join([base.rstrip("/"), *parts]) if is_url(base) else os.path.join(base, *parts)
-
-
-def write_parquet(frame: pl.DataFrame, dest: str, storage_options: dict[str, Any] | None = None) -> None:
-    """Write `frame` so that a reader sees the whole file or none: temp name + rename locally, one PUT remotely."""
-    if is_url(dest):
-        frame.write_parquet(dest, storage_options=storage_options)
-        return
-    os.makedirs(os.path.dirname(dest), exist_ok=True)
-    tmp = f"{dest}.tmp-{uuid.uuid4().hex}"
-    try:
-        frame.write_parquet(tmp)
-        os.replace(tmp, dest)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-
-
-def read_parquet(src: str | list[str], storage_options: dict[str, Any] | None = None) -> pl.DataFrame:
-    if isinstance(src, list) and not src:
-        raise ValueError("no files to read")
-    return pl.read_parquet(src, storage_options=storage_options) if storage_options else pl.read_parquet(src)
-
-
 def rank_dir(out: str, rank: int) -> str:
     return join(out, "ranks", f"rank={rank:05d}")
 
@@ -157,7 +128,7 @@ def manifest_row(task: RankTask, **values: Any) -> dict[str, Any]:
         mtime_ns=mtime,
         step_regex=task.step_regex,
         kept_events=task.keep_events,
-        tables=",".join(sorted(TABLES)),
+        tables=",".join(sorted(RankSummary.names())),
         ok=False,
         not_a_trace=False,
         worker=f"{socket.gethostname()}:{os.getpid()}",
@@ -197,15 +168,12 @@ def summarize_files(tasks: list[RankTask]) -> list[dict[str, Any]]:
         return rows
     started = time.perf_counter()
     events = pl.concat([trace.events for _, trace, _, _ in read]) if len(read) > 1 else read[0][1].events
-    tables = rank_tables(events, step_regex=read[0][0].step_regex)
+    summary = rank_tables(events, step_regex=read[0][0].step_regex)
     derive_share = (time.perf_counter() - started) / max(events.height, 1)
     for task, trace, attempt, seconds in read:
         started = time.perf_counter()
         rank = trace.meta.rank
-        folder = rank_dir(task.out, rank)
-        for name, frame in tables.items():
-            part = frame.filter(pl.col("rank") == rank) if len(read) > 1 else frame
-            write_parquet(part, join(folder, f"{name}.parquet"), task.storage_options)
+        (summary.only_rank(rank) if len(read) > 1 else summary).write(rank_dir(task.out, rank), task.storage_options)
         if task.keep_events:
             dest = join(task.out, "events", f"rank={rank:05d}.parquet")
             write_parquet(trace.events.sort("ts", maintain_order=True), dest, task.storage_options)  # as `load`

@@ -8,6 +8,8 @@ local segments and sync operations,
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import polars as pl
 
 from tracediag.derive.p2p import stage_order
@@ -15,14 +17,27 @@ from tracediag.detect.facts import Facts
 from tracediag.whatif.graph import Graph, build
 
 
-def graph_of(
-    facts: Facts, *, segments: pl.DataFrame, sync: pl.DataFrame, offsets: pl.DataFrame, matched: pl.DataFrame
-) -> Graph:
+@dataclass(frozen=True, eq=False)
+class ReplayInputs:
+    """What the replay reads beside the facts: every rank's timeline pieces and sync ends (the
+    summary's ``replay_segments`` and ``replay_sync``), the clock offsets and the matched collectives."""
+
+    segments: pl.DataFrame
+    """`derive.sync_segments.segments` of every rank."""
+    sync: pl.DataFrame
+    """`derive.sync_segments.sync_ends` of every rank."""
+    offsets: pl.DataFrame
+    """``rank, offset_ns``: each rank's clock offset (`derive.collectives.align_and_match`)."""
+    matched: pl.DataFrame
+    """The collective instances matched across ranks (`derive.collectives.plausible_matches`)."""
+
+
+def graph_of(facts: Facts, replay: ReplayInputs) -> Graph:
     """The replay graph of the kept steps of `facts` (pipeline neighbours from its stage order) from
-    every rank's `sync_segments.segments` and `sync_segments.sync_ends` and the matched collectives."""
+    every rank's `sync_segments.segments` and `sync_segments.sync_ends` and the matched collectives (`replay`)."""
     neighbours: dict[int, tuple[int, int]] = {}
     for ranks in facts.pipelines:
         order = stage_order(facts.p2p, ranks)
         for i, r in enumerate(order):
             neighbours[r] = (order[i - 1] if i else -1, order[i + 1] if i + 1 < len(order) else -1)
-    return build(segments, sync, offsets, matched, facts.steps, neighbours)
+    return build(replay.segments, replay.sync, replay.offsets, replay.matched, facts.steps, neighbours)
