@@ -103,10 +103,11 @@ def balanced_whatif(path: Path) -> tuple[float, float, bool]:
     if found and found[0].step_time_without_ns:
         return median_step(a), float(found[0].step_time_without_ns), True
     run = tracediag.load(path, jobs=1)
-    facts, left_out = derive_facts(run)
+    derived = derive_facts(run)
+    facts = derived.facts
     ranks = tuple(sorted(facts.steps["rank"].unique().to_list()))
     probe = Finding(cause=Cause.STAGE_IMBALANCE, ranks=ranks, steps=(), time_lost_ns=0, confidence=0.0, summary="")
-    priced, _ = price((probe,), facts, graph_of(facts, **left_out["replay"]))
+    priced, _ = price((probe,), facts, graph_of(facts, derived.replay))
     return median_step(a), float(priced[0].step_time_without_ns or median_step(a)), False
 
 

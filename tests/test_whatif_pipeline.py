@@ -25,9 +25,10 @@ PIPELINES = ("pipeline_gpipe_m8", "stage_imbalance")
 @pytest.fixture(scope="module", params=PIPELINES)
 def pipeline(request):
     path = RUNS / request.param
-    facts, left_out = derive_facts(tracediag.load(path, jobs=1))
+    derived = derive_facts(tracediag.load(path, jobs=1))
+    facts = derived.facts
     details = json.loads((path / "manifest.json").read_text())["details"]
-    return facts, graph_of(facts, **left_out["replay"]), details
+    return facts, graph_of(facts, derived.replay), details
 
 
 def _scaled(facts, factor: float) -> pl.DataFrame:
