@@ -52,7 +52,7 @@ def test_different_world_sizes_are_refused():
 
 @pytest.mark.parametrize("name", sorted(p.parent.name for p in RUNS.glob("*/manifest.json")), ids=str)
 def test_ranks_of_one_run_pass(name):
-    assert mixed_run_problems(tracediag.load(sorted(RUNS.glob(f"{name}/rank*.pt.trace.json.gz")), jobs=1)) == []
+    assert mixed_run_problems(tracediag.load(sorted(RUNS.glob(f"{name}/*.pt.trace.json.gz")), jobs=1)) == []
 
 
 @needs_shared(SAMPLES / "hta")

@@ -56,7 +56,7 @@ def test_persistent_needs_enough_steps():
 def test_no_warmup_on_the_fixture_runs():
     """The fixture runs start at their steady pace (first analysed step ≤ 1.3x the later ones)."""
     for d in sorted((FIXTURES / "runs").glob("*/manifest.json")):
-        facts = derive_facts(tracediag.load(sorted(d.parent.glob("rank*.gz")), jobs=1)).facts
+        facts = derive_facts(tracediag.load(sorted(d.parent.glob("*.pt.trace.json.gz")), jobs=1)).facts
         assert warmup_steps(facts.steps, Thresholds()) == [], d.parent.name
     steps = pl.DataFrame({"rank": [0, 1] * 3, "step": [1, 1, 2, 2, 3, 3], "dur_ns": [30, 31, 10, 11, 10, 12]})
     assert warmup_steps(steps, Thresholds()) == [1]
