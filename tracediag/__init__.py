@@ -6,6 +6,8 @@ Python API (see docs/api.md)::
     analysis = tracediag.analyze(run)            # findings, per-step table, matched collectives
     prediction = tracediag.load_prediction("plan.json")
     result = tracediag.check(analysis, prediction, run=run)
+    for window in tracediag.watch("run/"):      # a running job, one profiler window at a time
+        print(window.index, window.step_seconds, window.changes)
 """
 
 from importlib import import_module
@@ -22,6 +24,7 @@ if TYPE_CHECKING:
     from tracediag.model.plan import plan
     from tracediag.model.predict import load_prediction, predict
     from tracediag.run import Run, RunMeta, load
+    from tracediag.watching import Window, watch
 
 _HOME = {
     "Analysis": "analysis",
@@ -42,6 +45,8 @@ _HOME = {
     "Run": "run",
     "RunMeta": "run",
     "load": "run",
+    "Window": "watching",
+    "watch": "watching",
 }
 """Where each public name lives. Imported on first use, so a process that needs only part of the
 package (a reading worker, an executor task) does not pay for the rest (the model, pyarrow, numpy)."""
@@ -72,10 +77,12 @@ __all__ = [
     "SpecError",
     "TraceError",
     "TracediagError",
+    "Window",
     "analyze",
     "check",
     "load",
     "load_prediction",
     "plan",
     "predict",
+    "watch",
 ]

@@ -148,6 +148,9 @@ def _object_type(event: Any) -> type:
     )
 
 
+ENDS_EARLY = "file ends early"
+"""How the warning of a file cut short begins (its complete events were read): a watcher
+(`tracediag.watch`) takes such a file as still being written."""
 _TOP_KEYS = ("baseTimeNanoseconds", "distributedInfo", "deviceProperties", "metadata", "displayTimeUnit")
 """The Object form's top-level keys tracediag reads; every other one is ignored."""
 
@@ -747,7 +750,7 @@ def _decode_truncated(
         tail = data[cut + 1 :].translate(None, b" \t\r\n,]}")
         n_cut = 1 if tail else 0
         skipped["truncated"] = skipped.get("truncated", 0) + n_cut
-        warnings.append(f"file ends early ({error}); read the complete events, {n_cut} partial event cut")
+        warnings.append(f"{ENDS_EARLY} ({error}); read the complete events, {n_cut} partial event cut")
         return parsed
     raise TraceError(path, f"invalid JSON ({error}), and no complete event could be recovered")
 

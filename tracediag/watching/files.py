@@ -1,0 +1,150 @@
+"""Which trace files of a watched location are ready, and each one read into a small `Part`.
+
+A profiler writes its trace files in place, so a file is read only once its size and modification
+time are the same on two polls in a row (`Settling`), and it counts only when it parses completely:
+a gzip stream cut short fails to decompress, and a plain JSON file cut short (which `tracediag load`
+reads leniently, with a warning) is taken as still being written. A file read is summarised per
+rank at once (`derive.per_rank.rank_tables`) and its events dropped: a window holds its ranks'
+summaries, never their events.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from tracediag.derive.per_rank import rank_tables
+from tracediag.derive.summary import RankSummary
+from tracediag.errors import NotATraceError, TracediagError, one_line, shown
+from tracediag.ingest.chrome import ENDS_EARLY
+from tracediag.ingest.read import read_traces
+from tracediag.ingest.remote import is_remote
+from tracediag.ingest.trace import FileMeta
+from tracediag.run import RankResolver, resolve_inputs
+
+GLOB_CHARS = "*?["
+
+
+@dataclass(frozen=True, slots=True)
+class Listed:
+    """One file of the location as one poll saw it."""
+
+    path: str
+    size: int
+    mtime_ns: int
+
+
+@dataclass(frozen=True, eq=False)
+class Part:
+    """One rank's file of one profiler window, summarised (its events dropped)."""
+
+    path: str
+    rank: int
+    steps: tuple[int, int] | None
+    """First and last step number (``ProfilerStep#N``) in the file; None without step markers."""
+    lo_ns: int
+    hi_ns: int
+    """The recorded time span of the file's events (Unix-epoch ns on the rank's clock)."""
+    meta: FileMeta
+    summary: RankSummary
+
+
+@dataclass(frozen=True, slots=True)
+class Unready:
+    """A file that could not be read (yet): still being written, or not a trace at all."""
+
+    path: str
+    why: str
+    """One line naming the file and the problem."""
+    not_a_trace: bool = False
+    cut_short: bool = False
+    """The file ends early (truncated JSON or gzip): perhaps still being written."""
+
+
+def gone(location: str) -> bool:
+    """A local directory that no longer exists (deleted under the watcher)."""
+    if is_remote(location) or any(ch in location for ch in GLOB_CHARS):
+        return False
+    return not os.path.exists(location)
+
+
+def list_files(location: str, storage_options: dict[str, Any] | None = None) -> list[Listed]:
+    """The trace files of `location` (a directory, a glob or an object-store URL) now, in a stable
+    order; empty while it holds none. Raises `TracediagError` (one line) when the listing fails."""
+    if gone(location):
+        return []
+    try:
+        inputs = resolve_inputs([location], storage_options)
+    except TracediagError as e:
+        text = str(e)
+        if "no trace files" in text or "matches no" in text:  # nothing written yet
+            return []
+        raise
+    out = []
+    for f in inputs:
+        if f.size is not None and f.mtime_ns is not None:
+            out.append(Listed(f.path, f.size, f.mtime_ns))
+            continue
+        try:
+            st = os.stat(f.path)
+        except OSError:  # removed between the listing and the stat
+            continue
+        out.append(Listed(f.path, st.st_size, st.st_mtime_ns))
+    return out
+
+
+class Settling:
+    """Files whose size and modification time held across two polls (and are not empty)."""
+
+    def __init__(self) -> None:
+        self._last: dict[str, tuple[int, int]] = {}
+
+    def settled(self, listed: list[Listed]) -> list[Listed]:
+        """The files of this poll that are unchanged since the previous poll; forgets files gone."""
+        now = {f.path: (f.size, f.mtime_ns) for f in listed}
+        out = [f for f in listed if f.size > 0 and self._last.get(f.path) == (f.size, f.mtime_ns)]
+        self._last = now
+        return out
+
+    def unsettled(self, listed: list[Listed]) -> int:
+        """How many files of this poll are still changing (or empty)."""
+        return sum(1 for f in listed if f.size == 0 or self._last.get(f.path) != (f.size, f.mtime_ns))
+
+
+def read_part(
+    path: str,
+    *,
+    resolve: RankResolver,
+    step_regex: str | None = None,
+    storage_options: dict[str, Any] | None = None,
+) -> Part | Unready:
+    """One settled file as a `Part`, or why it is not one (`Unready`). Never raises for a bad file."""
+    try:
+        traces = read_traces(path, rank=resolve(path), storage_options=storage_options)
+    except NotATraceError as e:
+        return Unready(path, str(e), not_a_trace=True)
+    except TracediagError as e:
+        text = str(e)
+        return Unready(path, text, cut_short="gzip" in text or "ended before" in text or "truncated" in text)
+    except (OSError, MemoryError, ValueError) as e:
+        return Unready(path, f"{shown(path)}: {one_line(str(e))}")
+    if len(traces) != 1:
+        return Unready(path, f"{shown(path)}: an op-timeline table of several ranks is not a profiler window")
+    trace = traces[0]
+    if trace.meta.skipped.get("truncated") or any(w.startswith(ENDS_EARLY) for w in trace.meta.warnings):
+        return Unready(path, f"{shown(path)}: the file ends early (still being written?)", cut_short=True)
+    if trace.meta.time_base != "epoch":
+        return Unready(path, f"{shown(path)}: relative times: its profiler window cannot be placed in time")
+    events = trace.events.sort("ts", maintain_order=True)  # as `run.load` orders one file's events
+    try:
+        summary = rank_tables(events, step_regex=step_regex)
+    except ValueError as e:
+        return Unready(path, f"{shown(path)}: {one_line(str(e))}")
+    ext = summary.extents
+    if not ext.height or ext["lo"][0] is None:
+        return Unready(path, f"{shown(path)}: no events")
+    steps = summary.spans["step"]
+    span = (int(steps.min()), int(steps.max())) if steps.len() else None
+    lo, hi = int(ext["lo"][0]), int(ext["hi"][0])
+    return Part(path, trace.meta.rank, span, lo, hi, trace.meta, summary)
