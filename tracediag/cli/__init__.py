@@ -21,6 +21,7 @@ def _register() -> None:
     from tracediag.cli.ingest import ingest
     from tracediag.cli.model import register as register_model
     from tracediag.cli.report import report
+    from tracediag.cli.watch import watch
 
     cli.add_command(ingest)
     cli.add_command(analyze)
@@ -28,6 +29,7 @@ def _register() -> None:
     register_model(cli)
     cli.add_command(calibrate)
     cli.add_command(report)
+    cli.add_command(watch)
 
 
 _register()
