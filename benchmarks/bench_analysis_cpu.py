@@ -5,7 +5,8 @@
 FOLDER defaults to benchmarks/data/a100x8 (made by bench_vs_hta.py). Each round runs a fresh process
 per checkout that loads the run once (not counted) and then analyses it `--repeat` times; a stage's
 number is the process CPU (`time.process_time`: every polars thread included) of each call of the
-functions `derive.per_rank.rank_tables` makes, then `analyzing.reduce` and the run checks. Reported:
+functions `derive.per_rank.rank_tables` makes, then `analyzing.reduce` and the run checks, and of a whole
+`tracediag.analyze` (the one figure an older baseline without those stages gives too). Reported:
 the median over rounds of each process's median. `--baseline DIR` runs the tracediag of another
 checkout (e.g. a `git worktree` of main) in the same rounds, alternating, so a change is measured
 against what it replaces under the same load.
@@ -52,6 +53,13 @@ tracediag.analyze(run)  # warm-up: imports, regex caches
 runs = []
 for _ in range(repeat):
     spent.clear()
+    ta = time.process_time()
+    tracediag.analyze(run)
+    analyze = time.process_time() - ta
+    if not hasattr(analyzing, "reduce"):  # an older checkout (a baseline): its whole analyze only
+        runs.append({"analyze": analyze})
+        continue
+    spent.clear()
     t0 = time.process_time()
     check_same_run(run)
     t1 = time.process_time()
@@ -59,7 +67,7 @@ for _ in range(repeat):
     t2 = time.process_time()
     analyzing.reduce(tables, run.meta, allow_mixed=True)
     t3 = time.process_time()
-    whole = {"check_same_run": t1 - t0, "rank_tables": t2 - t1, "reduce": t3 - t2, "total": t3 - t0}
+    whole = {"check_same_run": t1 - t0, "rank_tables": t2 - t1, "reduce": t3 - t2, "total": t3 - t0, "analyze": analyze}
     runs.append({**spent, **whole})
 print(json.dumps({k: statistics.median(r.get(k, 0.0) for r in runs) for k in runs[0]}))
 """

@@ -112,12 +112,21 @@ def _host_compute(events: pl.LazyFrame, names: _Names, comm: pl.LazyFrame) -> pl
         .otherwise(pl.lit("op"))
     )
     loaders = events.filter(pl.col("device") == -1, pl.col("kind") != "cpu_op", names.input)
+    # the communication work's own rows on a thread of its own (``gloo:all_gather`` on gloo's worker
+    # thread, which runs no step): the operators inside them there are the collective copying its data
+    # (``aten::copy_`` of the gathered shards), communication, not the rank's compute. On a thread that
+    # runs the steps (gloo's send/recv rows, open while the rank computes) they stay compute.
+    stepping = events.filter(pl.col("kind") == "step").select("rank", "tid").unique()
+    work = events.filter(pl.col("device") == -1, pl.col("kind") == "comm", pl.col("tid").is_not_null()).join(
+        stepping, on=["rank", "tid"], how="anti"
+    )
     per_thread = pl.concat(
         [
             ops.sort("rank", "tid", "ts", "dur", descending=[False, False, False, True]).select(
                 "rank", "tid", "ts", end=_end(), cat=cat
             ),
             loaders.select("rank", "tid", "ts", end=_end(), cat=pl.lit("input")),
+            work.select("rank", "tid", "ts", end=_end(), cat=pl.lit("commop")),
         ]
     )
     segs = sweep(per_thread, ["rank", "tid"], ["op", "parent", "commop", "input"])
