@@ -8,7 +8,8 @@ runs from its first device activity to the first device activity of step N+1 (th
 its last activity), so device steps partition the device timeline.
 
 A step at the edge of a rank's recorded window is *partial* and left out of the analysis when its
-marker is cut short (shorter than half the median of the rank's other steps) or, on GPU traces,
+marker is cut short (shorter than half the shortest of the rank's other steps: a median would cut
+the healthy edge step of a run whose steps alternate, one slow step in two) or, on GPU traces,
 when kernels launched in it never reached the trace (the profiler stopped before they ran). A step
 with no span at all (on a GPU rank, one the device did nothing in, past the first) is left out too.
 """
@@ -30,7 +31,7 @@ LAUNCH_REGEX = r"(?i)launch"
 copies are left out: the runtime elides some, e.g. empty ones, in every step.)"""
 
 PARTIAL_SHORT = 0.5
-"""An edge step shorter than this fraction of the rank's median step is cut by the window."""
+"""An edge step shorter than this fraction of the rank's shortest other step is cut by the window."""
 
 STEP_SPAN_SCHEMA: dict[str, pl.DataType] = {
     "rank": pl.Int32(),
@@ -291,7 +292,7 @@ def step_spans(
             | (pl.col("step") == pl.col("step").max().over("rank")),
         )
         .with_columns(
-            _others=pl.col("_dur").filter(~pl.col("_edge")).median().over("rank"),
+            _others=pl.col("_dur").filter(~pl.col("_edge")).min().over("rank"),
         )
         .with_columns(
             partial=(
