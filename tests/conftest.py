@@ -16,7 +16,6 @@ SAMPLES = SHARED / "trace-samples"
 RUNS = FIXTURES / "runs"
 LATENESS_PENDING: dict[str, str] = {
     "slow_link": "issue 24: a rank whose transfers are slow at the same bytes is not named yet",
-    "straggler_first_step_8": "issue 24: rank 5's step 3 (2.0x its peers' matmul-free compute) is not among its steps",
 }
 """Real runs of fixtures/runs (made by make_lateness_runs.py) whose manifest verdict tracediag does not
 give yet, with the reason. Verdict tests xfail on them strictly: the detector that gets one right
