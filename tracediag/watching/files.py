@@ -14,13 +14,15 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+import polars as pl
+
 from tracediag.derive.per_rank import rank_tables
 from tracediag.derive.summary import RankSummary
 from tracediag.errors import NotATraceError, TracediagError, one_line, shown
 from tracediag.ingest.chrome import ENDS_EARLY
 from tracediag.ingest.read import read_traces
 from tracediag.ingest.remote import is_remote
-from tracediag.ingest.trace import FileMeta
+from tracediag.ingest.trace import FileMeta, FileTrace
 from tracediag.run import RankResolver, resolve_inputs
 
 GLOB_CHARS = "*?["
@@ -112,14 +114,18 @@ class Settling:
         return sum(1 for f in listed if f.size == 0 or self._last.get(f.path) != (f.size, f.mtime_ns))
 
 
-def read_part(
-    path: str,
-    *,
-    resolve: RankResolver,
-    step_regex: str | None = None,
-    storage_options: dict[str, Any] | None = None,
-) -> Part | Unready:
-    """One settled file as a `Part`, or why it is not one (`Unready`). Never raises for a bad file."""
+BATCH_FILES = 64
+"""Files summarised in one pass (`parts`): `rank_tables` costs about 75 ms a call on a small file
+whatever its size (many small frames), so the files of one poll are summarised together, their
+events concatenated (one rank each per pass), then split by rank. Measured on 2 cores, 16 files of
+the fixtures/watch run: 25 ms to read each, 75 ms each to summarise alone."""
+
+
+def read_trace(
+    path: str, *, resolve: RankResolver, storage_options: dict[str, Any] | None = None
+) -> FileTrace | Unready:
+    """One settled file read whole, or why it is not a profiler window (`Unready`); never raises
+    for a bad file."""
     try:
         traces = read_traces(path, rank=resolve(path), storage_options=storage_options)
     except NotATraceError as e:
@@ -136,15 +142,38 @@ def read_part(
         return Unready(path, f"{shown(path)}: the file ends early (still being written?)", cut_short=True)
     if trace.meta.time_base != "epoch":
         return Unready(path, f"{shown(path)}: relative times: its profiler window cannot be placed in time")
-    events = trace.events.sort("ts", maintain_order=True)  # as `run.load` orders one file's events
-    try:
-        summary = rank_tables(events, step_regex=step_regex)
-    except ValueError as e:
-        return Unready(path, f"{shown(path)}: {one_line(str(e))}")
-    ext = summary.extents
-    if not ext.height or ext["lo"][0] is None:
+    if not trace.events.height:
         return Unready(path, f"{shown(path)}: no events")
-    steps = summary.spans["step"]
-    span = (int(steps.min()), int(steps.max())) if steps.len() else None
-    lo, hi = int(ext["lo"][0]), int(ext["hi"][0])
-    return Part(path, trace.meta.rank, span, lo, hi, trace.meta, summary)
+    return trace
+
+
+def parts(traces: list[FileTrace], *, step_regex: str | None = None) -> list[Part | Unready]:
+    """Each trace summarised (`rank_tables`) into a `Part`, in order; several per pass (`BATCH_FILES`,
+    one file per rank in a pass), since every table is computed per rank."""
+    out: dict[int, Part | Unready] = {}
+    todo = list(enumerate(traces))
+    while todo:
+        batch, later, ranks = [], [], set()
+        for i, t in todo:
+            if t.meta.rank in ranks or len(batch) >= BATCH_FILES:
+                later.append((i, t))
+            else:
+                batch.append((i, t))
+                ranks.add(t.meta.rank)
+        todo = later
+        batch.sort(key=lambda it: it[1].meta.rank)
+        # as `run.load` orders a run's events: each file by time, the files in rank order
+        events = pl.concat([t.events.sort("ts", maintain_order=True) for _, t in batch])
+        try:
+            summary = rank_tables(events, step_regex=step_regex)
+        except ValueError as e:
+            for i, t in batch:
+                out[i] = Unready(t.meta.path, f"{shown(t.meta.path)}: {one_line(str(e))}")
+            continue
+        for i, t in batch:
+            mine = summary.only_rank(t.meta.rank) if len(batch) > 1 else summary
+            ext = mine.extents
+            steps = mine.spans["step"]
+            span = (int(steps.min()), int(steps.max())) if steps.len() else None
+            out[i] = Part(t.meta.path, t.meta.rank, span, int(ext["lo"][0]), int(ext["hi"][0]), t.meta, mine)
+    return [out[i] for i in range(len(traces))]

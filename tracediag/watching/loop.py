@@ -23,8 +23,9 @@ from tracediag.analyzing import reduce
 from tracediag.derive.summary import concat
 from tracediag.detect import Thresholds
 from tracediag.errors import TracediagError, one_line, shown
+from tracediag.ingest.trace import FileTrace
 from tracediag.run import RunMeta, rank_resolver
-from tracediag.watching.files import Settling, Unready, gone, list_files, read_part
+from tracediag.watching.files import Listed, Settling, Unready, gone, list_files, parts, read_trace
 from tracediag.watching.regress import STRAGGLER_CAUSES, Detector, Observation
 from tracediag.watching.result import Change, Window, caused_shares, per_rank, step_times, window_key
 from tracediag.watching.state import State, load_state, save_state
@@ -114,6 +115,7 @@ class Watcher:
         fresh = [f for f in listed if f.path not in self.state.consumed and f.path not in self._held]
         settled = self.settling.settled(fresh)
         self.unsettled = self.settling.unsettled(fresh)
+        read: list[tuple[Listed, FileTrace]] = []
         for f in settled:
             failed = self._failed.get(f.path)
             if failed is not None and failed[:2] == (f.size, f.mtime_ns):
@@ -122,23 +124,29 @@ class Watcher:
                     self.notice("truncated", f"{why.why}; it stayed so for {now - since:.0f} s: left out")
                     self._failed[f.path] = (size, mtime, since, why, True)
                 continue
-            part = read_part(
-                f.path, resolve=self.resolve, step_regex=self.step_regex, storage_options=self.storage_options
-            )
-            if isinstance(part, Unready):
-                warned = not part.cut_short
+            trace = read_trace(f.path, resolve=self.resolve, storage_options=self.storage_options)
+            if isinstance(trace, Unready):
+                warned = not trace.cut_short
                 if warned:
-                    self.notice("not_a_trace" if part.not_a_trace else "unreadable", part.why)
-                self._failed[f.path] = (f.size, f.mtime_ns, now, part, warned)
+                    self.notice("not_a_trace" if trace.not_a_trace else "unreadable", trace.why)
+                self._failed[f.path] = (f.size, f.mtime_ns, now, trace, warned)
                 continue
-            self._failed.pop(f.path, None)
+            read.append((f, trace))
+        # (the events of `read` are dropped when this poll returns: only the summaries stay)
+        summarised = parts([t for _, t in read], step_regex=self.step_regex)
+        for (f, _), part in zip(read, summarised):
+            if isinstance(part, Unready):
+                self.notice("unreadable", part.why)
+                self._failed[part.path] = (f.size, f.mtime_ns, now, part, True)
+                continue
+            self._failed.pop(part.path, None)
             self.read_last += 1
             problem = self.grouper.add(part, now)
             if problem is not None:
                 self.notice("late" if "came after" in problem else "duplicate", problem)
-                self.state.consumed.add(f.path)
+                self.state.consumed.add(part.path)
             else:
-                self._held.add(f.path)
+                self._held.add(part.path)
         return self.grouper.due(now, flush=flush)
 
     def analyse(self, w: Pending) -> Window:
