@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 import shutil
 import threading
 import urllib.request
@@ -290,3 +291,13 @@ def test_one_slow_step_is_not_a_regression():
     (change,) = d.observe(Observation(4, (1.3, 1.31, 1.29)))
     assert change.kind == "step_time" and change.value == pytest.approx(0.3, abs=0.01)
     assert change.confidence == pytest.approx(1 - 1 / 84)
+
+
+def test_docs_list_every_metric_with_its_type():
+    from conftest import ROOT
+
+    from tracediag.report.metrics import METRICS
+
+    doc = (ROOT / "docs" / "watch.md").read_text()
+    rows = dict(re.findall(r"^\| `(tracediag_\w+)` \| (\w+) \|", doc, flags=re.M))
+    assert rows == {name: kind for name, (kind, _) in METRICS.items()}
