@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from tracediag.derive.intervals import covered
+from tracediag.derive.intervals import covered, rank_time
 from tracediag.names import name_matches
 from tracediag.vocab import CHECKPOINT_OP, GC_OP, SYNC_OP
 
@@ -70,28 +70,19 @@ def rank_windows(
         return got.lazy().select("rank", "_key", pl.col("covered").alias(col))
 
     active = (pl.col("n_compute") > 0) | (pl.col("n_comm") > 0) | (pl.col("n_p2p") > 0) | (pl.col("n_copy") > 0)
-    # the device timeline's segments, each in the window it starts in (window edges are cuts of the
-    # sweep: instance starts and ends, step starts), clipped to it: one as-of join for three sums
-    seg_len = pl.min_horizontal("end", "_we") - pl.col("ts")
-    swept = (
-        device.lazy()
-        .select("rank", "ts", "end", c=pl.col("n_compute") > 0, b=active, i=pl.col("n_input") > 0)
-        .sort("ts")
-        .join_asof(
-            w.lazy().sort("ts").select("rank", "_key", _ws="ts", _we="end"),
-            left_on="ts",
-            right_on="_ws",
-            by="rank",
-            check_sortedness=False,
-        )
-        .filter(pl.col("_key").is_not_null(), pl.col("ts") < pl.col("_we"))
-        .with_columns(_len=seg_len)
-        .group_by("rank", "_key")
-        .agg(
-            compute_ns=pl.col("_len").filter("c").sum(),
-            busy_ns=pl.col("_len").filter("b").sum(),
-            input_ns=pl.col("_len").filter("i").sum(),
-        )
+    length = pl.col("end") - pl.col("ts")
+    # the device timeline's segments and the compute ops that start in each window, as running sums per
+    # rank read at the window's two edges (window edges are cuts of the sweep: instance starts and ends,
+    # step starts): two as-of lookups of the few windows into the sorted rows, no join of every row
+    swept = _in_windows(
+        device.lazy().select(
+            "rank",
+            "ts",
+            compute_ns=pl.when(pl.col("n_compute") > 0).then(length).otherwise(0),
+            busy_ns=pl.when(active).then(length).otherwise(0),
+            input_ns=pl.when(pl.col("n_input") > 0).then(length).otherwise(0),
+        ),
+        w,
     )
     end = pl.col("ts") + pl.col("dur")
     named = {"gc_ns": GC_OP, "sync_ns": SYNC_OP, "checkpoint_ns": CHECKPOINT_OP}
@@ -103,19 +94,7 @@ def rank_windows(
         if rows.height:  # usually none: no coverage plan to run
             parts.append(cover(rows.lazy(), col))
             have.add(col)
-    ops = _compute_ops(events).sort("ts")
-    counts = (
-        ops.join_asof(
-            w.lazy().sort("ts").select("rank", "_key", _ws="ts", _we="end"),
-            left_on="ts",
-            right_on="_ws",
-            by="rank",
-            check_sortedness=False,
-        )
-        .filter(pl.col("_key").is_not_null(), pl.col("ts") < pl.col("_we"))
-        .group_by("rank", "_key")
-        .agg(op_n=pl.len().cast(pl.Int64))
-    )
+    counts = _in_windows(_compute_ops(events).select("rank", "ts", op_n=pl.lit(1, pl.Int64)), w)
     out = w.lazy().select("rank", "_key", window_ns=pl.col("end") - pl.col("ts"))
     for p in [*parts, counts]:
         out = out.join(p, on=["rank", "_key"], how="left")
@@ -130,15 +109,36 @@ def rank_windows(
     )
 
 
+def _in_windows(rows: pl.LazyFrame, windows: pl.DataFrame) -> pl.LazyFrame:
+    """Per window (``rank, _key, ts, end``): the sums of `rows`' value columns over the rows of its
+    rank starting in it (``ts <= row.ts < end``). `rows` (``rank, ts`` and the values) come sorted by
+    rank and time, so one (rank, time) key orders them: a window's rows are the range between its
+    two edges' positions in that key (binary searches), its sums differences of running sums."""
+    values = [c for c in rows.collect_schema().names() if c not in ("rank", "ts")]
+    df = rows.select(rank_time("ts").alias("_k"), *values).collect(engine="in-memory")
+    key = df.get_column("_k").set_sorted()
+    first = windows.select(rank_time("ts")).to_series()
+    last = windows.select(rank_time("end")).to_series()
+    lo, hi = key.search_sorted(first, side="left"), key.search_sorted(last, side="left")
+    zero = pl.Series([0], dtype=pl.Int64)
+    sums = {}
+    for c in values:
+        running = pl.concat([zero, df.get_column(c).cast(pl.Int64).cum_sum()])
+        sums[c] = running.gather(hi) - running.gather(lo)
+    return windows.lazy().select("rank", "_key").with_columns(**sums)
+
+
 def _compute_ops(events: pl.DataFrame) -> pl.LazyFrame:
-    """Start times of compute work: device kernels on GPU ranks, else host operators that are no
-    collective (nested operators count each: the same on every rank of one program)."""
+    """Compute work, in the events' order (rank, then time): device kernels on GPU ranks, else host
+    operators that are no collective (nested operators count each: the same on every rank of one
+    program)."""
     lf = events.lazy()
     gpu = lf.filter(pl.col("kind") == "kernel").select("rank").unique()
-    kernels = lf.filter(pl.col("kind") == "kernel").select("rank", "ts")
-    cpu_ops = (
-        lf.filter(pl.col("kind") == "cpu_op", pl.col("coll_op").is_null())
-        .join(gpu, on="rank", how="anti")
-        .select("rank", "ts")
-    )
-    return pl.concat([kernels, cpu_ops])
+    return lf.filter(
+        (pl.col("kind") == "kernel")
+        | (
+            (pl.col("kind") == "cpu_op")
+            & pl.col("coll_op").is_null()
+            & ~pl.col("rank").is_in(gpu.collect().get_column("rank").implode())
+        )
+    ).select("rank", "ts")
