@@ -1,0 +1,58 @@
+"""Hung and desynchronised jobs: PyTorch Flight Recorder dumps read, aligned across ranks, and the rank
+that broke the collective order named (`tracediag hang`, docs/hang.md)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+from tracediag.hang.analyze import analyze_dumps
+from tracediag.hang.result import HangReport
+from tracediag.ingest.flight import MAX_DUMP_BYTES, MAX_ENTRIES, read_dumps
+
+__all__ = ["HangReport", "analyze_dumps", "hang"]
+
+
+def hang(
+    sources: str | Path | Iterable[str | Path],
+    *,
+    world_size: int | None = None,
+    rank_from_filename: str | None = None,
+    storage_options: dict | None = None,
+    max_bytes: int = MAX_DUMP_BYTES,
+    max_entries: int = MAX_ENTRIES,
+) -> HangReport:
+    """Read a job's Flight Recorder dumps and say who broke the collective order.
+
+    Parameters
+    ----------
+    sources
+        Dump files (pickle or JSON, gzipped or not), directories, globs or object-store URLs.
+    world_size
+        The job's number of ranks when the dumps cannot tell (a highest rank with no dump).
+    rank_from_filename
+        A regex whose first group is a file's rank (torch 2.13 dumps carry none; by default the last
+        number of the name before its extensions: ``nccl_trace_rank_3``).
+    storage_options, max_bytes, max_entries
+        Object-store options; the reader's limits (`ingest.flight.MAX_DUMP_BYTES`, `MAX_ENTRIES`).
+
+    Returns
+    -------
+    HangReport
+        ``verdict`` (``consistent``, ``desync``, ``hang``, ``undecided``), the sentence, the culprit ranks
+        and a table per process group.
+
+    Raises
+    ------
+    TracediagError
+        A file is not a readable dump (one line naming it), or two dumps claim one rank.
+    """
+    srcs = [sources] if isinstance(sources, str | Path) else list(sources)
+    dumps = read_dumps(
+        [str(s) for s in srcs],
+        rank_from_filename=rank_from_filename,
+        storage_options=storage_options,
+        max_bytes=max_bytes,
+        max_entries=max_entries,
+    )
+    return analyze_dumps(dumps, world_size=world_size)

@@ -1,0 +1,473 @@
+"""PyTorch Flight Recorder dumps: one file per rank → polars tables of entries, group configs and status.
+
+A dump (``TORCH_FR_BUFFER_SIZE`` on, written to ``${TORCH_FR_DUMP_TEMP_FILE}<rank>`` or fetched with
+``torch._C._distributed_c10d._dump_fr_trace[_json]()``) is a dict with ``version``, ``pg_config`` (group
+name → desc and member ranks), ``pg_status`` (local group id → last enqueued/started/completed sequence
+id) and ``entries``: the last N collectives and point-to-point ops the rank enqueued, each with its
+process group, sequence ids, op, sizes, dtypes, state and the Python frames that called it. Pickle (the
+default) is loaded by `safepickle.load_plain`, which builds plain data only; JSON by orjson. Either may be
+gzipped; a path, directory, glob or object-store URL is read as the other inputs are.
+
+Bad input: a file that cannot be read as a dump is a `TraceError` naming it (or, found by a directory
+scan and not a dump at all, a counted skip); an entry of the wrong shape is a counted skip. A dump over
+`MAX_DUMP_BYTES` (after gunzip) is refused before it is parsed, and at most `MAX_ENTRIES` entries a dump
+are kept (the newest), so memory stays bounded whatever the file claims.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+import polars as pl
+
+from tracediag.errors import RankError, TracediagError, TraceError, shown
+from tracediag.ingest.remote import expand, is_remote
+from tracediag.ingest.safepickle import load_plain
+from tracediag.ingest.sniff import iter_blocks
+
+MAX_DUMP_BYTES = 64 << 20
+"""Largest dump read, after gunzip. torch's default buffer (2,000 entries) with stack frames pickles to
+about 1 MB (torch memoises repeated strings); 64 MB holds ~100,000 entries, and loading it stays under
+~1 GB of Python objects."""
+MAX_ENTRIES = 100_000
+"""Most entries kept per dump (the newest ones: a hang is at the end); the rest are counted skips."""
+
+_FRAME = pl.Struct({"name": pl.Utf8, "filename": pl.Utf8, "line": pl.Int64})
+_RAW: dict[str, pl.DataType] = {
+    "record_id": pl.Int64(),
+    "pg_id": pl.Int64(),
+    "process_group": pl.List(pl.Utf8),
+    "collective_seq_id": pl.Int64(),
+    "p2p_seq_id": pl.Int64(),
+    "op_id": pl.Int64(),
+    "profiling_name": pl.Utf8(),
+    "is_p2p": pl.Boolean(),
+    "input_sizes": pl.List(pl.List(pl.Int64)),
+    "input_dtypes": pl.List(pl.Utf8),
+    "output_sizes": pl.List(pl.List(pl.Int64)),
+    "output_dtypes": pl.List(pl.Utf8),
+    "state": pl.Utf8(),
+    "retired": pl.Boolean(),
+    "time_created_ns": pl.Int64(),
+    "time_discovered_started_ns": pl.Int64(),
+    "time_discovered_completed_ns": pl.Int64(),
+    "timeout_ms": pl.Int64(),
+    "thread_name": pl.Utf8(),
+    "frames": pl.List(_FRAME),
+}
+"""The entry fields read (others are ignored), as torch 2.4-2.13 name them."""
+
+ENTRY_SCHEMA = pl.Schema(
+    {
+        "rank": pl.Int32(),
+        "record_id": pl.Int64(),
+        "pg_id": pl.Int64(),
+        "pg_name": pl.Utf8(),
+        "pg_desc": pl.Utf8(),
+        "pg_ranks": pl.List(pl.Int64),
+        "collective_seq_id": pl.Int64(),
+        "p2p_seq_id": pl.Int64(),
+        "op_id": pl.Int64(),
+        "backend": pl.Utf8(),
+        "op": pl.Utf8(),
+        "is_p2p": pl.Boolean(),
+        "p2p_src": pl.Int64(),
+        "p2p_dst": pl.Int64(),
+        "input_sizes": pl.List(pl.List(pl.Int64)),
+        "input_dtypes": pl.List(pl.Utf8),
+        "output_sizes": pl.List(pl.List(pl.Int64)),
+        "output_dtypes": pl.List(pl.Utf8),
+        "state": pl.Utf8(),
+        "retired": pl.Boolean(),
+        "time_created_ns": pl.Int64(),
+        "time_started_ns": pl.Int64(),
+        "time_completed_ns": pl.Int64(),
+        "timeout_ms": pl.Int64(),
+        "thread_name": pl.Utf8(),
+        "frames": pl.List(_FRAME),
+    }
+)
+"""One row per entry. `pg_name` is the group's name (``process_group[0]``, equal on every rank; `pg_id` is
+a rank-local counter), `op` the collective without its backend (``all_reduce``, ``send``), `p2p_src` /
+`p2p_dst` the group-local peers of a send or recv, `pg_ranks` the members the rank's own ``pg_config``
+lists (null where it lists none, as gloo's does), times null where the dump has none (JSON writes 0)."""
+
+GROUP_SCHEMA = pl.Schema({"rank": pl.Int32(), "pg_name": pl.Utf8(), "pg_desc": pl.Utf8(), "ranks": pl.List(pl.Int64)})
+"""``pg_config`` rows: the groups a rank's dump lists, with their member (global) ranks."""
+STATUS_SCHEMA = pl.Schema(
+    {
+        "rank": pl.Int32(),
+        "pg_id": pl.Int64(),
+        "last_enqueued": pl.Int64(),
+        "last_started": pl.Int64(),
+        "last_completed": pl.Int64(),
+    }
+)
+"""``pg_status`` rows: per rank and local group id, the last collective sequence id enqueued, started,
+completed (-1: none)."""
+DUMP_SCHEMA = pl.Schema(
+    {
+        "rank": pl.Int32(),
+        "path": pl.Utf8(),
+        "format": pl.Utf8(),
+        "version": pl.Utf8(),
+        "entries": pl.Int64(),
+        "skipped": pl.Int64(),
+    }
+)
+"""One row per dump read."""
+
+_RANK_IN_NAME = re.compile(r"(\d+)(?:\.[A-Za-z][A-Za-z0-9]*)*$")
+"""The default rank of a file without a rank field: the last number of its name before any extensions
+(``nccl_trace_rank_3``, ``fr_trace_rank_3.json.gz``): the name torch's dump writer gives."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FlightDumps:
+    """Flight Recorder dumps read: tables over every rank read, and what was skipped."""
+
+    entries: pl.DataFrame
+    """`ENTRY_SCHEMA` rows, by rank then record id."""
+    groups: pl.DataFrame
+    """`GROUP_SCHEMA` rows."""
+    status: pl.DataFrame
+    """`STATUS_SCHEMA` rows."""
+    dumps: pl.DataFrame
+    """`DUMP_SCHEMA` rows, by rank."""
+    skipped: dict[str, int] = field(default_factory=dict)
+    """Files and entries that are not rows, by reason."""
+
+    @property
+    def ranks(self) -> tuple[int, ...]:
+        """The ranks that wrote a dump."""
+        return tuple(self.dumps["rank"].to_list())
+
+
+class _NotADump(TraceError):
+    """A readable file that is no Flight Recorder dump (skipped in a directory scan)."""
+
+
+def resolve_dump_paths(sources: list[str], storage_options: dict | None = None) -> list[tuple[str, bool]]:
+    """Every file the sources name once, with whether a directory scan (or prefix) found it.
+
+    A directory is searched recursively (dumps have no common suffix: ``nccl_trace_rank_0``); hidden
+    files are left out. A glob is expanded (``**`` across folders); a URL is listed by `remote.expand`.
+    """
+    out: list[tuple[str, bool]] = []
+    for src in map(str, sources):
+        if is_remote(src):
+            out.extend((f.url, f.in_directory) for f in expand(src, storage_options, suffixes=("",)))
+        elif os.path.isdir(src):
+            found = [
+                str(p)
+                for p in sorted(Path(src).rglob("*"))
+                if p.is_file() and not any(part.startswith(".") for part in p.relative_to(src).parts)
+            ]
+            if not found:
+                raise TracediagError(f"{shown(src)}: no files in this directory")
+            out.extend((p, True) for p in found)
+        elif any(ch in src for ch in "*?["):
+            matches = sorted(p for p in glob.glob(src, recursive=True) if os.path.isfile(p))
+            if not matches:
+                raise TracediagError(f"{shown(src)}: the pattern matches no file")
+            out.extend((p, False) for p in matches)
+        else:
+            out.append((src, False))
+    seen: set[str] = set()
+    return [(p, d) for p, d in out if not (p in seen or seen.add(p))]
+
+
+def _read_bytes(path: str, max_bytes: int, storage_options: dict | None) -> bytes:
+    parts: list[bytes] = []
+    total = 0
+    for block in iter_blocks(path, storage_options=storage_options):
+        total += len(block)
+        if total > max_bytes:
+            raise TraceError(path, f"dump larger than {max_bytes / 1e6:,.0f} MB (after gunzip); not read")
+        parts.append(block)
+    return b"".join(parts)
+
+
+def _parse(data: bytes, path: str) -> tuple[dict[str, Any], str]:
+    """The dump's top-level dict and its format ("pickle" or "json")."""
+    head = data[:1]
+    if head == b"\x80":
+        doc, fmt = load_plain(data, path), "pickle"
+    elif data.lstrip()[:1] == b"{":
+        try:
+            doc, fmt = orjson.loads(data), "json"
+        except orjson.JSONDecodeError as e:
+            raise TraceError(path, f"not valid JSON ({e})") from None
+    elif not data:
+        raise _NotADump(path, "empty file, not a Flight Recorder dump")
+    else:
+        raise _NotADump(path, "not a Flight Recorder dump (neither a pickle nor JSON)")
+    if not isinstance(doc, dict) or not ({"entries", "pg_config"} & doc.keys()):
+        raise _NotADump(path, f"{fmt} without Flight Recorder fields (entries, pg_config)")
+    return doc, fmt
+
+
+def _rank(doc: dict[str, Any], path: str, pattern: re.Pattern[str]) -> int:
+    value = doc.get("rank")
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**31:
+        return value
+    name = path.rstrip("/").rsplit("/", 1)[-1]
+    m = pattern.search(name)
+    if not m:
+        msg = (
+            f"{shown(path)}: no rank in the dump nor in its file name\n\n"
+            "Hint: name dumps <prefix><rank> as torch does, or pass --rank-from-filename REGEX"
+        )
+        raise RankError(msg)
+    return int(m.group(1))
+
+
+def _ranks_of(value: object) -> list[int] | None:
+    """Member ranks as pg_config writes them: a string ``"[0, 1]"`` (torch) or a list."""
+    if isinstance(value, str):
+        found = [int(x) for x in re.findall(r"-?\d+", value)]
+    elif isinstance(value, list | tuple):
+        found = [int(x) for x in value if isinstance(x, int) and not isinstance(x, bool)]
+    else:
+        return None
+    return found or None
+
+
+def _groups(doc: dict[str, Any], rank: int, skipped: Counter[str]) -> pl.DataFrame:
+    config = doc.get("pg_config")
+    rows: list[tuple[int, str, str | None, list[int] | None]] = []
+    if isinstance(config, dict):
+        for name, spec in config.items():
+            if not isinstance(spec, dict):
+                skipped["pg_config item not a dict"] += 1
+                continue
+            desc = spec.get("desc")
+            rows.append((rank, str(name), desc if isinstance(desc, str) else None, _ranks_of(spec.get("ranks"))))
+    elif config is not None:
+        skipped["pg_config not a dict"] += 1
+    return pl.DataFrame(rows, schema=GROUP_SCHEMA, orient="row")
+
+
+def _int(value: object) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value if -(2**63) <= value < 2**63 else None
+    if isinstance(value, str) and re.fullmatch(r"-?\d{1,18}", value):
+        return int(value)
+    return None
+
+
+def _status(doc: dict[str, Any], rank: int, skipped: Counter[str]) -> pl.DataFrame:
+    status = doc.get("pg_status")
+    rows = []
+    if isinstance(status, dict):
+        for pg_id, spec in status.items():
+            if not isinstance(spec, dict) or _int(pg_id) is None:
+                skipped["pg_status item malformed"] += 1
+                continue
+            rows.append(
+                (
+                    rank,
+                    _int(pg_id),
+                    _int(spec.get("last_enqueued_collective")),
+                    _int(spec.get("last_started_collective")),
+                    _int(spec.get("last_completed_collective")),
+                )
+            )
+    return pl.DataFrame(rows, schema=STATUS_SCHEMA, orient="row")
+
+
+_REQUIRED = ("record_id", "pg_name", "collective_seq_id", "op")
+
+
+def _entries(raw: object, rank: int, path: str, max_entries: int, skipped: Counter[str]) -> pl.DataFrame:
+    if raw is None:
+        raw = []
+    if not isinstance(raw, list):
+        raise TraceError(path, f"entries is a {type(raw).__name__}, not a list")
+    dicts = [e for e in raw if type(e) is dict]
+    if len(dicts) < len(raw):
+        skipped["entry not a dict"] += len(raw) - len(dicts)
+    if len(dicts) > max_entries:
+        skipped[f"entries past the newest {max_entries:,}"] += len(dicts) - max_entries
+        dicts = dicts[-max_entries:]
+    try:
+        frame = pl.from_dicts(dicts, schema=_RAW, strict=False) if dicts else pl.DataFrame(schema=_RAW)
+    except (pl.exceptions.PolarsError, TypeError, ValueError, OverflowError) as e:
+        frame = _entries_one_by_one(dicts, path, skipped, e)
+    name = pl.col("profiling_name")
+    op = name.str.extract(r"^(?:[^:]*:)?([^ ]*)", 1)
+    send = name.str.extract_groups(r"send (\d+)->(\d+)")
+    recv = name.str.extract_groups(r"recv (\d+)<-(\d+)")
+    is_send, is_recv = op == "send", op == "recv"
+    frame = frame.select(
+        pl.lit(rank, pl.Int32).alias("rank"),
+        "record_id",
+        "pg_id",
+        pl.col("process_group").list.get(0, null_on_oob=True).alias("pg_name"),
+        pl.col("process_group").list.get(1, null_on_oob=True).alias("pg_desc"),
+        pl.lit(None, pl.List(pl.Int64)).alias("pg_ranks"),
+        "collective_seq_id",
+        "p2p_seq_id",
+        "op_id",
+        name.str.extract(r"^([^:]*):", 1).alias("backend"),
+        op.alias("op"),
+        pl.col("is_p2p").fill_null(is_send | is_recv),
+        pl.when(is_send)
+        .then(send.struct.field("1"))
+        .when(is_recv)
+        .then(recv.struct.field("2"))
+        .cast(pl.Int64)
+        .alias("p2p_src"),
+        pl.when(is_send)
+        .then(send.struct.field("2"))
+        .when(is_recv)
+        .then(recv.struct.field("1"))
+        .cast(pl.Int64)
+        .alias("p2p_dst"),
+        "input_sizes",
+        "input_dtypes",
+        "output_sizes",
+        "output_dtypes",
+        "state",
+        "retired",
+        pl.col("time_created_ns").replace(0, None),
+        pl.col("time_discovered_started_ns").replace(0, None).alias("time_started_ns"),
+        pl.col("time_discovered_completed_ns").replace(0, None).alias("time_completed_ns"),
+        "timeout_ms",
+        "thread_name",
+        "frames",
+    )
+    ok = pl.all_horizontal(pl.col(c).is_not_null() for c in _REQUIRED)
+    bad = frame.height - frame.select(ok.sum()).item()
+    if bad:
+        skipped["entry without record_id, process_group, collective_seq_id or profiling_name"] += bad
+        frame = frame.filter(ok)
+    return frame.sort("record_id")
+
+
+def _entries_one_by_one(dicts: list[dict], path: str, skipped: Counter[str], first: BaseException) -> pl.DataFrame:
+    """The slow path when the batch does not convert: each entry alone, the ones that fail counted."""
+    rows = []
+    for e in dicts:
+        try:
+            rows.append(pl.from_dicts([e], schema=_RAW, strict=False))
+        except (pl.exceptions.PolarsError, TypeError, ValueError, OverflowError):
+            skipped["entry with fields of the wrong type"] += 1
+    return pl.concat(rows) if rows else pl.DataFrame(schema=_RAW)
+
+
+def read_dump(
+    path: str,
+    *,
+    rank_from_filename: str | None = None,
+    storage_options: dict | None = None,
+    max_bytes: int = MAX_DUMP_BYTES,
+    max_entries: int = MAX_ENTRIES,
+) -> FlightDumps:
+    """One rank's Flight Recorder dump (pickle or JSON, gzipped or not) as tables.
+
+    Parameters
+    ----------
+    path
+        A file or object-store URL.
+    rank_from_filename
+        A regex whose first group is the rank, for dumps without a ``rank`` field (torch 2.13 writes
+        none); by default the last number of the file name before its extensions.
+    storage_options, max_bytes, max_entries
+        Object-store options; the limits of `MAX_DUMP_BYTES` and `MAX_ENTRIES`.
+
+    Raises
+    ------
+    TraceError
+        The file is missing, not a dump, a pickle that names code, truncated, or of the wrong shape.
+    RankError
+        No rank can be found.
+    """
+    pattern = re.compile(rank_from_filename) if rank_from_filename else _RANK_IN_NAME
+    data = _read_bytes(path, max_bytes, storage_options)
+    doc, fmt = _parse(data, path)
+    del data
+    rank = _rank(doc, path, pattern)
+    skipped: Counter[str] = Counter()
+    groups = _groups(doc, rank, skipped)
+    entries = _entries(doc.get("entries"), rank, path, max_entries, skipped)
+    del doc["entries"]
+    named = (
+        groups.filter(pl.col("ranks").is_not_null()).select("pg_name", pl.col("ranks").alias("_r")).unique("pg_name")
+    )
+    if named.height:
+        entries = (
+            entries.join(named, on="pg_name", how="left")
+            .with_columns(pl.col("_r").alias("pg_ranks"))
+            .drop("_r")
+            .select(ENTRY_SCHEMA.names())
+        )
+    version = doc.get("version")
+    dumps = pl.DataFrame(
+        [(rank, path, fmt, str(version) if version is not None else None, entries.height, sum(skipped.values()))],
+        schema=DUMP_SCHEMA,
+        orient="row",
+    )
+    return FlightDumps(
+        entries=entries, groups=groups, status=_status(doc, rank, skipped), dumps=dumps, skipped=dict(skipped)
+    )
+
+
+def read_dumps(
+    sources: list[str] | tuple[str, ...] | str,
+    *,
+    rank_from_filename: str | None = None,
+    storage_options: dict | None = None,
+    max_bytes: int = MAX_DUMP_BYTES,
+    max_entries: int = MAX_ENTRIES,
+) -> FlightDumps:
+    """Every rank's dump the sources name (files, directories, globs, URLs), as one set of tables.
+
+    A file found by a directory scan that is not a dump (a README, a manifest) is skipped and counted;
+    one named on its own is an error. Two dumps of one rank are a `RankError`.
+    """
+    srcs = [sources] if isinstance(sources, str) else list(sources)
+    found = resolve_dump_paths(srcs, storage_options)
+    parts: list[FlightDumps] = []
+    skipped: Counter[str] = Counter()
+    for path, in_directory in found:
+        try:
+            one = read_dump(
+                path,
+                rank_from_filename=rank_from_filename,
+                storage_options=storage_options,
+                max_bytes=max_bytes,
+                max_entries=max_entries,
+            )
+        except _NotADump:
+            if not in_directory:
+                raise
+            skipped["file not a Flight Recorder dump"] += 1
+            continue
+        parts.append(one)
+        skipped.update(one.skipped)
+    if not parts:
+        raise TracediagError(f"{', '.join(map(shown, srcs))}: no Flight Recorder dump found")
+    dumps = pl.concat([p.dumps for p in parts])
+    dup = dumps.group_by("rank").agg(pl.col("path")).filter(pl.col("path").list.len() > 1).sort("rank")
+    if dup.height:
+        rank, paths = dup.row(0)
+        msg = f"{shown(paths[0])}, {shown(paths[1])}: two dumps of rank {rank}"
+        msg += "\n\nHint: pass the dumps of one job (or --rank-from-filename REGEX)"
+        raise RankError(msg)
+    return FlightDumps(
+        entries=pl.concat([p.entries for p in parts]).sort("rank", "record_id"),
+        groups=pl.concat([p.groups for p in parts]),
+        status=pl.concat([p.status for p in parts]),
+        dumps=dumps.sort("rank"),
+        skipped=dict(skipped),
+    )
