@@ -8,6 +8,7 @@ Python API (see docs/api.md)::
     result = tracediag.check(analysis, prediction, run=run)
     for window in tracediag.watch("run/"):      # a running job, one profiler window at a time
         print(window.index, window.step_seconds, window.changes)
+    report = tracediag.hang("dumps/")               # Flight Recorder dumps: who broke the collective order
 """
 
 from importlib import import_module
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
     from tracediag.analyzing import analyze
     from tracediag.check_result import Check
     from tracediag.checking import check
+    from tracediag.desync import HangReport, hang
     from tracediag.errors import MixedRunError, NoStepsError, RankError, SpecError, TracediagError, TraceError
     from tracediag.model.plan import plan
     from tracediag.model.predict import load_prediction, predict
@@ -39,6 +41,8 @@ _HOME = {
     "SpecError": "errors",
     "TracediagError": "errors",
     "TraceError": "errors",
+    "HangReport": "desync",
+    "hang": "desync",
     "plan": "model.plan",
     "load_prediction": "model.predict",
     "predict": "model.predict",
@@ -69,6 +73,7 @@ __all__ = [
     "Cause",
     "Check",
     "Finding",
+    "HangReport",
     "MixedRunError",
     "NoStepsError",
     "RankError",
@@ -80,6 +85,7 @@ __all__ = [
     "Window",
     "analyze",
     "check",
+    "hang",
     "load",
     "load_prediction",
     "plan",

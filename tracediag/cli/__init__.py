@@ -18,6 +18,7 @@ def _register() -> None:
     from tracediag.cli.analyze import analyze
     from tracediag.cli.calibrate import calibrate
     from tracediag.cli.compare import compare
+    from tracediag.cli.hang import hang
     from tracediag.cli.ingest import ingest
     from tracediag.cli.model import register as register_model
     from tracediag.cli.report import report
@@ -30,6 +31,7 @@ def _register() -> None:
     cli.add_command(calibrate)
     cli.add_command(report)
     cli.add_command(watch)
+    cli.add_command(hang)
 
 
 _register()

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from tracediag.hang.result import (
+from tracediag.desync.result import (
     Disagreement,
     Frame,
     GroupReport,
@@ -23,8 +23,8 @@ from tracediag.hang.result import (
     LateFrames,
     RankState,
 )
-from tracediag.hang.sentence import ranks_text as _ranks
-from tracediag.hang.sentence import sentence_for
+from tracediag.desync.sentence import ranks_text as _ranks
+from tracediag.desync.sentence import sentence_for
 from tracediag.ingest.flight import FlightDumps
 
 SIZES_MAY_DIFFER = frozenset(

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
-from tracediag.hang.analyze import analyze_dumps
-from tracediag.hang.result import HangReport
+from tracediag.desync.analyze import analyze_dumps
+from tracediag.desync.result import HangReport
 from tracediag.ingest.flight import MAX_DUMP_BYTES, MAX_ENTRIES, read_dumps
 
 __all__ = ["HangReport", "analyze_dumps", "hang"]

@@ -6,7 +6,7 @@ import re
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from tracediag.hang.result import Frame, GroupReport, HangReport
+    from tracediag.desync.result import Frame, GroupReport, HangReport
 
 _TORCH_FRAME = re.compile(r"(^|[/\\])(torch|multiprocessing|threading|runpy)[/\\]|^<")
 

@@ -1,0 +1,53 @@
+"""`tracediag hang DUMPS...`: who broke the collective order of a hung or desynchronised job."""
+
+from __future__ import annotations
+
+import re
+
+import click
+import orjson
+
+from tracediag.cli.common import EXIT_FINDING, InputError
+from tracediag.errors import TracediagError
+from tracediag.output import refuse_inputs, write_atomic
+
+
+@click.command()
+@click.argument("dumps", nargs=-1, required=True)
+@click.option("--format", "fmt", type=click.Choice(["text", "json", "html"]), default="text", show_default=True)
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the report to this file.")
+@click.option("--world-size", type=click.IntRange(min=1), help="The job's number of ranks, if no dump says it.")
+@click.option("--rank-from-filename", metavar="REGEX", help="Regex whose first group is a dump's rank.")
+def hang(
+    dumps: tuple[str, ...], fmt: str, output: str | None, world_size: int | None, rank_from_filename: str | None
+) -> None:
+    """Read PyTorch Flight Recorder dumps (one per rank: files, directories, globs, URLs) and say which
+    rank broke the collective order and who waits for whom.
+
+    Exit status: 0 consistent, 3 a hang or desync found, 2 bad input.
+    """
+    from tracediag.desync import hang as run_hang
+    from tracediag.report.hang_report import render_hang_page, render_hang_text
+
+    try:
+        report = run_hang(list(dumps), world_size=world_size, rank_from_filename=rank_from_filename)
+    except TracediagError as e:
+        raise InputError(str(e).replace("\n\n", " ").replace("\n", " ")) from None
+    except re.error as e:
+        raise InputError(f"--rank-from-filename: not a regex ({e})") from None
+    if fmt == "json":
+        text = orjson.dumps(report.to_dict(), option=orjson.OPT_INDENT_2).decode()
+    elif fmt == "html":
+        text = render_hang_page(report)
+    else:
+        text = render_hang_text(report)
+    if output:
+        try:
+            refuse_inputs(output, list(dumps), "-o")
+            write_atomic(output, (text + "\n").encode())
+        except TracediagError as e:
+            raise InputError(str(e)) from None
+    else:
+        click.echo(text)
+    if report.found:
+        raise SystemExit(EXIT_FINDING)
