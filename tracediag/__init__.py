@@ -8,7 +8,7 @@ Python API (see docs/api.md)::
     result = tracediag.check(analysis, prediction, run=run)
     for window in tracediag.watch("run/"):      # a running job, one profiler window at a time
         print(window.index, window.step_seconds, window.changes)
-    report = tracediag.hang("dumps/")               # Flight Recorder dumps: who broke the collective order
+    report = tracediag.hang("dumps/")            # Flight Recorder dumps: who broke the collective order
 """
 
 from importlib import import_module
