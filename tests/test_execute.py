@@ -30,8 +30,7 @@ from tracediag.execute.driver import analyze_ranks, summarize
 RUNS = FIXTURES / "runs"
 CASES = ["healthy_tp_dp", "pipeline_1f1b_m8", "straggler_persistent"]
 """Split process groups matched by occurrence, point-to-point pipelines, a straggler."""
-EXECUTOR_PENDING = {"windows_repeat2": "issue 24: analyze_ranks still refuses two profiler windows of one rank"}
-EVERY_RUN = [p.name for p in loadable_runs() if p.name not in EXECUTOR_PENDING]
+EVERY_RUN = [p.name for p in loadable_runs()]
 KINETO_GLOO0 = FIXTURES / "kineto" / "gen_torch2.13cpu_gloo_2rank_rank0.pt.trace.json.gz"
 GPU_PAIR = [FIXTURES / "kineto" / f"hta_a100_nccl_rank{r}.json.gz" for r in (0, 1)]
 """Two real A100 ranks (NCCL kernels): the host-feed table, the GPU kernel view and a host_bound finding."""

@@ -16,6 +16,7 @@ from conftest import FIXTURES
 import tracediag
 from tracediag.cli import cli
 from tracediag.errors import RankError
+from tracediag.execute.driver import analyze_ranks
 from tracediag.ingest.read import read_file
 
 WINDOWS = FIXTURES / "readers_runs/windows_repeat2"
@@ -62,3 +63,21 @@ def test_rank_0_of_two_jobs_is_refused():
     other = FIXTURES / "runs/healthy_ddp/rank0.pt.trace.json.gz"
     with pytest.raises(RankError, match=r"both claim rank 0 \((?:world sizes differ|different host processes)\)"):
         tracediag.load([FILES[0], other])
+
+
+def test_executor_joins_the_windows_each_read_by_another_task(tmp_path):
+    """One file per task (each window read by its own worker task): the driver gathers the files of a
+    rank into one task, which joins them; the analysis equals the in-memory one."""
+    want = tracediag.analyze(tracediag.load(WINDOWS, jobs=1)).to_dict()
+    analysis, summaries = analyze_ranks(WINDOWS, out=str(tmp_path / "out"), executor="local", workers=2)
+    assert analysis.to_dict() == want
+    assert summaries.ranks == [0, 1]
+    assert [len(f.windows) for f in summaries.meta.files] == [1, 1]
+    assert summaries.manifest.filter("ok").height == 4  # a row per file, each read
+
+
+def test_executor_refuses_two_files_of_a_rank_that_are_no_windows(tmp_path):
+    copy = tmp_path / "again.pt.trace.json.gz"
+    shutil.copy(FILES[0], copy)
+    with pytest.raises(RankError, match=r"both claim rank 0 \(their recorded time windows overlap\)"):
+        analyze_ranks([FILES[0], copy], out=str(tmp_path / "out"), executor="local", workers=1)

@@ -397,6 +397,10 @@ def _crashed(task: ReadTask, why: str) -> tuple[str, bool]:
     return f"{shown(task[0])}: {why} while reading it (out of memory?)", False
 
 
+RANK_HINT = "give ranks explicitly with --rank-from-filename REGEX or --rank FILE=N"
+"""What to do when files claim one rank and are no windows of one timeline."""
+
+
 def _check_unique_ranks(traces: list[FileTrace]) -> list[FileTrace]:
     """One trace per rank: the files of one rank that are profiler windows of its timeline merged
     (`merge_windows`); two files claiming one rank otherwise are a `RankError` naming both."""
@@ -412,7 +416,7 @@ def _check_unique_ranks(traces: list[FileTrace]) -> list[FileTrace]:
         if why is not None:
             raise RankError(
                 f"{shown(group[0].meta.path)} and {shown(group[1].meta.path)} both claim rank {rank} ({why}); "
-                "give ranks explicitly with --rank-from-filename REGEX or --rank FILE=N"
+                f"{RANK_HINT}"
             )
         out.append(merge_windows(group))
     return out

@@ -30,6 +30,7 @@ from tracediag.errors import RankError, TracediagError
 from tracediag.execute import open_executor
 from tracediag.execute.base import first_line
 from tracediag.execute.task import (
+    CLAIMED,
     MANIFEST_SCHEMA,
     RankTask,
     done_path,
@@ -40,7 +41,7 @@ from tracediag.execute.task import (
 )
 from tracediag.ingest.timeline import parquet_is_timeline
 from tracediag.parquet import is_url, join, read_parquet, write_parquet
-from tracediag.run import RunMeta, _is_parquet, rank_resolver, resolve_inputs
+from tracediag.run import RANK_HINT, RunMeta, _is_parquet, rank_resolver, resolve_inputs
 
 
 @dataclass(frozen=True)
@@ -55,7 +56,7 @@ class Summaries:
 
     @property
     def ranks(self) -> list[int]:
-        return sorted(self.manifest.filter("ok")["rank"].to_list())
+        return sorted(self.manifest.filter("ok")["rank"].unique().to_list())  # a rank's windows: one summary
 
     def summary(self) -> RankSummary:
         """The summaries of every summarised rank, concatenated in rank order."""
@@ -235,27 +236,62 @@ def summarize(
         with open_executor(
             executor, workers=workers, retries=retries, address=address, scheduler_file=scheduler_file
         ) as ex:
-            pending = batches(todo, workers, files_per_task)
-            while pending:
-                handles = {ex.submit(task_fn, batch): batch for batch in pending}
-                pending = []
-                for handle, result in ex.as_completed(list(handles)):
-                    batch = handles[handle]
-                    if isinstance(result, BaseException) and len(batch) > 1:
-                        pending.extend([t] for t in batch)  # find the file that fails: each alone
-                        continue
-                    if isinstance(result, BaseException):
-                        reason = f"failed after {retries + 1} attempt(s): {first_line(result)}"
-                        result = [manifest_row(batch[0], error=f"{batch[0].path}: {reason}")]
-                    for row in result:
-                        rows.append(row)
-                        if report:
-                            report(row)
+            rows += _run(ex, task_fn, batches(todo, workers, files_per_task), retries, report)
+            # the files of one rank read by different tasks: its profiler windows, summarised again together
+            split = _split_ranks(rows)
+            if split:
+                by_path = {t.path: t for t, _ in tasks}
+                again = [[by_path[p] for p in paths] for paths in split]
+                redone = {p for paths in split for p in paths}
+                rows = [r for r in rows if r["path"] not in redone]
+                rejoined = _run(ex, task_fn, again, retries, None)
+                clash = [r["error"] for r in rejoined if not r["ok"] and CLAIMED in (r["error"] or "")]
+                if clash:
+                    raise RankError(clash[0])
+                rows += rejoined
     order = {t.path: i for i, (t, _) in enumerate(tasks)}
     manifest = pl.DataFrame(sorted(rows, key=lambda r: order.get(r["path"], -1)), schema=MANIFEST_SCHEMA)
     write_parquet(manifest, join(out, "manifest.parquet"), storage_options)
     _sweep_temp(out)
     return Summaries(out=out, manifest=manifest, meta=_meta(manifest, in_directory), storage_options=storage_options)
+
+
+def _run(
+    ex: Any,
+    task_fn: Callable[[list[RankTask]], list[dict[str, Any]]],
+    pending: list[list[RankTask]],
+    retries: int,
+    report: Callable[[dict[str, Any]], None] | None,
+) -> list[dict[str, Any]]:
+    """The manifest rows of `pending`'s batches run on `ex`; a failed batch of several files is split
+    and each file tried alone, a file that fails every retry an error row naming it."""
+    rows: list[dict[str, Any]] = []
+    while pending:
+        handles = {ex.submit(task_fn, batch): batch for batch in pending}
+        pending = []
+        for handle, result in ex.as_completed(list(handles)):
+            batch = handles[handle]
+            if isinstance(result, BaseException) and len(batch) > 1:
+                pending.extend([t] for t in batch)  # find the file that fails: each alone
+                continue
+            if isinstance(result, BaseException):
+                reason = f"failed after {retries + 1} attempt(s): {first_line(result)}"
+                result = [manifest_row(batch[0], error=f"{batch[0].path}: {reason}")]
+            for row in result:
+                rows.append(row)
+                if report:
+                    report(row)
+    return rows
+
+
+def _split_ranks(rows: list[dict[str, Any]]) -> list[list[str]]:
+    """The paths of each rank that several files claim and no task has read together (rows whose
+    metadata differ: a task that read them all gives each the joined trace's)."""
+    by_rank: dict[int, list[dict[str, Any]]] = {}
+    for r in rows:
+        if r["ok"]:
+            by_rank.setdefault(r["rank"], []).append(r)
+    return [[r["path"] for r in group] for group in by_rank.values() if len({r["meta"] for r in group}) > 1]
 
 
 _TEMP = re.compile(r"\.tmp-[0-9a-f]{32}$")
@@ -280,15 +316,12 @@ def _meta(manifest: pl.DataFrame, in_directory: dict[str, bool]) -> RunMeta:
     errors = [r["error"] for r in failed.iter_rows(named=True) if r["error"] not in ignored]
     if not ok.height:
         raise TracediagError("\n".join(errors or ignored))
-    by_rank: dict[int, str] = {}
-    for rank, path in ok.select("rank", "path").iter_rows():
-        other = by_rank.setdefault(rank, path)
-        if other != path:
-            raise RankError(
-                f"{other} and {path} both claim rank {rank}; "
-                "give ranks explicitly with --rank-from-filename REGEX or --rank FILE=N"
-            )
-    files = [orjson.loads(m) for m in ok.sort("rank")["meta"]]
+    by_rank: dict[int, tuple[str, str]] = {}
+    for rank, path, meta in ok.select("rank", "path", "meta").iter_rows():
+        other, joined = by_rank.setdefault(rank, (path, meta))
+        if meta != joined:  # the windows of one rank read together share one joined trace's metadata
+            raise RankError(f"{other} and {path} both claim rank {rank}; {RANK_HINT}")
+    files = [orjson.loads(meta) for _, (_, meta) in sorted(by_rank.items())]
     return RunMeta.from_dict({"files": files, "errors": errors, "ignored": ignored})
 
 

@@ -30,7 +30,9 @@ from tracediag.derive.per_rank import rank_tables
 from tracediag.derive.summary import RankSummary
 from tracediag.errors import NotATraceError, TracediagError
 from tracediag.ingest.remote import is_remote
+from tracediag.ingest.trace import FileTrace
 from tracediag.parquet import is_url, join, write_parquet
+from tracediag.run import RANK_HINT, merge_windows, windows_problem
 
 MANIFEST_SCHEMA: dict[str, pl.DataType] = {
     "key": pl.String(),
@@ -137,6 +139,36 @@ def manifest_row(task: RankTask, **values: Any) -> dict[str, Any]:
     return row
 
 
+Read = tuple[RankTask, FileTrace, int | None, float]
+CLAIMED = "both claim rank"
+"""The words of the error row of files of one rank that are no windows of one timeline."""
+
+
+def _windows_joined(read: list[Read]) -> tuple[list[Read], list[dict[str, Any]]]:
+    """The files read by one task, those of one rank joined as its profiler windows (`run.merge_windows`:
+    one timeline, its steps as the profiler numbered them): each of them keeps its task and gets the
+    joined trace. Files of one rank that are not windows of one timeline are error rows naming both."""
+    by_rank: dict[int, list[Read]] = {}
+    for r in read:
+        by_rank.setdefault(r[1].meta.rank, []).append(r)
+    out: list[Read] = []
+    failed: list[dict[str, Any]] = []
+    for rank, group in by_rank.items():
+        if len(group) == 1:
+            out += group
+            continue
+        traces = [t for _, t, _, _ in group]
+        why = windows_problem(traces)
+        if why is not None:
+            paths = [t.meta.path for t in traces]
+            error = f"{paths[0]} and {paths[1]} {CLAIMED} {rank} ({why}); {RANK_HINT}"
+            failed += [manifest_row(task, error=error, attempt=attempt) for task, _, attempt, _ in group]
+            continue
+        joined = merge_windows(traces)
+        out += [(task, joined, attempt, seconds) for task, _, attempt, seconds in group]
+    return out, failed
+
+
 def summarize_files(tasks: list[RankTask]) -> list[dict[str, Any]]:
     """Summarise files where they lie and return their manifest rows (see the module docstring).
 
@@ -166,23 +198,35 @@ def summarize_files(tasks: list[RankTask]) -> list[dict[str, Any]]:
         read.append((task, trace, attempt, time.perf_counter() - started))
     if not read:
         return rows
+    own_events = {task.key: trace.events.height for task, trace, _, _ in read}
+    read, failed = _windows_joined(read)
+    rows += failed
+    if not read:
+        return rows
     started = time.perf_counter()
-    events = pl.concat([trace.events for _, trace, _, _ in read]) if len(read) > 1 else read[0][1].events
+    traces = list({trace.meta.rank: trace for _, trace, _, _ in read}.values())  # a rank's windows: once
+    events = pl.concat([t.events for t in traces]) if len(traces) > 1 else traces[0].events
     summary = rank_tables(events, step_regex=read[0][0].step_regex)
     derive_share = (time.perf_counter() - started) / max(events.height, 1)
+    written: set[int] = set()
     for task, trace, attempt, seconds in read:
         started = time.perf_counter()
         rank = trace.meta.rank
-        (summary.only_rank(rank) if len(read) > 1 else summary).write(rank_dir(task.out, rank), task.storage_options)
-        if task.keep_events:
+        first = rank not in written  # the windows of one rank share its tables and events
+        written.add(rank)
+        if first:
+            (summary.only_rank(rank) if len(read) > 1 else summary).write(
+                rank_dir(task.out, rank), task.storage_options
+            )
+        if task.keep_events and first:
             dest = join(task.out, "events", f"rank={rank:05d}.parquet")
             write_parquet(trace.events.sort("ts", maintain_order=True), dest, task.storage_options)  # as `load`
         row = manifest_row(
             task,
             rank=rank,
             ok=True,
-            events=trace.events.height,
-            seconds=round(seconds + derive_share * trace.events.height + time.perf_counter() - started, 6),
+            events=own_events[task.key],
+            seconds=round(seconds + derive_share * own_events[task.key] + time.perf_counter() - started, 6),
             attempt=attempt,
             meta=orjson.dumps(dataclasses.asdict(trace.meta)).decode(),
         )
