@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import polars as pl
 import pytest
-from conftest import SAMPLES, needs_shared
+from conftest import FIXTURES, SAMPLES, needs_shared
 
 import tracediag
 from tracediag.cli import cli
@@ -112,14 +112,37 @@ def test_a_bad_comm_kernel_pattern_is_one_line(runner, tmp_path):
     assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1
 
 
+A100_PAIR = [FIXTURES / "kineto" / f"hta_a100_nccl_rank{r}.json.gz" for r in (0, 1)]
+"""Two real A100 ranks (NCCL kernels, GEMMs)."""
+
+
+def test_comm_kernel_through_the_executor_equals_in_memory(tmp_path):
+    """The workers apply --comm-kernel as `load` does: the same analysis from summaries, and not the
+    one without the option (the A100 pair's GEMMs named communication)."""
+    from tracediag.execute.driver import analyze_ranks
+
+    pattern = r"(?i)gemm"
+    want = tracediag.analyze(tracediag.load(A100_PAIR, comm_kernel=pattern)).to_dict()
+    plain = tracediag.analyze(tracediag.load(A100_PAIR)).to_dict()
+    got, _ = analyze_ranks(A100_PAIR, out=str(tmp_path / "out"), executor="local", workers=1, comm_kernel=pattern)
+    assert got.to_dict() == want
+    assert want["steps"] != plain["steps"]
+
+
+def test_a_resumed_executor_run_with_another_comm_kernel_reads_the_files_again(tmp_path):
+    from tracediag.execute.driver import summarize
+
+    out = str(tmp_path / "out")
+    first = summarize(A100_PAIR, out=out, executor="local", workers=1)
+    again = summarize(A100_PAIR, out=out, executor="local", workers=1, resume=True, comm_kernel="(?i)gemm")
+    assert set(first.manifest["key"]).isdisjoint(again.manifest["key"])
+
+
 @pytest.mark.parametrize("command", ["analyze", "ingest"])
-def test_comm_kernel_with_the_executor_is_refused_in_one_line(runner, tmp_path, command):
-    """The executor's summaries are made on the workers, which do not apply the option (yet)."""
+def test_a_bad_comm_kernel_with_the_executor_is_one_line(runner, tmp_path, command):
     out = tmp_path / "out"
     result = runner.invoke(
-        cli, [command, str(tmp_path), "--executor", "local", "--out", str(out), "--comm-kernel", "x"]
+        cli, [command, *map(str, A100_PAIR), "--executor", "local", "--out", str(out), "--comm-kernel", "("]
     )
     assert result.exit_code == 2
-    assert result.output.strip().splitlines() == [
-        "Error: --comm-kernel is not supported with --executor yet: load the run whole (no --executor)"
-    ]
+    assert len(result.output.strip().splitlines()) == 1 and "--comm-kernel" in result.output

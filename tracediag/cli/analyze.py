@@ -23,7 +23,7 @@ from tracediag.cli.execute_options import (
     storage_options,
     summarize_kw,
 )
-from tracediag.cli.traces import load_traces, refuse_comm_kernel_with_executor, trace_options
+from tracediag.cli.traces import load_traces, trace_options
 from tracediag.errors import TracediagError, shown
 from tracediag.output import write_atomic
 from tracediag.report.kernels_text import render_kernels
@@ -131,9 +131,9 @@ def analyze(
     if ex_kw["executor"]:
         from tracediag.execute.driver import analyze_ranks_per_file
 
-        refuse_comm_kernel_with_executor(comm_kernel)
         refuse_overwrite(paths, {"-o": output, "--html": html}, (check_kw.get("plan_path"),), ex_kw)
         kw = summarize_kw(ex_kw, jobs=jobs, rank_from_filename=rank_from_filename, rank_map=rank_map)
+        kw["comm_kernel"] = comm_kernel
         analyses, summaries = run_summaries(
             analyze_ranks_per_file,
             paths,

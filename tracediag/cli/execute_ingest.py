@@ -19,6 +19,7 @@ def ingest_ranks(
     jobs: int,
     rank_from_filename: str | None,
     rank_map: tuple[str, ...],
+    comm_kernel: str | None = None,
 ) -> None:
     """Summarise each rank into --out (events kept), print a summary from the manifest, exit 2 on failed files."""
     import click
@@ -31,7 +32,8 @@ def ingest_ranks(
         raise InputError("ingest --executor needs --out DIR|URL for the per-rank tables")
     refuse_overwrite(paths, {}, (), ex_kw)
     kw = summarize_kw(ex_kw, jobs=jobs, rank_from_filename=rank_from_filename, rank_map=rank_map)
-    s = run_summaries(summarize, paths, out=ex_kw["out_dir"], keep_events=True, step_regex=step_regex, **kw)
+    kw.update(keep_events=True, step_regex=step_regex, comm_kernel=comm_kernel)
+    s = run_summaries(summarize, paths, out=ex_kw["out_dir"], **kw)
     ok = s.manifest.filter("ok")
     ranks = s.ranks
     rank_text = f"{ranks[0]}..{ranks[-1]}" if len(ranks) > 3 else ", ".join(map(str, ranks))

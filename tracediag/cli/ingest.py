@@ -10,7 +10,7 @@ import polars as pl
 
 from tracediag.cli.common import InputError
 from tracediag.cli.execute_options import executor_options, storage_options
-from tracediag.cli.traces import load_traces, refuse_comm_kernel_with_executor, trace_options
+from tracediag.cli.traces import load_traces, trace_options
 from tracediag.derive.steps import find_markers
 from tracediag.errors import TracediagError, one_line, shown
 from tracediag.run import Run
@@ -72,9 +72,15 @@ def ingest(
     if ex_kw["executor"]:
         from tracediag.cli.execute_ingest import ingest_ranks
 
-        refuse_comm_kernel_with_executor(comm_kernel)
         ingest_ranks(
-            paths, output, step_regex, ex_kw, jobs=jobs, rank_from_filename=rank_from_filename, rank_map=rank_map
+            paths,
+            output,
+            step_regex,
+            ex_kw,
+            jobs=jobs,
+            rank_from_filename=rank_from_filename,
+            rank_map=rank_map,
+            comm_kernel=comm_kernel,
         )
         return
     run = load_traces(

@@ -59,12 +59,6 @@ def parse_rank_map(items: tuple[str, ...]) -> dict[str, int]:
     return out
 
 
-def refuse_comm_kernel_with_executor(comm_kernel: str | None) -> None:
-    """--comm-kernel relabels the loaded events; the summaries of --executor are made on the workers."""
-    if comm_kernel is not None:
-        raise InputError("--comm-kernel is not supported with --executor yet: load the run whole (no --executor)")
-
-
 def load_traces(
     paths: tuple[str, ...],
     jobs: int,

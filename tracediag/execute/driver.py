@@ -39,6 +39,7 @@ from tracediag.execute.task import (
     rank_dir,
     summarize_files,
 )
+from tracediag.ingest.commkernel import check_comm_kernel
 from tracediag.ingest.timeline import parquet_is_timeline
 from tracediag.parquet import is_url, join, read_parquet, write_parquet
 from tracediag.run import RANK_HINT, RunMeta, _is_parquet, rank_resolver, resolve_inputs
@@ -102,6 +103,7 @@ def _tasks(
     out: str,
     *,
     step_regex: str | None,
+    comm_kernel: str | None,
     keep_events: bool,
     rank_from_filename: str | None,
     rank_map: dict[str, int] | None,
@@ -118,7 +120,8 @@ def _tasks(
     default_rank = 0 if len(resolved) == 1 else None
     tasks, errors = [], []
     for f in resolved:
-        kw = dict(out=out, default_rank=default_rank, step_regex=step_regex, keep_events=keep_events)
+        kw = dict(out=out, default_rank=default_rank, step_regex=step_regex, comm_kernel=comm_kernel)
+        kw.update(keep_events=keep_events)
         kw.update(storage_options=storage_options, size=f.size, mtime_ns=f.mtime_ns)
         try:
             tasks.append((RankTask(f.path, rank=resolve(f.path), **kw), f.in_directory))
@@ -189,6 +192,7 @@ def summarize(
     resume: bool = False,
     keep_events: bool = False,
     step_regex: str | None = None,
+    comm_kernel: str | None = None,
     rank_from_filename: str | None = None,
     rank_map: dict[str, int] | None = None,
     storage_options: dict[str, Any] | None = None,
@@ -211,6 +215,7 @@ def summarize(
             re.compile(step_regex)
         except re.error as e:
             raise ValueError(f"--step-regex {step_regex!r} is not a valid regular expression ({e})") from None
+    comm_kernel = check_comm_kernel(comm_kernel)
     if isinstance(sources, (str, Path)):
         sources = [sources]
     out = out.removeprefix("file://")
@@ -218,6 +223,7 @@ def summarize(
         sources,
         out,
         step_regex=step_regex,
+        comm_kernel=comm_kernel,
         keep_events=keep_events,
         rank_from_filename=rank_from_filename,
         rank_map=rank_map,

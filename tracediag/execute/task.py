@@ -29,6 +29,7 @@ import polars as pl
 from tracediag.derive.per_rank import rank_tables
 from tracediag.derive.summary import RankSummary
 from tracediag.errors import NotATraceError, TracediagError
+from tracediag.ingest.commkernel import mark_comm_kernels
 from tracediag.ingest.remote import is_remote
 from tracediag.ingest.trace import FileTrace
 from tracediag.parquet import is_url, join, write_parquet
@@ -70,6 +71,8 @@ class RankTask:
     """The rank the user assigned (None: the file says)."""
     default_rank: int | None = None
     step_regex: str | None = None
+    comm_kernel: str | None = None
+    """`--comm-kernel`: kernels whose name it finds are communication (`ingest.commkernel`)."""
     keep_events: bool = False
     """Also write the event table (`tracediag ingest`)."""
     storage_options: dict[str, Any] | None = field(default=None, hash=False)
@@ -80,8 +83,10 @@ class RankTask:
 
     @property
     def key(self) -> str:
-        """Stable name of this input (its path and assigned rank) under ``done/``."""
-        return hashlib.sha1(f"{self.path}\0{self.rank}".encode()).hexdigest()[:20]
+        """Stable name of this input (its path, assigned rank and `comm_kernel`) under ``done/``: a resumed run
+        with another `comm_kernel` does the file again."""
+        named = f"{self.path}\0{self.rank}" + ("" if self.comm_kernel is None else f"\0{self.comm_kernel}")
+        return hashlib.sha1(named.encode()).hexdigest()[:20]
 
 
 def rank_dir(out: str, rank: int) -> str:
@@ -195,6 +200,8 @@ def summarize_files(tasks: list[RankTask]) -> list[dict[str, Any]]:
         except TracediagError as e:
             rows.append(manifest_row(task, error=str(e), attempt=attempt))
             continue
+        if task.comm_kernel is not None:
+            trace = dataclasses.replace(trace, events=mark_comm_kernels(trace.events, task.comm_kernel))
         read.append((task, trace, attempt, time.perf_counter() - started))
     if not read:
         return rows
