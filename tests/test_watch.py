@@ -8,6 +8,7 @@ own (`Watcher(clock=...)`), so the timeouts are exact and no test waits for them
 from __future__ import annotations
 
 import gzip
+import importlib.util
 import json
 import re
 import shutil
@@ -301,3 +302,49 @@ def test_docs_list_every_metric_with_its_type():
     doc = (ROOT / "docs" / "watch.md").read_text()
     rows = dict(re.findall(r"^\| `(tracediag_\w+)` \| (\w+) \|", doc, flags=re.M))
     assert rows == {name: kind for name, (kind, _) in METRICS.items()}
+
+
+HAS_MOTO = importlib.util.find_spec("moto") is not None and importlib.util.find_spec("flask") is not None
+
+
+@pytest.mark.skipif(not HAS_MOTO, reason="no S3 server: pip install -e '.[s3-test]' (moto)")
+def test_a_bucket_is_watched_as_objects_land():
+    """A real S3 server (moto's, on loopback): windows uploaded one at a time under a prefix."""
+    import pyarrow.fs as pafs
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    try:
+        host, port = server.get_host_and_port()
+        endpoint = f"http://{host}:{port}"
+        opts = {
+            "aws_endpoint_url": endpoint,
+            "aws_access_key_id": "testing",
+            "aws_secret_access_key": "testing",
+            "aws_region": "us-east-1",
+            "aws_allow_http": "true",
+        }
+        fs = pafs.S3FileSystem(
+            access_key="testing", secret_key="testing", endpoint_override=endpoint, region="us-east-1",
+            allow_bucket_creation=True,
+        )  # fmt: skip
+        fs.create_dir("watch")
+
+        def upload(k: int) -> None:
+            for name in FILES[k].values():
+                with fs.open_output_stream(f"watch/job/{name}", compression=None) as out:
+                    out.write((RUN / name).read_bytes())
+
+        upload(1)
+        gen = tracediag.watch("s3://watch/job/", poll_seconds=0.05, storage_options=opts, window_timeout=3600)
+        got = [next(gen)]
+        for k in (2, 3):
+            upload(k)
+            got.append(next(gen))
+        gen.close()
+    finally:
+        server.stop()
+    assert [w.index for w in got] == [1, 2, 3]
+    assert all(f.startswith("s3://watch/job/") for w in got for f in w.files)
+    assert [(c.kind, c.ranks) for c in got[2].changes if c.kind == "new_straggler"] == [("new_straggler", (2,))]
