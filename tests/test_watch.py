@@ -10,6 +10,7 @@ from __future__ import annotations
 import gzip
 import importlib.util
 import json
+import os
 import re
 import shutil
 import threading
@@ -348,3 +349,13 @@ def test_a_bucket_is_watched_as_objects_land():
     assert [w.index for w in got] == [1, 2, 3]
     assert all(f.startswith("s3://watch/job/") for w in got for f in w.files)
     assert [(c.kind, c.ranks) for c in got[2].changes if c.kind == "new_straggler"] == [("new_straggler", (2,))]
+
+
+def test_skewed_file_times_do_not_matter(tmp_path):
+    """File modification times only tell a file changed: one from 1970 and one from next year group."""
+    copy_window(1, tmp_path)
+    names = list(FILES[1].values())
+    os.utime(tmp_path / names[0], (0, 0))
+    os.utime(tmp_path / names[1], (4e9, 4e9))
+    (w,) = list(tracediag.watch(tmp_path, poll_seconds=0.01, once=True))
+    assert w.ranks == (0, 1, 2, 3) and w.steps == (2, 3, 4)
