@@ -143,7 +143,7 @@ class Watcher:
             self.read_last += 1
             problem = self.grouper.add(part, now)
             if problem is not None:
-                self.notice("late" if "came after" in problem else "duplicate", problem)
+                self.notice(*problem)
                 self.state.consumed.add(part.path)
             else:
                 self._held.add(part.path)
@@ -153,7 +153,7 @@ class Watcher:
         """The `Window` of a due window (its parts' tables dropped afterwards by the caller)."""
         index = self.state.next_index
         ranks = tuple(sorted(w.parts))
-        parts = [w.parts[r] for r in ranks]
+        chosen = [w.parts[r] for r in ranks]
         missing = self.grouper.missing(w)
         base = {
             "index": index,
@@ -162,14 +162,14 @@ class Watcher:
             "missing_ranks": missing,
             "start_ns": w.lo_ns,
             "end_ns": w.hi_ns,
-            "files": tuple(p.path for p in parts),
+            "files": tuple(p.path for p in chosen),
         }
         started = time.perf_counter()
         try:
-            summary = concat([p.summary for p in parts])
+            summary = concat([p.summary for p in chosen])
             analysis = reduce(
                 summary,
-                RunMeta(files=tuple(p.meta for p in parts)),
+                RunMeta(files=tuple(p.meta for p in chosen)),
                 step_regex=self.step_regex,
                 thresholds=self.thresholds,
             )

@@ -81,16 +81,18 @@ class Grouper:
         self.known_ranks: set[int] = set(known_ranks or ())
         """Ranks seen in windows handed out (the job's ranks when no trace states the world size)."""
 
-    def add(self, part: Part, now: float) -> str | None:
-        """File `part` into its window; a one-line warning when it cannot be (late or a duplicate)."""
+    def add(self, part: Part, now: float) -> tuple[str, str] | None:
+        """File `part` into its window; (reason, one line) when it cannot be: "late" (its window was
+        reported) or "duplicate" (its window has a file of that rank)."""
         for d in self.done:
             if d.matches(part):
-                return f"{part.path}: rank {part.rank}'s file of window {d.index} came after the window was reported"
+                return "late", f"{part.path}: rank {part.rank}'s file of window {d.index} came after it was reported"
         for w in self.pending:
             if w.matches(part):
                 if part.rank in w.parts:
                     first = w.parts[part.rank].path
-                    return f"{part.path}: a second file of rank {part.rank} for one window (after {first}); left out"
+                    why = f"{part.path}: a second file of rank {part.rank} for one window (after {first}); left out"
+                    return "duplicate", why
                 w.add(part)
                 return None
         w = Pending(part.steps, part.lo_ns, part.hi_ns, now)
