@@ -151,3 +151,19 @@ def test_a_straggler_rules_finding_keeps_its_shape_and_gains_the_why():
     assert f.evidence["reason"] == "compute" and f.evidence["compute_kind"] == "more_ops"
     assert 1.5 < f.evidence["ops_ratio"] < 1.8
     assert "more work" in f.summary
+
+
+def test_a_rank_set_without_the_late_rank_says_it_may_be_the_untraced_one():
+    """host_late without rank 1 (its host late ~0.7 s every step): the traced ranks hardly wait for each
+    other, the collectives end long after the last of them arrives; the answer is the untraced rank,
+    not a traced one. With every rank, rank 1 is named and nothing is untraced."""
+    run_dir = RUNS / "host_late"
+    part = tracediag.analyze(tracediag.load([run_dir / f"rank{r}.pt.trace.json.gz" for r in (0, 2, 3)], jobs=1))
+    late = part.lateness
+    assert late.waited_for == () and late.untraced == (1,)
+    assert late.after_last_ns > 5 * late.wait_ns
+    assert late.reason.startswith("possibly untraced rank 1: 3 of 4 ranks traced")
+    assert "waited for: possibly untraced rank 1" in render_text(part)
+    whole = tracediag.analyze(tracediag.load(run_dir, jobs=1)).lateness
+    assert whole.waited_for == (1,) and whole.untraced == ()
+    assert whole.after_last_ns < whole.wait_ns

@@ -17,7 +17,7 @@ import polars as pl
 
 from tracediag.check_result import Check
 
-SCHEMA_VERSION = "1.4"
+SCHEMA_VERSION = "1.5"
 
 
 class Cause(StrEnum):
@@ -303,6 +303,11 @@ class Lateness:
     """Why no one is named ("" when someone is)."""
     ranks: pl.DataFrame
     """`LATENESS_SCHEMA`, one row per rank."""
+    untraced: tuple[int, ...] = ()
+    """Ranks of the world size with no trace (a rank set that is not complete)."""
+    after_last_ns: int = 0
+    """Σ over instances of the traced ranks' median time from the last traced arrival to their end: the
+    transfer, and whatever wait for an untraced rank hides in it."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -315,6 +320,8 @@ class Lateness:
             "wait_share": self.wait_share,
             "reason": self.reason,
             "ranks": self.ranks.to_dicts(),
+            "untraced": list(self.untraced),
+            "after_last_ns": self.after_last_ns,
         }
 
     @classmethod
@@ -330,6 +337,8 @@ class Lateness:
             wait_share=float(d.get("wait_share", 0.0)),
             reason=str(d.get("reason", "")),
             ranks=pl.DataFrame(d.get("ranks", []), schema=LATENESS_SCHEMA),
+            untraced=tuple(d.get("untraced", ())),
+            after_last_ns=int(d.get("after_last_ns", 0)),
         )
 
 

@@ -35,11 +35,13 @@ LATE_ROW_SCHEMA: dict[str, pl.DataType] = {
     "wait_ns": pl.Int64(),
     "caused_ns": pl.Int64(),
     "is_last": pl.Boolean(),
+    "after_ns": pl.Int64(),
 }
 """Per rank and matched instance (seen on ≥ 2 ranks, in a step): ``ts`` (own clock: joins the
 rank's windows), ``arrival`` (aligned), ``late_ns`` = arrival − the median arrival of the instance,
 ``wait_ns`` (its wait, counted once where concurrent instances overlap), ``caused_ns`` (its part of
-the instance's waiting, blamed on the last arrivers), ``is_last``."""
+the instance's waiting, blamed on the last arrivers), ``is_last``, ``after_ns`` (its own end − the
+instance's last traced arrival, aligned: the transfer, and the wait for any rank that is not traced)."""
 
 
 def late_rows(matched: pl.DataFrame) -> pl.DataFrame:
@@ -55,6 +57,7 @@ def late_rows(matched: pl.DataFrame) -> pl.DataFrame:
         .with_columns(wait_ns=(pl.col("wait_ns") * scale).round(0).cast(pl.Int64))
         .with_columns(
             late_ns=pl.col("arrival") - pl.col("arrival").median().over("iid").round(0).cast(pl.Int64),
+            after_ns=(pl.col("aligned_end") - pl.col("arrival").max().over("iid")).clip(lower_bound=0),
             _w=pl.col("wait_ns").sum().over("iid"),
             _l=pl.col("is_last").sum().over("iid"),
         )

@@ -34,7 +34,7 @@ def assess(facts: Facts, th: Thresholds) -> Lateness | None:
     if not rows.height:
         return None
     per_step = facts.steps.group_by("step").agg(pl.col("dur_ns").median())["dur_ns"]
-    return lateness.assess(
+    found = lateness.assess(
         rows,
         step_time_ns=float(per_step.sum()),
         median_step_ns=float(per_step.median()),
@@ -44,6 +44,31 @@ def assess(facts: Facts, th: Thresholds) -> Lateness | None:
         chance=th.lateness_chance,
         min_wait=th.lateness_min_wait,
     )
+    return _untraced(found, rows, facts.world_size)
+
+
+def _untraced(found: Lateness, rows: pl.DataFrame, world_size: int | None) -> Lateness:
+    """`found` with the ranks of the world that have no trace, and the time the collectives run after
+    the last traced arrival. When that is more than all the waiting among the traced ranks, no traced
+    rank is named: the collectives wait for someone else, most likely an untraced rank."""
+    traced = rows["rank"].unique().sort().to_list()
+    missing = tuple(r for r in range(world_size or 0) if r not in set(traced))
+    after = int(rows.group_by("iid").agg(pl.col("after_ns").median())["after_ns"].sum())
+    found = dataclasses.replace(found, untraced=missing, after_last_ns=after)
+    if not missing or after <= found.wait_ns:
+        return found
+    per = after / max(found.instances, 1) / MS
+    reason = (
+        f"possibly untraced {_ranks(missing)}: {len(traced)} of {world_size} ranks traced, and the collectives "
+        f"end {per:,.1f} ms after the last traced arrival on average ({after / MS:,.1f} ms in all, more than the "
+        f"{found.wait_ns / MS:,.1f} ms the traced ranks wait for each other)"
+    )
+    return dataclasses.replace(found, waited_for=(), reason=reason)
+
+
+def _ranks(ranks: tuple[int, ...]) -> str:
+    shown = ", ".join(map(str, ranks[:8])) + (f" (+{len(ranks) - 8})" if len(ranks) > 8 else "")
+    return f"rank {shown}" if len(ranks) == 1 else f"ranks {shown}"
 
 
 WINDOW_PARTS = ("window_ns", "compute_ns", "op_n", "busy_ns", "input_ns", "gc_ns", "sync_ns", "checkpoint_ns")

@@ -81,6 +81,8 @@ def _lateness_lines(late: Lateness | None) -> list[str]:
         last = int(mine["last_n"].max())
         who = f"rank {late.waited_for[0]}" if len(late.waited_for) == 1 else f"ranks {_span(late.waited_for)}"
         head = f"waited for: {who}, {late.share:.0%} of the {waits} (last at up to {last} of {late.instances})"
+    elif late.untraced and late.after_last_ns > late.wait_ns:
+        head = f"waited for: {late.reason} ({waits} among the traced ranks)"
     else:
         head = f"waited for: no one ({late.reason}; {waits})"
     shown = [
