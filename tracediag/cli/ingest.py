@@ -33,7 +33,7 @@ def summary(run: Run) -> str:
     lines.append(f"format  {', '.join(formats)}; time base: {', '.join(sorted({f.time_base for f in meta.files}))}")
     lines.append(f"events  {meta.events_in:,} in -> {ev.height:,} rows + {sum(meta.skipped.values()):,} skipped")
     if ev.height:
-        kinds = ev.group_by("kind").len().sort("len", descending=True)
+        kinds = ev.group_by("kind").len().sort(["len", pl.col("kind").cast(pl.String)], descending=[True, False])
         lines.append("kinds   " + ", ".join(f"{k} {n:,}" for k, n in kinds.iter_rows()))
         nums = find_markers(ev)["step"].unique().sort().to_list()  # the steps `analyze` finds
         if nums:
