@@ -20,7 +20,6 @@ from __future__ import annotations
 import re
 import shutil
 import sys
-import traceback
 from pathlib import Path
 
 from click.testing import CliRunner
@@ -129,9 +128,8 @@ def main(dest: Path) -> None:
         case.mkdir()
         argv = [a.replace("{out}", str(case)) for a in args]
         result = runner.invoke(cli, argv)
-        crash = "" if result.exception is None or isinstance(result.exception, SystemExit) else "crash\n"
-        if crash:
-            crash += "".join(traceback.format_exception(result.exception))
+        e = result.exception
+        crash = "" if e is None or isinstance(e, SystemExit) else f"crash: {type(e).__name__}: {e}\n"
         show = str(case)
         shutil.rmtree(case / "s", ignore_errors=True)  # an executor's scratch: attempts and timings
         rate = re.compile(r"[\d.]+ files/s · [\d.]+ MB/s")

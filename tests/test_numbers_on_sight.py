@@ -86,7 +86,7 @@ def test_text_table_has_a_legend_for_every_column(straggler):
 
 
 def test_utilisation_above_peak_is_refused_wherever_it_is_printed():
-    from tracediag.words import of_peak
+    from tracediag.units import of_peak
 
     assert of_peak("MFU", 0.4123) == "MFU 41.2%"
     assert of_peak("HFU", 1.0) == "HFU 100.0%"

@@ -29,8 +29,8 @@ from tracediag.detect.warmup import warmup_steps, without_steps
 from tracediag.errors import NoStepsError, TracediagError, shown
 from tracediag.run import Run, RunMeta
 from tracediag.sanity import check_problems, check_same_run, run_problems
+from tracediag.units import count, noun
 from tracediag.whatif import ReplayInputs, graph_of
-from tracediag.words import count, noun
 
 
 def _needs_split(meta: RunMeta, instances: pl.DataFrame) -> bool:

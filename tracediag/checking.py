@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import polars as pl
 
 from tracediag.check_result import LABELS, Check, CheckedPlan, Component, LinkCheck
-from tracediag.words import format_ms
+from tracediag.units import MS_PER_S, NS_PER_S, format_ms
 
 if TYPE_CHECKING:
     from tracediag.analysis import Analysis
@@ -122,7 +122,7 @@ def _median_s(steps: pl.DataFrame, column: str) -> float | None:
     if steps.height == 0 or column not in steps.columns:
         return None
     value = steps[column].median()
-    return None if value is None else float(value) / 1e9
+    return None if value is None else float(value) / NS_PER_S
 
 
 def _on_device(analysis: Analysis, run: Run | None) -> bool:
@@ -209,7 +209,7 @@ def _exposed(steps: pl.DataFrame, kinds: pl.DataFrame, split: Split, p: Predicti
     exposed = pl.col("exposed_comm_ns") - (pl.col(P2P_COLUMN) if p2p_apart else 0)
     total = _median_s(steps.select(exposed), "exposed_comm_ns")
     wait = _median_s(steps, "wait_ns")
-    waiting = f"; median {1e3 * wait:.1f} ms of waiting for peers" if wait else ""
+    waiting = f"; median {MS_PER_S * wait:.1f} ms of waiting for peers" if wait else ""
     piped = p2p_apart and (split.pp > 1 or bool(_median_s(steps, P2P_COLUMN)))
     note = ("send/recv waits are in the pipeline row" + waiting) if piped else waiting[2:]
     rows = [Component(name="exposed_comm", observed=total, predicted=sum(predicted.values()), note=note)]
@@ -339,9 +339,8 @@ def _sentence(components: list[Component], step_s: float) -> str:
     label = LABELS[worst.name]
     label = label[0].upper() + label[1:]
     advice = _ADVICE[worst.name]
+    observed = format_ms(MS_PER_S * worst.observed, small=True)
     if worst.ratio is None:
-        return f"{label} takes {format_ms(worst.observed)} per step where the model expects none: {advice}."
-    return (
-        f"{label} is {worst.ratio:.1f}× the prediction ({format_ms(worst.observed)} vs {format_ms(worst.predicted)} "
-        f"per step): {advice}."
-    )
+        return f"{label} takes {observed} per step where the model expects none: {advice}."
+    predicted = format_ms(MS_PER_S * worst.predicted, small=True)
+    return f"{label} is {worst.ratio:.1f}× the prediction ({observed} vs {predicted} per step): {advice}."

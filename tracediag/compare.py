@@ -25,6 +25,7 @@ import polars as pl
 
 from tracediag.analysis import Analysis, Cause
 from tracediag.derive.kernels import TOP_STORED
+from tracediag.units import NS_PER_MS, format_ms
 
 PARTS = (
     ("dur_ns", "step"),
@@ -136,10 +137,6 @@ def _kernel_changes(base: Analysis, new: Analysis) -> list[dict[str, Any]]:
     return sorted(out, key=lambda c: -abs(c["delta_ns"]))
 
 
-def _ms(ns: float) -> str:
-    return f"{ns / 1e6:+,.1f} ms"
-
-
 def compare(base: Analysis, new: Analysis) -> Comparison:
     """What changed from `base` to `new` (see the module docstring)."""
     pb, pn = _breakdown(base), _breakdown(new)
@@ -172,12 +169,14 @@ def compare(base: Analysis, new: Analysis) -> Comparison:
     pct = delta / pb["dur_ns"] if pb.get("dur_ns") else 0.0
     parts = [c for c in changes if c["kind"] == "breakdown" and c["column"] not in ("dur_ns", "wait_ns")]
     top_part = max(parts, key=lambda c: abs(c["delta_ns"]), default=None)
-    headline = f"the median step changed {_ms(delta)} ({pct:+.1%})"
+    headline = f"the median step changed {format_ms(delta / NS_PER_MS, sign=True)} ({pct:+.1%})"
     if top_part and top_part["delta_ns"]:
-        headline += f"; the part that changed most is {top_part['name']} ({_ms(top_part['delta_ns'])} per step)"
+        moved = format_ms(top_part["delta_ns"] / NS_PER_MS, sign=True)
+        headline += f"; the part that changed most is {top_part['name']} ({moved} per step)"
     if kernels:
         k = kernels[0]
-        headline += f"; the kernel that changed most is {k['name'][:80]} ({k['status']}, {_ms(k['delta_ns'])} per step)"
+        moved = format_ms(k["delta_ns"] / NS_PER_MS, sign=True)
+        headline += f"; the kernel that changed most is {k['name'][:80]} ({k['status']}, {moved} per step)"
     new_causes = sorted(causes_n - causes_b - {Cause.HEALTHY})
     if new_causes:
         headline += f"; new cause: {', '.join(new_causes)}"

@@ -17,6 +17,7 @@ import polars as pl
 
 from tracediag.errors import MixedRunError, shown
 from tracediag.run import Run, RunMeta
+from tracediag.units import NS_PER_S
 
 SPAN_SLACK_NS = 60_000_000_000
 """Host clocks of one job differ by milliseconds and profilers start a little apart; recorded windows
@@ -78,7 +79,7 @@ def _time_spans(meta: RunMeta, extents: pl.DataFrame) -> str | None:
     latest_end = rows[0]["hi"]
     for prev, row in itertools.pairwise(rows):
         if row["lo"] > latest_end + SPAN_SLACK_NS:
-            gap = (row["lo"] - latest_end) / 1e9
+            gap = (row["lo"] - latest_end) / NS_PER_S
             return (
                 f"recorded time spans do not overlap ({_name(epoch[row['rank']])} starts {gap:,.0f} s after "
                 f"{_name(epoch[prev['rank']])} and the files before it end)"

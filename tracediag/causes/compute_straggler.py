@@ -14,9 +14,10 @@ from tracediag.causes import late
 from tracediag.causes.spec import CauseSpec, Context
 from tracediag.detect import straggler
 from tracediag.detect.facts import Facts
+from tracediag.units import NS_PER_MS
 from tracediag.whatif import causes
 from tracediag.whatif.graph import Graph
-from tracediag.whatif.price import MS, Pricing
+from tracediag.whatif.price import Pricing
 
 
 def _ratios(ctx: Context) -> pl.DataFrame | None:
@@ -63,7 +64,7 @@ def _removed(f: Finding, facts: Facts, graph: Graph) -> str:
         .select((pl.col("compute_ns") - pl.col("_p")).clip(lower_bound=0).median())
         .item()
     )
-    ms = float(extra or 0) / MS
+    ms = float(extra or 0) / NS_PER_MS
     return f"without {_ranks(f.ranks)} extra compute ({ms:,.1f} ms per step over its peers' median)"
 
 

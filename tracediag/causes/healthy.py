@@ -8,9 +8,7 @@ from collections.abc import Sequence
 from tracediag.analysis import Cause, Finding
 from tracediag.causes.spec import CauseSpec, Context
 from tracediag.detect import host_bound, straggler
-from tracediag.words import count
-
-MS = 1e6
+from tracediag.units import NS_PER_MS, count
 
 
 def _and(parts: Sequence[str]) -> str:
@@ -42,7 +40,7 @@ def healthy(ctx: Context, specs: Sequence[CauseSpec]) -> Finding:
     if s.height:
         ratio = ctx.memo(straggler.rank_step_ratios)["ratio"]
         evidence = {
-            "step_ms_median": round(float(s["dur_ns"].median()) / MS, 3),
+            "step_ms_median": round(float(s["dur_ns"].median()) / NS_PER_MS, 3),
             "exposed_comm_share_median": round(float((s["exposed_comm_ns"] / s["dur_ns"].clip(1)).median()), 3),
             "compute_ratio_max": round(float(ratio.max()), 3),
             "input_share_median": round(float((s["input_ns"] / s["dur_ns"].clip(1)).median()), 3),

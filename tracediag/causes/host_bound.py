@@ -13,9 +13,10 @@ from tracediag.analysis import Cause, Finding
 from tracediag.causes.spec import CauseSpec, Context
 from tracediag.detect import host_bound
 from tracediag.detect.facts import Facts
+from tracediag.units import NS_PER_MS
 from tracediag.whatif import causes
 from tracediag.whatif.graph import Graph
-from tracediag.whatif.price import MS, Pricing
+from tracediag.whatif.price import Pricing
 
 
 def _detect(ctx: Context) -> list[Finding]:
@@ -36,8 +37,8 @@ def _edit(f: Finding, facts: Facts, graph: Graph) -> causes.Edit:
 
 def _removed(f: Finding, facts: Facts, graph: Graph) -> str:
     s = facts.steps.filter(pl.col("rank").is_in(list(f.ranks)), pl.col("step").is_in(list(f.steps)))
-    host = float(s["idle_host_ns"].median() or 0) / MS if s.height else 0.0
-    idle = float(s["idle_ns"].median() or 0) / MS if s.height else 0.0
+    host = float(s["idle_host_ns"].median() or 0) / NS_PER_MS if s.height else 0.0
+    idle = float(s["idle_ns"].median() or 0) / NS_PER_MS if s.height else 0.0
     return f"without the device's waits on its host ({host:,.1f} of its {idle:,.1f} ms idle per step)"
 
 

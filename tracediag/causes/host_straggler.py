@@ -15,9 +15,10 @@ from tracediag.analysis import Cause, Finding
 from tracediag.causes import late
 from tracediag.causes.spec import CauseSpec, Context
 from tracediag.detect.facts import Facts
+from tracediag.units import NS_PER_MS
 from tracediag.whatif import causes
 from tracediag.whatif.graph import Graph
-from tracediag.whatif.price import MS, Pricing
+from tracediag.whatif.price import Pricing
 
 
 def _detect(ctx: Context) -> list[Finding]:
@@ -39,7 +40,7 @@ def _removed(f: Finding, facts: Facts, graph: Graph) -> str:
     extra = own.select((pl.col("idle_ns") - pl.col("_p")).clip(lower_bound=0).median()).item() if own.height else 0
     return (
         f"with {ranks_of(f.ranks)} host on time (its device's idle cut to its peers' median in those steps: "
-        f"{float(extra or 0) / MS:,.1f} ms less per step)"
+        f"{float(extra or 0) / NS_PER_MS:,.1f} ms less per step)"
     )
 
 

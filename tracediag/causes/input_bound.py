@@ -12,9 +12,10 @@ from tracediag.analysis import Cause, Finding
 from tracediag.causes.spec import CauseSpec, Context
 from tracediag.detect import input_bound
 from tracediag.detect.facts import Facts
+from tracediag.units import NS_PER_MS
 from tracediag.whatif import causes
 from tracediag.whatif.graph import Graph
-from tracediag.whatif.price import MS, Pricing
+from tracediag.whatif.price import Pricing
 
 
 def _detect(ctx: Context) -> list[Finding]:
@@ -42,10 +43,10 @@ def _removed(f: Finding, facts: Facts, graph: Graph) -> str:
     on = pl.col("rank").is_in(list(f.ranks)) & pl.col("step").is_in(list(f.steps))
     if f.evidence.get("loader_annotated", True):
         s = graph.segments.filter(on).group_by("rank", "step").agg(pl.col("input_ns").sum())
-        ms = float(s["input_ns"].median() or 0) / MS if s.height else 0.0
+        ms = float(s["input_ns"].median() or 0) / NS_PER_MS if s.height else 0.0
         return f"without the data loading the device waits for ({ms:,.1f} ms per step)"
     s = facts.steps.filter(on)
-    ms = float(s["lead_idle_ns"].median() or 0) / MS if s.height else 0.0
+    ms = float(s["lead_idle_ns"].median() or 0) / NS_PER_MS if s.height else 0.0
     return (
         f"without the device's idle before each step's first work, read as the unnamed loader ({ms:,.1f} ms per step)"
     )

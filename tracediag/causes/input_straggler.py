@@ -14,9 +14,10 @@ from tracediag.causes import late
 from tracediag.causes.host_straggler import ranks_of
 from tracediag.causes.spec import CauseSpec, Context
 from tracediag.detect.facts import Facts
+from tracediag.units import NS_PER_MS
 from tracediag.whatif import causes
 from tracediag.whatif.graph import Graph
-from tracediag.whatif.price import MS, Pricing
+from tracediag.whatif.price import Pricing
 
 
 def _detect(ctx: Context) -> list[Finding]:
@@ -32,7 +33,8 @@ def _removed(f: Finding, facts: Facts, graph: Graph) -> str:
     peers = s.filter(~pl.col("rank").is_in(list(f.ranks))).group_by("step").agg(_p=pl.col("input_ns").median())
     own = s.filter(pl.col("rank").is_in(list(f.ranks))).join(peers, on="step")
     extra = own.select((pl.col("input_ns") - pl.col("_p")).clip(lower_bound=0).median()).item() if own.height else 0
-    return f"without {ranks_of(f.ranks)} extra data loading ({float(extra or 0) / MS:,.1f} ms per step over its peers')"
+    ms = float(extra or 0) / NS_PER_MS
+    return f"without {ranks_of(f.ranks)} extra data loading ({ms:,.1f} ms per step over its peers')"
 
 
 def _outliers(f: Finding) -> tuple[int, ...]:

@@ -11,9 +11,10 @@ from tracediag.causes.spec import CauseSpec, Context
 from tracediag.detect import pipeline
 from tracediag.detect.facts import Facts
 from tracediag.detect.pipeline import bubble_formula
+from tracediag.units import NS_PER_MS
 from tracediag.whatif import causes
 from tracediag.whatif.graph import Graph
-from tracediag.whatif.price import MS, Pricing
+from tracediag.whatif.price import Pricing
 
 PROJECTED_MICROBATCHES = (2, 4, 8)
 """A pipeline's step is also projected at these multiples of its micro-batches."""
@@ -45,7 +46,9 @@ def _project(f: Finding, edited_ns: float) -> tuple[dict[str, int], str]:
         return {}, ""
     now = (m + p - 1) / m
     proj = {str(k * m): round(edited_ns * ((k * m + p - 1) / (k * m)) / now) for k in PROJECTED_MICROBATCHES}
-    tail = f"; with {4 * m} micro-batches (4x) about {proj[str(4 * m)] / MS:,.0f} ms" if str(4 * m) in proj else ""
+    tail = (
+        f"; with {4 * m} micro-batches (4x) about {proj[str(4 * m)] / NS_PER_MS:,.0f} ms" if str(4 * m) in proj else ""
+    )
     return proj, tail
 
 

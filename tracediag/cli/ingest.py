@@ -14,6 +14,7 @@ from tracediag.cli.traces import load_traces, trace_options
 from tracediag.derive.steps import find_markers
 from tracediag.errors import TracediagError, one_line, shown
 from tracediag.run import Run
+from tracediag.units import NS_PER_MS, format_ms
 
 
 def summary(run: Run) -> str:
@@ -39,7 +40,7 @@ def summary(run: Run) -> str:
         if nums:
             lines.append(f"steps   {len(nums)} ({nums[0]}..{nums[-1]})")
         span_ns = ev.group_by("rank").agg(span=(pl.col("ts") + pl.col("dur")).max() - pl.col("ts").min())["span"]
-        lines.append(f"span    {span_ns.max() / 1e6:,.3f} ms (longest rank)")
+        lines.append(f"span    {format_ms(span_ns.max() / NS_PER_MS, 3)} (longest rank)")
     if meta.skipped:
         lines.append("skipped " + ", ".join(f"{r} {n:,}" for r, n in meta.skipped.items()))
     for f in meta.files:

@@ -28,7 +28,7 @@ from tracediag.model.specs import (
     DTYPES,
 )
 from tracediag.output import write_atomic
-from tracediag.words import of_peak
+from tracediag.units import of_peak
 
 if TYPE_CHECKING:
     from tracediag.model.calibrate import Profile

@@ -22,9 +22,7 @@ import polars as pl
 from tracediag.analysis import Finding
 from tracediag.detect.facts import Facts
 from tracediag.detect.thresholds import Thresholds
-from tracediag.words import count
-
-MS = 1e6
+from tracediag.units import NS_PER_MS, count
 
 
 def _bandwidth_verdict(busbw: float | None, link_gbps: float | None, th: Thresholds) -> tuple[str, dict]:
@@ -92,10 +90,10 @@ def detect(facts: Facts, *, thresholds: Thresholds, straggler_ranks: tuple[int, 
     evidence = {
         "exposed_comm_share_median": round(float(median_share), 3),
         "exposed_comm_share_by_rank": {str(r): round(float(v), 3) for r, v in per_rank.iter_rows()},
-        "exposed_comm_ms_median": round(float(s["exposed_coll_ns"].median()) / MS, 3),
-        "wait_for_peers_ms_median": round(float(s["wait_ns"].median()) / MS, 3),
-        "step_ms_median": round(float(s["dur_ns"].median()) / MS, 3),
-        "compute_ms_median": round(float(s["compute_ns"].median()) / MS, 3),
+        "exposed_comm_ms_median": round(float(s["exposed_coll_ns"].median()) / NS_PER_MS, 3),
+        "wait_for_peers_ms_median": round(float(s["wait_ns"].median()) / NS_PER_MS, 3),
+        "step_ms_median": round(float(s["dur_ns"].median()) / NS_PER_MS, 3),
+        "compute_ms_median": round(float(s["compute_ns"].median()) / NS_PER_MS, 3),
         **_traffic(facts.collectives),
         **bw_fields,
     }

@@ -30,8 +30,7 @@ import polars as pl
 from tracediag.analysis import Finding
 from tracediag.detect.facts import Facts
 from tracediag.detect.thresholds import Thresholds
-
-MS = 1e6
+from tracediag.units import NS_PER_MS, NS_PER_US
 
 
 def _decided_on(steps: pl.DataFrame) -> pl.DataFrame:
@@ -107,20 +106,20 @@ def detect(facts: Facts, *, thresholds: Thresholds, explained: bool = False) -> 
     ev = {
         "idle_share_median": round(share, 3),
         "idle_share_by_rank": {str(r): round(float(v), 3) for r, v in per_rank.iter_rows()},
-        "idle_ms_per_step": round(float(s["idle_ns"].median()) / MS, 3),
-        "step_ms_median": round(float(s["dur_ns"].median()) / MS, 3),
-        "compute_ms_median": round(float(s["compute_ns"].median()) / MS, 3),
+        "idle_ms_per_step": round(float(s["idle_ns"].median()) / NS_PER_MS, 3),
+        "step_ms_median": round(float(s["dur_ns"].median()) / NS_PER_MS, 3),
+        "compute_ms_median": round(float(s["compute_ns"].median()) / NS_PER_MS, 3),
         "idle_waiting_on_host": round(float(s["idle_host_ns"].sum()) / idle, 3),
         "idle_waiting_on_kernels": round(float(s["idle_kernel_ns"].sum()) / idle, 3),
         "idle_other": round(float(s["idle_other_ns"].sum()) / idle, 3),
         "queue_depth_median": med("queue_depth"),
         "sync_calls_per_step": med("sync_n"),
-        "sync_ms_per_step": round(med("sync_ns") / MS, 3),
+        "sync_ms_per_step": round(med("sync_ns") / NS_PER_MS, 3),
         "item_calls_per_step": med("item_n"),
         "launches_per_step": med("launch_n"),
-        "launch_ms_per_step": round(med("launch_ns") / MS, 3),
+        "launch_ms_per_step": round(med("launch_ns") / NS_PER_MS, 3),
         "small_kernel_share": round(int(h["small_kernel_n"].sum()) / kernels, 3) if kernels else 0.0,
-        "kernel_us_median": round(med("kernel_ns_median") / 1e3, 1),
+        "kernel_us_median": round(med("kernel_ns_median") / NS_PER_US, 1),
         "input_share": round(float((s["input_ns"] / s["dur_ns"].clip(1)).median()), 3),
     }
     n = per_rank.height

@@ -23,9 +23,7 @@ import polars as pl
 from tracediag.analysis import Finding
 from tracediag.detect.facts import Facts
 from tracediag.detect.thresholds import Thresholds
-from tracediag.words import count
-
-MS = 1e6
+from tracediag.units import NS_PER_MS, count
 
 
 def detect(facts: Facts, *, thresholds: Thresholds) -> list[Finding]:
@@ -48,7 +46,7 @@ def detect(facts: Facts, *, thresholds: Thresholds) -> list[Finding]:
     hit = per_step.filter(pl.col("share") >= th.step_share * th.input_share).sort("step")
     ranks = tuple(per_rank["rank"].to_list())
     share = float(per_rank["share"].median())
-    lead = s["lead_idle_ns"].median() / MS
+    lead = s["lead_idle_ns"].median() / NS_PER_MS
     if annotated:
         summary = (
             f"every rank's device waits for data: loading takes {share:.0%} of the step (median over "
@@ -64,10 +62,10 @@ def detect(facts: Facts, *, thresholds: Thresholds) -> list[Finding]:
     evidence = {
         "input_share_median": round(share, 3),
         "input_share_by_rank": {str(r): round(float(v), 3) for r, v, _ in per_rank.iter_rows()},
-        "input_ms_median": round(float(s["input_ns"].median()) / MS, 3),
-        "lead_idle_ms_median": round(float(s["lead_idle_ns"].median()) / MS, 3),
+        "input_ms_median": round(float(s["input_ns"].median()) / NS_PER_MS, 3),
+        "lead_idle_ms_median": round(float(s["lead_idle_ns"].median()) / NS_PER_MS, 3),
         "loader_annotated": annotated,
-        "step_ms_median": round(float(s["dur_ns"].median()) / MS, 3),
+        "step_ms_median": round(float(s["dur_ns"].median()) / NS_PER_MS, 3),
     }
     confidence = min(1.0, float(per_rank["share"].min()) / (2 * th.input_share)) * float(per_rank["starved"].median())
     confidence *= 1.0 if annotated else 0.5

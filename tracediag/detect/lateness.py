@@ -20,9 +20,7 @@ from tracediag.derive import lateness
 from tracediag.detect import straggler
 from tracediag.detect.facts import Facts
 from tracediag.detect.thresholds import Thresholds
-from tracediag.words import count
-
-MS = 1e6
+from tracediag.units import NS_PER_MS, count
 
 
 def assess(facts: Facts, th: Thresholds) -> Lateness | None:
@@ -116,14 +114,14 @@ def reason_of(ex: pl.DataFrame, th: Thresholds) -> tuple[str, dict[str, float]]:
     excess = total("d_window_ns")
     nums = {
         "late_arrivals": ex.height,
-        "window_excess_ms": round(excess / MS, 3),
-        "lateness_ms": round(total("late_ns") / MS, 3),
-        "compute_excess_ms": round(total("d_compute_ns") / MS, 3),
-        "idle_excess_ms": round(total("d_idle_ns") / MS, 3),
-        "input_excess_ms": round(total("d_input_ns") / MS, 3),
-        "gc_ms": round(total("gc_ns") / MS, 3),
-        "sync_ms": round(total("sync_ns") / MS, 3),
-        "checkpoint_ms": round(total("checkpoint_ns") / MS, 3),
+        "window_excess_ms": round(excess / NS_PER_MS, 3),
+        "lateness_ms": round(total("late_ns") / NS_PER_MS, 3),
+        "compute_excess_ms": round(total("d_compute_ns") / NS_PER_MS, 3),
+        "idle_excess_ms": round(total("d_idle_ns") / NS_PER_MS, 3),
+        "input_excess_ms": round(total("d_input_ns") / NS_PER_MS, 3),
+        "gc_ms": round(total("gc_ns") / NS_PER_MS, 3),
+        "sync_ms": round(total("sync_ns") / NS_PER_MS, 3),
+        "checkpoint_ms": round(total("checkpoint_ns") / NS_PER_MS, 3),
         "compute_ratio": round(total("compute_ns") / max(total("p_compute_ns"), 1.0), 3),
         "ops_ratio": round(total("op_n") / max(total("p_op_n"), 1.0), 3),
     }
@@ -216,7 +214,8 @@ def detect(facts: Facts, late: Lateness | None, th: Thresholds, found: list[Find
     waiting = {
         "waiting_share": late.share,
         "peer_wait_ms_per_step": round(
-            float(ex["caused_ns"].sum()) / max(facts.late["rank"].n_unique() - len(ranks), 1) / len(steps) / MS, 3
+            float(ex["caused_ns"].sum()) / max(facts.late["rank"].n_unique() - len(ranks), 1) / len(steps) / NS_PER_MS,
+            3,
         ),
         "collectives": late.instances,
     }

@@ -22,8 +22,7 @@ from tracediag.analysis import Finding, Pipeline, StageIdle
 from tracediag.derive.p2p import stage_order
 from tracediag.detect.facts import Facts
 from tracediag.detect.thresholds import Thresholds
-
-MS = 1e6
+from tracediag.units import NS_PER_MS
 
 
 def bubble_formula(p: int, m: int, v: int = 1) -> float:
@@ -48,7 +47,7 @@ def pipeline_stages(facts: Facts) -> list[Pipeline]:
         per_stage = (
             s.filter(pl.col("rank").is_in(order))
             .group_by("rank")
-            .agg(share=pl.col("share").median(), bubble_ms=pl.col("bubble_ns").median() / MS)
+            .agg(share=pl.col("share").median(), bubble_ms=pl.col("bubble_ns").median() / NS_PER_MS)
         )
         shares = dict(per_stage.select("rank", "share").iter_rows())
         out.append(

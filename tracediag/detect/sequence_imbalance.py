@@ -25,8 +25,7 @@ import polars as pl
 from tracediag.analysis import Finding
 from tracediag.detect.facts import Facts
 from tracediag.detect.thresholds import Thresholds
-
-MS = 1e6
+from tracediag.units import NS_PER_MS
 
 
 def candidate_ranks(facts: Facts) -> list[int]:
@@ -73,7 +72,7 @@ def detect(facts: Facts, *, thresholds: Thresholds, ratios: pl.DataFrame) -> lis
         f"the slowest rank changes from step to step: on {len(steps)} of {n_steps} steps one rank computes "
         f"{hit['ratio'].median():.1f}x its peers' median (median over those steps), {by_rank.height} different "
         f"ranks in turn, none on more than {by_rank['n'].max()}; the others wait "
-        f"{hit['peer_wait_ns'].median() / MS:.0f} ms per step in collectives: uneven batches (variable sequence "
+        f"{hit['peer_wait_ns'].median() / NS_PER_MS:.0f} ms per step in collectives: uneven batches (variable sequence "
         f"lengths per rank)"
     )
     evidence = {
@@ -83,7 +82,7 @@ def detect(facts: Facts, *, thresholds: Thresholds, ratios: pl.DataFrame) -> lis
         "compute_ratio_median": round(float(hit["ratio"].median()), 3),
         "distinct_slowest_ranks": by_rank.height,
         "most_steps_one_rank": int(by_rank["n"].max()),
-        "peer_wait_ms_median": round(float(hit["peer_wait_ns"].median()) / MS, 3),
+        "peer_wait_ms_median": round(float(hit["peer_wait_ns"].median()) / NS_PER_MS, 3),
         "dp_ranks": ranks,
     }
     confidence = min(1.0, hit.height / n_steps) * min(

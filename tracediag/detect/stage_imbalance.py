@@ -33,8 +33,8 @@ from tracediag.derive.p2p import stage_order
 from tracediag.detect.facts import Facts
 from tracediag.detect.pipeline import bubble_formula
 from tracediag.detect.thresholds import Thresholds
+from tracediag.units import NS_PER_MS
 
-MS = 1e6
 TOP_OPS = 5
 """Operator differences listed in the evidence."""
 
@@ -49,7 +49,7 @@ def _ops_difference(facts: Facts, heavy: int, light: list[int], n_steps: int) ->
         ks.filter(pl.col("category") == "compute")
         .join(keys, on=["rank", "step"], how="semi")
         .group_by("rank", "name")
-        .agg(ms=pl.col("total_ns").sum() / MS / n_steps)
+        .agg(ms=pl.col("total_ns").sum() / NS_PER_MS / n_steps)
     )
     names = per_rank.select("name").unique()
     grid = names.join(pl.DataFrame({"rank": [heavy, *light]}, schema={"rank": pl.Int32}), how="cross")
@@ -118,10 +118,10 @@ def detect(facts: Facts, *, thresholds: Thresholds) -> list[Finding]:
         lost = int(per_step.select(saved.clip(lower_bound=0).sum()).item())
         dur = mine.group_by("step").agg(pl.col("dur_ns").median())
         balanced = per_step.join(dur, on="step").select(pl.col("dur_ns") - saved.clip(lower_bound=0))
-        balanced_ms = float(balanced.to_series().median()) / MS
+        balanced_ms = float(balanced.to_series().median()) / NS_PER_MS
         stage = order.index(heavy)
         shares = dict(per_stage.select("rank", "share").iter_rows())
-        per_mb = {str(i): round((comp.get(r) or 0) / m / MS, 3) for i, r in enumerate(order)}
+        per_mb = {str(i): round((comp.get(r) or 0) / m / NS_PER_MS, 3) for i, r in enumerate(order)}
         ops = _ops_difference(facts, heavy, light, n_steps)
         expected = round(bubble_formula(p, m), 4)
         what = "the last stage" if stage == p - 1 else "the first stage" if stage == 0 else f"stage {stage}"
@@ -132,8 +132,8 @@ def detect(facts: Facts, *, thresholds: Thresholds) -> list[Finding]:
         )
         summary = (
             f"pipeline stage {stage} (rank {heavy}, {what} of {p}) computes {ratio:.1f}x the other stages' median "
-            f"per micro-batch ({per_mb[str(stage)]:.1f} ms against {light_compute / m / MS:.1f} ms, m={m}); the "
-            f"other stages wait {light_bubble / MS:.0f} ms per step for it"
+            f"per micro-batch ({per_mb[str(stage)]:.1f} ms against {light_compute / m / NS_PER_MS:.1f} ms, m={m}); the "
+            f"other stages wait {light_bubble / NS_PER_MS:.0f} ms per step for it"
             + (f"; the difference: {top_ops} per step" if top_ops else "")
         )
         evidence = {
@@ -145,8 +145,8 @@ def detect(facts: Facts, *, thresholds: Thresholds) -> list[Finding]:
             "compute_ratio": round(ratio, 3),
             "heaviest_on_share": round(heavy_share, 3),
             "compute_ms_per_microbatch_by_stage": per_mb,
-            "mean_stage_compute_ms_per_microbatch": round(sum(comp.get(r) or 0 for r in order) / p / m / MS, 3),
-            "others_wait_ms_median": round(light_bubble / MS, 3),
+            "mean_stage_compute_ms_per_microbatch": round(sum(comp.get(r) or 0 for r in order) / p / m / NS_PER_MS, 3),
+            "others_wait_ms_median": round(light_bubble / NS_PER_MS, 3),
             "idle_share_by_stage": {str(i): round(float(shares.get(r) or 0), 4) for i, r in enumerate(order)},
             "expected_bubble_share": expected,
             "ops_difference": ops,

@@ -30,8 +30,7 @@ import polars as pl
 from tracediag.analysis import Finding
 from tracediag.detect.facts import Facts
 from tracediag.detect.thresholds import Thresholds
-
-MS = 1e6
+from tracediag.units import NS_PER_MS
 
 
 def rank_step_ratios(steps: pl.DataFrame, th: Thresholds) -> pl.DataFrame:
@@ -92,17 +91,17 @@ def _finding(
     lost = int(rows["lost_ns"].sum())
     summary = (
         f"rank {rank} computes {ratio:.1f}x its peers' median on {len(steps)} of {n_steps} steps "
-        f"({kind}); the other ranks wait {peer_wait / MS:.1f} ms per step in collectives for it, "
-        f"it waits {own_wait / MS:.1f} ms"
+        f"({kind}); the other ranks wait {peer_wait / NS_PER_MS:.1f} ms per step in collectives for it, "
+        f"it waits {own_wait / NS_PER_MS:.1f} ms"
     )
     evidence = {
         "kind": kind,
         "compute_ratio_median": round(float(ratio), 3),
         "compute_ratio_by_step": {str(s): round(float(r), 3) for s, r in rows.select("step", "ratio").iter_rows()},
-        "compute_ms_median": round(float(rows["compute_ns"].median()) / MS, 3),
-        "peer_compute_ms_median": round(float(rows["peer_compute_ns"].median()) / MS, 3),
-        "peer_wait_ms_median": round(float(peer_wait) / MS, 3),
-        "own_wait_ms_median": round(float(own_wait) / MS, 3),
+        "compute_ms_median": round(float(rows["compute_ns"].median()) / NS_PER_MS, 3),
+        "peer_compute_ms_median": round(float(rows["peer_compute_ns"].median()) / NS_PER_MS, 3),
+        "peer_wait_ms_median": round(float(peer_wait) / NS_PER_MS, 3),
+        "own_wait_ms_median": round(float(own_wait) / NS_PER_MS, 3),
         "last_arrivals": int(rows["late_n"].sum()),
         "collectives": int(rows["coll_n"].sum()),
         **more_evidence,

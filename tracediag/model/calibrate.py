@@ -25,6 +25,7 @@ import polars as pl
 from tracediag.errors import SpecError
 from tracediag.model.predict import predict
 from tracediag.model.time import FACTOR, gemm_time
+from tracediag.units import NS_PER_S
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -309,7 +310,7 @@ def gemm_table(paths: Iterable[str]) -> pl.DataFrame:
                 k=a.list.get(-1, null_on_oob=True),
                 n=b.list.get(-1, null_on_oob=True),
                 dtype=types.list.get(first, null_on_oob=True),
-                seconds=pl.coalesce("kernel_ns", "dur") / 1e9,
+                seconds=pl.coalesce("kernel_ns", "dur") / NS_PER_S,
                 steps=pl.lit(steps.height, dtype=pl.Int64),
             )
             .drop_nulls(["m", "k", "n"])
@@ -430,7 +431,7 @@ def measured_step_time(analysis: Analysis) -> tuple[float, float]:
     """(median step seconds, median compute seconds per rank-step) of the run."""
     steps = analysis.steps
     per_step = steps.group_by("step").agg(pl.col("dur_ns").max())
-    return float(per_step["dur_ns"].median()) / 1e9, float(steps["compute_ns"].median()) / 1e9
+    return float(per_step["dur_ns"].median()) / NS_PER_S, float(steps["compute_ns"].median()) / NS_PER_S
 
 
 def calibrate_from_trace(

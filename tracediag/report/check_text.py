@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tracediag.check_result import Check
-from tracediag.words import count, format_ms
+from tracediag.units import MS_PER_S, count, format_ms
 
 
 def _value(v: float | None, unit: str) -> str:
@@ -11,7 +11,7 @@ def _value(v: float | None, unit: str) -> str:
         return "-"
     if unit == "fraction":
         return f"{100 * v:.1f}%" if v <= 1 else "> 100%?"
-    return format_ms(v)
+    return format_ms(MS_PER_S * v, small=True)
 
 
 def render_check_text(check: Check) -> str:

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from tracediag.compare import Comparison
 from tracediag.report.figures import esc
-
-MS = 1e6
+from tracediag.units import NS_PER_MS, format_ms
 
 
 def _causes(side: dict) -> str:
-    return ", ".join(f"{c['cause']} ({c['time_lost_ns'] / MS:,.1f} ms lost)" for c in side["causes"]) or "-"
+    return ", ".join(f"{c['cause']} ({format_ms(c['time_lost_ns'] / NS_PER_MS)} lost)" for c in side["causes"]) or "-"
 
 
 def render_compare_text(c: Comparison, *, top: int = 10) -> str:
@@ -26,8 +25,8 @@ def render_compare_text(c: Comparison, *, top: int = 10) -> str:
     for ch in [x for x in c.changes if x["kind"] == "breakdown"]:
         pct = f"{ch['delta_pct']:+.0%}" if ch["delta_pct"] is not None else "-"
         lines.append(
-            f"{ch['name']:<28}{ch['base_ns_per_step'] / MS:>10.2f}{ch['new_ns_per_step'] / MS:>10.2f}"
-            f"{ch['delta_ns'] / MS:>+10.2f}{pct:>8}"
+            f"{ch['name']:<28}{ch['base_ns_per_step'] / NS_PER_MS:>10.2f}{ch['new_ns_per_step'] / NS_PER_MS:>10.2f}"
+            f"{ch['delta_ns'] / NS_PER_MS:>+10.2f}{pct:>8}"
         )
     kernels = [x for x in c.changes if x["kind"] == "kernel"]
     lines += ["", f"kernels/operators that changed (ms per step, summed over ranks; {len(kernels)} in all, top {top})"]
@@ -36,8 +35,8 @@ def render_compare_text(c: Comparison, *, top: int = 10) -> str:
     for k in kernels[:top]:
         name = k["name"] if len(k["name"]) <= 80 else k["name"][:77] + "..."
         lines.append(
-            f"{k['status']:<9}{k['base_ns_per_step'] / MS:>10.3f}{k['new_ns_per_step'] / MS:>10.3f}"
-            f"{k['delta_ns'] / MS:>+10.3f}  {k['category']:<14}{name}"
+            f"{k['status']:<9}{k['base_ns_per_step'] / NS_PER_MS:>10.3f}{k['new_ns_per_step'] / NS_PER_MS:>10.3f}"
+            f"{k['delta_ns'] / NS_PER_MS:>+10.3f}  {k['category']:<14}{name}"
         )
     lines += ["", f"causes in base: {_causes(b)}", f"causes in new:  {_causes(n)}"]
     return "\n".join(lines)
@@ -46,14 +45,16 @@ def render_compare_text(c: Comparison, *, top: int = 10) -> str:
 def render_compare_html(c: Comparison, *, title: str = "tracediag compare") -> str:
     """The comparison as one HTML page (no script, no network); every name from a trace is escaped."""
     rows = "".join(
-        f"<tr><td>{esc(x['name'])}</td><td class='num'>{x['base_ns_per_step'] / MS:,.2f}</td>"
-        f"<td class='num'>{x['new_ns_per_step'] / MS:,.2f}</td><td class='num'>{x['delta_ns'] / MS:+,.2f}</td></tr>"
+        f"<tr><td>{esc(x['name'])}</td><td class='num'>{x['base_ns_per_step'] / NS_PER_MS:,.2f}</td>"
+        f"<td class='num'>{x['new_ns_per_step'] / NS_PER_MS:,.2f}</td>"
+        f"<td class='num'>{x['delta_ns'] / NS_PER_MS:+,.2f}</td></tr>"
         for x in c.changes
         if x["kind"] == "breakdown"
     )
     krows = "".join(
-        f"<tr><td>{esc(x['status'])}</td><td class='num'>{x['base_ns_per_step'] / MS:,.3f}</td>"
-        f"<td class='num'>{x['new_ns_per_step'] / MS:,.3f}</td><td class='num'>{x['delta_ns'] / MS:+,.3f}</td>"
+        f"<tr><td>{esc(x['status'])}</td><td class='num'>{x['base_ns_per_step'] / NS_PER_MS:,.3f}</td>"
+        f"<td class='num'>{x['new_ns_per_step'] / NS_PER_MS:,.3f}</td>"
+        f"<td class='num'>{x['delta_ns'] / NS_PER_MS:+,.3f}</td>"
         f"<td>{esc(x['category'])}</td><td>{esc(x['name'])}</td></tr>"
         for x in c.changes
         if x["kind"] == "kernel"

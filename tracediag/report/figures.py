@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from tracediag.causes import blamed_ranks
-from tracediag.words import count
+from tracediag.units import MS_PER_S, NS_PER_MS, count
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -40,7 +40,6 @@ LOG_SPAN = 50
 """The check chart switches to a log axis when its largest value exceeds the smallest by this factor."""
 MAX_GROUP_ROWS = 12
 """Collective rows in the timeline, one per group, before groups are merged into one row per op."""
-MS = 1e6
 HOT = 1.25
 """Heat-map colours run from the median (pale) to at least this multiple of it (dark), so noise stays pale."""
 
@@ -89,7 +88,7 @@ def _layout(fig: go.Figure, *, height: int, **kw: Any) -> go.Figure:
 
 def _ms_list(ns: pl.Series, *, digits: int = 2) -> list[float | None]:
     """Nanoseconds as milliseconds, rounded so that the page stays small."""
-    return (ns / MS).round(digits).to_list()
+    return (ns / NS_PER_MS).round(digits).to_list()
 
 
 def _bin_size(n: int, limit: int) -> int:
@@ -126,9 +125,13 @@ def heatmap(steps: pl.DataFrame, column: str, title: str, *, from_zero: bool = F
         .agg(pl.col(column).max())
     )
     ncol = math.ceil(len(step_numbers) / sk)
-    median, top = (steps[column].median() or 0) / MS, (steps[column].max() or 0) / MS
+    median, top = (steps[column].median() or 0) / NS_PER_MS, (steps[column].max() or 0) / NS_PER_MS
     low = 0.0 if from_zero else median
-    grid = cells.with_columns((pl.col(column) / MS).round(2)).pivot(on="col", index="row", values=column).sort("row")
+    grid = (
+        cells.with_columns((pl.col(column) / NS_PER_MS).round(2))
+        .pivot(on="col", index="row", values=column)
+        .sort("row")
+    )
     rows = [_rank_label(r, rk) for r in grid["row"].to_list()]
     z = grid.select([str(c) for c in range(ncol)]).rows()
     xlabels = [str(step_numbers[c * sk]) if sk == 1 else f"{step_numbers[c * sk]}+" for c in range(ncol)]
@@ -267,7 +270,7 @@ def _span_bars(rows: pl.DataFrame, t0: int, name: str, color: str) -> go.Bar:
         name=name,
         marker={"color": color},
         customdata=rows.select(
-            (pl.col(c) / MS).round(2) for c in ("compute_ns", "exposed_comm_ns", "wait_ns", "idle_ns")
+            (pl.col(c) / NS_PER_MS).round(2) for c in ("compute_ns", "exposed_comm_ns", "wait_ns", "idle_ns")
         ).rows(),
         hovertemplate="%{y}: %{x:.1f} ms<br>compute %{customdata[0]:.1f} ms<br>exposed comm "
         "%{customdata[1]:.1f} ms<br>waiting %{customdata[2]:.1f} ms<br>idle %{customdata[3]:.1f} ms"
@@ -408,7 +411,7 @@ def check_chart(check: Check) -> Figure:
     fig.add_trace(
         go.Bar(
             y=labels,
-            x=[1e3 * c.predicted for c in rows],
+            x=[MS_PER_S * c.predicted for c in rows],
             orientation="h",
             name="predicted",
             marker={"color": COLORS["predicted"]},
@@ -418,7 +421,7 @@ def check_chart(check: Check) -> Figure:
     fig.add_trace(
         go.Bar(
             y=labels,
-            x=[0.0 if c.observed is None else 1e3 * c.observed for c in rows],
+            x=[0.0 if c.observed is None else MS_PER_S * c.observed for c in rows],
             orientation="h",
             name="observed",
             marker={"color": COLORS["observed"]},
@@ -428,7 +431,7 @@ def check_chart(check: Check) -> Figure:
         )
     )
     _layout(fig, height=120 + 48 * len(rows), barmode="group")
-    values = [1e3 * v for c in rows for v in (c.observed, c.predicted) if v]
+    values = [MS_PER_S * v for c in rows for v in (c.observed, c.predicted) if v]
     log = bool(values) and max(values) > LOG_SPAN * min(values)
     fig.update_xaxes(
         title="ms per step (median)" + (", log scale" if log else ""),

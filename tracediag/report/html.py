@@ -25,7 +25,7 @@ from tracediag.report.figures import (
     timeline,
 )
 from tracediag.report.kernels_html import kernels_section
-from tracediag.words import count, format_ms, noun
+from tracediag.units import MS_PER_S, NS_PER_MS, count, format_ms, noun
 
 if TYPE_CHECKING:
     from tracediag.analysis import Analysis, Finding, Pipeline, WhatIf
@@ -74,7 +74,7 @@ def _figure(fig: Figure, name: str) -> str:
 
 
 def _ms(ns: float) -> str:
-    return f"{ns / 1e6:,.1f} ms"
+    return format_ms(ns / NS_PER_MS)
 
 
 def _size(n: int) -> str:
@@ -143,7 +143,7 @@ def _findings(analysis: Analysis) -> str:
 def _num(v: float | None, unit: str) -> str:
     if v is None:
         return "—"
-    return f"{100 * v:.1f}%" if unit == "fraction" else format_ms(v)
+    return f"{100 * v:.1f}%" if unit == "fraction" else format_ms(MS_PER_S * v, small=True)
 
 
 def _ratio(r: float | None) -> str:

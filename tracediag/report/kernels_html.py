@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from tracediag.report.figures import esc
+from tracediag.units import NS_PER_MS, format_ms
 
 if TYPE_CHECKING:
     from tracediag.analysis import Analysis
@@ -25,11 +26,13 @@ def kernels_section(analysis: Analysis, top: int = TOP_HTML) -> str:
     ]
     for rank in sorted({int(r["rank"]) for r in rows}):
         split = " · ".join(
-            f"{esc(c['category'])} {c['total_ns'] / 1e6:,.1f} ms ({c['share']:.0%})" for c in cats if c["rank"] == rank
+            f"{esc(c['category'])} {format_ms(c['total_ns'] / NS_PER_MS)} ({c['share']:.0%})"
+            for c in cats
+            if c["rank"] == rank
         )
         body = "".join(
-            f"<tr><td class='num'>{r['total_ns'] / 1e6:,.2f}</td><td class='num'>{r['share']:.1%}</td>"
-            f"<td class='num'>{int(r['count']):,}</td><td class='num'>{r['mean_ns'] / 1e6:,.3f}</td>"
+            f"<tr><td class='num'>{r['total_ns'] / NS_PER_MS:,.2f}</td><td class='num'>{r['share']:.1%}</td>"
+            f"<td class='num'>{int(r['count']):,}</td><td class='num'>{r['mean_ns'] / NS_PER_MS:,.3f}</td>"
             f"<td>{esc(r['category'])}</td><td>{esc(r['name'])}</td></tr>"
             for r in [r for r in rows if int(r["rank"]) == rank][:top]
         )

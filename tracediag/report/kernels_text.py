@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from tracediag.units import NS_PER_MS, format_ms
+
 if TYPE_CHECKING:
     from tracediag.analysis import Analysis
-
-MS = 1e6
 
 
 def render_kernels(analysis: Analysis, top: int) -> str:
@@ -22,14 +22,17 @@ def render_kernels(analysis: Analysis, top: int) -> str:
     ]
     for rank in sorted({r["rank"] for r in rows}):
         split = ", ".join(
-            f"{c['category']} {c['total_ns'] / MS:,.1f} ms ({c['share']:.0%})" for c in cats if c["rank"] == rank
+            f"{c['category']} {format_ms(c['total_ns'] / NS_PER_MS)} ({c['share']:.0%})"
+            for c in cats
+            if c["rank"] == rank
         )
         lines.append(f"rank {rank}: {split}")
         lines.append(f"{'total ms':>10}{'share':>7}{'count':>7}{'mean ms':>10}  {'category':<14}name")
         for r in [r for r in rows if r["rank"] == rank][:top]:
             name = r["name"] if len(r["name"]) <= 90 else r["name"][:87] + "..."
             lines.append(
-                f"{r['total_ns'] / MS:>10,.2f}{r['share']:>7.1%}{r['count']:>7}{r['mean_ns'] / MS:>10.3f}  "
+                f"{r['total_ns'] / NS_PER_MS:>10,.2f}{r['share']:>7.1%}{r['count']:>7}"
+                f"{r['mean_ns'] / NS_PER_MS:>10.3f}  "
                 f"{r['category']:<14}{name}"
             )
     return "\n".join(lines)

@@ -8,9 +8,8 @@ from typing import Any
 import polars as pl
 
 from tracediag.analysis import Analysis, Cause, Finding, Lateness, WhatIf
-from tracediag.words import count, noun
+from tracediag.units import NS_PER_MS, count, format_ms, noun
 
-MS = 1e6
 COLUMNS = (
     ("dur_ns", "dur ms", "step time = compute + exposed + copy + the three idles"),
     ("compute_ns", "compute", "computing"),
@@ -56,7 +55,7 @@ def _finding_lines(i: int, f: Finding) -> list[str]:
     head = (
         f"{i}. {f.cause}  {noun(len(f.ranks), 'rank')} {_span(f.ranks)}  "
         f"{noun(n, 'step')} {_span(f.steps)}  "
-        f"lost {f.time_lost_ns / MS:,.1f} ms over {count(n, 'step')}  confidence {f.confidence:.2f}"
+        f"lost {format_ms(f.time_lost_ns / NS_PER_MS)} over {count(n, 'step')}  confidence {f.confidence:.2f}"
     )
     if not f.measurable:
         head += "  found, costs nothing measurable"
@@ -75,7 +74,7 @@ def _lateness_lines(late: Lateness | None) -> list[str]:
     if late is None or not late.instances:
         return []
     t = late.ranks
-    waits = f"{late.wait_ns / MS:,.1f} ms waiting in {count(late.instances, 'collective instance')}"
+    waits = f"{format_ms(late.wait_ns / NS_PER_MS)} waiting in {count(late.instances, 'collective instance')}"
     if late.waited_for:
         mine = t.filter(pl.col("rank").is_in(list(late.waited_for)))
         last = int(mine["last_n"].max())
@@ -99,12 +98,12 @@ def _step_table(steps: pl.DataFrame, whatif: WhatIf | None = None) -> list[str]:
     per_step = (
         steps.group_by("step")
         .agg(
-            *[(pl.col(c).mean() / MS).alias(c) for c, _, _ in COLUMNS],
+            *[(pl.col(c).mean() / NS_PER_MS).alias(c) for c, _, _ in COLUMNS],
             slowest=pl.col("rank").sort_by("compute_ns").last(),
         )
         .sort("step")
     )
-    without = {s.step: s.without_all_ns / MS for s in whatif.steps} if whatif else {}
+    without = {s.step: s.without_all_ns / NS_PER_MS for s in whatif.steps} if whatif else {}
     header = f"{'step':>8}" + "".join(f"{label:>11}" for _, label, _ in COLUMNS) + f"{'max compute':>13}"
     header += f"{'what-if':>10}" if without else ""
     legend = LEGEND + ("; what-if = the step replayed without every cause found" if without else "")
@@ -126,8 +125,8 @@ def _whatif_line(whatif: WhatIf | None) -> list[str]:
     err = whatif.replay_error_median
     fit = f" (the replay of the observed durations is off by {err:.1%} median)" if err is not None else ""
     return [
-        f"what-if, every cause removed: the step would take {whatif.step_time_without_all_ns / MS:,.1f} ms "
-        f"instead of {whatif.step_time_ns / MS:,.1f} ms{fit}"
+        f"what-if, every cause removed: the step would take {format_ms(whatif.step_time_without_all_ns / NS_PER_MS)} "
+        f"instead of {format_ms(whatif.step_time_ns / NS_PER_MS)}{fit}"
     ]
 
 

@@ -26,11 +26,10 @@ import polars as pl
 from tracediag.analysis import Cause, Finding, WhatIf, WhatIfStep
 from tracediag.detect.facts import Facts
 from tracediag.detect.thresholds import Thresholds
+from tracediag.units import NS_PER_MS, format_ms
 from tracediag.whatif import causes
 from tracediag.whatif.graph import Graph
 from tracediag.whatif.replay import replay, step_times
-
-MS = 1e6
 
 
 @dataclass(frozen=True)
@@ -47,16 +46,10 @@ class Pricing:
     entry, e.g. m → step) and the clause appended to the sentence; None: no projection."""
 
 
-def _ms(ns: float) -> str:
-    """Milliseconds with the digits the value needs: 255, 9.2, 0.18 (never a step shown as 0 ms)."""
-    ms = ns / MS
-    digits = 0 if ms >= 10 else 1 if ms >= 1 else 2
-    return f"{ms:,.{digits}f}" if ms >= 0.01 else "< 0.01"
-
-
 def _then(without_ns: float, observed_ns: float) -> str:
     """ "the step would take 124 ms instead of 255 ms"."""
-    return f"the step would take {_ms(without_ns)} ms instead of {_ms(observed_ns)} ms"
+    without, observed = (format_ms(ns / NS_PER_MS, None, unit=False) for ns in (without_ns, observed_ns))
+    return f"the step would take {without} ms instead of {observed} ms"
 
 
 def replay_error_by_rank(per_rank: pl.DataFrame) -> dict[int, float]:
