@@ -14,7 +14,7 @@ Python API (see docs/api.md)::
 from importlib import import_module
 from typing import TYPE_CHECKING
 
-import tracediag.forks  # noqa: F401 - the fork hook, from import on
+import tracediag.ingest.workers  # noqa: F401 - the fork hook, from import on
 
 if TYPE_CHECKING:
     from tracediag.analysis import Analysis, Cause, Finding

@@ -19,17 +19,16 @@ import orjson
 import polars as pl
 
 from tracediag.errors import NotATraceError, OutputError, RankError, TracediagError, TraceError, one_line, shown
-from tracediag.forks import forked_after_import
 from tracediag.ingest import timeline
 from tracediag.ingest.commkernel import check_comm_kernel, mark_comm_kernels
 from tracediag.ingest.read import read_traces
 from tracediag.ingest.remote import expand, filesystem, is_remote, location_key, read_prefix
 from tracediag.ingest.sniff import is_stream, sniff
 from tracediag.ingest.trace import FileMeta, FileTrace, ProcessGroup
-from tracediag.ingest.workers import map_in_workers
+from tracediag.ingest.workers import forked_after_import, map_in_workers
 from tracediag.output import write_atomic
-from tracediag.regex import user_regex
 from tracediag.schema import EVENT_SCHEMA, MAX_RANK, conform, empty_events
+from tracediag.vocab import user_regex
 
 FORK_WARNING = (
     "tracediag: this process was forked from one that had imported tracediag; if that process ran polars "
@@ -142,7 +141,7 @@ def rank_resolver(*, rank_from_filename: str | None = None, rank_map: dict[str, 
 
     `rank_map` keys match a full path or a base name; `rank_from_filename` is a regex whose first
     group (or whole match) is the rank, searched in the base name (by the linear-time engine of
-    `tracediag.regex`). A refused regex or a rank out of range is a `RankError`.
+    `tracediag.vocab.user_regex`). A refused regex or a rank out of range is a `RankError`.
     """
     try:
         pattern = user_regex(rank_from_filename, "--rank-from-filename") if rank_from_filename else None

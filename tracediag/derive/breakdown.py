@@ -40,15 +40,9 @@ import polars as pl
 from tracediag.derive.intervals import TimeKeys, asof_by_rank, covered, rank_time, sweep, union_intervals
 from tracediag.derive.ranked import keep_ranked
 from tracediag.derive.steps import Launches, launches
-from tracediag.names import distinct_names, name_matches
-from tracediag.vocab import HOST_COMM_OP as COMM_OP_REGEX
-
-INPUT_REGEX = r"(?i)dataloader"
-"""Host rows that load input (``enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__``, ...)."""
+from tracediag.vocab import ATEN_OP, HOST_COMM_OP, INPUT_OP, distinct_names, name_matches
 
 P2P_OPS = ("send", "recv")
-ATEN_OP_REGEX = r"^aten::"
-"""ATen operators: the work happens in their own bodies (`_host_compute`)."""
 """Point-to-point operations (pipeline traffic), kept apart so a bubble is not read as comm_bound."""
 
 KERNEL_WAIT_NS = 30_000
@@ -74,7 +68,7 @@ BREAKDOWN_COLUMNS = (
 
 @dataclass(frozen=True)
 class _Names:
-    """The name tests of the breakdown, evaluated once per distinct name (`tracediag.names`)."""
+    """The name tests of the breakdown, evaluated once per distinct name (`tracediag.vocab`)."""
 
     comm_op: pl.Expr
     input: pl.Expr
@@ -240,7 +234,7 @@ def device_sweep(
     (spans not partial); cut also at the start of each of `sync`'s rows (`derive.sync_segments.sync_ends`).
     ``breakdown_cut``: true where a segment starts at a cut of the breakdown's own timeline (the
     device categories and ``step``); the other cuts split its segments into pieces of equal counts.
-    `names`: `names.distinct_names` of `events`, when the caller has them; `keys`: their
+    `names`: `vocab.distinct_names` of `events`, when the caller has them; `keys`: their
     `intervals.time_keys`.
     """
     names = distinct_names(events) if names is None else names
@@ -248,7 +242,7 @@ def device_sweep(
     own = _device_timeline(lf, spans, _names(names))
     parts = [
         own.with_columns(breakdown_cut=pl.lit(True)),
-        lf.filter(pl.col("device") == -1, name_matches(names, INPUT_REGEX)).select(
+        lf.filter(pl.col("device") == -1, name_matches(names, INPUT_OP)).select(
             "rank", "ts", end=_end(), cat=_cat("input"), breakdown_cut=pl.lit(False)
         ),
         sp.filter(~pl.col("partial"), pl.col("start").is_not_null()).select(
@@ -269,9 +263,9 @@ def _names(names: pl.DataFrame | pl.Series) -> _Names:
     if isinstance(names, pl.DataFrame):
         names = distinct_names(names)
     return _Names(
-        comm_op=name_matches(names, COMM_OP_REGEX),
-        input=name_matches(names, INPUT_REGEX),
-        kernel_op=name_matches(names, ATEN_OP_REGEX),
+        comm_op=name_matches(names, HOST_COMM_OP),
+        input=name_matches(names, INPUT_OP),
+        kernel_op=name_matches(names, ATEN_OP),
     )
 
 
@@ -388,7 +382,7 @@ def breakdown(
 
     Returns ``rank, step, device, start_ns, dur_ns`` and `BREAKDOWN_COLUMNS` (Int64), one row per
     span, partial steps included (the caller drops them). `names`:
-    `names.distinct_names` of `events`, when the caller has them; `device`: their
+    `vocab.distinct_names` of `events`, when the caller has them; `device`: their
     `device_sweep`, when the caller has it; `ordered`: `events` are sorted by rank then ts
     (`intervals.in_time_order`), which spares a sort; `launched`: their `derive.steps.launches`;
     `keys`: their `intervals.time_keys`.

@@ -26,16 +26,11 @@ from tracediag.derive.grouping import per_rank_step
 from tracediag.derive.intervals import TimeKeys, time_order
 from tracediag.derive.ranked import keep_ranked
 from tracediag.derive.steps import Launches, launches
-from tracediag.names import distinct_names, name_matches
+from tracediag.vocab import BLOCKING_CALL, COPY_CALL, ITEM_OP, KERNEL_LAUNCH, distinct_names, name_matches
 
-SYNC_REGEX = r"(?i)synchronize|^(?:cuda|hip)Memcpy(?:WithStream)?$|^cuMemcpy(?:DtoH|HtoD)?(?:_v2)?$"
-"""Runtime calls that block the host until the device is done."""
-COPY_REGEX = r"(?i)memcpy"
 BLOCKING_COPY_NS = 100_000
 """An asynchronous copy call that holds the host this long (100 µs: far above the ~5 µs of a true
 asynchronous enqueue) waited for the device: pageable memory or a device-to-host read."""
-ITEM_REGEX = r"^aten::(?:item|_local_scalar_dense)$"
-LAUNCH_REGEX = r"(?i)launchkernel|graphlaunch|modulelaunchkernel|cuLaunch"
 
 HOST_SCHEMA: dict[str, pl.DataType] = {
     "rank": pl.Int32(),
@@ -61,7 +56,7 @@ def host_feed(
     keys: TimeKeys | None = None,
 ) -> pl.DataFrame:
     """Per (rank, step) of GPU ranks: `HOST_SCHEMA` (see the module docstring). `names`:
-    `names.distinct_names` of `events`, when the caller has them; `launched`: their
+    `vocab.distinct_names` of `events`, when the caller has them; `launched`: their
     `derive.steps.launches` (over the spans' markers), when the caller has them; `keys`: their
     `intervals.time_keys`."""
     gpu = spans.filter(pl.col("device") >= 0).select("rank", "device").unique()
@@ -72,8 +67,10 @@ def host_feed(
     # the aggregates of CPU-only ranks' rows find no GPU step to join below: no filter by rank here
     host = lf.filter(pl.col("device") == -1, pl.col("step").is_not_null())
     runtime = host.filter(pl.col("kind").is_in(["runtime", "sync"]))
-    blocking = name_matches(names, SYNC_REGEX) | (name_matches(names, COPY_REGEX) & (pl.col("dur") >= BLOCKING_COPY_NS))
-    launch = name_matches(names, LAUNCH_REGEX)
+    blocking = name_matches(names, BLOCKING_CALL) | (
+        name_matches(names, COPY_CALL) & (pl.col("dur") >= BLOCKING_COPY_NS)
+    )
+    launch = name_matches(names, KERNEL_LAUNCH)
     # only the rows counted below take part (a (rank, step) with none gets zeros from the join)
     # the tests made columns first: the aggregations are plain sums (a test inside an aggregation is
     # evaluated group by group)
@@ -86,7 +83,7 @@ def host_feed(
         pl.when("_launch").then("dur").otherwise(0).sum().alias("launch_ns"),
     )
     items = per_rank_step(
-        host.filter(pl.col("kind") == "cpu_op", name_matches(names, ITEM_REGEX)), pl.len().alias("item_n")
+        host.filter(pl.col("kind") == "cpu_op", name_matches(names, ITEM_OP)), pl.len().alias("item_n")
     )
     if launched is None:
         launched = launches(events, spans.select("rank", "step", "host_start", "host_end"), names=names, keys=keys)

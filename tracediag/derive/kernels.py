@@ -13,9 +13,8 @@ from __future__ import annotations
 import polars as pl
 
 from tracediag.analysis import KERNEL_CATEGORY_SCHEMA, KERNEL_SCHEMA
-from tracediag.derive.breakdown import COMM_OP_REGEX
 from tracediag.derive.ranked import keep_ranked
-from tracediag.names import distinct_names, name_matches
+from tracediag.vocab import HOST_COMM_OP, distinct_names, name_matches
 
 TOP_STORED = 50
 """Rows kept per rank in the analysis (the JSON stays small on traces with thousands of kernels)."""
@@ -94,7 +93,7 @@ def kernel_steps(events: pl.DataFrame, devices: pl.DataFrame, *, names: pl.Serie
     The per-rank half of the kernel view (`kernel_view` sums it over the analysed steps). `events`
     has ``step`` filled (`derive.steps.assign_steps`); `devices` holds ``rank`` and its main
     ``device`` (-1: CPU-only). `names`:
-    `names.distinct_names` of `events`, when the caller has them.
+    `vocab.distinct_names` of `events`, when the caller has them.
     """
     name = pl.col("name").cast(pl.String)
     names = distinct_names(events) if names is None else names
@@ -118,7 +117,7 @@ def kernel_steps(events: pl.DataFrame, devices: pl.DataFrame, *, names: pl.Serie
         .join(main.filter(pl.col("device") < 0), on="rank", how="semi")
         .with_columns(
             category=pl.when(
-                (pl.col("kind") == "comm") | pl.col("coll_op").is_not_null() | name_matches(names, COMM_OP_REGEX)
+                (pl.col("kind") == "comm") | pl.col("coll_op").is_not_null() | name_matches(names, HOST_COMM_OP)
             )
             .then(_category("communication"))
             .otherwise(_category("compute"))

@@ -22,8 +22,8 @@ from tracediag.derive.steps import assign_steps, find_markers, launches, step_sp
 from tracediag.derive.summary import RankSummary
 from tracediag.derive.sync_segments import segments, sync_ends
 from tracediag.derive.windows import rank_windows
-from tracediag.names import distinct_names
 from tracediag.sanity import rank_extents
+from tracediag.vocab import distinct_names
 
 _NO_OFFSETS = pl.DataFrame(schema={"rank": pl.Int32, "offset_ns": pl.Int64})
 

@@ -22,13 +22,7 @@ import polars as pl
 
 from tracediag.derive.intervals import TimeKeys, asof_by_rank, ranked_span
 from tracediag.derive.ranked import keep_ranked
-from tracediag.names import distinct_names, name_matches
-from tracediag.regex import user_regex
-from tracediag.vocab import STEP_NUMBER as DEFAULT_STEP_REGEX
-
-LAUNCH_REGEX = r"(?i)launch"
-"""Runtime calls that put a kernel on the device: a launch with no kernel row was lost. (Memsets and
-copies are left out: the runtime elides some, e.g. empty ones, in every step.)"""
+from tracediag.vocab import ANY_LAUNCH, STEP_NUMBER, distinct_names, name_matches, user_regex
 
 PARTIAL_SHORT = 0.5
 """An edge step shorter than this fraction of the rank's shortest other step is cut by the window."""
@@ -55,7 +49,7 @@ def find_markers(events: pl.DataFrame, *, step_regex: str | None = None) -> pl.D
     rows of any kind whose name matches; the first group is the step number, or, when the regex
     has no group, steps are numbered 0, 1, ... in time order per rank.
     """
-    pattern = step_regex or DEFAULT_STEP_REGEX
+    pattern = step_regex or STEP_NUMBER
     compiled = user_regex(pattern, "--step-regex")  # linear time; a refused pattern is a one-line ValueError
     host = events.lazy().filter(pl.col("device") == -1)
     if step_regex is None:
@@ -111,8 +105,8 @@ def _launch_steps(
     events: pl.DataFrame, markers: pl.DataFrame, names: pl.Series, ordered: bool, keys: TimeKeys | None
 ) -> pl.LazyFrame:
     """Per (rank, correlation) of host runtime calls: the step during which the call ran, its name
-    (``_call``) and whether it launches a kernel (``_launch``, `LAUNCH_REGEX`; `names`:
-    `names.distinct_names` of `events`; `ordered`: `events` are sorted by rank then ts)."""
+    (``_call``) and whether it launches a kernel (``_launch``, `vocab.ANY_LAUNCH`; `names`:
+    `vocab.distinct_names` of `events`; `ordered`: `events` are sorted by rank then ts)."""
     runtime = (
         events.lazy()
         .filter(pl.col("kind") == "runtime", pl.col("device") == -1, pl.col("correlation").is_not_null())
@@ -121,7 +115,7 @@ def _launch_steps(
             "correlation",
             "ts",
             _call="name",
-            _launch=name_matches(names, LAUNCH_REGEX),
+            _launch=name_matches(names, ANY_LAUNCH),
             _call_ts="ts",
             _call_end=pl.col("ts") + pl.col("dur"),
         )
@@ -139,7 +133,7 @@ class Launches:
 
     calls: pl.DataFrame
     """Per host runtime call with a ``correlation``: ``rank, correlation``, ``_call`` (its name),
-    ``_launch`` (a kernel launch, `LAUNCH_REGEX`), ``_call_ts``, ``_call_end`` and ``_launch_step``
+    ``_launch`` (a kernel launch, `vocab.ANY_LAUNCH`), ``_call_ts``, ``_call_end`` and ``_launch_step``
     (the marker whose host span holds the call); ``_rc``, the `call_key`, when it fits."""
     links: pl.DataFrame
     """The device rows (any device and kind), in the event table's order: ``_row`` (index in the
@@ -156,7 +150,7 @@ def launches(
     keys: TimeKeys | None = None,
 ) -> Launches:
     """The `Launches` of `events` over `markers` (`find_markers`). `names`:
-    `names.distinct_names` of `events`, when the caller has them; `ordered`: `events` are
+    `vocab.distinct_names` of `events`, when the caller has them; `ordered`: `events` are
     sorted by rank then ts (`intervals.in_time_order`), which spares a sort; `keys`: their
     `intervals.time_keys` (Int64 keys for the as-of join)."""
     calls = _launch_steps(events, markers, distinct_names(events) if names is None else names, ordered, keys)
@@ -204,7 +198,7 @@ def step_spans(
 
     Returns a frame with `STEP_SPAN_SCHEMA`. A rank with device activity gets the device span of the
     device that has most of it; other ranks use the host span and ``device = -1``. `names`:
-    `names.distinct_names` of `events`, when the caller has them; `ordered`: `events` are
+    `vocab.distinct_names` of `events`, when the caller has them; `ordered`: `events` are
     sorted by rank then ts (`intervals.in_time_order`: a `Run`'s are), which spares a sort;
     `launched`: `launches` of `events` and `markers`, when the caller has them; `keys`: their
     `intervals.time_keys`.

@@ -20,7 +20,7 @@ from __future__ import annotations
 import polars as pl
 
 from tracediag.derive.intervals import TimeKeys, asof_by_rank, rank_time
-from tracediag.names import distinct_names, name_matches
+from tracediag.vocab import FORWARD_ANNOTATION, PHASE_ANNOTATION, distinct_names, name_matches
 
 SYNC_SCHEMA: dict[str, pl.DataType] = {
     "rank": pl.Int32(),
@@ -63,10 +63,6 @@ LOCAL_CATEGORIES = ("compute", "input", "idle", "other")
 """What a rank does between sync points, each edited on its own by a cause (`causes`)."""
 LOCAL_COLUMNS = tuple(f"{c}_ns" for c in LOCAL_CATEGORIES)
 
-PHASE_REGEX = r"^(?i:forward|backward)"
-"""Pipeline schedule annotations (`torch.distributed.pipelining`: ``Forward i``, ``Backward i``): a
-send inside a forward goes to the next stage, a recv comes from the previous one; backward reverses."""
-
 
 def _category_tests() -> dict[str, pl.Expr]:
     """The local category of an elementary segment, one test per category of `LOCAL_CATEGORIES`:
@@ -86,7 +82,7 @@ def _category_tests() -> dict[str, pl.Expr]:
 def sync_ends(events: pl.DataFrame, instances: pl.DataFrame, *, names: pl.Series | None = None) -> pl.DataFrame:
     """The rank's sync ends (`SYNC_SCHEMA`) from its events and its collective instances
     (`derive.collectives.collective_instances`). `names`:
-    `names.distinct_names` of `events`, when the caller has them."""
+    `vocab.distinct_names` of `events`, when the caller has them."""
     lf = events.lazy()
     names = distinct_names(events) if names is None else names
     streams = (
@@ -111,8 +107,10 @@ def sync_ends(events: pl.DataFrame, instances: pl.DataFrame, *, names: pl.Series
         .select("rank", "tid", "ts", "dur", "stream", dir=op, peer=pl.col("coll_peer"), bytes=pl.col("coll_bytes"))
     )
     phases = (
-        lf.filter(pl.col("device") == -1, pl.col("kind") == "annotation", name_matches(names, PHASE_REGEX))
-        .select("rank", "tid", _pts="ts", _pend=pl.col("ts") + pl.col("dur"), _fwd=name_matches(names, "(?i)^forward"))
+        lf.filter(pl.col("device") == -1, pl.col("kind") == "annotation", name_matches(names, PHASE_ANNOTATION))
+        .select(
+            "rank", "tid", _pts="ts", _pend=pl.col("ts") + pl.col("dur"), _fwd=name_matches(names, FORWARD_ANNOTATION)
+        )
         .sort("_pts")
     )
     p2p = (

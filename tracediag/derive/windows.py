@@ -19,8 +19,7 @@ from __future__ import annotations
 import polars as pl
 
 from tracediag.derive.intervals import covered, rank_time
-from tracediag.names import name_matches
-from tracediag.vocab import CHECKPOINT_OP, GC_OP, SYNC_OP
+from tracediag.vocab import CHECKPOINT_OP, GC_OP, SYNC_OP, name_matches
 
 WINDOW_SCHEMA: dict[str, pl.DataType] = {
     "rank": pl.Int32(),

@@ -27,9 +27,8 @@ import polars as pl
 
 from tracediag.errors import NotATraceError, TraceError
 from tracediag.ingest import native
-from tracediag.names import distinct_names, name_matches
 from tracediag.schema import MAX_NS
-from tracediag.vocab import COLLECTIVE_ROW, DEVICE_CATS, category
+from tracediag.vocab import COLLECTIVE_ROW, DEVICE_CATS, category, distinct_names, name_matches
 
 _RAW_EMPTY = msgspec.Raw(b"")
 

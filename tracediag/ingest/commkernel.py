@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import polars as pl
 
-from tracediag.names import distinct_names
-from tracediag.regex import user_regex
 from tracediag.schema import CollOp, Kind
-from tracediag.vocab import coll_op
+from tracediag.vocab import coll_op, distinct_names, user_regex
 
 
 def check_comm_kernel(pattern: str | None) -> str | None:

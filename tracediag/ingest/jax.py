@@ -22,17 +22,21 @@ import polars as pl
 from tracediag.ingest.chrome import Decoded
 from tracediag.ingest.trace import FileMeta, FileTrace
 from tracediag.schema import MAX_NS, check_rank, conform, shifted
-from tracediag.vocab import COMM_KERNEL, HLO_COLLECTIVES, coll_op, hlo_coll_op, hlo_stem, resolve_rank
-
-DEVICE_PLANE = r"^/device:(?:GPU|TPU):(\d+)$"
-"""Device planes whose number is the process-local device index."""
-STREAM_LINE = r"^Stream #(\d+)"
-"""GPU stream lines on a device plane (`Stream #14(Compute)`); the number is the stream."""
-
-RENDEZVOUS_HELPERS = r"^(?:Rendezvous|InvokeRendezvous|Wait for rendezvous callback|Wait: pending_threads=)"
-"""CPU-runtime events inside a collective (its wait for the peers): kind "other", not counted twice."""
-RUNTIME_CALL = r"^(?:cu|cuda|hip)[A-Z]"
-"""Host-side CUDA/HIP driver and runtime calls (GPU traces)."""
+from tracediag.vocab import (
+    COMM_KERNEL,
+    DEVICE_PLANE,
+    HLO_COLLECTIVES,
+    JAX_DONE_OP,
+    JAX_MEMCPY,
+    JAX_MEMSET,
+    RENDEZVOUS_HELPERS,
+    RUNTIME_CALL,
+    STREAM_LINE,
+    coll_op,
+    hlo_coll_op,
+    hlo_stem,
+    resolve_rank,
+)
 
 XPLANE_GUNZIP_RATIO = 100
 """A gzipped xplane.pb may grow at most this many times its size (at least 64 MB): no decompression bomb."""
@@ -114,7 +118,7 @@ def _classify(s: pl.DataFrame, has_device_planes: bool) -> pl.DataFrame:
     name = pl.col("name")
     hlo = pl.col("a_hlo_op")
     op_text = pl.coalesce(hlo, name)
-    is_done = op_text.str.to_lowercase().str.contains(r"[-_]done(?:\.\d+)?$")
+    is_done = op_text.str.to_lowercase().str.contains(JAX_DONE_OP)
     nccl = hlo.is_null() & name.str.contains(COMM_KERNEL)
     is_coll = hlo_stem(op_text).is_in(list(HLO_COLLECTIVES)) | nccl
     on_device = pl.col("plane_device").is_not_null()
@@ -130,9 +134,9 @@ def _classify(s: pl.DataFrame, has_device_planes: bool) -> pl.DataFrame:
         .then(pl.lit("sync"))
         .when(is_coll)
         .then(pl.lit("comm"))
-        .when(name.str.contains(r"(?i)^memcpy"))
+        .when(name.str.contains(JAX_MEMCPY))
         .then(pl.lit("memcpy"))
-        .when(name.str.contains(r"(?i)^memset"))
+        .when(name.str.contains(JAX_MEMSET))
         .then(pl.lit("memset"))
         .otherwise(pl.lit("kernel"))
     )

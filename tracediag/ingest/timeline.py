@@ -19,9 +19,8 @@ import polars as pl
 
 from tracediag.errors import TraceError, one_line
 from tracediag.ingest.trace import FileMeta, FileTrace, ProcessGroup
-from tracediag.names import name_matches
 from tracediag.schema import MAX_NS, MAX_RANK, conform
-from tracediag.vocab import TIMELINE_COMM, TIMELINE_DATA, coll_op
+from tracediag.vocab import INPUT_OP, TIMELINE_COMM, TIMELINE_DATA, coll_op, name_matches
 
 HEAD_BYTES = 4096
 """How much of a file's start is read to tell a table from a trace: a CSV header or the first JSON
@@ -42,9 +41,6 @@ P2P_KINDS = ("send", "recv")
 KINDS = ("compute", *COLLECTIVE_KINDS, *P2P_KINDS, "data", "host", "other")
 """The values of the `kind` column."""
 
-INPUT_NAME = r"(?i)dataloader"
-"""Names the breakdown reads as data loading (`derive.breakdown.INPUT_REGEX`): a data row whose name
-does not match is named ``DataLoader#<name>``."""
 
 DEVICE = 0
 """The device index of every rank's compute and communication rows."""
@@ -308,7 +304,7 @@ def _events(table: pl.DataFrame) -> pl.DataFrame:
     """All ranks' event tables in one frame (`schema.EVENT_SCHEMA`, step markers added)."""
     names = table.get_column("name").unique()
     comm_name = name_matches(names, TIMELINE_COMM)
-    data_name = name_matches(names, TIMELINE_DATA) | name_matches(names, INPUT_NAME)
+    data_name = name_matches(names, TIMELINE_DATA) | name_matches(names, INPUT_OP)
     kind = pl.col("kind") if "kind" in table.columns else pl.lit(None, pl.String)
     comm = (COLLECTIVE_KINDS, P2P_KINDS)
     cat = (
@@ -336,7 +332,7 @@ def _events(table: pl.DataFrame) -> pl.DataFrame:
         .then(STREAMS["collective"])
     )
     name = pl.col("name")
-    renamed = name_matches(names, INPUT_NAME)
+    renamed = name_matches(names, INPUT_OP)
     t = t.with_columns(
         device=pl.when(on_device).then(DEVICE).otherwise(-1),
         stream=stream,

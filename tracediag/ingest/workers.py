@@ -7,6 +7,10 @@ subprocesses that import only tracediag (`python -c "...serve()"`) and exchange 
 pickles over their stdin/stdout, so a guard-less script, `python - <<EOF`, a notebook kernel, a
 thread of a service or a forked process may all call `load`. Where a worker cannot start or dies,
 the files it did not read are read in this process, with one warning.
+
+The package imports this module from `import tracediag` on, so the fork hook (`forked_after_import`:
+is this process a fork of one that had imported tracediag?) is in place however little of the
+package a process has used before it forks.
 """
 
 from __future__ import annotations
@@ -34,6 +38,22 @@ _READY = b"tracediag worker ready\n"
 Fixed bytes, not a frame: output printed before them cannot make the caller wait for a bogus length."""
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
 """The folder holding the `tracediag` package, so a worker imports the same code as its parent."""
+
+
+_FORK = {"after_import": False}
+
+
+def _forked() -> None:
+    _FORK["after_import"] = True
+
+
+def forked_after_import() -> bool:
+    """True in a child forked after `import tracediag` (polars' thread pool may not survive that fork)."""
+    return _FORK["after_import"]
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forked)
 
 
 class WorkerError(Exception):

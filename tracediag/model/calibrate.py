@@ -26,6 +26,7 @@ from tracediag.errors import SpecError
 from tracediag.model.predict import predict
 from tracediag.model.time import FACTOR, gemm_time
 from tracediag.units import NS_PER_S
+from tracediag.vocab import STEP_MARKER
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -295,7 +296,7 @@ def gemm_table(paths: Iterable[str]) -> pl.DataFrame:
             .agg(kernel_ns=pl.col("dur").sum())
         )
         ops = ops.join(kernels, on="a_external_id", how="left")
-        steps = s.filter(pl.col("name").cast(pl.String).str.contains(r"^ProfilerStep#\d+$"))
+        steps = s.filter(pl.col("name").cast(pl.String).str.contains(STEP_MARKER))
         first = pl.col("name").replace_strict(_OPERANDS, return_dtype=pl.Int64)
         dims = pl.col("a_input_dims").cast(pl.String).str.json_decode(pl.List(pl.List(pl.Int64)))
         types = pl.col("a_input_type").cast(pl.String).str.json_decode(pl.List(pl.String))

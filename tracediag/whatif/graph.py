@@ -70,7 +70,7 @@ def _p2p_ops(sync: pl.DataFrame, offsets: pl.DataFrame, neighbours: dict[int, tu
     """Send/recv pairs: per participant ``op, rank, dir, arrival, end, bytes, stream`` (aligned). A
     send/recv the trace names no peer for takes it from the schedule annotation around it and the
     stage order: a send inside a forward goes to the next stage, a recv comes from the previous one;
-    backward reverses (`rank.PHASE_REGEX`)."""
+    backward reverses (`vocab.PHASE_ANNOTATION`)."""
     if not sync.select((pl.col("kind") == "p2p").any()).item():
         return pl.DataFrame(schema=_P2P_OP_SCHEMA)  # no send/recv: none of the joins below
     nb = pl.DataFrame(
