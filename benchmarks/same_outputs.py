@@ -108,6 +108,9 @@ def cases() -> list[tuple[str, list[str]]]:
         out.append((f"check_text_{name}", check))
         out.append((f"check_json_{name}", [*check, "--format", "json", "--html", "{out}/r.html"]))
     out.append(("check_plan", ["analyze", str(runs / "healthy_ddp"), "--plan", "{out}/../predict_json/plan.json"]))
+    for folder in sorted(p.parent for p in FIXTURES.glob("hang/*/manifest.json")):
+        for fmt in ("text", "json", "html"):
+            out.append((f"hang_{fmt}_{folder.name}", ["hang", str(folder), "--format", fmt]))
     refused = ["calibrate", str(runs / "healthy_ddp" / "rank*.pt.trace.json.gz"), *CPU_FLAGS, "-o", "{out}/p.json"]
     out.append(("calibrate_refused", refused))
     return out
