@@ -55,11 +55,11 @@ def _untraced(found: Lateness, rows: pl.DataFrame, world_size: int | None) -> La
     found = dataclasses.replace(found, untraced=missing, after_last_ns=after)
     if not missing or after <= found.wait_ns:
         return found
-    per = after / max(found.instances, 1) / MS
+    per = after / max(found.instances, 1) / NS_PER_MS
     reason = (
         f"possibly untraced {_ranks(missing)}: {len(traced)} of {world_size} ranks traced, and the collectives "
-        f"end {per:,.1f} ms after the last traced arrival on average ({after / MS:,.1f} ms in all, more than the "
-        f"{found.wait_ns / MS:,.1f} ms the traced ranks wait for each other)"
+        f"end {per:,.1f} ms after the last traced arrival on average ({after / NS_PER_MS:,.1f} ms in all, "
+        f"more than the {found.wait_ns / NS_PER_MS:,.1f} ms the traced ranks wait for each other)"
     )
     return dataclasses.replace(found, waited_for=(), reason=reason)
 
