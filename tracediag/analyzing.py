@@ -19,9 +19,10 @@ from tracediag.causes import detect_all, price
 from tracediag.derive.collectives import align_and_match, plausible_matches, summarize_instances, wait_per_step
 from tracediag.derive.kernels import TOP_STORED, by_category, kernel_view
 from tracediag.derive.lateness import late_rows
-from tracediag.derive.p2p import pipeline_groups
+from tracediag.derive.p2p import p2p_pairs, pipeline_groups, stage_neighbours
 from tracediag.derive.per_rank import rank_tables
 from tracediag.derive.summary import RankSummary
+from tracediag.derive.transfers import transfers
 from tracediag.detect import Facts, Thresholds
 from tracediag.detect import lateness as lateness_detect
 from tracediag.detect.pipeline import pipeline_stages
@@ -118,21 +119,29 @@ def facts_from_tables(
         .sort("rank", "step")
     )
     collectives = summarize_instances(matched).select(list(COLLECTIVE_SCHEMA)).cast(COLLECTIVE_SCHEMA)
+    p2p = (
+        summary.p2p.join(offsets, on="rank", how="left")
+        .with_columns(pl.col("first_send_ns") - pl.col("offset_ns").fill_null(0))
+        .drop("offset_ns")
+        .filter(pl.col("step").is_in(on_all.implode()))
+    )
+    pipelines = pipeline_groups(summary.p2p_edges)
+    pairs = p2p_pairs(summary.replay_sync, offsets, stage_neighbours(p2p, pipelines), steps)
     facts = Facts(
         steps=steps,
         collectives=collectives,
-        p2p=summary.p2p.join(offsets, on="rank", how="left")
-        .with_columns(pl.col("first_send_ns") - pl.col("offset_ns").fill_null(0))
-        .drop("offset_ns")
-        .filter(pl.col("step").is_in(on_all.implode())),
-        pipelines=pipeline_groups(summary.p2p_edges),
+        p2p=p2p,
+        pipelines=pipelines,
         host=summary.host,
         kernel_steps=summary.kernels,
         late=_with_windows(late_rows(matched).filter(pl.col("step").is_in(on_all.implode())), summary.windows),
         link_gbps=link_gbps,
         world_size=meta.world_size,
+        transfers=transfers(pairs, matched).filter(pl.col("step").is_in(on_all.implode())),
     )
-    replay = ReplayInputs(segments=summary.replay_segments, sync=summary.replay_sync, offsets=offsets, matched=matched)
+    replay = ReplayInputs(
+        segments=summary.replay_segments, sync=summary.replay_sync, offsets=offsets, matched=matched, pairs=pairs
+    )
     kernels = kernel_view(summary.kernels, steps, top=None)
     return Derived(facts=facts, excluded_steps=excluded, warnings=tuple(warnings), replay=replay, kernels=kernels)
 

@@ -30,5 +30,8 @@ class Facts:
     late: pl.DataFrame | None = None
     """Per rank and matched instance of the steps: arrival, lateness, wait and waiting caused
     (`derive.lateness.LATE_ROW_SCHEMA`)."""
+    transfers: pl.DataFrame | None = None
+    """Transfer times of the send/recv pairs and of the collectives run by different member sets
+    (`derive.transfers.TRANSFER_SCHEMA`): the part after the last participant arrived."""
     world_size: int | None = None
     """Ranks in the job, as the traces state it (more than the traced ranks when only some were profiled)."""

@@ -48,9 +48,11 @@ def without_steps(facts: Facts, steps: list[int]) -> Facts:
     host = facts.host.filter(keep) if facts.host is not None else None
     kernel_steps = facts.kernel_steps.filter(keep) if facts.kernel_steps is not None else None
     late = facts.late.filter(keep) if facts.late is not None else None
+    moved = facts.transfers.filter(keep) if facts.transfers is not None else None
     return dataclasses.replace(
         facts,
         late=late,
+        transfers=moved,
         steps=facts.steps.filter(keep),
         collectives=facts.collectives.filter(keep),
         p2p=facts.p2p.filter(keep),

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from tracediag.derive.p2p import stage_order
+from tracediag.derive.p2p import stage_neighbours
 from tracediag.detect.facts import Facts
 from tracediag.whatif.graph import Graph, build
 
@@ -30,14 +30,14 @@ class ReplayInputs:
     """``rank, offset_ns``: each rank's clock offset (`derive.collectives.align_and_match`)."""
     matched: pl.DataFrame
     """The collective instances matched across ranks (`derive.collectives.plausible_matches`)."""
+    pairs: pl.DataFrame | None = None
+    """The send/recv pairs (`derive.p2p.p2p_pairs`), when the reduce made them; else the graph makes them."""
 
 
 def graph_of(facts: Facts, replay: ReplayInputs) -> Graph:
     """The replay graph of the kept steps of `facts` (pipeline neighbours from its stage order) from
     every rank's `sync_segments.segments` and `sync_segments.sync_ends` and the matched collectives (`replay`)."""
-    neighbours: dict[int, tuple[int, int]] = {}
-    for ranks in facts.pipelines:
-        order = stage_order(facts.p2p, ranks)
-        for i, r in enumerate(order):
-            neighbours[r] = (order[i - 1] if i else -1, order[i + 1] if i + 1 < len(order) else -1)
-    return build(replay.segments, replay.sync, replay.offsets, replay.matched, facts.steps, neighbours)
+    neighbours = stage_neighbours(facts.p2p, facts.pipelines)
+    return build(
+        replay.segments, replay.sync, replay.offsets, replay.matched, facts.steps, neighbours, pairs=replay.pairs
+    )

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from tracediag.derive.intervals import union_intervals
+from tracediag.derive.p2p import p2p_pairs
 from tracediag.derive.sync_segments import BLOCK_TOLERANCE_NS, BLOCK_TOLERANCE_SHARE, LOCAL_COLUMNS
 
 
@@ -39,10 +40,10 @@ class Graph:
     (``compute_ns, input_ns, idle_ns, other_ns``, summing to ``end − ts``)."""
     ops: pl.DataFrame
     """Per (op, rank) participation: ``op, rank, kind`` (collective | p2p), ``dir`` (send | recv for
-    p2p), ``name``, ``bytes``, ``n`` (participants), ``arrival, end``, ``dep`` (the participant
-    waits for every peer: it ends
-    after the last arrival, or it receives — a recv cannot end before its send starts, so there the
-    clocks are off, typically by a few ms on traces without collectives to align them; false only
+    p2p), ``peer`` (the other side of a send/recv; null for collectives), ``name``, ``bytes``, ``n``
+    (participants), ``arrival, end``, ``dep`` (the participant waits for every peer: it ends after the
+    last arrival, or it receives — a recv cannot end before its send starts, so there the clocks are
+    off, typically by a few ms on traces without collectives to align them; false only
     where the clocks disagree on a collective or a send), ``transfer_ns`` (end − last arrival, at
     least 0; without ``dep``, its own duration), ``order`` (the op's rank in the replay),
     ``stream`` (the device stream; on host traces the thread running gloo's work) and ``prev_op``
@@ -59,6 +60,7 @@ _P2P_OP_SCHEMA = {
     "op": pl.String(),
     "rank": pl.Int32(),
     "dir": pl.String(),
+    "peer": pl.Int32(),
     "arrival": pl.Int64(),
     "end": pl.Int64(),
     "bytes": pl.Int64(),
@@ -66,60 +68,39 @@ _P2P_OP_SCHEMA = {
 }
 
 
-def _p2p_ops(sync: pl.DataFrame, offsets: pl.DataFrame, neighbours: dict[int, tuple[int, int]]) -> pl.DataFrame:
-    """Send/recv pairs: per participant ``op, rank, dir, arrival, end, bytes, stream`` (aligned). A
-    send/recv the trace names no peer for takes it from the schedule annotation around it and the
-    stage order: a send inside a forward goes to the next stage, a recv comes from the previous one;
-    backward reverses (`vocab.PHASE_ANNOTATION`)."""
-    if not sync.select((pl.col("kind") == "p2p").any()).item():
-        return pl.DataFrame(schema=_P2P_OP_SCHEMA)  # no send/recv: none of the joins below
-    nb = pl.DataFrame(
-        {
-            "rank": list(neighbours),
-            "_prev": [v[0] for v in neighbours.values()],
-            "_next": [v[1] for v in neighbours.values()],
-        },
-        schema={"rank": pl.Int32, "_prev": pl.Int32, "_next": pl.Int32},
-    ).lazy()
-    to_next = (pl.col("dir") == "send") == pl.col("fwd")
-    from_phase = pl.when(pl.col("fwd").is_not_null()).then(
-        pl.when(to_next).then(pl.col("_next")).otherwise(pl.col("_prev"))
-    )
-    off = pl.col("offset_ns").fill_null(0)
-    rows = (
-        sync.lazy()
-        .filter(pl.col("kind") == "p2p")
-        .join(nb, on="rank", how="left")
-        .with_columns(peer=pl.coalesce("peer", from_phase))
-        .filter(pl.col("peer").is_not_null())
-        .join(offsets.lazy(), on="rank", how="left")
-        .select(
-            "rank",
-            "dir",
-            "peer",
-            arrival=pl.col("ts") - off,
-            end=pl.col("ts") + pl.col("dur") - off,
-            bytes=pl.col("bytes"),
-            stream=pl.col("stream"),
+def _p2p_ops(
+    sync: pl.DataFrame,
+    offsets: pl.DataFrame,
+    neighbours: dict[int, tuple[int, int]],
+    steps: pl.DataFrame | None = None,
+    pairs: pl.DataFrame | None = None,
+) -> pl.DataFrame:
+    """Send/recv pairs (`derive.p2p.p2p_pairs`, unless given: the peers the trace or the schedule
+    names, else inferred from the times within `steps`): per participant ``op, rank, dir, peer,
+    arrival, end, bytes, stream`` (aligned)."""
+    if pairs is None:
+        steps = steps if steps is not None else pl.DataFrame(schema=_STEP_KEYS)
+        pairs = p2p_pairs(sync, offsets, neighbours, steps)
+    if not pairs.height:
+        return pl.DataFrame(schema=_P2P_OP_SCHEMA)
+    op = pl.concat_str(pl.lit("p2p:"), "key")
+    sides = [
+        pairs.select(
+            op.alias("op"),
+            rank=pl.col(me),
+            dir=pl.lit(d),
+            peer=pl.col(other),
+            arrival=f"{d}_arrival",
+            end=f"{d}_end",
+            bytes="bytes",
+            stream=f"{d}_stream",
         )
-        .with_columns(
-            src=pl.when(pl.col("dir") == "send").then(pl.col("rank")).otherwise(pl.col("peer")),
-            dst=pl.when(pl.col("dir") == "send").then(pl.col("peer")).otherwise(pl.col("rank")),
-        )
-        .sort("arrival", "end", "bytes", "stream", nulls_last=True)
-        .with_columns(k=pl.int_range(pl.len()).over("src", "dst", "dir"))
-        .collect(engine="in-memory")
-    )
-    sends = rows.filter(pl.col("dir") == "send")
-    recvs = rows.filter(pl.col("dir") == "recv")
-    pairs = sends.join(recvs, on=["src", "dst", "k"], how="inner", suffix="_r").with_columns(
-        op=pl.format("p2p:{}>{}#{}", "src", "dst", "k")
-    )
-    keep = ["op", "rank", "dir", "arrival", "end", "bytes", "stream"]
-    recv_side = pairs.select(
-        "op", rank="rank_r", dir="dir_r", arrival="arrival_r", end="end_r", bytes="bytes_r", stream="stream_r"
-    )
-    return pl.concat([pairs.select(keep), recv_side.cast(pairs.select(keep).schema)])
+        for d, me, other in (("send", "src", "dst"), ("recv", "dst", "src"))
+    ]
+    return pl.concat(sides).cast(_P2P_OP_SCHEMA)
+
+
+_STEP_KEYS = {"rank": pl.Int32, "step": pl.Int32, "start_ns": pl.Int64, "dur_ns": pl.Int64}
 
 
 def sync_ops(
@@ -127,9 +108,12 @@ def sync_ops(
     sync: pl.DataFrame,
     offsets: pl.DataFrame,
     neighbours: dict[int, tuple[int, int]] | None = None,
+    steps: pl.DataFrame | None = None,
+    pairs: pl.DataFrame | None = None,
 ) -> pl.DataFrame:
     """Every sync operation's participation rows (see `Graph.ops`) from the matched collectives and
-    the ranks' sync ends (`sync_segments.sync_ends`)."""
+    the ranks' sync ends (`sync_segments.sync_ends`); `steps` (aligned) to pair sends and recvs the
+    trace names no peer for by their times, or their `pairs` (`derive.p2p.p2p_pairs`)."""
     streams = sync.filter(pl.col("kind") == "collective").select("rank", "ts", "stream").unique()
     coll = (
         matched.filter(pl.col("n_ranks") > 1)
@@ -145,6 +129,7 @@ def sync_ops(
             end="aligned_end",
             stream="stream",
             dir=pl.lit(None, pl.String),
+            peer=pl.lit(None, pl.Int32),
         )
         .with_columns(parts=pl.col("n") - (pl.len().over("op") - pl.col("rank").n_unique().over("op")).cast(pl.Int32))
         # one participation per rank: a rank with several devices in one collective (a JAX process
@@ -155,10 +140,10 @@ def sync_ops(
             pl.col("arrival").min(),
             pl.col("end").max(),
             pl.col("stream").sort_by("arrival").first(),
-            pl.col("dir", "parts").first(),
+            pl.col("dir", "parts", "peer").first(),
         )
     )
-    p2p = _p2p_ops(sync, offsets, neighbours or {}).select(
+    p2p = _p2p_ops(sync, offsets, neighbours or {}, steps, pairs).select(
         "op",
         "rank",
         kind=pl.lit("p2p"),
@@ -170,6 +155,7 @@ def sync_ops(
         stream="stream",
         dir="dir",
         parts=pl.lit(2, pl.Int32),
+        peer="peer",
     )
     ops = pl.concat([coll, p2p.cast(coll.schema)])
     ops = (
@@ -261,13 +247,15 @@ def build(
     matched: pl.DataFrame,
     steps: pl.DataFrame,
     neighbours: dict[int, tuple[int, int]] | None = None,
+    pairs: pl.DataFrame | None = None,
 ) -> Graph:
     """The replay graph of the kept steps: the cross-rank half, from the per-rank tables.
 
     `segments` and `sync`: every rank's `sync_segments.segments` and `sync_segments.sync_ends`; `offsets` and
     `matched` (`derive.collectives.align_and_match`); `steps`: the kept (rank, step) rows with
     aligned ``start_ns`` and ``dur_ns`` (`Facts.steps`). `neighbours`: per pipeline rank, its
-    previous and next stage's rank (-1 at the ends), to pair send/recv when the trace names no peer.
+    previous and next stage's rank (-1 at the ends), to pair send/recv when the trace names no peer;
+    `pairs`: the send/recv pairs when already made (`derive.p2p.p2p_pairs`).
     """
     kept = steps.select("rank", "step", "start_ns", "dur_ns").sort("rank", "step")
     segs = _aligned(segments.join(kept.select("rank", "step"), on=["rank", "step"], how="semi"), offsets)
@@ -276,7 +264,7 @@ def build(
         .collect(engine="in-memory")
         .with_row_index("bid")
     )
-    ops = sync_ops(matched, sync, offsets, neighbours)
+    ops = sync_ops(matched, sync, offsets, neighbours, kept, pairs)
     cand = _assign_blocks(blocks, ops)
     # a rank waits for an operation from its arrival on: exposed time before it (other communication
     # in flight while the host is between operators) is its own progress
