@@ -15,7 +15,6 @@ SHARED = ROOT.parent / "shared"
 SAMPLES = SHARED / "trace-samples"
 RUNS = FIXTURES / "runs"
 LATENESS_PENDING: dict[str, str] = {
-    "slow_link": "issue 24: a rank whose transfers are slow at the same bytes is not named yet",
 }
 """Real runs of fixtures/runs (made by make_lateness_runs.py) whose manifest verdict tracediag does not
 give yet, with the reason. Verdict tests xfail on them strictly: the detector that gets one right

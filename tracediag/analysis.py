@@ -33,6 +33,7 @@ class Cause(StrEnum):
     INPUT_STRAGGLER = "input_straggler"
     STAGE_IMBALANCE = "stage_imbalance"
     SEQUENCE_IMBALANCE = "sequence_imbalance"
+    SLOW_LINK = "slow_link"
     HEALTHY = "healthy"
 
 

@@ -30,6 +30,7 @@ from tracediag.causes import (
     input_straggler,
     pipeline_bubble,
     sequence_imbalance,
+    slow_link,
     stage_imbalance,
 )
 from tracediag.causes.healthy import healthy
@@ -46,6 +47,7 @@ REGISTRY: tuple[CauseSpec, ...] = (
     host_straggler.SPEC,  # the lateness pass's other findings (`causes.late`)
     input_straggler.SPEC,
     stage_imbalance.SPEC,  # absorbs the heavy stage's straggler finding and its pipeline's bubble
+    slow_link.SPEC,  # absorbs the lateness its late transfers cause; before the job-wide causes
     sequence_imbalance.SPEC,  # before comm_bound, which reads its outliers
     comm_bound.SPEC,
     pipeline_bubble.SPEC,

@@ -38,6 +38,7 @@ pair's sender and receiver; null for collectives), ``key`` (the pair's key, `p2p
 the instance's id) and ``transfer_ns`` (≥ 0)."""
 
 CLASS = ("kind", "op", "n", "bytes", "pos")
+_CLASS_OF_COLLECTIVE = ("op", "n", "bytes", "pos")
 """Transfers comparable with each other: the same kind of operation, as many participants and the
 same bytes; when the trace gives no bytes, the same operation at the same place in the step (a
 tensor-parallel all-reduce is compared with the other tensor-parallel groups' same all-reduce, not
@@ -70,7 +71,7 @@ def pair_transfers(pairs: pl.DataFrame) -> pl.DataFrame:
 
 def collective_transfers(matched: pl.DataFrame) -> pl.DataFrame:
     """`TRANSFER_SCHEMA` rows of the matched collective instances in a step (`collectives.match_instances`),
-    for the operations whose instances have different member sets."""
+    for the classes whose instances have different, disjoint member sets (one per group)."""
     rows = (
         matched.lazy()
         .filter(pl.col("n_ranks") > 1, pl.col("step").is_not_null())
@@ -86,7 +87,21 @@ def collective_transfers(matched: pl.DataFrame) -> pl.DataFrame:
         )
         .with_columns(n=pl.col("members").list.len().cast(pl.Int32), _set=pl.col("members").hash())
         .with_columns(pos=pl.when(pl.col("bytes").is_null()).then(pl.col("_k")).cast(pl.Int32))
-        .filter(pl.col("_set").n_unique().over("op", "n", "bytes", "pos") > 1)
+        .filter(pl.col("_set").n_unique().over(_CLASS_OF_COLLECTIVE) > 1)
+        .collect(engine="in-memory")
+    )
+    # a class whose groups overlap mixes kinds of groups (tensor- and data-parallel instances at one
+    # place of the step, matched by occurrence): its transfers are not the same work
+    sets = rows.select(*_CLASS_OF_COLLECTIVE, "_set", rank="members").explode("rank").unique()
+    mixed = sets.filter(pl.col("_set").n_unique().over(*_CLASS_OF_COLLECTIVE, "rank") > 1)
+    rows = (
+        rows.lazy()
+        .join(
+            mixed.select(_CLASS_OF_COLLECTIVE).unique().lazy(),
+            on=list(_CLASS_OF_COLLECTIVE),
+            how="anti",
+            nulls_equal=True,
+        )
         .select(
             "step",
             kind=pl.lit("collective"),

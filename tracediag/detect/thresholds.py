@@ -132,6 +132,22 @@ class Thresholds:
     compute kernels/operators in its late steps (extra work); else the same ops take longer (a slower
     or throttled device, or bigger inputs to the same ops: an uneven shard or batch). One program on
     every rank runs the same op count."""
+    slow_link_ratio: float = 2.0
+    """slow_link: a rank's transfers on every link it has (or one pair's) take at least this times the
+    other links' of the same class (medians over instances). A degraded link halves its rate or worse
+    (a NIC or port negotiated down a speed grade, a PCIe link at half width, a lossy cable
+    retransmitting); healthy links of one job move the same bytes within ~1.5x of each other once the
+    median is taken (the ring fixtures' healthy links: 18 and 35 ms for 8 MiB on a loaded host)."""
+    slow_link_gap: float = 3.0
+    """...and at least this times the next rank's (pair's) score once its own links are set aside: one
+    rank (or link) stands out, not a network that is slow or noisy everywhere (as `lateness_gap`)."""
+    slow_link_chance: float = 0.01
+    """...with more of its transfers slower than the reference than chance allows: P(≥ k of n) under a
+    Binomial(n, 1/2) at most this (as `lateness_chance`): 7 of 7, or 10 of 11, pass; 6 of 6 does not."""
+    slow_link_min_excess: float = 0.05
+    """...and its transfers' excess over the reference, per analysed step, at least this share of the
+    median step (as `lateness_min_wait`): sub-millisecond transfers of a pipeline's activations can differ
+    several-fold between links on a loaded host without the job feeling it."""
     persistent_min_steps: int = 2
     """A persistent straggler needs the pattern on at least this many steps (never 1 of 2)."""
     whatif_measurable_share: float = 0.01

@@ -15,7 +15,9 @@ times (``transfer``: op, rank → ns). Per cause:
   rebalanced over the stages: the heavy stage's falls, the light stages' rises);
 - sequence_imbalance: every data-parallel rank's compute set to the step's mean (balanced batches);
 - pipeline_bubble: stages balanced (compute → the median stage's), idle closed and send/recv
-  transfers free: what is left is the bubble of the schedule itself.
+  transfers free: what is left is the bubble of the schedule itself;
+- slow_link: the slow rank's (or pair's) transfers at the other links' median transfer of the same
+  class (`transfers_to`), never slower than observed.
 """
 
 from __future__ import annotations
@@ -181,6 +183,15 @@ def balance(graph: Graph, steps: pl.DataFrame, ranks: tuple[int, ...], on_steps:
         .select("rank", "step", f=pl.col("_mean") / pl.col("compute_ns").clip(lower_bound=1))
     )
     return Edit(_factor(comp, "compute", pl.col("f")), Edit.empty().transfer)
+
+
+def transfers_to(graph: Graph, target: pl.DataFrame) -> Edit:
+    """The sync operations of `target` (``op`` as in `Graph.ops`, ``transfer_ns``) with every
+    participant's transfer at most that (a slow link's transfers at its peers' pace)."""
+    rows = graph.ops.join(target.select("op", _t="transfer_ns"), on="op").select(
+        "op", "rank", transfer_ns=pl.min_horizontal(pl.col("transfer_ns").cast(pl.Float64), "_t")
+    )
+    return Edit(Edit.empty().factors, rows.cast(_TRANSFER_SCHEMA))
 
 
 def combine(edits: list[Edit]) -> Edit:

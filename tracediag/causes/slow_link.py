@@ -1,0 +1,71 @@
+"""slow_link: one rank's (or one pair's) own transfers are slower than its peers' at the same bytes.
+
+Detector: `detect.slow_link`, over the transfer table (`derive.transfers`): transfer time from the
+last participant's arrival, so lateness is not mistaken for a slow link. What-if: its transfers set
+to the other links' median of the same class (`whatif.causes.transfers_to`). The ranks everyone
+waits for because their transfers end late are its effect: a compute_straggler naming only the slow
+link's ranks and peers, with less extra compute per step than the link's excess transfer time, is
+absorbed (a rank whose exchange ends late arrives late at the next collective; on a shared host its
+compute stretches while the others wait).
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from tracediag.analysis import Cause, Finding
+from tracediag.causes.spec import CauseSpec, Context
+from tracediag.detect import slow_link
+from tracediag.detect.facts import Facts
+from tracediag.whatif import causes
+from tracediag.whatif.graph import Graph
+from tracediag.whatif.price import Pricing
+
+
+def _detect(ctx: Context) -> list[Finding]:
+    return slow_link.detect(ctx.facts, thresholds=ctx.thresholds)
+
+
+def _target(f: Finding, facts: Facts) -> pl.DataFrame:
+    """``op`` (the replay graph's id of each of its transfers) and ``transfer_ns`` (the reference)."""
+    rows = slow_link.rows_of(facts, f.ranks, f.evidence["kind"])
+    if not rows.height:
+        return pl.DataFrame(schema={"op": pl.String, "transfer_ns": pl.Float64})
+    prefix = pl.when(pl.col("kind") == "p2p").then(pl.lit("p2p:")).otherwise(pl.lit("c:"))
+    return rows.select(op=pl.concat_str(prefix, "key"), transfer_ns=pl.col("ref_ns").cast(pl.Float64))
+
+
+def _edit(f: Finding, facts: Facts, graph: Graph) -> causes.Edit | None:
+    target = _target(f, facts)
+    if not graph.ops.join(target, on="op", how="semi").height:
+        return None
+    return causes.transfers_to(graph, target)
+
+
+def _removed(f: Finding, facts: Facts, graph: Graph) -> str:
+    who = f"rank {f.ranks[0]}'s" if f.evidence["kind"] == "rank" else f"the pair {f.ranks[0]}-{f.ranks[1]}'s"
+    ev = f.evidence
+    return (
+        f"with {who} transfers at the other links' pace ({ev['peer_transfer_ms_median']:,.1f} ms instead of "
+        f"{ev['transfer_ms_median']:,.1f} ms, medians)"
+    )
+
+
+def _absorbs(own: Finding, other: Finding) -> bool:
+    if own.cause is not Cause.SLOW_LINK or other.cause is not Cause.COMPUTE_STRAGGLER:
+        return False
+    near = set(own.ranks) | set(own.evidence.get("peers", ()))
+    ev = other.evidence
+    extra = ev.get("compute_ms_median", 0.0) - ev.get("peer_compute_ms_median", 0.0)
+    return set(other.ranks) <= near and extra < own.evidence["excess_ms_per_step"]
+
+
+SPEC = CauseSpec(
+    cause=Cause.SLOW_LINK,
+    detect=_detect,
+    pricing=Pricing(edit=_edit, removed=_removed),
+    quiet="any one rank's or pair's transfer time against its peers' at the same bytes",
+    outliers=lambda f: f.ranks,
+    absorbs=_absorbs,
+    blames_ranks=True,
+)
