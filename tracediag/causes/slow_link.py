@@ -2,11 +2,12 @@
 
 Detector: `detect.slow_link`, over the transfer table (`derive.transfers`): transfer time from the
 last participant's arrival, so lateness is not mistaken for a slow link. What-if: its transfers set
-to the other links' median of the same class (`whatif.causes.transfers_to`). The ranks everyone
-waits for because their transfers end late are its effect: a compute_straggler naming only the slow
-link's ranks and peers, with less extra compute per step than the link's excess transfer time, is
-absorbed (a rank whose exchange ends late arrives late at the next collective; on a shared host its
-compute stretches while the others wait).
+to the other links' median of the same class (`whatif.causes.transfers_to`), and the send/recvs
+whose end the wait for them closed to their faster side (`whatif.causes.closed_by`). The ranks everyone
+waits for because their transfers end late are its effect: a compute_, host_ or input_straggler
+naming only the slow link's ranks and peers, whose named part (extra compute, idle, loading, host
+work) is less per step than the link's excess transfer time, is absorbed (a rank whose exchange ends
+late arrives late at the next collective; on a shared host its compute stretches meanwhile).
 """
 
 from __future__ import annotations
@@ -39,7 +40,9 @@ def _edit(f: Finding, facts: Facts, graph: Graph) -> causes.Edit | None:
     target = _target(f, facts)
     if not graph.ops.join(target, on="op", how="semi").height:
         return None
-    return causes.transfers_to(graph, target)
+    # what the slow transfers held up on their ranks goes too: a recv gloo closed when the rank's
+    # wait for the slow send returned
+    return causes.transfers_to(graph, pl.concat([target, causes.closed_by(graph, target)]))
 
 
 def _removed(f: Finding, facts: Facts, graph: Graph) -> str:
@@ -51,13 +54,36 @@ def _removed(f: Finding, facts: Facts, graph: Graph) -> str:
     )
 
 
+_PART = {
+    "host": "idle_excess_ms",
+    "gc": "gc_ms",
+    "sync": "sync_ms",
+    "checkpoint": "checkpoint_ms",
+    "input": "input_excess_ms",
+}
+"""The window part (ms, over its late arrivals) a host_straggler or input_straggler names (`detect.lateness`)."""
+
+
+def _named_ms_per_step(f: Finding) -> float | None:
+    """What a lateness finding says makes its rank late, per step (ms): the extra compute of a
+    compute_straggler, the window part its reason names for host_ and input_straggler; None for others."""
+    ev = f.evidence
+    if f.cause is Cause.COMPUTE_STRAGGLER:
+        return ev.get("compute_ms_median", 0.0) - ev.get("peer_compute_ms_median", 0.0)
+    if f.cause in (Cause.HOST_STRAGGLER, Cause.INPUT_STRAGGLER):
+        return ev.get(_PART.get(ev.get("reason", ""), ""), 0.0) / max(len(f.steps), 1)
+    return None
+
+
 def _absorbs(own: Finding, other: Finding) -> bool:
-    if own.cause is not Cause.SLOW_LINK or other.cause is not Cause.COMPUTE_STRAGGLER:
+    """A rank everyone waits for that is on the slow link (its ranks or their peers on it) is late
+    because its transfers end late when what its own finding names (extra compute, idle, loading,
+    named host work) is less per step than the link's excess transfer time."""
+    if own.cause is not Cause.SLOW_LINK:
         return False
+    named = _named_ms_per_step(other)
     near = set(own.ranks) | set(own.evidence.get("peers", ()))
-    ev = other.evidence
-    extra = ev.get("compute_ms_median", 0.0) - ev.get("peer_compute_ms_median", 0.0)
-    return set(other.ranks) <= near and extra < own.evidence["excess_ms_per_step"]
+    return named is not None and set(other.ranks) <= near and named < own.evidence["excess_ms_per_step"]
 
 
 SPEC = CauseSpec(

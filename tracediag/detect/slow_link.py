@@ -12,8 +12,8 @@ group), with the median of its transfers.
   its links' ratios), over ≥ 2 links (two peers or groups: with one, a rank and its pair cannot be
   told apart), and ≥ `slow_link_gap` × the score of any other rank once the links through it are set
   aside (its neighbours are slow only on their link with it).
-- **A pair** (one link), when no rank is: its transfers against the links of the class that share no
-  rank with it (else all others) ≥ `slow_link_ratio`, and ≥ `slow_link_gap` × the next pair's.
+- **A pair** (one link), when no rank is: its transfers against the class's other links ≥
+  `slow_link_ratio`, and ≥ `slow_link_gap` × the next pair's (its ranks' other links are not slow).
 
 Then, over its transfers: more of them slower than the reference than chance allows (a sign test,
 P(≥ k of n) under Binomial(n, ½) ≤ `slow_link_chance`), and their excess over the reference, per
@@ -116,14 +116,10 @@ def _rank_scores(links: pl.DataFrame, refs: pl.DataFrame, without: int | None = 
 
 
 def _pair_refs(links: pl.DataFrame) -> pl.DataFrame:
-    """Per two-rank link and class: ``ref_ns``, the weighted median of the class's links that share
-    no rank with it (else of all the class's other links)."""
-    pairs = links.filter(pl.col("members").list.len() == 2)
-    cand = pairs.select("_c", _p="_s", _pm="members").join(links, on="_c").filter(pl.col("_s") != pl.col("_p"))
-    shared = pl.col("members").list.set_intersection(pl.col("_pm")).list.len() > 0
-    ref_d = _weighted_median(cand.filter(~shared), ["_c", "_p"], "t_ns", "ref_ns")
-    ref_a = _weighted_median(cand, ["_c", "_p"], "t_ns", "_ra")
-    return ref_a.join(ref_d, on=["_c", "_p"], how="left").select("_c", _s="_p", ref_ns=pl.coalesce("ref_ns", "_ra"))
+    """Per two-rank link and class: ``ref_ns``, the weighted median of the class's other links."""
+    pairs = links.filter(pl.col("members").list.len() == 2).select("_c", _p="_s")
+    others = pairs.join(links, on="_c").filter(pl.col("_s") != pl.col("_p"))
+    return _weighted_median(others, ["_c", "_p"], "t_ns", "ref_ns").rename({"_p": "_s"})
 
 
 def _pair_scores(links: pl.DataFrame) -> pl.DataFrame:
@@ -236,15 +232,19 @@ def detect(facts: Facts, *, thresholds: Thresholds) -> list[Finding]:
         if sized
         else "at the same operation and place in the step (the trace gives no bytes)"
     )
+    if slow.kind == "rank":
+        where = (
+            f"with {'ranks' if len(peers) > 1 else 'rank'} {', '.join(map(str, peers))}, in "
+            f"{count(len(steps), 'step')}; slow with every peer it exchanges with: its link or NIC, not its arrival"
+        )
+    else:
+        where = (
+            f"in {count(len(steps), 'step')}; ranks {slow.ranks[0]} and {slow.ranks[1]}'s other links are not slow: "
+            "the link between them"
+        )
     summary = (
         f"{_who(slow)} transfers take {ratio:.1f}x those of the other links {at}: {own_ms:,.1f} ms against "
-        f"{ref_ms:,.1f} ms (medians), {k} of its {n} {'/'.join(kinds)} transfers slower, with "
-        f"{'ranks' if len(peers) > 1 else 'rank'} {', '.join(map(str, peers))}, in {count(len(steps), 'step')}"
-        + (
-            "; slow with every peer it exchanges with: its link or NIC, not its arrival"
-            if slow.kind == "rank"
-            else "; its ranks' other links are not: the link between them"
-        )
+        f"{ref_ms:,.1f} ms (medians), {k} of its {n} {'/'.join(kinds)} transfers slower, {where}"
     )
     evidence = {
         "kind": slow.kind,

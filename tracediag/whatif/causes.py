@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from tracediag.derive.collectives import bus_factor
+from tracediag.derive.sync_segments import BLOCK_TOLERANCE_NS
 from tracediag.whatif.graph import Graph
 from tracediag.whatif.replay import replay, step_times
 
@@ -192,6 +193,28 @@ def transfers_to(graph: Graph, target: pl.DataFrame) -> Edit:
         "op", "rank", transfer_ns=pl.min_horizontal(pl.col("transfer_ns").cast(pl.Float64), "_t")
     )
     return Edit(Edit.empty().factors, rows.cast(_TRANSFER_SCHEMA))
+
+
+def closed_by(graph: Graph, ops: pl.DataFrame) -> pl.DataFrame:
+    """The send/recv operations whose end on a rank was closed by the wait for one of `ops` (``op``):
+    it ends on that rank within `BLOCK_TOLERANCE_NS` after one of them (gloo closes an operation
+    where the host waits for it, in the order it waits), so its own end there says when that wait
+    returned. ``op, transfer_ns``: the faster of its sides (its data was over by then)."""
+    p2p = graph.ops.filter(pl.col("kind") == "p2p")
+    ends = p2p.join(ops.select("op"), on="op", how="semi").select("rank", _e="end").sort("_e")
+    if not ends.height:
+        return pl.DataFrame(schema={"op": pl.String, "transfer_ns": pl.Float64})
+    near = (
+        p2p.join(ops.select("op"), on="op", how="anti")
+        .sort("end")
+        .join_asof(ends, left_on="end", right_on="_e", by="rank", strategy="backward", check_sortedness=False)
+        .filter(pl.col("end") - pl.col("_e") <= BLOCK_TOLERANCE_NS)
+        .select("op")
+        .unique()
+    )
+    return (
+        p2p.join(near, on="op", how="semi").group_by("op").agg(transfer_ns=pl.col("transfer_ns").min().cast(pl.Float64))
+    )
 
 
 def combine(edits: list[Edit]) -> Edit:
