@@ -34,9 +34,8 @@ from tracediag.derive.lateness import _chance
 from tracediag.derive.transfers import CLASS
 from tracediag.detect.facts import Facts
 from tracediag.detect.thresholds import Thresholds
-from tracediag.words import count
+from tracediag.units import NS_PER_MS, count
 
-MS = 1e6
 FLOOR_NS = MATCH_TOLERANCE_NS
 """References below this are taken as this (100 µs, the clock alignment error allowed when matching):
 a transfer time under it is the clocks' error, not the link's speed."""
@@ -225,8 +224,8 @@ def detect(facts: Facts, *, thresholds: Thresholds) -> list[Finding]:
     peers = sorted({int(m) for ms in rows["members"].to_list() for m in ms} - set(slow.ranks))
     sized = sorted({int(b) for b in rows["bytes"].drop_nulls().to_list()})
     kinds = sorted(set(rows["kind"].to_list()))
-    own_ms = float(rows["transfer_ns"].median()) / MS
-    ref_ms = float(rows["ref_ns"].median()) / MS
+    own_ms = float(rows["transfer_ns"].median()) / NS_PER_MS
+    ref_ms = float(rows["ref_ns"].median()) / NS_PER_MS
     at = (
         f"at the same bytes ({', '.join(_size(b) for b in sized)})"
         if sized
@@ -260,7 +259,7 @@ def detect(facts: Facts, *, thresholds: Thresholds) -> list[Finding]:
         "peers": peers,
         "links": slow.links,
         "operations": kinds,
-        "excess_ms_per_step": round(share * median_step / MS, 3),
+        "excess_ms_per_step": round(share * median_step / NS_PER_MS, 3),
         "transfer_ratio_by_step": {str(s): round(float(r), 3) for s, r in by_step.select("step", "ratio").iter_rows()},
     }
     return [
