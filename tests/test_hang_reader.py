@@ -60,16 +60,17 @@ def test_gzip_and_glob(tmp_path):
         (tmp_path / f"{src.name}.gz").write_bytes(gzip.compress(src.read_bytes()))
     plain = read_dumps(str(HANG / "host_stuck" / "nccl_trace_rank_*")).entries
     zipped = read_dumps(str(tmp_path / "*.gz")).entries
-    assert zipped.drop("frames").equals(plain.drop("frames"))
-    assert zipped["frames"].to_list() == plain["frames"].to_list()
+    assert zipped.equals(plain)
 
 
 def test_frames_and_status_are_read():
     d = read_dump(str(HANG / "host_stuck" / "nccl_trace_rank_2"))
     last = d.entries.tail(1).row(0, named=True)
-    caller = last["frames"][2]
+    frames = d.stacks.filter(pl.col("stack_id") == last["stack_id"])["frames"][0]
+    assert d.stacks.height == 1  # its 16 entries come from one call site (the loop)
+    caller = frames[2]
     assert (caller["name"], caller["filename"]) == ("_scenario", "fixtures/hang/make_hang_dumps.py")
-    assert last["frames"][0]["name"] == "all_reduce"
+    assert frames[0]["name"] == "all_reduce"
     assert d.status.row(0, named=True)["last_enqueued"] == 24
 
 
@@ -118,6 +119,7 @@ def test_entries_of_the_wrong_type_are_counted_skips(tmp_path):
     doc["entries"][0] = "not an entry"
     doc["entries"][1]["collective_seq_id"] = None
     doc["entries"][2]["input_sizes"] = "[[4]]"  # a string where lists belong: the field is null, the entry kept
+    doc["entries"][3]["time_created_ns"] = 2**70  # past Int64: null
     path = tmp_path / "nccl_trace_rank_0"
     path.write_bytes(pickle.dumps(doc))
     d = read_dump(str(path))
@@ -125,6 +127,7 @@ def test_entries_of_the_wrong_type_are_counted_skips(tmp_path):
     assert d.skipped == {
         "entry not a dict": 1,
         "entry without record_id, process_group, collective_seq_id or profiling_name": 1,
+        "entry field of the wrong type (set to null)": 2,
     }
     assert d.entries["input_sizes"].null_count() == 1
 

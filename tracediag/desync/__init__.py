@@ -21,6 +21,7 @@ def hang(
     storage_options: dict | None = None,
     max_bytes: int = MAX_DUMP_BYTES,
     max_entries: int = MAX_ENTRIES,
+    jobs: int = 0,
 ) -> HangReport:
     """Read a job's Flight Recorder dumps and say who broke the collective order.
 
@@ -35,6 +36,8 @@ def hang(
         number of the name before its extensions: ``nccl_trace_rank_3``).
     storage_options, max_bytes, max_entries
         Object-store options; the reader's limits (`ingest.flight.MAX_DUMP_BYTES`, `MAX_ENTRIES`).
+    jobs
+        Processes reading dumps, this one included (0: one per CPU from 128 dumps on).
 
     Returns
     -------
@@ -54,5 +57,6 @@ def hang(
         storage_options=storage_options,
         max_bytes=max_bytes,
         max_entries=max_entries,
+        jobs=jobs,
     )
     return analyze_dumps(dumps, world_size=world_size)

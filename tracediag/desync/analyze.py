@@ -64,7 +64,7 @@ def analyze_dumps(dumps: FlightDumps, *, world_size: int | None = None) -> HangR
         key=lambda g: (g.first_ns is None, g.first_ns or 0, g.pg_name),
     )
     cause = problems[0] if problems else None
-    frames = _frames(entries, cause) if cause else ()
+    frames = _frames(entries, dumps.stacks, cause) if cause else ()
     verdict = (
         "consistent"
         if cause is None
@@ -472,23 +472,33 @@ def _culprits(cause: GroupReport | None) -> tuple[int, ...]:
     return cause.no_dump_ranks
 
 
-def _frames(entries: pl.DataFrame, cause: GroupReport) -> tuple[LateFrames, ...]:
+def _stack(stacks: pl.DataFrame, rank: int, stack_id: int | None) -> tuple[Frame, ...]:
+    if stack_id is None:
+        return ()
+    hit = stacks.filter((pl.col("rank") == rank) & (pl.col("stack_id") == stack_id))
+    frames = hit["frames"][0] if hit.height else None
+    return tuple(Frame(**f) for f in frames) if frames is not None else ()
+
+
+def _frames(entries: pl.DataFrame, stacks: pl.DataFrame, cause: GroupReport) -> tuple[LateFrames, ...]:
     """The late ranks' last recorded stacks, and the stack of the collective the others wait in."""
     out = []
     for r in _culprits(cause):
         last = entries.filter(pl.col("rank") == r).sort("record_id").tail(1)
-        if last.height and last["frames"][0] is not None and len(last["frames"][0]):
+        if last.height:
             row = last.row(0, named=True)
-            out.append(
-                LateFrames(
-                    rank=r,
-                    pg_name=row["pg_name"],
-                    seq_id=row["collective_seq_id"],
-                    op=row["op"],
-                    role="late_last_entry",
-                    frames=tuple(Frame(**f) for f in row["frames"]),
+            frames = _stack(stacks, r, row["stack_id"])
+            if frames:
+                out.append(
+                    LateFrames(
+                        rank=r,
+                        pg_name=row["pg_name"],
+                        seq_id=row["collective_seq_id"],
+                        op=row["op"],
+                        role="late_last_entry",
+                        frames=frames,
+                    )
                 )
-            )
     if cause.waited_seq is not None and cause.waiting_ranks:
         at = entries.filter(
             (pl.col("pg_name") == cause.pg_name)
@@ -496,16 +506,18 @@ def _frames(entries: pl.DataFrame, cause: GroupReport) -> tuple[LateFrames, ...]
             & ~pl.col("is_p2p")
             & pl.col("rank").is_in(list(cause.waiting_ranks))
         ).sort("rank")
-        if at.height and at["frames"][0] is not None and len(at["frames"][0]):
+        if at.height:
             row = at.row(0, named=True)
-            out.append(
-                LateFrames(
-                    rank=row["rank"],
-                    pg_name=cause.pg_name,
-                    seq_id=cause.waited_seq,
-                    op=row["op"],
-                    role="waited_collective",
-                    frames=tuple(Frame(**f) for f in row["frames"]),
+            frames = _stack(stacks, row["rank"], row["stack_id"])
+            if frames:
+                out.append(
+                    LateFrames(
+                        rank=row["rank"],
+                        pg_name=cause.pg_name,
+                        seq_id=cause.waited_seq,
+                        op=row["op"],
+                        role="waited_collective",
+                        frames=frames,
+                    )
                 )
-            )
     return tuple(out)

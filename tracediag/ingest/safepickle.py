@@ -11,6 +11,7 @@ Globals" recipe with nothing allowed).
 
 from __future__ import annotations
 
+import gc
 import io
 import pickle
 from typing import Any
@@ -46,6 +47,8 @@ def load_plain(data: bytes, path: str) -> Any:
         On a pickle that names a class or function (it is never called), a truncated or corrupt pickle,
         or one nested too deeply.
     """
+    paused = gc.isenabled()
+    gc.disable()  # a dump is ~10 containers per entry and holds no cycle: the collector would only rescan them
     try:
         return _PlainUnpickler(io.BytesIO(data)).load()
     except _Refused as e:
@@ -59,3 +62,6 @@ def load_plain(data: bytes, path: str) -> Any:
         raise TraceError(path, "pickle nested too deeply") from None
     except (ValueError, TypeError, KeyError, IndexError, AttributeError, OverflowError, MemoryError) as e:
         raise TraceError(path, f"corrupt pickle ({type(e).__name__}: {e})") from None
+    finally:
+        if paused:
+            gc.enable()
