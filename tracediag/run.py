@@ -27,7 +27,7 @@ from tracediag.ingest.sniff import is_stream, sniff
 from tracediag.ingest.trace import FileMeta, FileTrace, ProcessGroup
 from tracediag.ingest.workers import forked_after_import, map_in_workers
 from tracediag.output import write_atomic
-from tracediag.schema import EVENT_SCHEMA, MAX_RANK, conform, empty_events
+from tracediag.schema import EVENT_SCHEMA, MAX_RANK, OPTIONAL_COLUMNS, conform, empty_events
 from tracediag.vocab import user_regex
 
 FORK_WARNING = (
@@ -530,7 +530,7 @@ def _load_parquet(path: str, storage_options: dict | None = None) -> Run | None:
         meta = msgspec.convert(orjson.loads(raw), RunMeta)
     except (orjson.JSONDecodeError, msgspec.ValidationError) as e:
         raise TraceError(path, f"the saved run's metadata is damaged ({e})") from None
-    missing = [c for c in EVENT_SCHEMA if c not in table.column_names]
+    missing = [c for c in EVENT_SCHEMA if c not in table.column_names and c not in OPTIONAL_COLUMNS]
     if missing:
         raise TraceError(path, f"the saved event table lacks column(s) {', '.join(missing)}")
     try:

@@ -64,6 +64,7 @@ EVENT_SCHEMA: dict[str, pl.DataType] = {
     "coll_group_size": pl.Int32(),
     "coll_seq": pl.Int64(),
     "coll_peer": pl.Int32(),
+    "seq_sq": pl.Int64(),
     "step": pl.Int32(),
 }
 """Column name -> dtype of the event table, in column order.
@@ -75,6 +76,9 @@ EVENT_SCHEMA: dict[str, pl.DataType] = {
 - ``correlation``/``external_id``: launch <-> kernel and CPU op <-> kernel links.
 - ``coll_*``: collective op, payload bytes (nelems x dtype size), process group name, its size,
   collective sequence number, and the send/recv peer (global rank).
+- ``seq_sq``: on an operator whose recorded input shapes give the batch's sequences
+  (`vocab.SEQUENCE_INPUT_OP`: an embedding lookup of ``[B, S]`` token ids), Σ over them of the
+  sequence length² (B·S²: attention's work grows with it); null elsewhere and without ``record_shapes``.
 - ``step``: left null by ingest, filled by ``derive.steps``.
 """
 
@@ -92,6 +96,10 @@ SKIP_REASONS: tuple[str, ...] = (
     "other_phase",  # any other phase value
 )
 """Reasons an input event does not become a row; every input event is a row or counted under one."""
+
+
+OPTIONAL_COLUMNS: frozenset[str] = frozenset({"seq_sq"})
+"""Columns a saved event table (`tracediag ingest` Parquet) may lack: added later, read as nulls."""
 
 
 def empty_events() -> pl.DataFrame:

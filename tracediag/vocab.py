@@ -183,6 +183,10 @@ def resolve_rank(
     return default
 
 
+SEQUENCE_INPUT_OP = r"^aten::embedding$"
+"""Host operators whose recorded input shapes (``record_shapes``) give the batch's sequences: an embedding
+lookup's token ids ``[B, S]`` are B sequences of S tokens (its ``Input Dims``: the weight, then the ids)."""
+
 GC_OP = r"(?i)^python gc|\bgc\b|gc\.collect|gc_collect|gc[_ ]pause|garbage.?collect"
 """Host rows of a garbage-collection pause: the profiler's ``Python GC`` events
 (``record_python_gc_info``), ``gc.collect`` annotations, a framework's ``gc``/``garbage_collect`` ranges."""

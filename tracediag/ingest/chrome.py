@@ -28,7 +28,7 @@ import polars as pl
 from tracediag.errors import NotATraceError, TraceError
 from tracediag.ingest import native
 from tracediag.schema import MAX_NS
-from tracediag.vocab import COLLECTIVE_ROW, DEVICE_CATS, category, distinct_names, name_matches
+from tracediag.vocab import COLLECTIVE_ROW, DEVICE_CATS, SEQUENCE_INPUT_OP, category, distinct_names, name_matches
 
 _RAW_EMPTY = msgspec.Raw(b"")
 
@@ -852,13 +852,13 @@ _DEVICE_RULE = _DEVICE_CAT | _NO_CAT
 _ARG_TIERS: tuple[tuple[pl.Expr | str, tuple[str, ...]], ...] = (
     (_DEVICE_RULE, ("device", "stream", "nbytes")),
     # collective rows, and the matrix products whose shapes calibrate the model: a pattern of the name
-    (COLLECTIVE_ROW + r"|^aten::(?:mm|addmm|bmm|baddbmm|_scaled_mm)$", _COLL_FIELDS),
+    (COLLECTIVE_ROW + r"|^aten::(?:mm|addmm|bmm|baddbmm|_scaled_mm)$|" + SEQUENCE_INPUT_OP, _COLL_FIELDS),
     (_NO_CAT, ("label", "step_num", "device_ordinal", "hlo_op", "hlo_module", "run_id")),
 )
 """Which rows can carry which less common args: device rows, collectives (and the GEMM ops, whose recorded
-`Input Dims` `tracediag calibrate` reads), rows without `cat` (JAX). A rule is a row mask, or (a str) a
-pattern of the name: see `_tier_masks`. Reading every field of every event would cost more than the JSON
-decode itself."""
+`Input Dims` `tracediag calibrate` reads, and the embedding lookups whose token ids give the sequences:
+`vocab.SEQUENCE_INPUT_OP`), rows without `cat` (JAX). A rule is a row mask, or (a str) a pattern of the
+name: see `_tier_masks`. Reading every field of every event would cost more than the JSON decode itself."""
 
 
 def _tier_masks(frame: pl.DataFrame, names: pl.Series | None = None) -> list[pl.Expr]:

@@ -24,8 +24,10 @@ from tracediag.vocab import (
     DEVICE_CATS,
     HOST_COLLECTIVE,
     OP_RULES,
+    SEQUENCE_INPUT_OP,
     STEP_MARKER,
     category,
+    name_matches,
     resolve_rank,
 )
 
@@ -109,6 +111,7 @@ def to_events(dec: Decoded, path: str, *, rank: int | None, default_rank: int | 
     slices, time_base = _absolute_times(dec, path, warnings)
     events = _classify(_with_args(dec, slices, "a_device", "a_stream"), _rows_named(dec, slices))
     events = _fill_collectives(events, dec, warnings)
+    events = _fill_sequences(events, dec)
     events = events.hstack([pl.Series("rank", [rank], dtype=pl.Int32).new_from_index(0, events.height)])
     events = conform(events, skipped=dec.skipped, warnings=warnings)
     meta = FileMeta(
@@ -365,6 +368,24 @@ def _fill_collectives(ev: pl.DataFrame, dec: Decoded, warnings: list[str]) -> pl
             values = values.cast(CollOp) if c == "coll_op" else values  # here, on a few rows, not in `conform`
             columns.append(_nulls(c, values.dtype, ev.height).scatter(idx, values))
     return ev.hstack(columns)  # the args and helper columns stay: `conform` keeps only the table's
+
+
+def _fill_sequences(ev: pl.DataFrame, dec: Decoded) -> pl.DataFrame:
+    """``seq_sq`` on the sequence-input operators (`vocab.SEQUENCE_INPUT_OP`) with recorded shapes: B·S²
+    for token ids ``[B, S]`` (their second `Input Dims` entry), decoded on those few rows as one column;
+    ids of another rank (packed 1-D tokens) say no lengths and stay null."""
+    idx = ev.select(pl.arg_where((pl.col("kind") == "cpu_op") & name_matches(ev, SEQUENCE_INPUT_OP))).to_series()
+    if idx.is_empty():
+        return ev
+    rows = dec.with_args(ev.select(pl.col("order").gather(idx)), "a_input_dims")
+    if "a_input_dims" not in rows.columns:
+        return ev
+    ids = rows["a_input_dims"].cast(pl.String).str.json_decode(pl.List(pl.List(pl.Int64))).list.get(1, null_on_oob=True)
+    b, s = ids.list.get(0, null_on_oob=True), ids.list.get(1, null_on_oob=True)
+    seq_sq = pl.select(pl.when(ids.list.len() == 2).then(b * s * s)).to_series().alias("seq_sq")
+    if not seq_sq.is_not_null().any():
+        return ev
+    return ev.with_columns(_nulls("seq_sq", pl.Int64, ev.height).scatter(idx, seq_sq))
 
 
 _COLL_INPUT = ("order", "kind", "external_id", "pid", "tid", "ts", "dur")
