@@ -27,7 +27,7 @@ def test_json_to_file_and_fail_on_exits_3(runner, tmp_path):
     result = runner.invoke(cli, [*args, "--fail-on", "comm_bound,compute_straggler"])
     assert result.exit_code == EXIT_FINDING
     doc = orjson.loads(out.read_bytes())
-    assert doc["schema_version"] == "1.5"
+    assert doc["schema_version"] == "1.6"
     assert doc["run"]["steps"] == list(range(2, 10))
     assert [(f["cause"], f["ranks"]) for f in doc["findings"]] == [("compute_straggler", [2])]
     assert runner.invoke(cli, [*args, "--fail-on", "input_bound"]).exit_code == 0

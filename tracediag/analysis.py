@@ -17,7 +17,7 @@ import polars as pl
 
 from tracediag.check_result import Check
 
-SCHEMA_VERSION = "1.5"
+SCHEMA_VERSION = "1.6"
 
 
 class Cause(StrEnum):

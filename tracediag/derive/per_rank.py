@@ -18,6 +18,7 @@ from tracediag.derive.host import host_feed
 from tracediag.derive.intervals import in_time_order, time_keys
 from tracediag.derive.kernels import kernel_steps
 from tracediag.derive.p2p import p2p_per_step
+from tracediag.derive.sequences import sequence_work
 from tracediag.derive.steps import assign_steps, find_markers, launches, step_spans
 from tracediag.derive.summary import RankSummary
 from tracediag.derive.sync_segments import segments, sync_ends
@@ -51,7 +52,9 @@ def rank_tables(
     device = device_sweep(stepped, spans, sync, names=names, keys=keys)
     return RankSummary(
         spans=spans,
-        breakdown=breakdown(stepped, spans, names=names, device=device, ordered=ordered, launched=launched, keys=keys),
+        breakdown=breakdown(
+            stepped, spans, names=names, device=device, ordered=ordered, launched=launched, keys=keys
+        ).join(sequence_work(stepped), on=["rank", "step"], how="left"),
         instances=instances,
         p2p=p2p_per_step(stepped, _NO_OFFSETS),
         p2p_edges=events.lazy()

@@ -34,7 +34,8 @@ class RankSummary:
     """Where each (rank, step) went, `derive.breakdown.breakdown`, partial steps included: ``rank,
     step, device, start_ns, dur_ns`` and the parts ``compute_ns, comm_ns, exposed_comm_ns,
     exposed_p2p_ns, copy_ns, idle_ns, idle_host_ns, idle_kernel_ns, idle_other_ns, host_gap_ns,
-    input_ns, stall_ns, lead_idle_ns`` (Int64)."""
+    input_ns, stall_ns, lead_idle_ns`` (Int64), and ``seq_sq`` (Int64: the step's Σ sequence length² where
+    the trace records input shapes, `derive.sequences`; else null)."""
     instances: pl.DataFrame
     """Collective instances, `derive.collectives.INSTANCE_SCHEMA`, one row per collective per rank:
     ``rank, group, op, seq, step, bytes, group_size, ts, end``."""

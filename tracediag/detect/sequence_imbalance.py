@@ -13,6 +13,10 @@ healthy noise does not reach the ratio on half the steps. Once found, a step bel
 its slowest rank's ratio reaches 1 + `step_share` × (`seq_step_ratio` − 1) (the job-wide causes'
 convention: single steps of a persistent cause scatter around the threshold).
 
+Where the trace records input shapes (``record_shapes``: the token ids of the embedding lookup), the
+evidence adds how the compute follows the batch: the Pearson r of every rank-step's compute with its
+Σ sequence length² (`sequence_evidence`) and on how many imbalanced steps the slowest rank drew the most.
+
 time_lost_ns (the detector's estimate; the what-if replaces it): Σ over its steps of the
 slowest rank's compute − the step's mean compute. The what-if balances the batches: every rank's
 compute in the step set to the step's mean (the same work, spread evenly).
@@ -32,6 +36,24 @@ def candidate_ranks(facts: Facts) -> list[int]:
     """The data-parallel ranks considered: every rank outside a pipeline."""
     in_pipe = {r for ranks in facts.pipelines for r in ranks}
     return sorted(r for r in facts.steps["rank"].unique().to_list() if r not in in_pipe)
+
+
+def sequence_evidence(steps: pl.DataFrame, top: pl.DataFrame) -> dict[str, float | int]:
+    """Where the trace records input shapes (``seq_sq`` per rank-step, `derive.sequences`): ``compute_seq_sq_r``
+    (Pearson r of compute with Σ sequence length² over the rank-steps that have both), ``seq_sq_rank_steps``
+    and ``slowest_drew_most`` (of the steps of `top`, the slowest rank per step, those where it had the most).
+    Empty without shapes, or with fewer than 3 rank-steps or constant values (no r to give)."""
+    if "seq_sq" not in steps.columns:
+        return {}
+    have = steps.filter(pl.col("seq_sq").is_not_null())
+    if have.height < 3 or have["seq_sq"].n_unique() < 2 or have["compute_ns"].n_unique() < 2:
+        return {}
+    r = have.select(pl.corr(pl.col("compute_ns").cast(pl.Float64), pl.col("seq_sq").cast(pl.Float64))).item()
+    if r is None or r != r:
+        return {}
+    most = have.sort("seq_sq", "rank", descending=[True, False]).unique("step", keep="first").select("step", _m="rank")
+    drew = top.join(most, on="step").filter(pl.col("rank") == pl.col("_m")).height
+    return {"compute_seq_sq_r": round(float(r), 3), "seq_sq_rank_steps": have.height, "slowest_drew_most": drew}
 
 
 def detect(facts: Facts, *, thresholds: Thresholds, ratios: pl.DataFrame) -> list[Finding]:
@@ -75,6 +97,13 @@ def detect(facts: Facts, *, thresholds: Thresholds, ratios: pl.DataFrame) -> lis
         f"{hit['peer_wait_ns'].median() / NS_PER_MS:.0f} ms per step in collectives: uneven batches (variable sequence "
         f"lengths per rank)"
     )
+    shapes = sequence_evidence(facts.steps.filter(pl.col("rank").is_in(ranks)), member)
+    if shapes:
+        summary += (
+            f"; its compute follows Σ sequence length² (Pearson r {shapes['compute_seq_sq_r']:.2f} over "
+            f"{shapes['seq_sq_rank_steps']} rank-steps; the slowest rank drew the most on "
+            f"{shapes['slowest_drew_most']} of those {len(steps)} steps)"
+        )
     evidence = {
         "slowest_rank_by_step": slowest,
         "compute_ratio_by_step": {str(s): round(float(q), 3) for s, q in member.select("step", "ratio").iter_rows()},
@@ -84,6 +113,7 @@ def detect(facts: Facts, *, thresholds: Thresholds, ratios: pl.DataFrame) -> lis
         "most_steps_one_rank": int(by_rank["n"].max()),
         "peer_wait_ms_median": round(float(hit["peer_wait_ns"].median()) / NS_PER_MS, 3),
         "dp_ranks": ranks,
+        **shapes,
     }
     confidence = min(1.0, hit.height / n_steps) * min(
         1.0, (float(hit["ratio"].median()) - 1) / (2 * (th.seq_step_ratio - 1))
