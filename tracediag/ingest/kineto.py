@@ -367,7 +367,49 @@ def _fill_collectives(ev: pl.DataFrame, dec: Decoded, warnings: list[str]) -> pl
         if values.null_count() < coll.height:
             values = values.cast(CollOp) if c == "coll_op" else values  # here, on a few rows, not in `conform`
             columns.append(_nulls(c, values.dtype, ev.height).scatter(idx, values))
-    return ev.hstack(columns)  # the args and helper columns stay: `conform` keeps only the table's
+    return _op_from_launch(ev.hstack(columns))  # the args and helper columns stay: `conform` keeps only the table's
+
+
+def _op_from_launch(ev: pl.DataFrame) -> pl.DataFrame:
+    """Communication kernels whose name says no operation (NCCL's ``ncclKernel_SendRecv_…`` runs the
+    peer exchanges of an all_to_all) get the operation of the host collective their launch ran inside
+    (``c10d::alltoall_base_`` / ``nccl:all_to_all`` around the ``cudaLaunchKernel`` of the same
+    correlation): so they are that collective's instances, matched across ranks."""
+    if "coll_op" not in ev.columns:
+        return ev
+    vague = (pl.col("kind") == "comm") & (pl.col("coll_op") == "other") & pl.col("correlation").is_not_null()
+    kernels = ev.filter(vague).select("correlation")
+    if not kernels.height:
+        return ev
+    launches = (
+        ev.filter(pl.col("kind") == "runtime", pl.col("correlation").is_in(kernels["correlation"].implode()))
+        .select("correlation", "pid", "tid", "ts")
+        .sort("ts")
+    )
+    named = (
+        ev.filter(
+            pl.col("kind").is_in(["cpu_op", "annotation"]),
+            pl.col("coll_op").is_not_null(),
+            pl.col("coll_op") != "other",
+        )
+        .select("pid", "tid", "ts", _end=pl.col("ts") + pl.col("dur"), _op="coll_op")
+        .sort("ts")
+    )
+    found = (
+        launches.join_asof(named, on="ts", by=["pid", "tid"], strategy="backward", check_sortedness=False)
+        .filter(pl.col("ts") <= pl.col("_end"))
+        .select("correlation", "_op")
+        .unique("correlation", keep="first")
+    )
+    if not found.height:
+        return ev
+    return (
+        ev.join(found, on="correlation", how="left", maintain_order="left")
+        .with_columns(
+            coll_op=pl.when(vague & pl.col("_op").is_not_null()).then(pl.col("_op")).otherwise(pl.col("coll_op"))
+        )
+        .drop("_op")
+    )
 
 
 def _fill_sequences(ev: pl.DataFrame, dec: Decoded) -> pl.DataFrame:
