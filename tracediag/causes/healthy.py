@@ -29,7 +29,7 @@ def _closest(ctx: Context, specs: Sequence[CauseSpec]) -> str:
     if not near:
         return ""
     score, text = max(near, key=lambda x: x[0] if x[0] == x[0] else -1)
-    return f"; closest: {text}" if score >= 0.5 else ""
+    return f"; closest: {text}" if score >= ctx.thresholds.healthy_near else ""
 
 
 def healthy(ctx: Context, specs: Sequence[CauseSpec]) -> Finding:

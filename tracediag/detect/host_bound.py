@@ -15,9 +15,10 @@ queued work held by an event, a sync or another device) and from the host rows
 (`derive.host.host_feed`): sync calls and the host time they block, ``.item()`` calls, kernel
 launches, kernels shorter than their launch, and the launch queue depth. The hint names the likeliest
 fix, in this order: fewer syncs (they hold the host ≥ `host_sync_share` of the idle), CUDA graphs or a larger
-micro-batch (launch calls take half the idle time, or a quarter with most kernels shorter than their
-launch and nothing queued), the streams (most idle "other" with work queued: held by events between
-streams or another device), a faster data path (data loading ≥ 10% of the step), else the CPU work between kernels.
+micro-batch (launch calls take `host_launch_share` of the idle time, or `host_launch_share_small_kernels`
+with most kernels shorter than their launch and nothing queued), the streams (most idle "other" with work
+queued: held by events between streams or another device), a faster data path (data loading ≥
+`host_input_hint_share` of the step), else the CPU work between kernels.
 
 Steps: those whose median idle share over GPU ranks reaches `step_share` × `host_idle_share`.
 time_lost_ns = Σ over them of the median over GPU ranks of the idle device time.
@@ -56,8 +57,10 @@ def _hint(ev: dict, th: Thresholds) -> str:
             f"{ev['sync_ms_per_step']:.1f} ms ({ev['item_calls_per_step']:g} .item() calls); drop .item()/.cpu()/"
             "cudaStreamSynchronize from the step or copy with non_blocking=True into pinned memory"
         )
-    if ev["launch_ms_per_step"] >= 0.5 * idle or (
-        ev["small_kernel_share"] >= 0.5 and ev["queue_depth_median"] <= 2 and ev["launch_ms_per_step"] >= 0.25 * idle
+    small_kernels = ev["small_kernel_share"] >= th.host_small_kernel_share
+    shallow = ev["queue_depth_median"] <= th.host_shallow_queue
+    if ev["launch_ms_per_step"] >= th.host_launch_share * idle or (
+        small_kernels and shallow and ev["launch_ms_per_step"] >= th.host_launch_share_small_kernels * idle
     ):
         return (
             f"launch overhead: launches take {ev['launch_ms_per_step']:.1f} ms per step, "
@@ -65,13 +68,13 @@ def _hint(ev: dict, th: Thresholds) -> str:
             f"{ev['queue_depth_median']:g} deep; capture the step in CUDA graphs (torch.compile "
             "mode='reduce-overhead') or use a larger micro-batch"
         )
-    if ev["idle_other"] >= 0.5 and ev["queue_depth_median"] > 2:
+    if ev["idle_other"] >= th.host_held_share and ev["queue_depth_median"] > th.host_shallow_queue:
         return (
             f"work is queued ({ev['queue_depth_median']:g} deep) but held: the device waits on events between "
             "streams (cudaStreamWaitEvent on a communication stream) or on another device; overlap or reorder "
             "the streams, or capture the step in CUDA graphs"
         )
-    if ev["input_share"] >= 0.1:
+    if ev["input_share"] >= th.host_input_hint_share:
         return "a faster data path: more DataLoader workers, pin_memory, prefetching"
     return (
         "the CPU work between kernels sets the pace: move Python work out of the step, capture it in CUDA "
@@ -128,7 +131,7 @@ def detect(facts: Facts, *, thresholds: Thresholds, explained: bool = False) -> 
         on_host = ev["idle_waiting_on_host"] + ev["idle_waiting_on_kernels"]
         where = (
             f"{ev['idle_waiting_on_host']:.0%} of it with nothing queued (waiting on the host)"
-            if on_host >= 0.5
+            if on_host >= th.host_on_host_share
             else f"{ev['idle_other']:.0%} of it not explained by an empty queue (work held by syncs or events, "
             "or launches the trace does not link)"
         )
@@ -138,7 +141,7 @@ def detect(facts: Facts, *, thresholds: Thresholds, explained: bool = False) -> 
             f"launch queue {ev['queue_depth_median']:g} deep. Likeliest fix: {hint}"
         )
         confidence = min(1.0, share / (2 * th.host_idle_share))
-        if on_host < 0.5 and ev["sync_ms_per_step"] < th.host_sync_share * ev["idle_ms_per_step"]:
+        if on_host < th.host_on_host_share and ev["sync_ms_per_step"] < th.host_sync_share * ev["idle_ms_per_step"]:
             confidence *= 0.5
     else:
         hint = (

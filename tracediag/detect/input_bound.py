@@ -40,7 +40,7 @@ def detect(facts: Facts, *, thresholds: Thresholds) -> list[Finding]:
         lost=pl.min_horizontal("lead_idle_ns", "input_ns") if annotated else pl.col("lead_idle_ns"),
     )
     per_rank = s.group_by("rank").agg(share=pl.col("share").median(), starved=pl.col("starved").mean()).sort("rank")
-    if per_rank["share"].min() < th.input_share or per_rank["starved"].median() < 0.5:
+    if per_rank["share"].min() < th.input_share or per_rank["starved"].median() < th.input_starved_share:
         return []
     per_step = s.group_by("step").agg(share=pl.col("share").median(), lost=pl.col("lost").median())
     hit = per_step.filter(pl.col("share") >= th.step_share * th.input_share).sort("step")

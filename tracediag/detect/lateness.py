@@ -238,7 +238,11 @@ def detect(facts: Facts, late: Lateness | None, th: Thresholds, found: list[Find
             out.append(f)
         named = {r for f in found if f.cause is Cause.COMPUTE_STRAGGLER for r in f.ranks}
         ratios = straggler.rank_step_ratios(facts.steps, th)
-        kind = "persistent" if len(steps) >= max(th.persistent_min_steps, n_steps / 2) or n_steps == 1 else "transient"
+        kind = (
+            "persistent"
+            if len(steps) >= max(th.persistent_min_steps, th.lateness_persistent_share * n_steps) or n_steps == 1
+            else "transient"
+        )
         for r in ranks:
             if r in named:
                 continue

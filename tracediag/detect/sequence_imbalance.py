@@ -7,7 +7,8 @@ against its peers' median (``ratio``) and whether the peers waited for it (the s
 ``pattern``). A step is *imbalanced* when the slowest rank's ratio ≥ `seq_step_ratio` with the
 pattern. Found when at least `seq_step_share` of the steps (and at least
 `persistent_min_steps` + 1) are imbalanced, no rank is the slowest on more than
-`seq_max_rank_share` of them, and at least three different ranks are (two on a two-rank job): one
+`seq_max_rank_share` of them, and at least `seq_min_slowest_ranks` different ranks are (every rank on a
+smaller job): one
 persistent slow worker is ``compute_straggler``, one slow step is a transient straggler, and
 healthy noise does not reach the ratio on half the steps. Once found, a step belongs to it when
 its slowest rank's ratio reaches 1 + `step_share` × (`seq_step_ratio` − 1) (the job-wide causes'
@@ -76,7 +77,7 @@ def detect(facts: Facts, *, thresholds: Thresholds, ratios: pl.DataFrame) -> lis
     if hit.height < need:
         return []
     by_rank = hit.group_by("rank").agg(n=pl.len())
-    distinct = min(3, len(ranks))
+    distinct = min(th.seq_min_slowest_ranks, len(ranks))
     if by_rank.height < distinct or by_rank["n"].max() > th.seq_max_rank_share * hit.height:
         return []
     # the cause holds for the run: a step belongs to it at `step_share` of the step threshold's excess

@@ -144,7 +144,10 @@ def detect(facts: Facts, *, thresholds: Thresholds, ratios: pl.DataFrame | None 
     persistent = (
         per_rank.filter(pl.col("k") >= th.persistent_min_steps)
         .filter(
-            ((pl.col("med_ratio") >= th.straggler_persistent_ratio) & (pl.col("pattern_share") >= 0.5))
+            (
+                (pl.col("med_ratio") >= th.straggler_persistent_ratio)
+                & (pl.col("pattern_share") >= th.straggler_ratio_pattern_share)
+            )
             | (
                 (pl.col("med_ratio") >= th.straggler_min_ratio)
                 & (pl.col("pattern_share") >= th.straggler_pattern_share)

@@ -19,6 +19,9 @@ class Thresholds:
     compute) on at least this share of the steps is a persistent straggler once its median compute
     ratio reaches `straggler_min_ratio`: being last with everyone waiting, step after step, is the
     signal; the size of the excess only has to clear noise (MegaScale's slow hosts were ~1.1×)."""
+    straggler_ratio_pattern_share: float = 0.5
+    """A rank at `straggler_persistent_ratio` also needs the pattern on at least this share of the
+    steps: its peers wait for it on most steps, not on a few noisy ones."""
     straggler_min_ratio: float = 1.1
     """The least median compute ratio of a pattern-consistent persistent straggler."""
     straggler_pattern_chance: float = 0.01
@@ -64,6 +67,9 @@ class Thresholds:
     input_stall: float = 0.5
     """...with the device idle from step start to first compute for at least this share of the
     loading time (the loader starves the device instead of running ahead)."""
+    input_starved_share: float = 0.5
+    """...on at least this share of a rank's steps, median over ranks: most steps, not a loader that
+    falls behind now and then."""
     host_idle_share: float = 0.3
     """host_bound: the GPU idle (no compute, communication or copy) at least this share of the step,
     median over GPU ranks. Well-fed GPU traces idle 1–16% of the step (ns_resolution_trace,
@@ -71,6 +77,28 @@ class Thresholds:
     host_sync_share: float = 0.25
     """The hint blames synchronizations when blocking calls hold the host at least this share of the
     device's idle time."""
+    host_launch_share: float = 0.5
+    """Else it blames launch overhead when launch calls take at least this share of the idle time
+    (half of it: launching, not the work between launches, sets the pace) ..."""
+    host_small_kernel_share: float = 0.5
+    """... or when at least this share of the kernels run shorter than their own launch with the queue
+    at most `host_shallow_queue` deep, and launches take at least `host_launch_share_small_kernels`
+    of the idle: kernels that finish before the next is launched idle the device at any share."""
+    host_launch_share_small_kernels: float = 0.25
+    """The launch share of the idle that blames launch overhead when most kernels are small."""
+    host_shallow_queue: int = 2
+    """A launch queue at most this deep (median) runs dry between kernels; a deeper one holds work."""
+    host_held_share: float = 0.5
+    """Else the hint blames work queued but held (events between streams, another device) when at
+    least this share of the idle is "other" (not an empty queue, not launch latency) and the queue is
+    deeper than `host_shallow_queue`."""
+    host_input_hint_share: float = 0.1
+    """Else it points at the data path when loading takes at least this share of the step (the hint
+    only: half of `input_share`, which input_bound needs)."""
+    host_on_host_share: float = 0.5
+    """The summary says the device waits on its host when at least this share of the idle has
+    nothing queued or only launch latency; below it the idle is held by syncs or events the trace
+    may not link, and the confidence is halved unless synchronizations explain it."""
     bubble_of_ideal: float = 0.8
     """pipeline_bubble also needs the stages' idle share at least this times the ideal bubble
     (p−1)/(m+p−1): a schedule idles at least about its ideal; far below it the send/recv traffic is
@@ -99,7 +127,10 @@ class Thresholds:
     """...on at least this share of the steps (and at least `persistent_min_steps` + 1 steps)."""
     seq_max_rank_share: float = 0.5
     """...with no rank the slowest on more than this share of those steps (else it is one slow worker:
-    compute_straggler), and at least 3 different slowest ranks (2 on a 2-rank job)."""
+    compute_straggler) ..."""
+    seq_min_slowest_ranks: int = 3
+    """... and at least this many different slowest ranks (every rank on a smaller job): two slow
+    workers taking turns are two stragglers, not uneven batches."""
     lateness_share: float = 0.5
     """The ranks everyone waits for explain at least this share of all waiting in collectives
     (most of it: a set explaining less leaves most of the waiting to someone else)."""
@@ -148,6 +179,13 @@ class Thresholds:
     """...and its transfers' excess over the reference, per analysed step, at least this share of the
     median step (as `lateness_min_wait`): sub-millisecond transfers of a pipeline's activations can differ
     several-fold between links on a loaded host without the job feeling it."""
+    lateness_persistent_share: float = 0.5
+    """A waited-for rank named for its compute is a persistent straggler when its late steps are at
+    least this share of the steps (and at least `persistent_min_steps`), else a transient one (half,
+    as `straggler_ratio_pattern_share`)."""
+    healthy_near: float = 0.5
+    """The healthy finding names the cause whose run-level measure came nearest its threshold when
+    that measure reached at least this share of it (half-way: worth a look, not noise)."""
     persistent_min_steps: int = 2
     """A persistent straggler needs the pattern on at least this many steps (never 1 of 2)."""
     whatif_measurable_share: float = 0.01
