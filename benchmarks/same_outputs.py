@@ -3,10 +3,10 @@
 A refactor must change no result (issue 27): run this once with the code before (``PYTHONPATH`` at a
 checkout of the old commit) and once after, into two folders, and compare them byte for byte::
 
-    git archive main | tar -x -C /tmp/before
-    PYTHONPATH=/tmp/before python benchmarks/same_outputs.py /tmp/out-before
-    PYTHONPATH=$PWD python benchmarks/same_outputs.py /tmp/out-after
-    diff -r /tmp/out-before /tmp/out-after && echo same
+    before=$(mktemp -d) && git archive main tracediag | tar -x -C "$before"
+    PYTHONPATH="$before" python benchmarks/same_outputs.py "$before.out"
+    PYTHONPATH=$PWD python benchmarks/same_outputs.py "$before.after"
+    diff -r "$before.out" "$before.after" && echo same
 
 Run from the repository root: the inputs are read there (relative paths, so the file names the
 outputs show agree), whichever tree's code is imported. Each case writes its exit code, stdout,
