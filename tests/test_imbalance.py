@@ -7,6 +7,7 @@ drawing the long sequences on most steps), made by fixtures/runs/make_imbalance_
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import polars as pl
@@ -170,3 +171,28 @@ def test_the_effects_are_absorbed_not_reported(seq_run, stage_run):
     facts = derive_facts(stage_run).facts
     assert [f.cause for f in pipeline.detect(facts, thresholds=th)] == ["pipeline_bubble"]
     assert [f.cause for f in detect_all(facts)] == ["stage_imbalance"]
+
+
+def test_recorded_shapes_that_rule_uneven_batches_out(seq_run):
+    """The uneven-batch run with its recorded Σ sequence length² replaced: made equal on every rank-step
+    (the batches are balanced), or shuffled across rank-steps (the compute no longer follows them) — the
+    changing slowest rank is then not uneven batches. Left as recorded, it is (r 0.86)."""
+    facts = derive_facts(seq_run).facts
+    th = Thresholds()
+
+    def causes(steps: pl.DataFrame) -> set[str]:
+        return {f.cause for f in detect_all(dataclasses.replace(facts, steps=steps), thresholds=th)}
+
+    steps = facts.steps
+    assert steps["seq_sq"].null_count() == 0 and steps["seq_sq"].n_unique() > 1
+    assert "sequence_imbalance" in causes(steps)
+    assert "sequence_imbalance" not in causes(steps.with_columns(seq_sq=pl.lit(4 * 512**2, pl.Int64)))
+    # the compute of each rank-step against another's batch: a fixed shuffle (seeded) keeps the values
+    shuffled = steps["seq_sq"].shuffle(seed=7)
+    r = (
+        pl.DataFrame({"c": steps["compute_ns"].cast(pl.Float64), "q": shuffled.cast(pl.Float64)})
+        .select(pl.corr("c", "q"))
+        .item()
+    )
+    assert r < th.seq_min_corr
+    assert "sequence_imbalance" not in causes(steps.with_columns(seq_sq=shuffled))

@@ -10,7 +10,9 @@ pattern. Found when at least `seq_step_share` of the steps (and at least
 `seq_max_rank_share` of them, and at least `seq_min_slowest_ranks` different ranks are (every rank on a
 smaller job): one
 persistent slow worker is ``compute_straggler``, one slow step is a transient straggler, and
-healthy noise does not reach the ratio on half the steps. Once found, a step belongs to it when
+healthy noise does not reach the ratio on half the steps. Where the trace records the batches' shapes,
+they must differ and the compute must follow them (`seq_min_corr`): equal batches, or batches the compute
+does not follow, leave the changing slowest rank to contention or noise. Once found, a step belongs to it when
 its slowest rank's ratio reaches 1 + `step_share` × (`seq_step_ratio` − 1) (the job-wide causes'
 convention: single steps of a persistent cause scatter around the threshold).
 
@@ -57,6 +59,20 @@ def sequence_evidence(steps: pl.DataFrame, top: pl.DataFrame) -> dict[str, float
     return {"compute_seq_sq_r": round(float(r), 3), "seq_sq_rank_steps": have.height, "slowest_drew_most": drew}
 
 
+def _batches_may_differ(steps: pl.DataFrame, th: Thresholds) -> bool:
+    """False where the recorded shapes rule uneven batches out: every rank-step's Σ sequence length² is
+    the same, or the compute does not follow it (Pearson r below `seq_min_corr`). True without shapes."""
+    if "seq_sq" not in steps.columns:
+        return True
+    have = steps.filter(pl.col("seq_sq").is_not_null())
+    if have.height < 3:
+        return True
+    if have["seq_sq"].n_unique() == 1:
+        return False
+    r = have.select(pl.corr(pl.col("compute_ns").cast(pl.Float64), pl.col("seq_sq").cast(pl.Float64))).item()
+    return r is None or r != r or r >= th.seq_min_corr
+
+
 def detect(facts: Facts, *, thresholds: Thresholds, ratios: pl.DataFrame) -> list[Finding]:
     """At most one sequence_imbalance finding for the ranks outside pipelines; `ratios`:
     `straggler.rank_step_ratios` of the facts' steps."""
@@ -79,6 +95,8 @@ def detect(facts: Facts, *, thresholds: Thresholds, ratios: pl.DataFrame) -> lis
     by_rank = hit.group_by("rank").agg(n=pl.len())
     distinct = min(th.seq_min_slowest_ranks, len(ranks))
     if by_rank.height < distinct or by_rank["n"].max() > th.seq_max_rank_share * hit.height:
+        return []
+    if not _batches_may_differ(facts.steps.filter(pl.col("rank").is_in(ranks)), th):
         return []
     # the cause holds for the run: a step belongs to it at `step_share` of the step threshold's excess
     member = top.filter(pl.col("ratio") >= 1 + th.step_share * (th.seq_step_ratio - 1))

@@ -131,6 +131,11 @@ class Thresholds:
     seq_min_slowest_ranks: int = 3
     """... and at least this many different slowest ranks (every rank on a smaller job): two slow
     workers taking turns are two stragglers, not uneven batches."""
+    seq_min_corr: float = 0.5
+    """... and, where the trace records the batches' shapes (Σ sequence length² per rank-step), the compute
+    follows them at least this well (Pearson r): equal batches, or batches the compute does not follow,
+    make the changing slowest rank something else (contention, noise). The real uneven-batch run reads
+    r 0.86; 0.5 leaves half the variance explained."""
     lateness_share: float = 0.5
     """The ranks everyone waits for explain at least this share of all waiting in collectives
     (most of it: a set explaining less leaves most of the waiting to someone else)."""
