@@ -131,3 +131,20 @@ def test_a_rank_that_computes_far_longer_is_not_absorbed(ring):
     small = dataclasses.replace(other, evidence={"compute_ms_median": 110.0, "peer_compute_ms_median": 100.0})
     absorbs = spec_of(Cause.SLOW_LINK).absorbs
     assert not absorbs(f, other) and absorbs(f, small)
+
+
+def test_the_edit_frees_the_link_and_the_collectives_through_it(pair):
+    """The pair's own transfers go to the other links' pace, and the all-reduces both its ranks are in
+    (the ring crosses the link) are divided by its ratio; nothing is made slower."""
+    from tracediag.causes import spec_of
+    from tracediag.whatif import graph_of
+
+    (f,) = slow_link.detect(pair.facts, thresholds=Thresholds())
+    graph = graph_of(pair.facts, pair.replay)
+    edit = spec_of(Cause.SLOW_LINK).pricing.edit(f, pair.facts, graph)
+    was = edit.transfer.join(graph.ops.select("op", "rank", _was="transfer_ns"), on=["op", "rank"])
+    assert was.height == edit.transfer.height and (was["transfer_ns"] <= was["_was"]).all()
+    coll = was.filter(pl.col("op").str.starts_with("c:"))
+    assert coll.height and (coll["transfer_ns"] * f.evidence["transfer_ratio_median"] - coll["_was"]).abs().max() < 1
+    mine = was.filter(pl.col("op").str.starts_with("p2p:3>4"))
+    assert mine.height == 16 and (mine["transfer_ns"] <= f.evidence["peer_transfer_ms_median"] * 1e6 + 1).all()

@@ -2,8 +2,10 @@
 
 Detector: `detect.slow_link`, over the transfer table (`derive.transfers`): transfer time from the
 last participant's arrival, so lateness is not mistaken for a slow link. What-if: its transfers set
-to the other links' median of the same class (`whatif.causes.transfers_to`), and the send/recvs
-whose end the wait for them closed to their faster side (`whatif.causes.closed_by`). The ranks everyone
+to the other links' median of the same class (`whatif.causes.transfers_to`), the send/recvs whose end
+the wait for them closed to their faster side (`whatif.causes.closed_by`), and the collectives all its
+ranks take part in faster by its ratio (`whatif.causes.collectives_through`: a ring runs at its slowest
+link's pace). The ranks everyone
 waits for because their transfers end late are its effect: a compute_, host_ or input_straggler
 naming only the slow link's ranks and peers, whose named part (extra compute, idle, loading, host
 work) is less per step than the link's excess transfer time, is absorbed (a rank whose exchange ends
@@ -41,8 +43,10 @@ def _edit(f: Finding, facts: Facts, graph: Graph) -> causes.Edit | None:
     if not graph.ops.join(target, on="op", how="semi").height:
         return None
     # what the slow transfers held up on their ranks goes too: a recv gloo closed when the rank's
-    # wait for the slow send returned
-    return causes.transfers_to(graph, pl.concat([target, causes.closed_by(graph, target)]))
+    # wait for the slow send returned; and the collectives that cross the link run at its new pace
+    own = causes.transfers_to(graph, pl.concat([target, causes.closed_by(graph, target)]))
+    through = causes.collectives_through(graph, f.ranks, 1 / max(f.evidence["transfer_ratio_median"], 1.0))
+    return causes.combine([own, causes.Edit(causes.Edit.empty().factors, through)])
 
 
 def _removed(f: Finding, facts: Facts, graph: Graph) -> str:
@@ -50,7 +54,8 @@ def _removed(f: Finding, facts: Facts, graph: Graph) -> str:
     ev = f.evidence
     return (
         f"with {who} transfers at the other links' pace ({ev['peer_transfer_ms_median']:,.1f} ms instead of "
-        f"{ev['transfer_ms_median']:,.1f} ms, medians)"
+        f"{ev['transfer_ms_median']:,.1f} ms, medians) and the collectives through it "
+        f"{ev['transfer_ratio_median']:.1f}x faster"
     )
 
 

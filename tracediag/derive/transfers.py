@@ -72,9 +72,11 @@ def pair_transfers(pairs: pl.DataFrame) -> pl.DataFrame:
 def collective_transfers(matched: pl.DataFrame) -> pl.DataFrame:
     """`TRANSFER_SCHEMA` rows of the matched collective instances in a step (`collectives.match_instances`),
     for the classes whose instances have different, disjoint member sets (one per group)."""
+    kept = matched.filter(pl.col("n_ranks") > 1, pl.col("step").is_not_null())
+    if not kept.height or kept["n_ranks"].min() == kept["rank"].n_unique():
+        return pl.DataFrame(schema=TRANSFER_SCHEMA)  # every instance has every rank: nothing to compare
     rows = (
-        matched.lazy()
-        .filter(pl.col("n_ranks") > 1, pl.col("step").is_not_null())
+        kept.lazy()
         .with_columns(_k=pl.int_range(pl.len()).over("rank", "step", "op", order_by="arrival"))
         .group_by("iid")
         .agg(

@@ -17,7 +17,8 @@ times (``transfer``: op, rank → ns). Per cause:
 - pipeline_bubble: stages balanced (compute → the median stage's), idle closed and send/recv
   transfers free: what is left is the bubble of the schedule itself;
 - slow_link: the slow rank's (or pair's) transfers at the other links' median transfer of the same
-  class (`transfers_to`), never slower than observed.
+  class (`transfers_to`), never slower than observed, and the collectives through it (every one of its
+  ranks a member) faster by the same ratio (`collectives_through`).
 """
 
 from __future__ import annotations
@@ -193,6 +194,18 @@ def transfers_to(graph: Graph, target: pl.DataFrame) -> Edit:
         "op", "rank", transfer_ns=pl.min_horizontal(pl.col("transfer_ns").cast(pl.Float64), "_t")
     )
     return Edit(Edit.empty().factors, rows.cast(_TRANSFER_SCHEMA))
+
+
+def collectives_through(graph: Graph, ranks: tuple[int, ...], factor: float) -> pl.DataFrame:
+    """The collectives every one of `ranks` takes part in, each participant's transfer scaled by `factor`
+    (≤ 1): ``op, rank, transfer_ns``. A ring or tree collective moves its data over each member's links
+    and runs at the pace of the slowest one, so a slow link's collectives speed up with it."""
+    coll = graph.ops.filter(pl.col("kind") == "collective")
+    through = coll.filter(pl.col("rank").is_in(list(ranks))).group_by("op").agg(_n=pl.col("rank").n_unique())
+    mine = through.filter(pl.col("_n") == len(set(ranks))).select("op")
+    return coll.join(mine, on="op", how="semi").select(
+        "op", "rank", transfer_ns=pl.col("transfer_ns").cast(pl.Float64) * min(factor, 1.0)
+    )
 
 
 def closed_by(graph: Graph, ops: pl.DataFrame) -> pl.DataFrame:
