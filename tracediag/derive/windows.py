@@ -110,11 +110,13 @@ def rank_windows(
 
 def _in_windows(rows: pl.LazyFrame, windows: pl.DataFrame) -> pl.LazyFrame:
     """Per window (``rank, _key, ts, end``): the sums of `rows`' value columns over the rows of its
-    rank starting in it (``ts <= row.ts < end``). `rows` (``rank, ts`` and the values) come sorted by
-    rank and time, so one (rank, time) key orders them: a window's rows are the range between its
+    rank starting in it (``ts <= row.ts < end``). Ordered by one (rank, time) key (a `Run`'s events are
+    already; other orders are sorted first), a window's rows are the range between its
     two edges' positions in that key (binary searches), its sums differences of running sums."""
     values = [c for c in rows.collect_schema().names() if c not in ("rank", "ts")]
     df = rows.select(rank_time("ts").alias("_k"), *values).collect(engine="in-memory")
+    if not df.get_column("_k").is_sorted():  # events not in (rank, time) order: the general path
+        df = df.sort("_k")
     key = df.get_column("_k").set_sorted()
     first = windows.select(rank_time("ts")).to_series()
     last = windows.select(rank_time("end")).to_series()
