@@ -50,6 +50,11 @@ def test_verdict_ranks_and_steps_match_manifest(analyses, name):
     if manifest["cause"] == "healthy":
         assert causes == ["healthy"]
         return
+    if manifest.get("also"):  # two causes in one run: each with its ranks and steps
+        expected = {(c["cause"], tuple(c["ranks"]), tuple(c["steps"])) for c in [manifest, *manifest["also"]]}
+        assert {(f.cause, f.ranks, f.steps) for f in analysis.findings} == expected
+        assert all(f.time_lost_ns > 0 and 0 < f.confidence <= 1 for f in analysis.findings)
+        return
     assert causes == [manifest["cause"]]
     (finding,) = analysis.findings
     expected_ranks = manifest["ranks"] or manifest["affected_ranks"]

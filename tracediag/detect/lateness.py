@@ -193,13 +193,44 @@ def _who(ranks: tuple[int, ...]) -> str:
     return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {', '.join(map(str, ranks))}"
 
 
+def together(facts: Facts, ranks: tuple[int, ...], th: Thresholds) -> list[tuple[int, ...]]:
+    """`ranks` (the ranks everyone waits for) in groups that are late together: a rank joins a group
+    when the instances where it is among the last arrivers overlap the group's by at least
+    `lateness_together` (Jaccard): a slow node's ranks are late at the same collectives; two ranks late
+    at different ones (each its own cause, its own steps) are explained apart."""
+    rows = facts.late.filter(pl.col("rank").is_in(list(ranks)), "is_last")
+    last = {r: set(rows.filter(pl.col("rank") == r)["iid"].to_list()) for r in ranks}
+    groups: list[tuple[list[int], set[int]]] = []
+    for r in ranks:
+        for members, iids in groups:
+            if len(last[r] & iids) >= th.lateness_together * len(last[r] | iids):
+                members.append(r)
+                iids |= last[r]
+                break
+        else:
+            groups.append(([r], set(last[r])))
+    return [tuple(sorted(m)) for m, _ in groups]
+
+
 def detect(facts: Facts, late: Lateness | None, th: Thresholds, found: list[Finding]) -> list[Finding]:
-    """`found` (the other detectors' findings) with the lateness findings: for the ranks everyone
-    waits for, the reason read from their windows (`reason_of`). Compute: a ``compute_straggler``
-    per rank unless one already names it; host work (``host_straggler``, with its ``reason``) or
-    loading (``input_straggler``) replaces a compute_straggler finding of the same rank."""
+    """`found` (the other detectors' findings) with the lateness findings: for each group of the ranks
+    everyone waits for that is late together (`together`), the reason read from their windows
+    (`reason_of`). Compute: a ``compute_straggler`` per rank unless one already names it; host work
+    (``host_straggler``, with its ``reason``) or loading (``input_straggler``) replaces a
+    compute_straggler finding of the same rank."""
     if late is None or not late.waited_for or facts.late is None or "window_ns" not in facts.late.columns:
         return found
+    groups = together(facts, late.waited_for, th)
+    for ranks in groups:
+        share = late.share
+        if len(groups) > 1:
+            share = float(late.ranks.filter(pl.col("rank").is_in(list(ranks)))["share"].sum())
+        found = _explain(facts, dataclasses.replace(late, waited_for=ranks, share=round(share, 4)), th, found)
+    return found
+
+
+def _explain(facts: Facts, late: Lateness, th: Thresholds, found: list[Finding]) -> list[Finding]:
+    """`detect` for one group of late ranks (`late.waited_for`, their `late.share`)."""
     ranks = late.waited_for
     steps = late_steps(facts, ranks, th)
     if not steps:

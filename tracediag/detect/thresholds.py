@@ -136,6 +136,10 @@ class Thresholds:
     follows them at least this well (Pearson r): equal batches, or batches the compute does not follow,
     make the changing slowest rank something else (contention, noise). The real uneven-batch run reads
     r 0.86; 0.5 leaves half the variance explained."""
+    lateness_together: float = 0.5
+    """Ranks everyone waits for are explained as one group (a slow node) when the collectives where each is
+    among the last arrivers overlap at least this much (Jaccard); apart, each is its own cause with its own
+    steps (two ranks late at different steps for different reasons)."""
     lateness_share: float = 0.5
     """The ranks everyone waits for explain at least this share of all waiting in collectives
     (most of it: a set explaining less leaves most of the waiting to someone else)."""
