@@ -359,3 +359,42 @@ def test_skewed_file_times_do_not_matter(tmp_path):
     os.utime(tmp_path / names[1], (4e9, 4e9))
     (w,) = list(tracediag.watch(tmp_path, poll_seconds=0.01, once=True))
     assert w.ranks == (0, 1, 2, 3) and w.steps == (2, 3, 4)
+
+
+def test_a_window_carries_its_mfu_against_the_jobs_plan(tmp_path, runner):
+    """Two real A100 ranks (HTA's NCCL sample) watched with a saved plan: the window's MFU is the one
+    `analyze --plan` gives for the same files (the plan's FLOPs over the observed step, peak and GPUs),
+    in the record, the line and the metrics."""
+    from tracediag.checking import check
+    from tracediag.model.predict import load_prediction
+
+    job = tmp_path / "job"
+    job.mkdir()
+    pair = [FIXTURES / "kineto" / f"hta_a100_nccl_rank{r}.json.gz" for r in (0, 1)]
+    for p in pair:
+        shutil.copy(p, job / p.name)
+    plan = tmp_path / "plan.json"
+    model = ["--model", "tiny", "--gpu", "a100-80gb", "--seq-len", "512", "--global-batch", "16", "--gpus", "2"]
+    assert runner.invoke(cli, ["predict", *model, "-o", str(plan)]).exit_code == 0
+    prediction = load_prediction(plan)
+    want = next(c for c in check(tracediag.analyze(tracediag.load(pair)), prediction).components if c.name == "mfu")
+    assert want.observed is not None and 0 < want.observed < 1
+    (window,) = tracediag.watch(job, once=True, poll_seconds=0.01, prediction=prediction)
+    assert window.mfu == pytest.approx(want.observed) and window.mfu_predicted == pytest.approx(prediction.mfu)
+    records = tmp_path / "w.jsonl"
+    metrics = tmp_path / "m.prom"
+    args = ["watch", str(job), "--once", "--poll", "0.01", "--plan", str(plan), "--jsonl", str(records)]
+    result = runner.invoke(cli, [*args, "--metrics-file", str(metrics)])
+    assert result.exit_code == 0, result.output
+    assert f"MFU {want.observed:.1%}" in result.stdout
+    assert orjson.loads(records.read_text().splitlines()[0])["mfu"] == pytest.approx(want.observed)
+    assert re.search(r"^tracediag_mfu_ratio [0-9.e-]+$", metrics.read_text(), re.M)
+    (plain,) = tracediag.watch(job, once=True, poll_seconds=0.01)
+    assert plain.mfu is None
+
+
+def test_a_plan_that_is_no_prediction_is_one_line(tmp_path, runner):
+    bad = tmp_path / "plan.json"
+    bad.write_text('{"inputs": 3}')
+    result = runner.invoke(cli, ["watch", str(tmp_path), "--once", "--plan", str(bad)])
+    assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1, result.output

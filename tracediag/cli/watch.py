@@ -13,10 +13,12 @@ from pathlib import Path
 import click
 import orjson
 
-from tracediag.cli.common import EXIT_FINDING, InputError
+from tracediag.cli.common import EXIT_FINDING, InputError, regular_file
 from tracediag.cli.execute_options import storage_options as parse_storage_options
+from tracediag.cli.model_options import FILE_ERRORS
 from tracediag.cli.traces import parse_rank_map
-from tracediag.errors import TracediagError, shown
+from tracediag.errors import TracediagError, one_line, shown
+from tracediag.model.predict import Prediction, load_prediction
 from tracediag.output import write_atomic
 from tracediag.report.metrics import WatchMetrics, exposition
 from tracediag.watching import Notice, Window
@@ -52,11 +54,25 @@ def line(w: Window) -> str:
     if w.error:
         return f"{head}: not analysed: {w.error}"
     step = f"step {w.step_seconds:.3f} s" if w.step_seconds is not None else "no steps"
+    if w.mfu is not None:
+        step += f", MFU {w.mfu:.1%} (predicted {w.mfu_predicted:.1%})"
     found = "; ".join(f"{f.cause.value} ranks {','.join(map(str, f.ranks))}" for f in w.findings[:3])
     out = f"{head}: {step}; {found}"
     if w.changes:
         out += "; changed: " + "; ".join(c.summary for c in w.changes)
     return out
+
+
+def _plan(path: Path) -> Prediction:
+    """The prediction saved at `path`, or a one-line error naming the file."""
+    regular_file(path, "--plan")
+    try:
+        return load_prediction(path)
+    except TracediagError as e:
+        raise InputError(one_line(str(e))) from None
+    except FILE_ERRORS as e:
+        why = one_line(f"{type(e).__name__}: {e}")
+        raise InputError(f"{shown(path)}: not a usable tracediag prediction ({why})") from None
 
 
 @click.command()
@@ -89,6 +105,12 @@ def line(w: Window) -> str:
 @click.option("--state", "state_path", type=click.Path(dir_okay=False), help="Restart state: resume, never repeat.")
 @click.option("--baseline-windows", type=click.IntRange(min=1), default=2, show_default=True)
 @click.option("--min-confidence", type=click.FloatRange(0, 1), default=0.9, show_default=True)
+@click.option(
+    "--plan",
+    "plan_path",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="The job's prediction (`tracediag predict -o`): each window's observed MFU against it.",
+)
 @click.option("--step-regex", metavar="REGEX", help=r"Step markers other than ProfilerStep#N.")
 @click.option("--rank-from-filename", metavar="REGEX", help=r"Take each file's rank from its name.")
 @click.option("--rank", "rank_map", multiple=True, metavar="FILE=N", help="Assign rank N to FILE; repeatable.")
@@ -107,6 +129,7 @@ def watch(
     state_path: str | None,
     baseline_windows: int,
     min_confidence: float,
+    plan_path: Path | None,
     step_regex: str | None,
     rank_from_filename: str | None,
     rank_map: tuple[str, ...],
@@ -117,6 +140,7 @@ def watch(
     for option, path in (("--jsonl", jsonl_path), ("--metrics-file", metrics_file), ("--state", state_path)):
         if path is not None and os.path.exists(path) and not os.path.isfile(path):
             raise InputError(f"{shown(path)}: {option} must name a regular file")
+    prediction = _plan(plan_path) if plan_path is not None else None
     metrics = WatchMetrics()
     out = JsonLines(jsonl_path) if jsonl_path else None
 
@@ -157,6 +181,7 @@ def watch(
             rank_map=parse_rank_map(rank_map),
             storage_options=parse_storage_options(storage_items),
             on_notice=on_notice,
+            prediction=prediction,
         )
         for w in windows:
             click.echo(line(w))

@@ -37,6 +37,8 @@ METRICS: dict[str, tuple[str, str]] = {
     "tracediag_caused_wait_ratio": ("gauge", "Each rank's share of the waiting it caused the others."),
     "tracediag_waited_for": ("gauge", "1 for each rank everyone waited for in the last window."),
     "tracediag_cause_time_lost_seconds": ("gauge", "Time lost per cause over the last window's steps (what-if)."),
+    "tracediag_mfu_ratio": ("gauge", "Observed MFU in the last window against the job's plan (`--plan`)."),
+    "tracediag_mfu_predicted_ratio": ("gauge", "The plan's predicted MFU (`--plan`)."),
     "tracediag_step_time_change_ratio": (
         "gauge",
         "The last window's step time change against the baseline (0.25 = 25% slower); 0 when none was found.",
@@ -108,6 +110,10 @@ class WatchMetrics:
         }
         if w.step_seconds is not None:
             g["tracediag_job_step_seconds"] = [((), w.step_seconds)]
+        if w.mfu is not None:
+            g["tracediag_mfu_ratio"] = [((), w.mfu)]
+        if w.mfu_predicted is not None:
+            g["tracediag_mfu_predicted_ratio"] = [((), w.mfu_predicted)]
         self._gauges = g
         self._snapshot = self._families()
 

@@ -16,10 +16,11 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from tracediag.analysis import Analysis
 from tracediag.analyzing import reduce
+from tracediag.checking import check
 from tracediag.derive.summary import concat
 from tracediag.detect import Thresholds
 from tracediag.errors import TracediagError, one_line, shown
@@ -30,6 +31,9 @@ from tracediag.watching.regress import STRAGGLER_CAUSES, Detector, Observation
 from tracediag.watching.result import Change, Window, caused_shares, per_rank, step_times, window_key
 from tracediag.watching.state import State, load_state, save_state
 from tracediag.watching.windows import Grouper, Pending
+
+if TYPE_CHECKING:
+    from tracediag.model.predict import Prediction
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +69,7 @@ class Watcher:
         storage_options: dict[str, Any] | None = None,
         on_notice: Callable[[Notice], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        prediction: Prediction | None = None,
     ) -> None:
         self.location = str(location)
         self.window_timeout = window_timeout
@@ -77,6 +82,7 @@ class Watcher:
         self.resolve = rank_resolver(rank_from_filename=rank_from_filename, rank_map=dict(rank_map or {}))
         self.on_notice = on_notice or (lambda n: None)
         self.clock = clock
+        self.prediction = prediction
         self.grouper = Grouper(window_timeout, list(self.state.done), self.state.known_ranks)
         self.settling = Settling()
         self._held: set[str] = set()
@@ -178,6 +184,8 @@ class Watcher:
             window = _with_changes(window, self.detector.observe(Observation(index, (), complete=False)))
             return window
         window = summarize(analysis, base, time.perf_counter() - started)
+        if self.prediction is not None:
+            window = _with_mfu(window, analysis, self.prediction)
         return _with_changes(window, self.detector.observe(observation(window, analysis, complete=not missing)))
 
     def commit(self, w: Pending, window: Window) -> None:
@@ -197,6 +205,12 @@ class Watcher:
     def quiet(self) -> bool:
         """The last poll found nothing still being written and read nothing new."""
         return self.unsettled == 0 and self.read_last == 0
+
+
+def _with_mfu(window: Window, analysis: Analysis, prediction: Prediction) -> Window:
+    """`window` with its observed MFU against `prediction` (`checking.check`, the same as `analyze --plan`)."""
+    mfu = next(c for c in check(analysis, prediction).components if c.name == "mfu")
+    return replace(window, mfu=mfu.observed, mfu_predicted=mfu.predicted, mfu_note=mfu.note)
 
 
 def summarize(analysis: Analysis, base: dict[str, Any], seconds: float) -> Window:
@@ -268,6 +282,7 @@ def watch(
     storage_options: dict[str, Any] | None = None,
     on_notice: Callable[[Notice], None] | None = None,
     stop: Stop | None = None,
+    prediction: Prediction | None = None,
 ) -> Iterator[Window]:
     """Follow the trace files of a running job at `location` and yield one `Window` per profiler window.
 
@@ -298,6 +313,9 @@ def watch(
         Called with each `Notice` (a file left out, the location gone); the watch goes on.
     stop
         A `threading.Event`: the watch ends at the next poll once it is set.
+    prediction
+        The job's `Prediction` (`tracediag.predict`, or a plan saved by `tracediag predict -o`): each
+        window then carries its observed MFU against it (`Window.mfu`), as `analyze --plan` computes it.
 
     Raises `TracediagError` only for bad arguments or a damaged state file.
     """
@@ -317,6 +335,7 @@ def watch(
         rank_map=rank_map,
         storage_options=storage_options,
         on_notice=on_notice,
+        prediction=prediction,
     )
     yielded = 0
     while True:

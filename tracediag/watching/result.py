@@ -88,6 +88,13 @@ class Window:
     """Device (or operator) idle time over the step time, per rank."""
     findings: tuple[Finding, ...] = ()
     """Ranked, as `Analysis.findings`."""
+    mfu: float | None = None
+    """Observed MFU when a prediction of the job is given (`watch(prediction=...)`): its model FLOPs per
+    step over (the window's median step · the devices' peak · GPUs); None without one, on traces with no
+    device activity, or above 100% (the prediction is for other work; `mfu_note` says why)."""
+    mfu_predicted: float | None = None
+    """The prediction's own MFU, for comparison."""
+    mfu_note: str = ""
     waited_for: tuple[int, ...] = ()
     """The ranks everyone waited for at the collectives (`Analysis.lateness`)."""
     caused_wait_share_by_rank: Mapping[int, float] = field(default_factory=dict)
@@ -131,6 +138,9 @@ class Window:
             "exposed_comm_ratio_by_rank": by_rank(self.exposed_comm_ratio_by_rank),
             "idle_ratio_by_rank": by_rank(self.idle_ratio_by_rank),
             "findings": [f.to_dict() for f in self.findings],
+            "mfu": self.mfu,
+            "mfu_predicted": self.mfu_predicted,
+            "mfu_note": self.mfu_note,
             "waited_for": list(self.waited_for),
             "caused_wait_share_by_rank": by_rank(self.caused_wait_share_by_rank),
             "changes": [c.to_dict() for c in self.changes],
@@ -158,6 +168,9 @@ class Window:
             exposed_comm_ratio_by_rank=by_rank(d.get("exposed_comm_ratio_by_rank")),
             idle_ratio_by_rank=by_rank(d.get("idle_ratio_by_rank")),
             findings=tuple(Finding.from_dict(f) for f in d.get("findings", ())),
+            mfu=d.get("mfu"),
+            mfu_predicted=d.get("mfu_predicted"),
+            mfu_note=str(d.get("mfu_note", "")),
             waited_for=tuple(d.get("waited_for", ())),
             caused_wait_share_by_rank=by_rank(d.get("caused_wait_share_by_rank")),
             changes=tuple(Change.from_dict(c) for c in d.get("changes", ())),
