@@ -5,7 +5,7 @@
 FOLDER defaults to benchmarks/data/a100x8 (made by bench_vs_hta.py). Each round runs a fresh process
 per checkout that loads the run once (not counted) and then analyses it `--repeat` times; a stage's
 number is the process CPU (`time.process_time`: every polars thread included) of each call of the
-functions `derive.per_rank.rank_tables` makes, then `analyzing.reduce` and the run checks, and of a whole
+functions `derive.per_rank.rank_tables` makes, then `reduce.reduce` and the run checks, and of a whole
 `tracediag.analyze` (the one figure an older baseline without those stages gives too). Reported:
 the median over rounds of each process's median. `--baseline DIR` runs the tracediag of another
 checkout (e.g. a `git worktree` of main) in the same rounds, alternating, so a change is measured
@@ -27,9 +27,13 @@ ROOT = Path(__file__).resolve().parent.parent
 WORKER = """
 import functools, json, statistics, sys, time
 import tracediag
-import tracediag.analyzing as analyzing
 import tracediag.derive.per_rank as per_rank
-from tracediag.sanity import check_same_run
+try:
+    import tracediag.reduce as reducing
+    from tracediag.same_run import check_same_run
+except ImportError:  # a checkout from before the modules were renamed (issue 27)
+    import tracediag.analyzing as reducing
+    from tracediag.sanity import check_same_run
 
 folder, repeat = sys.argv[1], int(sys.argv[2])
 run = tracediag.load(folder, jobs=1)
@@ -56,7 +60,7 @@ for _ in range(repeat):
     ta = time.process_time()
     tracediag.analyze(run)
     analyze = time.process_time() - ta
-    if not hasattr(analyzing, "reduce"):  # an older checkout (a baseline): its whole analyze only
+    if not hasattr(reducing, "reduce"):  # an older checkout (a baseline): its whole analyze only
         runs.append({"analyze": analyze})
         continue
     spent.clear()
@@ -65,7 +69,7 @@ for _ in range(repeat):
     t1 = time.process_time()
     tables = per_rank.rank_tables(run.events)
     t2 = time.process_time()
-    analyzing.reduce(tables, run.meta, allow_mixed=True)
+    reducing.reduce(tables, run.meta, allow_mixed=True)
     t3 = time.process_time()
     whole = {"check_same_run": t1 - t0, "rank_tables": t2 - t1, "reduce": t3 - t2, "total": t3 - t0, "analyze": analyze}
     runs.append({**spent, **whole})

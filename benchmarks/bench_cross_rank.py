@@ -37,9 +37,9 @@ def build(ranks: int, steps: int, per_step: int):
     import polars as pl
 
     import tracediag
-    from tracediag.analyzing import derive_facts
     from tracediag.derive.collectives import collective_instances
     from tracediag.derive.steps import assign_steps, find_markers, step_spans
+    from tracediag.reduce import derive_facts
 
     run = tracediag.load(sorted(SOURCE.glob("rank*.pt.trace.json.gz")), jobs=1)
     ev = run.events

@@ -23,10 +23,10 @@ import time
 from pathlib import Path
 
 from tracediag.errors import SpecError
-from tracediag.model.engine import resolve_engine
 from tracediag.model.plan import DEFAULT_HEADROOM, NEAR_TIE, candidate_splits, plan
 from tracediag.model.predict import predict
 from tracediag.model.specs import resolve_device, resolve_model
+from tracediag.model.stack import resolve_engine
 from tracediag.model.time import layer_cost, logits_cost
 
 ARGS = {"gpus": 16_384, "seq_len": 8192, "global_batch": 2048}

@@ -20,10 +20,10 @@ import polars as pl
 
 import tracediag
 from tracediag.analysis import Analysis
-from tracediag.checking import check
-from tracediag.model.engine import resolve_engine
 from tracediag.model.predict import predict
 from tracediag.model.specs import Split, Training, resolve_device, resolve_model
+from tracediag.model.stack import resolve_engine
+from tracediag.observed_vs_predicted import check
 from tracediag.report.html import render_html
 
 RANKS, STEPS = 1024, 100

@@ -15,8 +15,8 @@ import time
 from pathlib import Path
 
 import tracediag
-from tracediag.analyzing import derive_facts
 from tracediag.causes import detect_all, price
+from tracediag.reduce import derive_facts
 from tracediag.whatif import graph_of
 
 REPO = Path(__file__).resolve().parent.parent

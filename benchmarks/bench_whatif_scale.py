@@ -15,8 +15,8 @@ import polars as pl
 from bench_whatif import best  # the same timing rule (script directory on sys.path)
 
 import tracediag
-from tracediag.analyzing import derive_facts
 from tracediag.causes import detect_all, price
+from tracediag.reduce import derive_facts
 from tracediag.run import Run
 from tracediag.whatif import graph_of
 

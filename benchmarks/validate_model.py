@@ -39,10 +39,10 @@ import polars as pl
 
 from tracediag.errors import SpecError
 from tracediag.model.calibrate import calibrate_from_step_time
-from tracediag.model.engine import ELEMENTWISE_FIT, resolve_engine, with_overrides
 from tracediag.model.flops import flops_6n, model_flops
 from tracediag.model.predict import Prediction, predict
 from tracediag.model.specs import LINKS, ModelSpec, Split, Training, resolve_device
+from tracediag.model.stack import ELEMENTWISE_FIT, resolve_engine, with_overrides
 
 DEFAULT_CSV = Path(__file__).resolve().parents[2] / "shared" / "validation" / "published_runs_dev.csv"
 

@@ -23,8 +23,8 @@ import polars as pl
 
 import tracediag
 from tracediag.analysis import Finding
-from tracediag.analyzing import derive_facts
 from tracediag.causes import price
+from tracediag.reduce import derive_facts
 from tracediag.whatif import graph_of
 
 HERE = Path(__file__).resolve().parent

@@ -22,8 +22,8 @@ import polars as pl
 
 import tracediag
 from tracediag.analysis import Cause, Finding
-from tracediag.analyzing import derive_facts
 from tracediag.causes import price
+from tracediag.reduce import derive_facts
 from tracediag.whatif import graph_of
 
 SPLITS = {"heavy_last": (1, 1, 1, 5), "balanced": (2, 2, 2, 2)}

@@ -11,10 +11,10 @@ import orjson
 
 import tracediag
 from tracediag.analysis import Analysis
-from tracediag.checking import check
-from tracediag.model.engine import resolve_engine
 from tracediag.model.predict import Prediction, predict
 from tracediag.model.specs import Split, Training, resolve_device, resolve_model
+from tracediag.model.stack import resolve_engine
+from tracediag.observed_vs_predicted import check
 
 RUNS = Path(__file__).parent.parent / "fixtures" / "runs"
 SCRIPT = "<script>alert(1)</script>"

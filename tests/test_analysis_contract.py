@@ -99,8 +99,8 @@ def test_a_later_minor_version_reads_and_another_major_is_refused(pipeline_with_
 def test_facade_exports_the_functions_and_no_module_shadows_one():
     for name in ("load", "analyze", "predict", "plan", "check", "load_prediction"):
         assert callable(getattr(tracediag, name)) and not isinstance(getattr(tracediag, name), type(tracediag))
-    assert tracediag.analyze is importlib.import_module("tracediag.analyzing").analyze
-    assert tracediag.check is importlib.import_module("tracediag.checking").check
+    assert tracediag.analyze is importlib.import_module("tracediag.reduce").analyze
+    assert tracediag.check is importlib.import_module("tracediag.observed_vs_predicted").check
     assert issubclass(tracediag.NoStepsError, tracediag.TracediagError)
     assert tracediag.NoStepsError.__module__ == "tracediag.errors"
     assert set(tracediag.__all__) <= set(dir(tracediag))

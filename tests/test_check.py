@@ -11,11 +11,11 @@ import pytest
 
 import tracediag
 from tracediag.analysis import COLLECTIVE_SCHEMA, STEP_SCHEMA, Analysis, Finding
-from tracediag.checking import NOT_VISIBLE, check, group_kind
 from tracediag.ingest.trace import FileMeta, ProcessGroup
-from tracediag.model.engine import resolve_engine
 from tracediag.model.predict import predict
 from tracediag.model.specs import Split, Training, resolve_device, resolve_model
+from tracediag.model.stack import resolve_engine
+from tracediag.observed_vs_predicted import NOT_VISIBLE, check, group_kind
 from tracediag.run import Run, RunMeta
 
 MS = 1_000_000

@@ -148,9 +148,9 @@ def test_plan_headroom_and_emit_flags(runner):
 def test_plan_emit_times_splits_with_the_target_engine(runner):
     """Without --engine, `--emit deepspeed` plans with the deepspeed profile (and --engine still wins)."""
     from tracediag.model.emit import emit
-    from tracediag.model.engine import resolve_engine
     from tracediag.model.plan import plan
     from tracediag.model.specs import resolve_device, resolve_model
+    from tracediag.model.stack import resolve_engine
 
     base = ["plan", "--model", "llama3-70b", "--gpus", "64", "--gpu", "h100-sxm", "--seq-len", "8192",
             "--global-batch", "128", "--emit", "deepspeed"]  # fmt: skip

@@ -2,7 +2,7 @@
 (`derive.intervals.count_fields`), the one-column key of (rank, correlation) of the launch links
 (`derive.steps.call_key`), the steps and the breakdown of rows in time order
 (`derive.steps.assign_steps`, `derive.breakdown.breakdown`), the per-rank extents of rows in
-rank order (`sanity.rank_extents`) and the groups on one (rank, step) key (`derive.grouping`)."""
+rank order (`same_run.rank_extents`) and the groups on one (rank, step) key (`derive.grouping`)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from tracediag.derive.breakdown import breakdown
 from tracediag.derive.grouping import per_rank_step
 from tracediag.derive.intervals import _sweep_columns, count_fields, sweep, time_keys
 from tracediag.derive.steps import assign_steps, call_key, find_markers, launches, step_spans
-from tracediag.sanity import rank_extents
+from tracediag.same_run import rank_extents
 
 CASES = {
     "nccl_a100": [FIXTURES / "kineto" / f"hta_a100_nccl_rank{r}.json.gz" for r in (0, 1)],

@@ -9,9 +9,9 @@ from conftest import FIXTURES
 from polars.testing import assert_frame_equal
 
 import tracediag
-from tracediag.analyzing import reduce
 from tracediag.derive.per_rank import rank_tables
 from tracediag.derive.summary import RankSummary, concat
+from tracediag.reduce import reduce
 
 CASES = {
     "gloo_pipeline": FIXTURES / "runs" / "pipeline_1f1b_m8",

@@ -54,7 +54,7 @@ def test_waiting_on_host_means_an_empty_launch_queue():
     """The host-starved traces keep at most one launch queued; the busy ones keep hundreds."""
     starved = _analyze("nccl_parser_config").findings[0].evidence["queue_depth_median"]
     assert starved == 1
-    from tracediag.analyzing import derive_facts
+    from tracediag.reduce import derive_facts
 
     facts = derive_facts(tracediag.load(SAMPLES / "hta" / "ns_resolution_trace", jobs=1)).facts
     assert facts.host["queue_depth"].median() > 100

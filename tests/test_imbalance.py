@@ -15,9 +15,9 @@ import pytest
 from conftest import FIXTURES
 
 import tracediag
-from tracediag.analyzing import derive_facts
 from tracediag.causes import detect_all
 from tracediag.detect import Thresholds
+from tracediag.reduce import derive_facts
 from tracediag.report import figures
 from tracediag.report.html import render_html
 from tracediag.whatif import causes, graph_of

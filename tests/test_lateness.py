@@ -10,11 +10,11 @@ from conftest import FIXTURES, SAMPLES, needs_shared
 
 import tracediag
 from tracediag.analysis import Analysis
-from tracediag.analyzing import derive_facts
 from tracediag.derive.lateness import per_rank
 from tracediag.detect import Thresholds
 from tracediag.detect import lateness as lateness_detect
 from tracediag.detect.warmup import without_steps
+from tracediag.reduce import derive_facts
 from tracediag.report.text import render_text
 
 RUNS = FIXTURES / "runs"

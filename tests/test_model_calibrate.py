@@ -11,7 +11,6 @@ import pytest
 from click.testing import CliRunner
 
 import tracediag
-from tracediag.analyzing import analyze
 from tracediag.cli import cli
 from tracediag.errors import SpecError
 from tracediag.model.calibrate import (
@@ -22,9 +21,10 @@ from tracediag.model.calibrate import (
     measured_step_time,
     step_time_from_measure,
 )
-from tracediag.model.engine import resolve_engine
 from tracediag.model.predict import predict
 from tracediag.model.specs import MODELS, ModelSpec, Split, Training, parse_link, resolve_device
+from tracediag.model.stack import resolve_engine
+from tracediag.reduce import analyze
 
 RUNS = Path(__file__).parent.parent / "fixtures" / "model_runs"
 MODERN = resolve_engine("megatron-core")

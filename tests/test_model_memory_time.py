@@ -8,11 +8,11 @@ import math
 import pytest
 
 from tracediag.errors import SpecError
-from tracediag.model.engine import resolve_engine
 from tracediag.model.flops import param_count
 from tracediag.model.memory import activation_bytes_per_layer, memory_per_device
 from tracediag.model.predict import predict
 from tracediag.model.specs import MODELS, Split, Training, resolve_device
+from tracediag.model.stack import resolve_engine
 from tracediag.model.time import collective_time, group_link, step_time
 
 MODERN = resolve_engine("megatron-core")
@@ -167,7 +167,7 @@ def test_fp8_speeds_up_gemms_on_hopper_and_is_refused_on_ampere():
 
 
 def test_attention_runs_slower_per_flop_at_short_sequences_and_with_fa2_on_hopper():
-    from tracediag.model.kernels import attention_rate
+    from tracediag.model.rates import attention_rate
 
     assert attention_rate("hopper", "fa3", 512, 128, backward=False) < attention_rate(
         "hopper", "fa3", 16384, 128, backward=False

@@ -10,10 +10,10 @@ import pytest
 
 from tracediag.errors import SpecError
 from tracediag.model.emit import deepspeed_config, emit, megatron_args
-from tracediag.model.engine import resolve_engine
 from tracediag.model.plan import DEFAULT_HEADROOM, NEAR_TIE, plan
 from tracediag.model.predict import load_prediction, predict
 from tracediag.model.specs import MODELS, Split, Training, resolve_device
+from tracediag.model.stack import resolve_engine
 
 tomllib = pytest.importorskip("tomllib")
 

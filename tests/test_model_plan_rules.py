@@ -11,7 +11,6 @@ import orjson
 import pytest
 
 from tracediag.model.emit import emit, megatron_args, unsupported
-from tracediag.model.engine import resolve_engine
 from tracediag.model.plan import (
     DEFAULT_HEADROOM,
     NEAR_TIE,
@@ -22,6 +21,7 @@ from tracediag.model.plan import (
 )
 from tracediag.model.predict import predict
 from tracediag.model.specs import MODELS, Split, Training, resolve_device, stage_layers
+from tracediag.model.stack import resolve_engine
 
 tomllib = pytest.importorskip("tomllib")
 

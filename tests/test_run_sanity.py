@@ -8,7 +8,7 @@ from conftest import FIXTURES, KINETO, SAMPLES, needs_shared
 
 import tracediag
 from tracediag.cli import cli
-from tracediag.sanity import MixedRunError, mixed_run_problems
+from tracediag.same_run import MixedRunError, mixed_run_problems
 
 RUNS = FIXTURES / "runs"
 

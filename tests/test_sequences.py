@@ -17,8 +17,8 @@ from conftest import FIXTURES
 
 import tracediag
 from tracediag.analysis import Cause
-from tracediag.analyzing import derive_facts
 from tracediag.detect import Thresholds, sequence_imbalance, straggler
+from tracediag.reduce import derive_facts
 
 RUN = FIXTURES / "runs" / "sequence_imbalance"
 

@@ -16,9 +16,9 @@ from conftest import FIXTURES
 
 import tracediag
 from tracediag.analysis import Cause
-from tracediag.analyzing import derive_facts
 from tracediag.derive.p2p import p2p_pairs, stage_neighbours
 from tracediag.detect import Thresholds, slow_link
+from tracediag.reduce import derive_facts
 
 RUNS = FIXTURES / "runs"
 

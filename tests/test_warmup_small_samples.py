@@ -6,9 +6,9 @@ import polars as pl
 from conftest import FIXTURES, KINETO
 
 import tracediag
-from tracediag.analyzing import derive_facts
 from tracediag.detect import Thresholds, straggler
 from tracediag.detect.warmup import warmup_steps, without_steps
+from tracediag.reduce import derive_facts
 
 TWO_RANK = sorted(KINETO.glob("gen_torch2.13cpu_gloo_2rank_rank*.pt.trace.json.gz"))
 

@@ -365,8 +365,8 @@ def test_a_window_carries_its_mfu_against_the_jobs_plan(tmp_path, runner):
     """Two real A100 ranks (HTA's NCCL sample) watched with a saved plan: the window's MFU is the one
     `analyze --plan` gives for the same files (the plan's FLOPs over the observed step, peak and GPUs),
     in the record, the line and the metrics."""
-    from tracediag.checking import check
     from tracediag.model.predict import load_prediction
+    from tracediag.observed_vs_predicted import check
 
     job = tmp_path / "job"
     job.mkdir()

@@ -171,12 +171,12 @@ def test_whatif_predicts_the_healthy_steps_of_an_alternating_run(pair, cause):
 
 def test_a_replay_bug_is_not_hidden(monkeypatch):
     """No broad except around the replay: a bug in it surfaces as the error it is, not as a warning."""
-    import tracediag.analyzing as analyzing
+    import tracediag.reduce as reducing
 
     def broken(*args, **kwargs):
         raise ValueError("no sync operation can be ordered")
 
-    monkeypatch.setattr(analyzing, "graph_of", broken)
+    monkeypatch.setattr(reducing, "graph_of", broken)
     with pytest.raises(ValueError, match="no sync operation can be ordered"):
         tracediag.analyze(tracediag.load(RUNS / "straggler_persistent", jobs=1))
 

@@ -11,11 +11,11 @@ import pytest
 from conftest import FIXTURES, SAMPLES, needs_shared
 
 import tracediag
-from tracediag.analyzing import derive_facts
 from tracediag.cli import cli
 from tracediag.cli.common import EXIT_FINDING
 from tracediag.detect import Thresholds
 from tracediag.detect.warmup import warmup_steps
+from tracediag.reduce import derive_facts
 from tracediag.report.text import render_text
 from tracediag.whatif import graph_of
 from tracediag.whatif.price import replay_error_by_rank

@@ -14,7 +14,7 @@ import polars as pl
 import pytest
 
 import tracediag
-from tracediag.analyzing import derive_facts
+from tracediag.reduce import derive_facts
 from tracediag.whatif import graph_of
 from tracediag.whatif.replay import replay, step_times
 

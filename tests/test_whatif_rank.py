@@ -9,9 +9,9 @@ from conftest import FIXTURES
 from polars.testing import assert_frame_equal
 
 import tracediag
-from tracediag.analyzing import derive_facts
 from tracediag.derive.intervals import in_time_order
 from tracediag.derive.per_rank import rank_tables
+from tracediag.reduce import derive_facts
 from tracediag.whatif import graph_of
 
 RUNS = FIXTURES / "runs"

@@ -18,13 +18,13 @@ import tracediag.ingest.workers  # noqa: F401 - the fork hook, from import on
 
 if TYPE_CHECKING:
     from tracediag.analysis import Analysis, Cause, Finding
-    from tracediag.analyzing import analyze
     from tracediag.check_result import Check
-    from tracediag.checking import check
     from tracediag.desync import HangReport, hang
     from tracediag.errors import MixedRunError, NoStepsError, RankError, SpecError, TracediagError, TraceError
     from tracediag.model.plan import plan
     from tracediag.model.predict import load_prediction, predict
+    from tracediag.observed_vs_predicted import check
+    from tracediag.reduce import analyze
     from tracediag.run import Run, RunMeta, load
     from tracediag.watching import Window, watch
 
@@ -32,9 +32,9 @@ _HOME = {
     "Analysis": "analysis",
     "Cause": "analysis",
     "Finding": "analysis",
-    "analyze": "analyzing",
+    "analyze": "reduce",
     "Check": "check_result",
-    "check": "checking",
+    "check": "observed_vs_predicted",
     "MixedRunError": "errors",
     "NoStepsError": "errors",
     "RankError": "errors",

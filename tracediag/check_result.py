@@ -1,4 +1,4 @@
-"""The result of `checking.check`, observed against predicted: its components, links and plan, typed,
+"""The result of `observed_vs_predicted.check`, observed against predicted: its components, links and plan, typed,
 with their JSON form. Kept apart from the computation so `Analysis` can hold a `Check` without importing
 the model and the trace types the comparison uses."""
 

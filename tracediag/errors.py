@@ -54,4 +54,4 @@ class OutputError(TracediagError):
 
 
 class MixedRunError(TracediagError):
-    """The files given as one run are not ranks of one run (`sanity.check_same_run`)."""
+    """The files given as one run are not ranks of one run (`same_run.check_same_run`)."""

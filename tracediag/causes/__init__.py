@@ -8,7 +8,7 @@ code tests a cause's name.
 
 Layering (imports run one way, downwards): ``analysis`` (the `Cause` enum, `Finding`) ← ``detect/``
 (rules over `Facts`; never imports whatif/ or causes/) and ``whatif/`` (replay and edits; never
-imports causes/) ← ``causes/`` (binds them) ← ``analyzing`` (the façade) and the reports.
+imports causes/) ← ``causes/`` (binds them) ← ``reduce`` (the façade) and the reports.
 
 Adding a cause: a `Cause` member in `analysis.py`, a detector in `detect/`, an edit in
 `whatif/causes.py` (or reuse one), a module here with its ``SPEC``, one line in `REGISTRY`, and its

@@ -11,7 +11,6 @@ import click
 import orjson
 
 from tracediag.analysis import CAUSES, Analysis
-from tracediag.analyzing import analyze_files
 from tracediag.cli.check_options import add_check, append_check_text, check_options, finish_report
 from tracediag.cli.common import EXIT_FINDING, InputError
 from tracediag.cli.execute_options import (
@@ -26,10 +25,11 @@ from tracediag.cli.execute_options import (
 from tracediag.cli.traces import load_traces, trace_options
 from tracediag.errors import TracediagError, shown
 from tracediag.output import write_atomic
+from tracediag.reduce import analyze_files
 from tracediag.report.kernels_text import render_kernels
 from tracediag.report.text import render_text
 from tracediag.run import Run
-from tracediag.sanity import split_by_file
+from tracediag.same_run import split_by_file
 
 
 def run_analysis(
@@ -37,7 +37,7 @@ def run_analysis(
 ) -> list[tuple[str, Analysis]]:
     """The work behind the command: load is done, options are parsed; rendering happens after.
     ``[("", analysis)]``, or with `per_file` one ``(path, analysis)`` per file when the files are
-    not ranks of one run (`analyzing.analyze_files`)."""
+    not ranks of one run (`reduce.analyze_files`)."""
     try:
         return analyze_files(run, step_regex=step_regex, link_gbps=link_gbps, per_file=per_file)
     except (TracediagError, ValueError) as e:

@@ -10,7 +10,6 @@ from typing import Any
 import click
 import orjson
 
-from tracediag.analyzing import analyze
 from tracediag.cli.common import InputError
 from tracediag.cli.model import predict
 from tracediag.cli.model_options import (
@@ -30,6 +29,7 @@ from tracediag.model.calibrate import (
 )
 from tracediag.model.predict import predict as run_predict
 from tracediag.output import write_atomic
+from tracediag.reduce import analyze
 from tracediag.run import resolve_paths
 
 _NOT_SHARED = {"fmt", "output", "profile_path"}

@@ -14,13 +14,13 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from tracediag.checking import check
 from tracediag.cli.common import InputError, regular_file
 from tracediag.cli.model import predict
 from tracediag.cli.model_options import FILE_ERRORS, checked_numbers, prediction_from_options
 from tracediag.cli.report import write_html
 from tracediag.errors import TracediagError, one_line, shown
 from tracediag.model.predict import load_prediction
+from tracediag.observed_vs_predicted import check
 from tracediag.report.check_text import render_check_text
 
 if TYPE_CHECKING:

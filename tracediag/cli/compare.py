@@ -28,7 +28,7 @@ def _is_analysis(path: str) -> bool:
 
 def _side(path: str, step_regex: str | None, jobs: int, allow_mixed: bool) -> Analysis:
     """An analysis from a saved analysis JSON, or from trace files/directories analysed now."""
-    from tracediag.analyzing import analyze
+    from tracediag.reduce import analyze
 
     if _is_analysis(path):
         try:

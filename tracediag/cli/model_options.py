@@ -14,7 +14,6 @@ import click
 from tracediag.cli.common import InputError, regular_file
 from tracediag.errors import TracediagError, one_line, shown
 from tracediag.model.calibrate import apply_profile, load_profile
-from tracediag.model.engine import ENGINES, Engine, resolve_engine, with_overrides
 from tracediag.model.predict import predict as run_predict
 from tracediag.model.specs import (
     DEVICES,
@@ -29,6 +28,7 @@ from tracediag.model.specs import (
     resolve_device,
     resolve_model,
 )
+from tracediag.model.stack import ENGINES, Engine, resolve_engine, with_overrides
 
 if TYPE_CHECKING:
     from collections.abc import Callable

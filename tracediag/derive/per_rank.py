@@ -4,7 +4,7 @@
 rank (each expression is grouped by, or taken over, ``rank``), so the tables of a whole run equal the
 concatenation, in rank order, of the tables of each rank computed alone. That is what lets a worker
 derive one rank's tables where its file lies and ship only these summaries to the driver, which
-then matches collectives across ranks (`analyzing.reduce`). The tables are the fields of
+then matches collectives across ranks (`reduce.reduce`). The tables are the fields of
 `derive.summary.RankSummary`.
 """
 
@@ -23,7 +23,7 @@ from tracediag.derive.steps import assign_steps, find_markers, launches, step_sp
 from tracediag.derive.summary import RankSummary
 from tracediag.derive.sync_segments import segments, sync_ends
 from tracediag.derive.windows import rank_windows
-from tracediag.sanity import rank_extents
+from tracediag.same_run import rank_extents
 from tracediag.vocab import distinct_names
 
 _NO_OFFSETS = pl.DataFrame(schema={"rank": pl.Int32, "offset_ns": pl.Int64})
@@ -35,7 +35,7 @@ def rank_tables(
     """The `RankSummary` of `events` (one rank or many), on each rank's own clock (its fields say
     what each table holds).
 
-    `extents`: the ``extents`` table of `events`, when the caller has it (`sanity.check_same_run`
+    `extents`: the ``extents`` table of `events`, when the caller has it (`same_run.check_same_run`
     read it). Raises ValueError for an invalid `step_regex`.
     """
     names = distinct_names(events)  # the name tests below each match their pattern over these

@@ -1,6 +1,6 @@
 """`RankSummary`: what the analysis keeps of each rank's events, the seam between map and reduce.
 
-`derive.per_rank.rank_tables` turns events into a `RankSummary`; `analyzing.reduce` turns the summary
+`derive.per_rank.rank_tables` turns events into a `RankSummary`; `reduce.reduce` turns the summary
 of every rank (and the files' metadata) into an `Analysis`. Every table is computed per rank, so the
 summary of a whole run equals the `concat`, in rank order, of the summaries of its ranks computed
 alone, and `only_rank` of it is that rank's own. That is what lets a worker summarise a rank where
@@ -52,7 +52,7 @@ class RankSummary:
     ``rank, step, name, category, count, total_ns`` (summed over the analysed steps by
     `derive.kernels.kernel_view`)."""
     extents: pl.DataFrame
-    """What the run checks read, `sanity.rank_extents`: ``rank, lo, hi`` (the recorded window) and
+    """What the run checks read, `same_run.rank_extents`: ``rank, lo, hi`` (the recorded window) and
     ``coll_ops`` (List(String), the collective operations the rank runs, sorted)."""
     replay_segments: pl.DataFrame
     """The what-if replay's timeline pieces, `derive.sync_segments.segments`: ``rank, step, ts, end, exposed,

@@ -3,7 +3,7 @@
 `summarize` submits `task.summarize_files` for the input files (small ones several to a task),
 skips the ones a previous run finished (``resume``), turns a file that fails every retry into an
 error row, shows progress and writes ``manifest.parquet``. `Summaries.summary` reads the ranks'
-`RankSummary` back, in rank order, for `analyzing.reduce_files`; `analyze_ranks` chains the two. Driver
+`RankSummary` back, in rank order, for `reduce.reduce_files`; `analyze_ranks` chains the two. Driver
 memory grows with the summaries (steps, collective instances, per-step kernel totals and the what-if
 replay's timeline pieces and sync ends per rank), not with the traces.
 """
@@ -340,11 +340,11 @@ def analyze_summaries(
     per_file: bool = False,
 ) -> list[tuple[str, Analysis]]:
     """The cross-rank half on the driver: ``[("", analysis)]`` of the summarised run, or with
-    `per_file`, when the files are not ranks of one run (`sanity.run_problems` on the files'
+    `per_file`, when the files are not ranks of one run (`same_run.run_problems` on the files'
     metadata and per-rank extents), one ``(path, analysis)`` per file analysed alone, in rank order
-    (``--allow-mixed``): `analyzing.reduce_files`, as in memory. Raises `MixedRunError` for mixed
+    (``--allow-mixed``): `reduce.reduce_files`, as in memory. Raises `MixedRunError` for mixed
     files unless `allow_mixed` or `per_file`."""
-    from tracediag.analyzing import reduce_files
+    from tracediag.reduce import reduce_files
 
     return reduce_files(
         summaries.summary(),

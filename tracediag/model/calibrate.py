@@ -32,8 +32,8 @@ if TYPE_CHECKING:
     from collections.abc import Iterable
 
     from tracediag.analysis import Analysis
-    from tracediag.model.engine import Engine
     from tracediag.model.specs import DeviceSpec, ModelSpec, Split, Training
+    from tracediag.model.stack import Engine
 
 PROFILE_VERSION = 1
 """Version of the profile JSON."""

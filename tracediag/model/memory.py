@@ -19,8 +19,8 @@ from tracediag.model.flops import attention_params, expert_params, norm_params
 from tracediag.model.specs import stage_layers
 
 if TYPE_CHECKING:
-    from tracediag.model.engine import Engine
     from tracediag.model.specs import DeviceSpec, ModelSpec, Split, Training
+    from tracediag.model.stack import Engine
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

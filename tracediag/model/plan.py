@@ -27,8 +27,8 @@ from tracediag.model.time import step_time
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-    from tracediag.model.engine import Engine
     from tracediag.model.specs import DeviceSpec, ModelSpec
+    from tracediag.model.stack import Engine
 
 MAX_VPP = 8
 """Largest interleaving depth searched."""

@@ -10,10 +10,10 @@ from typing import Any
 import orjson
 
 from tracediag.errors import SpecError
-from tracediag.model.engine import Engine
 from tracediag.model.flops import layer_forward_flops, model_flops, param_count
 from tracediag.model.memory import MemoryBreakdown, memory_per_device
 from tracediag.model.specs import DeviceSpec, LinkSpec, ModelSpec, Split, Training, check_split
+from tracediag.model.stack import Engine
 from tracediag.model.time import TimeBreakdown, process_group_links, step_time
 
 SCHEMA_VERSION = 1

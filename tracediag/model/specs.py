@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Literal
 
 from tracediag.errors import SpecError
-from tracediag.model.kernels import GEMM_EFFICIENCY_BF16
+from tracediag.model.rates import GEMM_EFFICIENCY_BF16
 
 Recompute = Literal["none", "selective", "op", "full"]
 RECOMPUTE_MODES: tuple[str, ...] = ("none", "selective", "op", "full")
@@ -275,9 +275,9 @@ class DeviceSpec:
     """HBM bandwidth, bytes/s."""
     gemm_efficiency: float = 0.8
     """Fraction of `peak_flops` that large bf16 GEMMs reach (cuBLAS/hipBLASLt); scales every compute rate, so a
-    calibration profile scales this one number (model/kernels.py)."""
+    calibration profile scales this one number (model/rates.py)."""
     arch: str = "hopper"
-    """Generation whose measured kernel rates apply: ampere, hopper, blackwell, cdna3 (model/kernels.py)."""
+    """Generation whose measured kernel rates apply: ampere, hopper, blackwell, cdna3 (model/rates.py)."""
     fp8_peak_flops: float = 0.0
     """Dense fp8 tensor-core FLOP/s; 0 when the device has no fp8."""
     network_oversubscription: float = 1.0
@@ -312,7 +312,7 @@ GB = 1e9
 GIB = 2**30
 TFLOPS = 1e12
 
-# gemm_efficiency: measured large-GEMM share of dense peak per generation (model/kernels.py cites each one);
+# gemm_efficiency: measured large-GEMM share of dense peak per generation (model/rates.py cites each one);
 # fp8 peaks from the same datasheets (dense, no sparsity).
 DEVICES = {
     # NVIDIA A100 datasheet: 312 TFLOP/s bf16 dense; 40 GB HBM2 1,555 GB/s; 80 GB HBM2e 2,039 GB/s;

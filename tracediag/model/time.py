@@ -19,13 +19,13 @@ from dataclasses import asdict, dataclass, replace
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
-from tracediag.model.kernels import FP8_GEMM_RATIO, attention_rate
 from tracediag.model.memory import activation_bytes_per_layer, layer_params_local, stage_params
+from tracediag.model.rates import FP8_GEMM_RATIO, attention_rate
 from tracediag.model.specs import Split, Training, stage_layers
 
 if TYPE_CHECKING:
-    from tracediag.model.engine import Engine
     from tracediag.model.specs import DeviceSpec, ModelSpec
+    from tracediag.model.stack import Engine
 
 FACTOR = {
     "all_reduce": lambda n: 2 * (n - 1) / n,

@@ -2,7 +2,7 @@
 
 Each poll lists the location, reads the files that have settled (`watching.files`), files them into
 windows across ranks (`watching.windows`), and for each window due analyses it with the one reduce of
-`tracediag analyze` (`analyzing.reduce` over the ranks' summaries), keeps a `Window` and drops the
+`tracediag analyze` (`reduce.reduce` over the ranks' summaries), keeps a `Window` and drops the
 tables. What changed since the earlier windows comes from `watching.regress`.
 
 No global state and no signal handler: a service may run `watch` in a thread and end it with
@@ -19,12 +19,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from tracediag.analysis import Analysis
-from tracediag.analyzing import reduce
-from tracediag.checking import check
 from tracediag.derive.summary import concat
 from tracediag.detect import Thresholds
 from tracediag.errors import TracediagError, one_line, shown
 from tracediag.ingest.trace import FileTrace
+from tracediag.observed_vs_predicted import check
+from tracediag.reduce import reduce
 from tracediag.run import RunMeta, rank_resolver
 from tracediag.watching.files import Listed, Settling, Unready, gone, list_files, parts, read_trace
 from tracediag.watching.regress import STRAGGLER_CAUSES, Detector, Observation

@@ -29,7 +29,7 @@ from tracediag.detect.pipeline import pipeline_stages
 from tracediag.detect.warmup import warmup_steps, without_steps
 from tracediag.errors import NoStepsError, TracediagError, shown
 from tracediag.run import Run, RunMeta
-from tracediag.sanity import check_problems, check_same_run, run_problems
+from tracediag.same_run import check_problems, check_same_run, run_problems
 from tracediag.units import count, noun
 from tracediag.whatif import ReplayInputs, graph_of
 
@@ -168,7 +168,7 @@ def analyze(
     thresholds
         Detector thresholds (`detect.Thresholds`); the documented defaults when None.
     allow_mixed
-        Skip the check that the files are ranks of one run (`sanity.check_same_run`).
+        Skip the check that the files are ranks of one run (`same_run.check_same_run`).
 
     Raises
     ------
@@ -221,7 +221,7 @@ def reduce_files(
     per_file: bool = False,
 ) -> list[tuple[str, Analysis]]:
     """``[("", analysis)]`` of the run, by `reduce`; or, with `per_file`, when the files are not
-    ranks of one run (`sanity.run_problems` of the metadata and the summary's ``extents``), one
+    ranks of one run (`same_run.run_problems` of the metadata and the summary's ``extents``), one
     ``(path, analysis)`` per file, each reduced from its rank's summary alone, in rank order. An
     error of one file names it. Raises `MixedRunError` for mixed files unless `allow_mixed` or
     `per_file`."""
@@ -248,7 +248,7 @@ def reduce(
 ) -> Analysis:
     """`analyze` from the summary of every rank (`derive.per_rank.rank_tables`, in rank order) and
     the files' metadata: the one cross-rank half, in memory and on the driver when ranks are
-    summarised where they lie (`tracediag.execute`). The run checks (`sanity.run_problems`) read
+    summarised where they lie (`tracediag.execute`). The run checks (`same_run.run_problems`) read
     the metadata and the summary's ``extents``, unless `allow_mixed`. Findings are priced by the
     what-if replay from the summary's replay tables."""
     if not allow_mixed:

@@ -23,7 +23,7 @@ class Engine:
     """Fused attention (FlashAttention class): no s×s score tensors in memory, causal blocks skipped."""
     attention_kernel: str = "fa3"
     """Fused attention generation: fa2 (FlashAttention-2, PyTorch SDPA), fa3 (FlashAttention-3 / cuDNN 9 fused
-    attention through Transformer Engine); Ampere runs fa2 either way (model/kernels.py)."""
+    attention through Transformer Engine); Ampere runs fa2 either way (model/rates.py)."""
     tp_overlap: bool = False
     """Tensor-parallel collectives hidden behind GEMMs (Megatron --tp-comm-overlap, torchtitan async TP)."""
     dp_overlap: bool = True
