@@ -208,7 +208,8 @@ class Watcher:
 
 
 def _with_mfu(window: Window, analysis: Analysis, prediction: Prediction) -> Window:
-    """`window` with its observed MFU against `prediction` (`observed_vs_predicted.check`, the same as `analyze --plan`)."""
+    """`window` with its observed MFU against `prediction` (`observed_vs_predicted.check`, as `analyze
+    --plan`)."""
     mfu = next(c for c in check(analysis, prediction).components if c.name == "mfu")
     return replace(window, mfu=mfu.observed, mfu_predicted=mfu.predicted, mfu_note=mfu.note)
 
