@@ -157,8 +157,9 @@ def test_host_bound_removes_only_the_host_wait_idle_on_trace_filter():
     host = s.group_by("step").agg(pl.col("idle_host_ns").median())["idle_host_ns"]
     idle = s.group_by("step").agg(pl.col("idle_ns").median())["idle_ns"]
     assert host.sum() < 0.6 * idle.sum()
-    # no sync between the ranks to wait at: the saving is the host-wait idle itself
-    assert f.time_lost_ns == pytest.approx(host.sum(), rel=0.02)
+    # the saving is the host-wait idle, less where a rank then waits at one of the 5 collectives matched
+    # between the two ranks: never more than what is removed
+    assert 0.8 * host.sum() < f.time_lost_ns <= host.sum()
     observed = s.group_by("step").agg(pl.col("dur_ns").median())["dur_ns"].median()
     assert f.step_time_without_ns > observed - idle.median()
     assert "without the device's waits on its host (" in f.whatif
