@@ -143,12 +143,19 @@ def test_what_a_task_raises_in_a_worker_is_raised_in_the_caller():
     assert map_in_workers(int, ["7", "8"], 2, crashed=lambda task, why: (task, why)) == [7, 8]
 
 
-def test_the_caller_reads_too_and_starts_one_worker_fewer():
+def test_the_caller_reads_too_and_starts_one_worker_fewer(tmp_path):
     """With `in_caller`, the calling process is one of the `jobs`: it takes the first task at once
-    (no worker has started yet) and one worker, not two, takes the others while it works."""
-    slow = "__import__('time').sleep(3) or __import__('os').getpid()"
-    fast = "__import__('os').getpid()"
-    got = map_in_workers(eval, [slow, fast, fast, fast], 2, crashed=lambda task, why: why, in_caller=True)
+    (before any worker starts) and one worker, not two, takes the others while it works. The first task
+    ends only once the other three have left their mark (a file each), so the order is the tasks' own."""
+    done = str(tmp_path)
+    wait = (
+        f"(next(t for t in __import__('itertools').count() if len(__import__('os').listdir({done!r})) >= 3 "
+        "or t > 3_000_000), __import__('os').getpid())[1]"
+    )
+    mark = f"open(__import__('os').path.join({done!r}, str(__import__('uuid').uuid4())), 'w').close()"
+    fast = f"{mark} or __import__('os').getpid()"
+    got = map_in_workers(eval, [wait, fast, fast, fast], 2, crashed=lambda task, why: why, in_caller=True)
+    assert len(list(tmp_path.iterdir())) == 3
     assert got[0] == os.getpid()
     assert len(set(got[1:])) == 1 and got[1] != os.getpid()
 

@@ -217,6 +217,9 @@ def map_in_workers(
             worker.close()
             finished.put(None)
 
+    # the caller's first task is taken before any worker starts: it is the caller's, however late the
+    # scheduler runs this thread again (a loaded machine), so the caller never waits idle for a worker
+    first = todo.get_nowait() if in_caller and tasks else None
     threads = [threading.Thread(target=drive, name=f"tracediag-worker-{k}", daemon=True) for k in range(n)]
     for t in threads:
         t.start()
@@ -234,10 +237,13 @@ def map_in_workers(
 
     here = 0  # tasks the caller ran
     while in_caller:
-        try:
-            i = todo.get_nowait()
-        except queue.Empty:
-            break
+        if first is not None:
+            i, first = first, None
+        else:
+            try:
+                i = todo.get_nowait()
+            except queue.Empty:
+                break
         here += 1
         try:
             take((i, fn(tasks[i])))
