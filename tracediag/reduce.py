@@ -30,6 +30,7 @@ from tracediag.detect.warmup import warmup_steps, without_steps
 from tracediag.errors import NoStepsError, TracediagError, shown
 from tracediag.run import Run, RunMeta
 from tracediag.same_run import check_problems, check_same_run, run_problems
+from tracediag.schema import EVENT_SCHEMA
 from tracediag.units import count, noun
 from tracediag.whatif import ReplayInputs, graph_of
 
@@ -184,6 +185,23 @@ def analyze(
     )[0][1]
 
 
+def checked_run(run: object, caller: str) -> Run:
+    """`run` when it is a `Run` whose events have every event-table column (`schema.EVENT_SCHEMA`); else a
+    one-line `TypeError` (not a Run) or `TracediagError` (the columns it lacks) naming the argument: the
+    API's boundary, so that a wrong argument is never an `AttributeError` from deep inside."""
+    if not isinstance(run, Run):
+        raise TypeError(f"{caller}: run must be a tracediag.Run (from tracediag.load), not {type(run).__name__}")
+    if not isinstance(run.events, pl.DataFrame):
+        raise TypeError(f"{caller}: run.events must be a polars DataFrame, not {type(run.events).__name__}")
+    missing = [c for c in EVENT_SCHEMA if c not in run.events.columns]
+    if missing:
+        raise TracediagError(
+            f"{caller}: run.events lacks the event-table columns {', '.join(missing)} (docs/event-table.md; "
+            "tracediag.load builds them)"
+        )
+    return run
+
+
 def analyze_files(
     run: Run,
     *,
@@ -195,6 +213,7 @@ def analyze_files(
 ) -> list[tuple[str, Analysis]]:
     """`analyze`, or with `per_file` (``--allow-mixed``) one analysis per file when the files are
     not ranks of one run: `reduce_files` of the run's `RankSummary`. Raises as `analyze`."""
+    checked_run(run, "tracediag.analyze")
     if link_gbps is not None and not (isinstance(link_gbps, (int, float)) and 0 < link_gbps < math.inf):
         raise ValueError(f"link_gbps must be a finite number of GB/s above 0, got {link_gbps!r}")
     extents = None if allow_mixed or per_file else check_same_run(run)  # refused before the per-rank work
