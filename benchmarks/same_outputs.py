@@ -111,6 +111,34 @@ def cases() -> list[tuple[str, list[str]]]:
     for folder in sorted(p.parent for p in FIXTURES.glob("hang/*/manifest.json")):
         for fmt in ("text", "json", "html"):
             out.append((f"hang_{fmt}_{folder.name}", ["hang", str(folder), "--format", fmt]))
+    bad_json = str(FIXTURES / "runs" / "healthy_ddp" / "manifest.json")  # a JSON file of another kind
+    trace = str(runs / "healthy_ddp" / "rank0.pt.trace.json.gz")
+    errors = {
+        "missing_path": ["analyze", "no/such/dir"],
+        "glob_matches_nothing": ["analyze", "fixtures/runs/healthy_ddp/*.nothing"],
+        "output_is_input": ["analyze", str(runs / "healthy_ddp"), "-o", trace],
+        "html_is_input": ["analyze", str(runs / "healthy_ddp"), "--html", trace],
+        "executor_output_is_input": ["analyze", str(runs / "healthy_ddp"), "--executor", "local", "-o", trace],
+        "bad_plan": ["analyze", str(runs / "healthy_ddp"), "--plan", bad_json],
+        "bad_model": [
+            "predict",
+            "--model",
+            bad_json,
+            "--gpus",
+            "8",
+            "--gpu",
+            "h100-sxm",
+            "--seq-len",
+            "8",
+            "--global-batch",
+            "8",
+        ],
+        "bad_profile": ["predict", *PREDICT, "--profile", bad_json],
+        "plan_bad_profile": ["plan", *PLAN, "--profile", bad_json],
+        "one_file_unreadable": ["analyze", str(runs / "healthy_ddp" / "rank0.pt.trace.json.gz"), bad_json],
+        "rank_map_bad": ["analyze", str(runs / "healthy_ddp"), "--rank", "x=y"],
+    }
+    out += [(f"error_{name}", args) for name, args in errors.items()]
     refused = ["calibrate", str(runs / "healthy_ddp" / "rank*.pt.trace.json.gz"), *CPU_FLAGS, "-o", "{out}/p.json"]
     out.append(("calibrate_refused", refused))
     return out

@@ -66,7 +66,7 @@ def test_an_internal_error_is_one_line_with_exit_1(monkeypatch, capsys) -> None:
     def broken(*_a, **_k):
         raise ZeroDivisionError("division by zero")
 
-    monkeypatch.setattr(cli_analyze, "run_analysis", broken)
+    monkeypatch.setattr(cli_analyze, "analyze_sources", broken)
     monkeypatch.setattr("sys.argv", ["tracediag", "analyze", *TRACES, "-j", "1"])
     monkeypatch.delenv("TRACEDIAG_DEBUG", raising=False)
     with pytest.raises(SystemExit) as exit_info:

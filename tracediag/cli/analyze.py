@@ -8,10 +8,9 @@ from pathlib import Path
 from typing import Any
 
 import click
-import orjson
 
 from tracediag.analysis import CAUSES, Analysis
-from tracediag.cli.check_options import add_check, append_check_text, check_options, finish_report
+from tracediag.cli.check_options import add_check, check_options, finish_report
 from tracediag.cli.common import EXIT_FINDING, InputError
 from tracediag.cli.execute_options import (
     EXECUTOR_KEYS,
@@ -22,32 +21,42 @@ from tracediag.cli.execute_options import (
     storage_options,
     summarize_kw,
 )
-from tracediag.cli.traces import load_traces, trace_options
+from tracediag.cli.traces import parse_rank_map, reading_progress, report_read_errors, trace_options
 from tracediag.errors import TracediagError, shown
+from tracediag.execute.driver import analyze_sources
 from tracediag.output import write_atomic
-from tracediag.reduce import analyze_files
-from tracediag.report.kernels_text import render_kernels
-from tracediag.report.text import render_text
+from tracediag.report.analyses import analyses_json, analyses_text
 from tracediag.run import Run
 from tracediag.same_run import split_by_file
-
-
-def run_analysis(
-    run: Run, *, step_regex: str | None = None, link_gbps: float | None = None, per_file: bool = False
-) -> list[tuple[str, Analysis]]:
-    """The work behind the command: load is done, options are parsed; rendering happens after.
-    ``[("", analysis)]``, or with `per_file` one ``(path, analysis)`` per file when the files are
-    not ranks of one run (`reduce.analyze_files`)."""
-    try:
-        return analyze_files(run, step_regex=step_regex, link_gbps=link_gbps, per_file=per_file)
-    except (TracediagError, ValueError) as e:
-        raise InputError(str(e).replace("\n", "\nError: ")) from None
 
 
 def _with_checks(results: list[tuple[str, Analysis]], run: Run | None, check_kw: dict) -> list[tuple[str, Analysis]]:
     """Each analysis with its check (`--plan`/`--model`), against its own file's run in memory."""
     runs = dict(split_by_file(run)) if run is not None and any(p for p, _ in results) else {}
     return [(p, add_check(r, runs.get(p, run), check_kw)) for p, r in results]
+
+
+def _sources_kw(
+    paths: tuple[str, ...], ex_kw: dict[str, Any], outputs: dict[str, Any], more_inputs: tuple, **trace_kw: Any
+) -> tuple[dict[str, Any], int]:
+    """`analyze_sources` keywords from the trace and executor options (an output naming an input
+    refused), and how many trace files the paths name."""
+    jobs, rank_from_filename, rank_map = trace_kw["jobs"], trace_kw["rank_from_filename"], trace_kw["rank_map"]
+    if ex_kw["executor"]:
+        files = refuse_overwrite(paths, outputs, more_inputs, ex_kw)
+        kw = summarize_kw(ex_kw, jobs=jobs, rank_from_filename=rank_from_filename, rank_map=rank_map)
+        kw["jobs"] = kw.pop("workers")
+        return {**kw, "out": ex_kw["out_dir"], "comm_kernel": trace_kw["comm_kernel"]}, len(files)
+    files = refuse_overwrite(paths, outputs, more_inputs, {**ex_kw, "out_dir": None})
+    kw = {
+        "jobs": jobs,
+        "rank_from_filename": rank_from_filename,
+        "rank_map": parse_rank_map(rank_map),
+        "storage_options": storage_options(ex_kw["storage_options"]),
+        "comm_kernel": trace_kw["comm_kernel"],
+        "on_loaded": report_read_errors,
+    }
+    return kw, len(files)
 
 
 def _causes(value: str | None) -> tuple[str, ...]:
@@ -127,47 +136,23 @@ def analyze(
     if output is not None and html is not None and os.path.realpath(output) == os.path.realpath(html):
         raise InputError(f"{shown(output)}: -o and --html name the same file")
     ex_kw = {k: check_kw.pop(k) for k in EXECUTOR_KEYS}
-    run, failed = None, ()
-    if ex_kw["executor"]:
-        from tracediag.execute.driver import analyze_ranks_per_file
-
-        refuse_overwrite(paths, {"-o": output, "--html": html}, (check_kw.get("plan_path"),), ex_kw)
-        kw = summarize_kw(ex_kw, jobs=jobs, rank_from_filename=rank_from_filename, rank_map=rank_map)
-        kw["comm_kernel"] = comm_kernel
-        analyses, summaries = run_summaries(
-            analyze_ranks_per_file,
-            paths,
-            out=ex_kw["out_dir"],
-            step_regex=step_regex,
-            link_gbps=peak,
-            per_file=allow_mixed,
-            **kw,
-        )
-        failed = summaries.meta.errors
-    else:
-        run = load_traces(
-            paths,
-            jobs,
-            rank_from_filename,
-            rank_map,
-            {"-o": output, "--html": html},
-            (check_kw.get("plan_path"),),
-            storage_options=storage_options(ex_kw["storage_options"]),
-            comm_kernel=comm_kernel,
-        )
-        analyses = run_analysis(run, step_regex=step_regex, link_gbps=peak, per_file=allow_mixed)
-    results = _with_checks(analyses, run, check_kw)
-    if fmt == "json":
-        docs = [{**({"file": p} if p else {}), **r.to_dict()} for p, r in results]
-        text = orjson.dumps(docs[0] if len(docs) == 1 and not results[0][0] else {"per_file": docs}).decode()
-    else:
-        parts = []
-        for p, r in results:
-            body = append_check_text(render_text(r), r, fmt)
-            if kernels_top:
-                body += "\n\n" + render_kernels(r, kernels_top)
-            parts.append(f"== {shown(p)} (analysed alone: --allow-mixed)\n{body}" if p else body)
-        text = "\n\n".join(parts)
+    kw, n_files = _sources_kw(
+        paths,
+        ex_kw,
+        {"-o": output, "--html": html},
+        (check_kw.get("plan_path"),),
+        jobs=jobs,
+        rank_from_filename=rank_from_filename,
+        rank_map=rank_map,
+        comm_kernel=comm_kernel,
+    )
+    with reading_progress(0 if ex_kw["executor"] else n_files) as on_file_done:
+        analysed = run_summaries(
+            analyze_sources, paths, step_regex=step_regex, link_gbps=peak, per_file=allow_mixed,
+            on_file_done=on_file_done, **kw,
+        )  # fmt: skip
+    results = _with_checks(analysed.results, analysed.run, check_kw)
+    text = analyses_json(results) if fmt == "json" else analyses_text(results, kernels_top=kernels_top)
     if output:
         try:
             write_atomic(output, (text + "\n").encode())
@@ -181,7 +166,7 @@ def analyze(
             html = Path(check_kw["html_path"])
             kw = {**check_kw, "html_path": html.with_name(f"{html.stem}.{i}{html.suffix}")}
         finish_report(r, kw)
-    report_failed(failed, ex_kw["allow_missing"])
+    report_failed(analysed.failed, ex_kw["allow_missing"])
     # a finding that costs nothing measurable is reported, not gated on
     if gate and any(f.cause in gate and f.measurable for _, r in results for f in r.findings):
         raise SystemExit(EXIT_FINDING)

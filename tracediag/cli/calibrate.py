@@ -30,6 +30,7 @@ from tracediag.model.calibrate import (
 from tracediag.model.predict import predict as run_predict
 from tracediag.output import write_atomic
 from tracediag.reduce import analyze
+from tracediag.report.model_text import calibration_text
 from tracediag.run import resolve_paths
 
 _NOT_SHARED = {"fmt", "output", "profile_path"}
@@ -130,10 +131,7 @@ def calibrate(paths: tuple[str, ...], output: Path, **kw: Any) -> None:
         note = f"step time {step:.4g} s; calibrated prediction {check.step_time_s:.4g} s, MFU {100 * check.mfu:.1f}%"
         profile = dataclasses.replace(profile, notes=(*profile.notes, note))
     write_atomic(output, orjson.dumps(profile.to_dict(), option=orjson.OPT_INDENT_2) + b"\n")  # as Profile.save
-    click.echo(profile.describe())
-    for note in profile.notes:
-        click.echo(f"  {note}")
-    click.echo(f"wrote {output}")
+    click.echo(calibration_text(profile, output))
 
 
 def _needs(kw: dict[str, Any], *names: str) -> None:

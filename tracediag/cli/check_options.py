@@ -14,11 +14,11 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from tracediag.cli.common import InputError, regular_file
+from tracediag.cli.common import InputError, read_user_file
 from tracediag.cli.model import predict
-from tracediag.cli.model_options import FILE_ERRORS, checked_numbers, prediction_from_options
+from tracediag.cli.model_options import checked_numbers, prediction_from_options
 from tracediag.cli.report import write_html
-from tracediag.errors import TracediagError, one_line, shown
+from tracediag.errors import TracediagError
 from tracediag.model.predict import load_prediction
 from tracediag.observed_vs_predicted import check
 from tracediag.report.check_text import render_check_text
@@ -63,12 +63,7 @@ def check_options(f: Callable) -> Callable:
 
 def _prediction(kw: dict[str, Any], analysis: Analysis) -> Prediction | None:
     if kw["plan_path"] is not None:
-        regular_file(kw["plan_path"], "--plan")
-        try:
-            prediction = load_prediction(kw["plan_path"])
-        except FILE_ERRORS as e:
-            why = one_line(f"{type(e).__name__}: {e}")
-            raise InputError(f"{shown(kw['plan_path'])}: not a usable tracediag prediction ({why})") from None
+        prediction = read_user_file(kw["plan_path"], "--plan", load_prediction, "tracediag prediction")
         for part in (prediction.model, prediction.split, prediction.training):
             checked_numbers(part, kw["plan_path"])
         return prediction

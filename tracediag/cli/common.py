@@ -1,13 +1,18 @@
-"""What every command shares: the exit-code mapping of errors."""
+"""What every command shares: the exit-code mapping of errors, and reading a user's file or failing
+in one line."""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import click
 
-from tracediag.errors import shown
+from tracediag.errors import one_line, shown
+
+T = TypeVar("T")
 
 EXIT_FINDING = 3
 """`analyze --fail-on` exits with this status when a finding of a named cause exists."""
@@ -17,6 +22,22 @@ class InputError(click.ClickException):
     """Bad input or options: one line on stderr, exit status 2, no traceback."""
 
     exit_code = 2
+
+
+FILE_ERRORS = (KeyError, TypeError, ValueError, AttributeError, OverflowError, RecursionError)
+"""What a JSON file with a wrong-typed value (a string or a list where a number belongs, 1e400)
+raises in the code that reads it; at the command line it is one line naming the file."""
+
+
+def read_user_file(path: str | Path, option: str, read: Callable[[str | Path], T], what: str) -> T:
+    """``read(path)`` for the file a user gave with `option`, or one line naming it: not a regular file
+    (`regular_file`), or content `read` cannot use (`FILE_ERRORS`: "not a usable <what> (why)")."""
+    regular_file(path, option)
+    try:
+        return read(path)
+    except FILE_ERRORS as e:
+        why = one_line(f"{type(e).__name__}: {e}")
+        raise InputError(f"{shown(path)}: not a usable {what} ({why})") from None
 
 
 def regular_file(path: str | Path, option: str) -> None:

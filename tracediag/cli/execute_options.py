@@ -118,9 +118,10 @@ def refuse_overwrite(
     outputs: dict[str, str | None],
     more_inputs: tuple[str | None, ...] = (),
     kw: dict[str, Any] | None = None,
-) -> None:
+) -> list[str]:
     """Refuse (exit 2) an output that names an input, as `ingest.load_traces` does for the in-memory
-    path, and (from the executor options `kw`) an input where the summaries go under ``--out``."""
+    path, and (from the executor options `kw`) an input where the summaries go under ``--out``.
+    Returns the trace files `paths` name."""
     from tracediag.output import refuse_inputs, refuse_inputs_under
     from tracediag.run import resolve_paths
 
@@ -135,6 +136,7 @@ def refuse_overwrite(
             refuse_inputs_under(kw["out_dir"], traces, "--out")
     except TracediagError as e:
         raise InputError(str(e)) from None
+    return traces
 
 
 def report_failed(meta_errors: tuple[str, ...], allow_missing: bool) -> None:

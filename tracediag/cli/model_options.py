@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from tracediag.cli.common import InputError, regular_file
-from tracediag.errors import TracediagError, one_line, shown
+from tracediag.cli.common import InputError, read_user_file
+from tracediag.errors import TracediagError, shown
 from tracediag.model.calibrate import apply_profile, load_profile
 from tracediag.model.predict import predict as run_predict
 from tracediag.model.specs import (
@@ -139,11 +139,6 @@ def one_line_errors(f: Callable) -> Callable:
     return wrapper
 
 
-FILE_ERRORS = (KeyError, TypeError, ValueError, AttributeError, OverflowError, RecursionError)
-"""What a JSON file with a wrong-typed value (a string or a list where a number belongs, 1e400)
-raises in the code that reads it; at the command line it is one line naming the file."""
-
-
 def checked_numbers(obj: Any, source: str) -> None:
     """`InputError` unless every number field of the dataclass `obj` is finite, and every int in 0..2^31-1."""
     for f in dataclasses.fields(obj):
@@ -157,12 +152,7 @@ def checked_numbers(obj: Any, source: str) -> None:
 def model_from_options(kw: dict) -> ModelSpec:
     overrides = {k: kw[k] for k in ("experts", "top_k", "tied_embeddings") if kw.get(k) is not None}
     if kw["model_name"]:
-        regular_file(kw["model_name"], "--model")
-        try:
-            model = resolve_model(kw["model_name"])
-        except FILE_ERRORS as e:
-            why = one_line(f"{type(e).__name__}: {e}")
-            raise InputError(f"{shown(kw['model_name'])}: not a usable model config ({why})") from None
+        model = read_user_file(kw["model_name"], "--model", resolve_model, "model config")
         checked_numbers(model, kw["model_name"])
         return dataclasses.replace(model, **overrides) if overrides else model
     missing = [n for n in ("layers", "hidden", "heads", "vocab") if kw[n] is None]
@@ -184,12 +174,7 @@ def model_from_options(kw: dict) -> ModelSpec:
 def profile_from_options(kw: dict) -> Profile | None:
     if not kw.get("profile_path"):
         return None
-    regular_file(kw["profile_path"], "--profile")
-    try:
-        return load_profile(kw["profile_path"])
-    except FILE_ERRORS as e:
-        why = one_line(f"{type(e).__name__}: {e}")
-        raise InputError(f"{shown(kw['profile_path'])}: not a usable calibration profile ({why})") from None
+    return read_user_file(kw["profile_path"], "--profile", load_profile, "calibration profile")
 
 
 def _link(text: str | None, option: str) -> Any:
@@ -253,7 +238,7 @@ def split_from_options(kw: dict) -> tuple[Split, Training]:
         global_batch=kw["global_batch"],
         micro_batch=kw["micro_batch"],
         recompute=kw["recompute"],
-        grad_bytes=2 if kw.get("grad_dtype") == "bf16" else 4,
+        grad_bytes=grad_bytes(kw),
         dtype=kw.get("dtype") or "bf16",
     )
     return split, train
@@ -269,6 +254,30 @@ def prediction_from_options(kw: dict, profile: Profile | None = None) -> Predict
     model, device = model_from_options(kw), device_from_options(kw, profile)
     split, train = split_from_options(kw)
     return run_predict(model, device, split, train, engine_from_options(kw), gpus=kw["gpus"])
+
+
+precision_options = _options(
+    click.option(
+        "--grad-dtype",
+        type=click.Choice(["fp32", "bf16"]),
+        default="fp32",
+        show_default=True,
+        help="Gradient dtype kept and reduced (fp32 main grads, as Megatron; bf16 as FSDP mixed precision).",
+    ),
+    click.option(
+        "--dtype",
+        type=click.Choice(list(DTYPES)),
+        default="bf16",
+        show_default=True,
+        help="GEMM precision (fp8: Transformer Engine style, bf16 weights and activations kept).",
+    ),
+)
+"""`--grad-dtype` and `--dtype`: `predict`'s (through `split_options`) and `plan`'s."""
+
+
+def grad_bytes(kw: dict) -> int:
+    """Bytes per gradient element `--grad-dtype` gives (4 when the command has no such option)."""
+    return 2 if kw.get("grad_dtype") == "bf16" else 4
 
 
 split_options = _options(
@@ -287,19 +296,6 @@ split_options = _options(
         show_default=True,
         help="Activation recomputation.",
     ),
-    click.option(
-        "--grad-dtype",
-        type=click.Choice(["fp32", "bf16"]),
-        default="fp32",
-        show_default=True,
-        help="Gradient dtype kept and reduced (fp32 main grads, as Megatron; bf16 as FSDP mixed precision).",
-    ),
-    click.option(
-        "--dtype",
-        type=click.Choice(list(DTYPES)),
-        default="bf16",
-        show_default=True,
-        help="GEMM precision (fp8: Transformer Engine style, bf16 weights and activations kept).",
-    ),
+    precision_options,
     click.option("--sequence-parallel", is_flag=True, help="Megatron sequence parallelism (tp > 1)."),
 )

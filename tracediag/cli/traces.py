@@ -4,6 +4,8 @@ one load that turns a bad input into one line (`load_traces`)."""
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import click
@@ -59,6 +61,17 @@ def parse_rank_map(items: tuple[str, ...]) -> dict[str, int]:
     return out
 
 
+@contextmanager
+def reading_progress(n_files: int) -> Iterator[Callable[[str], None] | None]:
+    """A progress bar on stderr while `n_files` files are read (on a terminal, for more than one file):
+    yields the `on_file_done` callback that advances it, or None."""
+    if sys.stderr.isatty() and n_files > 1:
+        with click.progressbar(length=n_files, label="reading", file=sys.stderr) as bar:
+            yield lambda _path: bar.update(1)
+    else:
+        yield None
+
+
 def load_traces(
     paths: tuple[str, ...],
     jobs: int,
@@ -81,28 +94,23 @@ def load_traces(
             if out is not None:
                 refuse_inputs(out, inputs, option)
         mapping = parse_rank_map(rank_map)
-        if sys.stderr.isatty() and len(files) > 1:
-            with click.progressbar(length=len(files), label="reading", file=sys.stderr) as bar:
-                run = load(
-                    paths,
-                    jobs=jobs,
-                    rank_from_filename=rank_from_filename,
-                    rank_map=mapping,
-                    on_file_done=lambda _p: bar.update(1),
-                    storage_options=storage_options,
-                    comm_kernel=comm_kernel,
-                )
-        else:
+        with reading_progress(len(files)) as on_file_done:
             run = load(
                 paths,
                 jobs=jobs,
                 rank_from_filename=rank_from_filename,
                 rank_map=mapping,
+                on_file_done=on_file_done,
                 storage_options=storage_options,
                 comm_kernel=comm_kernel,
             )
     except TracediagError as e:
         raise InputError(str(e).replace("\n", "\nError: ")) from None
+    report_read_errors(run)
+    return run
+
+
+def report_read_errors(run: Run) -> None:
+    """Each file that could not be read, one ``Error:`` line on stderr (the others were read)."""
     for line in run.meta.errors:
         click.echo(f"Error: {line}", err=True)
-    return run

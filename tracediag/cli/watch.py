@@ -13,9 +13,8 @@ from pathlib import Path
 import click
 import orjson
 
-from tracediag.cli.common import EXIT_FINDING, InputError, regular_file
+from tracediag.cli.common import EXIT_FINDING, InputError, read_user_file
 from tracediag.cli.execute_options import storage_options as parse_storage_options
-from tracediag.cli.model_options import FILE_ERRORS
 from tracediag.cli.traces import parse_rank_map
 from tracediag.errors import TracediagError, one_line, shown
 from tracediag.model.predict import Prediction, load_prediction
@@ -65,14 +64,10 @@ def line(w: Window) -> str:
 
 def _plan(path: Path) -> Prediction:
     """The prediction saved at `path`, or a one-line error naming the file."""
-    regular_file(path, "--plan")
     try:
-        return load_prediction(path)
+        return read_user_file(path, "--plan", load_prediction, "tracediag prediction")
     except TracediagError as e:
         raise InputError(one_line(str(e))) from None
-    except FILE_ERRORS as e:
-        why = one_line(f"{type(e).__name__}: {e}")
-        raise InputError(f"{shown(path)}: not a usable tracediag prediction ({why})") from None
 
 
 @click.command()

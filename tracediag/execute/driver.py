@@ -42,7 +42,7 @@ from tracediag.execute.task import (
 from tracediag.ingest.commkernel import check_comm_kernel
 from tracediag.ingest.timeline import parquet_is_timeline
 from tracediag.parquet import is_url, join, read_parquet, write_parquet
-from tracediag.run import RANK_HINT, RunMeta, _is_parquet, rank_resolver, resolve_inputs
+from tracediag.run import RANK_HINT, Run, RunMeta, _is_parquet, rank_resolver, resolve_inputs
 
 
 @dataclass(frozen=True)
@@ -398,3 +398,55 @@ def analyze_ranks(
         sources, out=out, step_regex=step_regex, link_gbps=link_gbps, allow_mixed=allow_mixed, **summarize_kw
     )
     return results[0][1], summaries
+
+
+@dataclass(frozen=True)
+class Analysed:
+    """What `analyze_sources` found: the analyses, the run when it was read here, the files that failed."""
+
+    results: list[tuple[str, Analysis]]
+    """``[("", analysis)]``, or with `per_file` one ``(path, analysis)`` per file (`reduce.reduce_files`)."""
+    run: Run | None
+    """The run read into this process (None when an executor summarised it where the workers are)."""
+    failed: tuple[str, ...] = ()
+    """One line per file an executor could not summarise (in memory: none here; the run's
+    ``meta.errors`` list the files it could not read, given to `on_loaded` with the run)."""
+
+
+def analyze_sources(
+    sources: str | Path | Sequence[str | Path],
+    *,
+    executor: str | None = None,
+    jobs: int = 0,
+    out: str | None = None,
+    step_regex: str | None = None,
+    link_gbps: float | None = None,
+    per_file: bool = False,
+    rank_from_filename: str | None = None,
+    rank_map: dict[str, int] | None = None,
+    storage_options: dict[str, Any] | None = None,
+    comm_kernel: str | None = None,
+    on_file_done: Callable[[str], None] | None = None,
+    on_loaded: Callable[[Run], None] | None = None,
+    **summarize_kw: Any,
+) -> Analysed:
+    """The analysis of trace `sources`, wherever the per-rank work runs: with no `executor`, every file
+    read into this process (`run.load`, `jobs` processes; `on_file_done` after each file, `on_loaded`
+    with the run before it is analysed) and analysed in memory (`reduce.analyze_files`); else each
+    rank summarised on `executor` with `jobs` workers into `out` (`summarize`, with `summarize_kw`)
+    and the summaries reduced here. Both reduce the same way, so the results are equal.
+    """
+    from tracediag.reduce import analyze_files
+    from tracediag.run import load
+
+    kw = {"step_regex": step_regex, "link_gbps": link_gbps, "per_file": per_file}
+    where = {"rank_from_filename": rank_from_filename, "rank_map": rank_map, "storage_options": storage_options}
+    if executor:
+        results, summaries = analyze_ranks_per_file(
+            sources, out=out, executor=executor, workers=jobs, comm_kernel=comm_kernel, **where, **kw, **summarize_kw
+        )
+        return Analysed(results, None, summaries.meta.errors)
+    run = load(sources, jobs=jobs, on_file_done=on_file_done, comm_kernel=comm_kernel, **where)
+    if on_loaded is not None:
+        on_loaded(run)
+    return Analysed(analyze_files(run, **kw), run)
