@@ -188,3 +188,21 @@ def test_unknown_phase_is_counted_and_the_other_phases_as_before(
     assert after.meta.skipped == expected
     assert after.events.height == before.events.height - 2
     assert after.events.height + sum(after.meta.skipped.values()) == after.meta.events_in
+
+
+def test_booleans_and_strings_are_no_times(tmp_path):
+    """A parser rule (hand-written events): `"ts": true` is no time at 1 µs, `"dur": false` no 0 ns
+    duration, `"ts": "30"` no 30 µs; each row is malformed, dropped and counted, the others kept."""
+    events = [
+        {"ph": "X", "cat": "cpu_op", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 10, "dur": 100},
+        {"ph": "X", "cat": "cpu_op", "name": "a", "pid": 1, "tid": 1, "ts": True, "dur": 5},
+        {"ph": "X", "cat": "cpu_op", "name": "b", "pid": 1, "tid": 1, "ts": 20, "dur": False},
+        {"ph": "X", "cat": "cpu_op", "name": "c", "pid": 1, "tid": 1, "ts": "30", "dur": 5},
+        {"ph": "X", "cat": "cpu_op", "name": "d", "pid": 1, "tid": 1, "ts": 40.5, "dur": 5},
+    ]
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"traceEvents": events, "distributedInfo": {"rank": 0}}))
+    trace = read_file(path)
+    assert trace.events["name"].cast(pl.String).to_list() == ["ProfilerStep#1", "d"]
+    assert trace.events["ts"].to_list() == [10_000, 40_500]
+    assert trace.meta.skipped == {"malformed": 3}

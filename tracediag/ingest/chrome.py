@@ -792,13 +792,19 @@ def _us_to_ns(s: pl.Series) -> pl.Series:
     return (whole.cast(pl.Int64, strict=False) * 1000 + frac_ns.cast(pl.Int64, strict=False)).rename("")
 
 
+_NUMBER = (int, float)
+"""The types a JSON number decodes to (`bool` is not one of them: `type(True) is bool`)."""
+
+
 def _piece_frame(
     events: list[_Event], offset: int, piece: bytes, is_array: bool, warnings: list[str]
 ) -> tuple[pl.DataFrame, list[_Args]]:
     """The base columns of a piece's events (`order` numbered from `offset`), and their args."""
-    ts = [e.ts for e in events]
+    # a JSON number only: `true`, `false` or "30" are no time (a boolean would read as 1 or 0 µs), so the
+    # row is malformed, dropped and counted as such (`schema.conform`)
+    ts = [e.ts if type(e.ts) in _NUMBER else None for e in events]
     ts_us = pl.Series(ts, dtype=pl.Float64, strict=False)
-    dur_us = pl.Series([e.dur for e in events], dtype=pl.Float64, strict=False)
+    dur_us = pl.Series([e.dur if type(e.dur) in _NUMBER else None for e in events], dtype=pl.Float64, strict=False)
     exact = None
     # a decimal point in a large time (even one whose float64 is a whole number): re-read the digits
     if any(type(v) is float and abs(v) >= _EXACT_LIMIT_US for v in ts):
