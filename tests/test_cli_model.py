@@ -185,3 +185,22 @@ def test_engine_switches_and_oversubscription_change_the_prediction(runner):
     assert unfused["memory"]["activations"] > fused["memory"]["activations"]
     bad = runner.invoke(cli, [*base, "--oversubscription", "0.5"])
     assert bad.exit_code == 2
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["calibrate", "--measured-mfu", "nan"],
+        ["calibrate", "--measured-step-time", "inf"],
+        ["calibrate", "--measured-tokens-per-s", "inf"],
+        ["compare", "a", "b", "--fail-if-slower", "nan"],
+        ["plan", "--headroom", "nan"],
+    ],
+    ids=lambda a: f"{a[0]} {a[-2]} {a[-1]}",
+)
+def test_a_float_option_that_is_not_finite_is_refused_naming_it(runner, args):
+    """nan passes every comparison (a gate that can never trip, a GEMM rate scaled to nothing) and inf
+    every lower bound: each float option refuses both, naming the option, before any work."""
+    result = runner.invoke(cli, args)
+    assert result.exit_code == 2
+    assert f"Invalid value for '{args[-2]}'" in result.output and "not a finite number" in result.output

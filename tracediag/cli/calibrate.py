@@ -10,7 +10,7 @@ from typing import Any
 import click
 import orjson
 
-from tracediag.cli.common import InputError
+from tracediag.cli.common import Finite, InputError
 from tracediag.cli.model import predict
 from tracediag.cli.model_options import (
     device_from_options,
@@ -57,10 +57,14 @@ def _with_predict_options(f: Any) -> Any:
 
 @click.command()
 @click.argument("paths", nargs=-1)
-@click.option("--measured-step-time", type=float, help="Seconds per step the split reached.")
-@click.option("--measured-mfu", type=float, help="MFU the split reached (0-1, Megatron's FLOP convention).")
-@click.option("--measured-hfu", type=float, help="HFU the split reached (0-1, recomputation counted).")
-@click.option("--measured-tokens-per-s", type=float, help="Tokens per second of the whole job.")
+@click.option("--measured-step-time", type=Finite(min=0, min_open=True), help="Seconds per step the split reached.")
+@click.option(
+    "--measured-mfu", type=Finite(0, 1, min_open=True), help="MFU the split reached (0-1, Megatron's FLOP convention)."
+)
+@click.option(
+    "--measured-hfu", type=Finite(0, 1, min_open=True), help="HFU the split reached (0-1, recomputation counted)."
+)
+@click.option("--measured-tokens-per-s", type=Finite(min=0, min_open=True), help="Tokens per second of the whole job.")
 @click.option(
     "-o",
     "--output",

@@ -3,10 +3,11 @@ in one line."""
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import click
 
@@ -16,6 +17,19 @@ T = TypeVar("T")
 
 EXIT_FINDING = 3
 """`analyze --fail-on` exits with this status when a finding of a named cause exists."""
+
+
+class Finite(click.FloatRange):
+    """A float option in its range and finite: click's `FloatRange` takes ``nan`` (no comparison fails)
+    and ``inf``, which would pass a gate that can then never trip, or scale a model to nothing."""
+
+    name = "number"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return number
 
 
 class InputError(click.ClickException):

@@ -8,7 +8,7 @@ import click
 import orjson
 
 from tracediag.analysis import Analysis
-from tracediag.cli.common import EXIT_FINDING, InputError
+from tracediag.cli.common import EXIT_FINDING, Finite, InputError
 from tracediag.cli.traces import load_traces
 from tracediag.compare import compare as _compare
 from tracediag.errors import TracediagError
@@ -49,7 +49,7 @@ def _side(path: str, step_regex: str | None, jobs: int, allow_mixed: bool) -> An
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the comparison to this file.")
 @click.option(
     "--fail-if-slower",
-    type=click.FloatRange(min=0),
+    type=Finite(min=0),
     metavar="PCT",
     help=f"Exit {EXIT_FINDING} when NEW's median step is more than PCT percent slower than BASE's.",
 )

@@ -8,6 +8,7 @@ from typing import Any
 import click
 import orjson
 
+from tracediag.cli.common import Finite
 from tracediag.cli.model_options import (
     COUNT,
     device_from_options,
@@ -66,7 +67,7 @@ def predict(**kw: Any) -> None:
 )
 @click.option(
     "--headroom",
-    type=click.FloatRange(0, 0.9),
+    type=Finite(0, 0.9),
     default=DEFAULT_HEADROOM,
     show_default=True,
     help="Share of device memory a plan keeps free (allocator spikes, NCCL buffers).",

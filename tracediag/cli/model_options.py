@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from tracediag.cli.common import InputError, read_user_file
+from tracediag.cli.common import Finite, InputError, read_user_file
 from tracediag.errors import TracediagError, shown
 from tracediag.model.calibrate import apply_profile, load_profile
 from tracediag.model.predict import predict as run_predict
@@ -96,7 +96,7 @@ device_options = _options(
     click.option("--hbm-gbps", type=POSITIVE, help="Override HBM bandwidth, GB/s."),
     click.option(
         "--oversubscription",
-        type=click.FloatRange(min=1.0),
+        type=Finite(min=1.0),
         help="Network oversubscription: injection over bisection bandwidth (default 1, non-blocking).",
     ),
     click.option(

@@ -13,7 +13,7 @@ from pathlib import Path
 import click
 import orjson
 
-from tracediag.cli.common import EXIT_FINDING, InputError, read_user_file
+from tracediag.cli.common import EXIT_FINDING, Finite, InputError, read_user_file
 from tracediag.cli.execute_options import storage_options as parse_storage_options
 from tracediag.cli.traces import parse_rank_map
 from tracediag.errors import TracediagError, one_line, shown
@@ -82,24 +82,24 @@ def _plan(path: Path) -> Prediction:
 @click.option("--metrics-host", default="0.0.0.0", show_default=True, help="Address the metrics server binds.")
 @click.option(
     "--fail-if-slower",
-    type=click.FloatRange(min=0, min_open=True),
+    type=Finite(min=0, min_open=True),
     metavar="PCT",
     help=f"Exit {EXIT_FINDING} once a window's step time is PCT% or more above the job's baseline.",
 )
 @click.option(
     "--window-timeout",
-    type=click.FloatRange(min=0),
+    type=Finite(min=0),
     default=300.0,
     show_default=True,
     metavar="SECONDS",
     help="Analyse a window this long after its first file even if ranks are missing (they are named).",
 )
-@click.option("--poll", "poll_seconds", type=click.FloatRange(min=0, min_open=True), default=2.0, show_default=True)
+@click.option("--poll", "poll_seconds", type=Finite(min=0, min_open=True), default=2.0, show_default=True)
 @click.option("--once", is_flag=True, help="Analyse what is there now (complete or not) and end.")
 @click.option("--max-windows", type=click.IntRange(min=1), help="End after this many windows.")
 @click.option("--state", "state_path", type=click.Path(dir_okay=False), help="Restart state: resume, never repeat.")
 @click.option("--baseline-windows", type=click.IntRange(min=1), default=2, show_default=True)
-@click.option("--min-confidence", type=click.FloatRange(0, 1), default=0.9, show_default=True)
+@click.option("--min-confidence", type=Finite(0, 1), default=0.9, show_default=True)
 @click.option(
     "--plan",
     "plan_path",
