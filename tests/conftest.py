@@ -14,8 +14,7 @@ KINETO = FIXTURES / "kineto"
 SHARED = ROOT.parent / "shared"
 SAMPLES = SHARED / "trace-samples"
 RUNS = FIXTURES / "runs"
-LATENESS_PENDING: dict[str, str] = {
-}
+LATENESS_PENDING: dict[str, str] = {}
 """Real runs of fixtures/runs (made by make_lateness_runs.py) whose manifest verdict tracediag does not
 give yet, with the reason. Verdict tests xfail on them strictly: the detector that gets one right
 removes it here."""

@@ -14,11 +14,29 @@ TRACES = [str(p) for p in sorted(RUN.glob("rank*.pt.trace.json.gz"))]
 
 
 def test_text_names_cause_rank_and_steps_first(runner):
+    """The text says what the JSON says: the run, the finding first, and a per-step table whose rows are
+    the means over ranks of the JSON's steps (a rendering bug or a different analysis would differ)."""
     result = runner.invoke(cli, ["analyze", *TRACES, "-j", "1"])
     assert result.exit_code == 0, result.output
+    doc = orjson.loads(runner.invoke(cli, ["analyze", *TRACES, "-j", "1", "--format", "json"]).stdout)
+    (finding,) = doc["findings"]
     lines = result.stdout.splitlines()
-    assert lines[2].startswith("1. compute_straggler  rank 2  steps 2..9")
-    assert any(line.strip().startswith("step ") or "per step" in line for line in lines)
+    assert lines[0] == "tracediag analyze: 4 ranks (world size 4), 8 steps (2..9), 0 partial rank-steps left out"
+    assert lines[2] == (
+        f"1. compute_straggler  rank 2  steps 2..9  lost {finding['time_lost_ns'] / 1e6:,.1f} ms over 8 steps  "
+        f"confidence {finding['confidence']:.2f}"
+    )
+    assert lines[3].strip() == finding["summary"]
+    assert lines[4].strip() == f"what-if: {finding['whatif']}"
+    header = next(i for i, line in enumerate(lines) if line.split()[:2] == ["step", "dur"])
+    rows = [line.split() for line in lines[header + 1 :] if line.strip()]
+    assert [int(r[0]) for r in rows] == doc["run"]["steps"] == list(range(2, 10))
+    for row in rows:
+        mine = [s for s in doc["steps"] if s["step"] == int(row[0])]
+        assert len(mine) == 4
+        assert float(row[1]) == round(sum(s["dur_ns"] for s in mine) / 4 / 1e6, 1)
+        assert float(row[2]) == round(sum(s["compute_ns"] for s in mine) / 4 / 1e6, 1)
+        assert row[-3:-1] == ["rank", "2"]  # the rank computing longest: the straggler, every step
 
 
 def test_json_to_file_and_fail_on_exits_3(runner, tmp_path):
@@ -26,10 +44,15 @@ def test_json_to_file_and_fail_on_exits_3(runner, tmp_path):
     args = ["analyze", str(RUN / "rank*.pt.trace.json.gz"), "-j", "1", "--format", "json", "-o", str(out)]
     result = runner.invoke(cli, [*args, "--fail-on", "comm_bound,compute_straggler"])
     assert result.exit_code == EXIT_FINDING
+    assert result.stdout == ""  # the report went to the file
+    assert out.read_bytes().endswith(b"}\n")
     doc = orjson.loads(out.read_bytes())
     assert doc["schema_version"] == "1.6"
     assert doc["run"]["steps"] == list(range(2, 10))
-    assert [(f["cause"], f["ranks"]) for f in doc["findings"]] == [("compute_straggler", [2])]
+    assert [(f["cause"], f["ranks"], f["steps"]) for f in doc["findings"]] == [
+        ("compute_straggler", [2], doc["run"]["steps"])
+    ]
+    assert doc["run"]["ranks"] == [0, 1, 2, 3] and len(doc["steps"]) == 4 * 8
     assert runner.invoke(cli, [*args, "--fail-on", "input_bound"]).exit_code == 0
 
 
@@ -38,7 +61,8 @@ def test_parquet_from_ingest_gives_the_same_findings(runner, tmp_path):
     assert runner.invoke(cli, ["ingest", *TRACES, "-j", "1", "-o", str(pq)]).exit_code == 0
     direct = orjson.loads(runner.invoke(cli, ["analyze", *TRACES, "-j", "1", "--format", "json"]).stdout)
     cached = orjson.loads(runner.invoke(cli, ["analyze", str(pq), "--format", "json"]).stdout)
-    assert cached["findings"] == direct["findings"]
+    assert cached == direct  # every section: steps, collectives, findings, what-if, lateness, kernels
+    assert [f["cause"] for f in direct["findings"]] == ["compute_straggler"]
 
 
 @pytest.mark.parametrize(
@@ -54,7 +78,9 @@ def test_parquet_from_ingest_gives_the_same_findings(runner, tmp_path):
 def test_bad_options_exit_2_with_one_line(runner, extra, message):
     result = runner.invoke(cli, ["analyze", *TRACES, "-j", "1", *extra])
     assert result.exit_code == 2
-    assert message in result.stderr
+    assert result.stdout == ""
+    last = result.stderr.strip().splitlines()[-1]  # click's usage lines come first for a bad option value
+    assert last.startswith("Error: ") and message in last
     assert "Traceback" not in result.output
 
 

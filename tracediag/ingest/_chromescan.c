@@ -6,7 +6,7 @@
  * strict subset of what the msgspec path accepts (valid JSON and UTF-8, every event an object whose
  * `ph` is a known phase, the fields tracediag reads of the types it expects, times with at most 3
  * decimals, no duplicate known keys, nesting under MAX_DEPTH), so where it answers, the answer is
- * the msgspec path's; tests/test_native_scan.py checks that on every fixture and on mutated files.
+ * the msgspec path's; tests/ingest/test_native_scan.py checks that on every fixture and on mutated files.
  *
  * Every value is bounds-checked against the end of the buffer; nothing is written outside the
  * growable column arrays and the string arena.

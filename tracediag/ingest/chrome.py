@@ -4,7 +4,7 @@ Each document (a file, or a piece of a large one) is read by the C scanner of `n
 into columns where it can; otherwise (and where the extension was not built) msgspec decodes it into
 slotted, untracked structs that keep only the fields tracediag uses (unknown keys are skipped by the
 C decoder, bulky `args` values stay raw), which are then turned into polars columns. Both give the
-same columns (tests/test_native_scan.py). Format semantics (what a `cat` means) live in the dialect
+same columns (tests/ingest/test_native_scan.py). Format semantics (what a `cat` means) live in the dialect
 modules (`kineto.py`, `jax.py`); this module only knows the container: phases, truncated files,
 time units, B/E pairing and the rule that every input event is a row or a counted skip.
 """

@@ -494,7 +494,7 @@ def _coll_ops(ev: pl.DataFrame) -> pl.Expr:
 
 
 def _coll_op_of(text: str) -> str:
-    """`vocab.coll_op` of one text (tests/test_kineto_lookups.py holds them equal)."""
+    """`vocab.coll_op` of one text (tests/ingest/test_kineto_lookups.py holds them equal)."""
     norm = _NOT_A_TO_Z.sub("", text.lower())
     return next((op for needle, op in OP_RULES if needle in norm), "other")
 

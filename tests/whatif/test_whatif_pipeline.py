@@ -8,17 +8,17 @@ meanwhile: a replay that kept those durations could not shorten a step by shorte
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import polars as pl
 import pytest
+from conftest import ROOT
 
 import tracediag
 from tracediag.reduce import derive_facts
 from tracediag.whatif import graph_of
 from tracediag.whatif.replay import replay, step_times
 
-RUNS = Path(__file__).resolve().parent.parent / "fixtures" / "runs"
+RUNS = ROOT / "fixtures" / "runs"
 PIPELINES = ("pipeline_gpipe_m8", "stage_imbalance")
 
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import dataclasses
 import gzip
 import json
-from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from conftest import ROOT
 
 import tracediag
 from tracediag.cli import cli
@@ -26,7 +26,7 @@ from tracediag.model.specs import MODELS, ModelSpec, Split, Training, parse_link
 from tracediag.model.stack import resolve_engine
 from tracediag.reduce import analyze
 
-RUNS = Path(__file__).parent.parent / "fixtures" / "model_runs"
+RUNS = ROOT / "fixtures" / "model_runs"
 MODERN = resolve_engine("megatron-core")
 
 # The fixtures' model (fixtures/model_runs/make_model_runs.py) and the CPU as a device: a nominal
@@ -214,7 +214,7 @@ def test_calibrated_device_says_so_in_every_rendering(profiles):
 
 def test_cli_calibrate_refuses_traces_without_shapes(tmp_path):
     """The diagnosis fixtures were profiled without record_shapes: no GEMM shape, no collective size."""
-    runs = Path(__file__).parent.parent / "fixtures" / "runs" / "healthy_ddp"
+    runs = ROOT / "fixtures" / "runs" / "healthy_ddp"
     out = tmp_path / "p.json"
     result = CliRunner().invoke(cli, ["calibrate", str(runs / "rank*.pt.trace.json.gz"), *CPU_FLAGS, "-o", str(out)])
     assert result.exit_code == 2 and result.stderr.count("\n") == 1

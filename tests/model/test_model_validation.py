@@ -5,11 +5,9 @@ from __future__ import annotations
 import importlib.util
 import statistics
 import sys
-from pathlib import Path
 
-from conftest import needs_shared
+from conftest import ROOT, needs_shared
 
-ROOT = Path(__file__).resolve().parents[1]
 CSV = ROOT.parent / "shared" / "validation" / "published_runs_dev.csv"
 
 pytestmark = needs_shared(CSV)

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import polars as pl
 import pytest
+from conftest import ROOT
 
 import tracediag
 from tracediag.analysis import Analysis, Finding
@@ -14,7 +14,7 @@ from tracediag.report.html import render_html
 from tracediag.whatif.graph import Graph
 from tracediag.whatif.replay import replay
 
-RUNS = Path(__file__).resolve().parent.parent / "fixtures" / "runs"
+RUNS = ROOT / "fixtures" / "runs"
 SCENARIOS = sorted(p.name for p in RUNS.iterdir() if (p / "manifest.json").exists())
 MS = 1e6
 
@@ -149,7 +149,7 @@ def test_whatif_fields_round_trip_and_render(analyses):
     assert "<script>x</script>" not in page
 
 
-PAIRED = Path(__file__).resolve().parent.parent / "fixtures" / "paired"
+PAIRED = ROOT / "fixtures" / "paired"
 
 
 @pytest.mark.parametrize(("pair", "cause"), [("straggler_alt_r0", "compute_straggler"), ("data_alt_r1", "input_bound")])

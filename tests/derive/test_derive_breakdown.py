@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import polars as pl
 from _events import events
+from conftest import ROOT
 
 from tracediag.derive.breakdown import breakdown
 from tracediag.derive.steps import assign_steps, find_markers, step_spans
@@ -135,11 +136,10 @@ def test_cpu_wait_for_an_in_flight_collective_counts_as_communication_when_the_w
 def test_assign_steps_keeps_every_row_in_order_and_a_row_without_device_gets_no_step():
     """Only the step-deciding columns are joined: rows keep their order and columns, and a row whose
     device is unknown (neither host nor device timeline) stays, with no step, instead of vanishing."""
-    from pathlib import Path
 
     import tracediag
 
-    ev = tracediag.load(Path(__file__).parent.parent / "fixtures/kineto/hta_a100_nccl_rank0.json.gz").events
+    ev = tracediag.load(ROOT / "fixtures/kineto/hta_a100_nccl_rank0.json.gz").events
     spans = step_spans(ev, find_markers(ev))
     ref = assign_steps(ev, spans)
     dev_rows = ev.with_row_index("i").filter(pl.col("device") >= 0)["i"]

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import json
 import statistics
-from pathlib import Path
 
 import pytest
+from conftest import ROOT
 
 import tracediag
 
-RUNS = Path(__file__).resolve().parent.parent / "fixtures" / "runs"
+RUNS = ROOT / "fixtures" / "runs"
 ALTERNATING = sorted(p.name for p in RUNS.glob("*_alt") if (p / "manifest.json").exists())
 CONTENDED = {
     "fsdp2_uneven_alt": (

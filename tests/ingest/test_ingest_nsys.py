@@ -10,12 +10,13 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from conftest import ROOT
 
 from tracediag.errors import RankError, TraceError
 from tracediag.ingest.nsys import export_nsys_rep, read_nsys
 from tracediag.schema import EVENT_SCHEMA
 
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "nsys"
+FIXTURES = ROOT / "fixtures" / "nsys"
 REAL = {
     lazy: FIXTURES / f"gen_nsys2022.4_cpu_nvtx_steps_schema3.0.0_lazy{lazy}.sqlite.gz" for lazy in ("false", "true")
 }
@@ -413,7 +414,7 @@ def test_single_export_without_rank_is_rank_0_with_warning_through_read_file() -
     """One file alone may omit its rank (taken as 0, with a warning); several files may not."""
     from tracediag.ingest.read import read_file
 
-    real = next(p for p in sorted((Path(__file__).parent.parent / "fixtures/nsys").glob("*lazytrue*.sqlite.gz")))
+    real = next(p for p in sorted((ROOT / "fixtures/nsys").glob("*lazytrue*.sqlite.gz")))
     ft = read_file(real, default_rank=0)
     assert ft.meta.rank == 0 and any("taken as rank 0" in w for w in ft.meta.warnings)
     with pytest.raises(RankError):
