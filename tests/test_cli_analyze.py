@@ -113,3 +113,11 @@ def test_traces_without_step_markers_are_one_line_exit_2(runner):
     assert result.exit_code == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "--step-regex" in lines[0] and "no host row matches" in lines[0]
+
+
+@pytest.mark.parametrize("command", [["analyze", "fixtures/runs/healthy_ddp"], ["ingest", "fixtures/runs/healthy_ddp"]])
+def test_an_empty_output_path_is_refused_not_ignored(runner, command):
+    """`-o ""` names no file: refused in one line naming the option (it used to exit 0, writing nothing)."""
+    result = runner.invoke(cli, [*command, "-o", ""])
+    assert result.exit_code == 2
+    assert "Invalid value for '-o' / '--output': an empty path names no file" in result.output

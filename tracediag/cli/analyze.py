@@ -11,7 +11,7 @@ import click
 
 from tracediag.analysis import CAUSES, Analysis
 from tracediag.cli.check_options import add_check, check_options, finish_report
-from tracediag.cli.common import EXIT_FINDING, InputError
+from tracediag.cli.common import EXIT_FINDING, FilePath, InputError
 from tracediag.cli.execute_options import (
     EXECUTOR_KEYS,
     executor_options,
@@ -86,7 +86,7 @@ def _link(value: str | None) -> float | None:
 @click.command()
 @click.argument("paths", nargs=-1, required=True)
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
-@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the report to this file.")
+@click.option("-o", "--output", type=FilePath(dir_okay=False), help="Write the report to this file.")
 @click.option(
     "--fail-on",
     metavar="CAUSE[,CAUSE]",

@@ -10,7 +10,7 @@ from typing import Any
 import click
 import orjson
 
-from tracediag.cli.common import Finite, InputError
+from tracediag.cli.common import FilePath, Finite, InputError
 from tracediag.cli.model import predict
 from tracediag.cli.model_options import (
     device_from_options,
@@ -68,7 +68,7 @@ def _with_predict_options(f: Any) -> Any:
 @click.option(
     "-o",
     "--output",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=FilePath(dir_okay=False, path_type=Path),
     required=True,
     help="Write the profile JSON here (then pass it to predict/plan/analyze with --profile).",
 )

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from tracediag.cli.common import InputError, read_user_file
+from tracediag.cli.common import FilePath, InputError, read_user_file
 from tracediag.cli.model import predict
 from tracediag.cli.model_options import checked_numbers, prediction_from_options
 from tracediag.cli.report import write_html
@@ -46,12 +46,12 @@ def check_options(f: Callable) -> Callable:
     params = [
         click.Option(
             ["--html", "html_path"],
-            type=click.Path(dir_okay=False, path_type=Path),
+            type=FilePath(dir_okay=False, path_type=Path),
             help="Also write the report as one self-contained HTML file (opens offline).",
         ),
         click.Option(
             ["--plan", "plan_path"],
-            type=click.Path(exists=True, dir_okay=False, path_type=Path),
+            type=FilePath(exists=True, dir_okay=False, path_type=Path),
             help="Compare with a prediction saved by `tracediag predict -o` (instead of --model ...).",
         ),
         *(_optional(p) for p in predict.params if p.name not in _NOT_SHARED),

@@ -32,6 +32,15 @@ class Finite(click.FloatRange):
         return number
 
 
+class FilePath(click.Path):
+    """A file option (`click.Path`) that is not empty: ``-o ""`` names no file and would be ignored as absent."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, str) and not value.strip():
+            self.fail("an empty path names no file", param, ctx)
+        return super().convert(value, param, ctx)
+
+
 class InputError(click.ClickException):
     """Bad input or options: one line on stderr, exit status 2, no traceback."""
 

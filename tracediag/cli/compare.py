@@ -8,7 +8,7 @@ import click
 import orjson
 
 from tracediag.analysis import Analysis
-from tracediag.cli.common import EXIT_FINDING, Finite, InputError
+from tracediag.cli.common import EXIT_FINDING, FilePath, Finite, InputError
 from tracediag.cli.traces import load_traces
 from tracediag.compare import compare as _compare
 from tracediag.errors import TracediagError
@@ -46,7 +46,7 @@ def _side(path: str, step_regex: str | None, jobs: int, allow_mixed: bool) -> An
 @click.argument("base")
 @click.argument("new")
 @click.option("--format", "fmt", type=click.Choice(["text", "json", "html"]), default="text", show_default=True)
-@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the comparison to this file.")
+@click.option("-o", "--output", type=FilePath(dir_okay=False), help="Write the comparison to this file.")
 @click.option(
     "--fail-if-slower",
     type=Finite(min=0),

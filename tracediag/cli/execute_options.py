@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from tracediag.cli.common import InputError
+from tracediag.cli.common import FilePath, InputError
 from tracediag.cli.traces import parse_rank_map
 from tracediag.errors import TracediagError
 from tracediag.execute.base import EXECUTORS, EngineMissing
@@ -37,7 +37,7 @@ def executor_options(f):
         click.option(
             "--scheduler-file",
             metavar="PATH",
-            type=click.Path(dir_okay=False),
+            type=FilePath(dir_okay=False),
             help="Dask scheduler file (`dask scheduler --scheduler-file`).",
         ),
         click.option(

@@ -7,7 +7,7 @@ import re
 import click
 import orjson
 
-from tracediag.cli.common import EXIT_FINDING, InputError
+from tracediag.cli.common import EXIT_FINDING, FilePath, InputError
 from tracediag.errors import TracediagError
 from tracediag.output import refuse_inputs, write_atomic
 
@@ -15,7 +15,7 @@ from tracediag.output import refuse_inputs, write_atomic
 @click.command()
 @click.argument("dumps", nargs=-1, required=True)
 @click.option("--format", "fmt", type=click.Choice(["text", "json", "html"]), default="text", show_default=True)
-@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the report to this file.")
+@click.option("-o", "--output", type=FilePath(dir_okay=False), help="Write the report to this file.")
 @click.option("--world-size", type=click.IntRange(min=1), help="The job's number of ranks, if no dump says it.")
 @click.option("--rank-from-filename", metavar="REGEX", help="Regex whose first group is a dump's rank.")
 def hang(

@@ -8,7 +8,7 @@ from typing import Any
 import click
 import polars as pl
 
-from tracediag.cli.common import InputError
+from tracediag.cli.common import FilePath, InputError
 from tracediag.cli.execute_options import executor_options, storage_options
 from tracediag.cli.traces import load_traces, trace_options
 from tracediag.derive.steps import find_markers
@@ -51,7 +51,7 @@ def summary(run: Run) -> str:
 
 @click.command()
 @click.argument("paths", nargs=-1, required=True)
-@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the event table to this Parquet file.")
+@click.option("-o", "--output", type=FilePath(dir_okay=False), help="Write the event table to this Parquet file.")
 @trace_options
 @click.option("--step-regex", metavar="REGEX", help="With --executor: step markers for the per-rank summaries.")
 @executor_options

@@ -8,7 +8,7 @@ from typing import Any
 import click
 import orjson
 
-from tracediag.cli.common import Finite
+from tracediag.cli.common import FilePath, Finite
 from tracediag.cli.model_options import (
     COUNT,
     device_from_options,
@@ -41,7 +41,7 @@ EMIT_ENGINE = {"megatron": "megatron-core", "torchtitan": "torchtitan", "deepspe
 @click.option(
     "-o",
     "--output",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=FilePath(dir_okay=False, path_type=Path),
     help="Save the prediction (inputs + outputs) as JSON for `analyze --plan`.",
 )
 @one_line_errors

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from tracediag.cli.common import Finite, InputError, read_user_file
+from tracediag.cli.common import FilePath, Finite, InputError, read_user_file
 from tracediag.errors import TracediagError, shown
 from tracediag.model.calibrate import apply_profile, load_profile
 from tracediag.model.predict import predict as run_predict
@@ -102,7 +102,7 @@ device_options = _options(
     click.option(
         "--profile",
         "profile_path",
-        type=click.Path(exists=True, dir_okay=False, path_type=Path),
+        type=FilePath(exists=True, dir_okay=False, path_type=Path),
         help="Apply a calibration profile written by `tracediag calibrate`.",
     ),
     click.option(

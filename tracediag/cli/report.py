@@ -9,7 +9,7 @@ import orjson
 import polars as pl
 
 from tracediag.analysis import Analysis
-from tracediag.cli.common import InputError, regular_file
+from tracediag.cli.common import FilePath, InputError, regular_file
 from tracediag.errors import TracediagError, one_line, shown
 from tracediag.output import refuse_inputs, write_atomic
 
@@ -48,9 +48,9 @@ def read_analysis(path: Path) -> Analysis:
 
 
 @click.command()
-@click.argument("analysis_json", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("analysis_json", type=FilePath(exists=True, dir_okay=False, path_type=Path))
 @click.option(
-    "-o", "--output", type=click.Path(dir_okay=False, path_type=Path), required=True, help="The HTML file to write."
+    "-o", "--output", type=FilePath(dir_okay=False, path_type=Path), required=True, help="The HTML file to write."
 )
 def report(analysis_json: Path, output: Path) -> None:
     """Render a saved analysis (`analyze --format json`) as one self-contained HTML file."""

@@ -13,7 +13,7 @@ from pathlib import Path
 import click
 import orjson
 
-from tracediag.cli.common import EXIT_FINDING, Finite, InputError, read_user_file
+from tracediag.cli.common import EXIT_FINDING, FilePath, Finite, InputError, read_user_file
 from tracediag.cli.execute_options import storage_options as parse_storage_options
 from tracediag.cli.traces import parse_rank_map
 from tracediag.errors import TracediagError, one_line, shown
@@ -72,10 +72,10 @@ def _plan(path: Path) -> Prediction:
 
 @click.command()
 @click.argument("location")
-@click.option("--jsonl", "jsonl_path", type=click.Path(dir_okay=False), help="Append one JSON record per window.")
+@click.option("--jsonl", "jsonl_path", type=FilePath(dir_okay=False), help="Append one JSON record per window.")
 @click.option(
     "--metrics-file",
-    type=click.Path(dir_okay=False),
+    type=FilePath(dir_okay=False),
     help="Rewrite this file (atomically) with the metrics after each window: Prometheus textfile format.",
 )
 @click.option("--metrics-port", type=click.IntRange(0, 65535), help="Serve the metrics at http://HOST:PORT/metrics.")
@@ -97,13 +97,13 @@ def _plan(path: Path) -> Prediction:
 @click.option("--poll", "poll_seconds", type=Finite(min=0, min_open=True), default=2.0, show_default=True)
 @click.option("--once", is_flag=True, help="Analyse what is there now (complete or not) and end.")
 @click.option("--max-windows", type=click.IntRange(min=1), help="End after this many windows.")
-@click.option("--state", "state_path", type=click.Path(dir_okay=False), help="Restart state: resume, never repeat.")
+@click.option("--state", "state_path", type=FilePath(dir_okay=False), help="Restart state: resume, never repeat.")
 @click.option("--baseline-windows", type=click.IntRange(min=1), default=2, show_default=True)
 @click.option("--min-confidence", type=Finite(0, 1), default=0.9, show_default=True)
 @click.option(
     "--plan",
     "plan_path",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    type=FilePath(exists=True, dir_okay=False, path_type=Path),
     help="The job's prediction (`tracediag predict -o`): each window's observed MFU against it.",
 )
 @click.option("--step-regex", metavar="REGEX", help=r"Step markers other than ProfilerStep#N.")
