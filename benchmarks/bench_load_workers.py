@@ -69,8 +69,10 @@ def main() -> None:
     print(f"{len(files)} files, {size:,.0f} MB, jobs={a.jobs}, best of {a.repeat}")
     print(f"in-process (jobs=1)   {serial:6.2f} s")
     print(f"tracediag workers     {workers:6.2f} s  ({serial / workers:.2f}x in-process)")
-    print(f"spawn pool (previous) {spawn:6.2f} s  ({serial / spawn:.2f}x in-process); workers / spawn = "
-          f"{workers / spawn:.2f}")
+    print(
+        f"spawn pool (previous) {spawn:6.2f} s  ({serial / spawn:.2f}x in-process); workers / spawn = "
+        f"{workers / spawn:.2f}"
+    )
 
 
 if __name__ == "__main__":

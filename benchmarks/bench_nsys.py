@@ -53,8 +53,7 @@ def build(n: int, out: Path) -> None:
     seq = "WITH RECURSIVE i(n) AS (SELECT 0 UNION ALL SELECT n + 1 FROM i WHERE n + 1 < :n) "
     params = {"n": n, "gpid": gpid, "t0": 100_000_000}
     con.execute(
-        seq
-        + "INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL (start, end, deviceId, contextId, streamId, correlationId,"
+        seq + "INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL (start, end, deviceId, contextId, streamId, correlationId,"
         " globalPid, demangledName, shortName, registersPerThread, gridX, gridY, gridZ, blockX, blockY,"
         " blockZ, staticSharedMemory, dynamicSharedMemory, localMemoryPerThread, localMemoryTotal, gridId)"
         " SELECT :t0 + n * 5000 + 2000, :t0 + n * 5000 + 4000 + n % 997, 0, 1,"
@@ -65,8 +64,7 @@ def build(n: int, out: Path) -> None:
         params,
     )
     con.execute(
-        seq
-        + "INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME (start, end, eventClass, globalTid, correlationId, nameId,"
+        seq + "INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME (start, end, eventClass, globalTid, correlationId, nameId,"
         f" returnValue) SELECT :t0 + n * 5000, :t0 + n * 5000 + 1500, 0, :gpid | 4242, 10000 + n,"
         f" {mc.SID['cudaLaunchKernel_v7000']}, 0 FROM i",
         params,
@@ -130,9 +128,7 @@ def main() -> None:
     report("baseline SELECT * fetchall, kernel table", n_kernel, t_kernel)
     report("baseline SELECT * fetchall, all consumed", n_base, t_base)
     report("read_nsys (.sqlite)", n_in, t_read)
-    print(
-        f"read_nsys / baseline(all consumed) = {t_read / t_base:.2f}x time; out rows {trace.events.height:,}"
-    )
+    print(f"read_nsys / baseline(all consumed) = {t_read / t_base:.2f}x time; out rows {trace.events.height:,}")
 
     if args.gzip:
         gz = db.with_name(db.name + ".gz")

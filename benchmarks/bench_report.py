@@ -15,16 +15,19 @@ import dataclasses
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import polars as pl
 
 import tracediag
-from tracediag.analysis import Analysis
 from tracediag.model.predict import predict
 from tracediag.model.specs import Split, Training, resolve_device, resolve_model
 from tracediag.model.stack import resolve_engine
 from tracediag.observed_vs_predicted import check
 from tracediag.report.html import render_html
+
+if TYPE_CHECKING:
+    from tracediag.analysis import Analysis
 
 RANKS, STEPS = 1024, 100
 RUN = Path(__file__).parent.parent / "fixtures" / "runs" / "straggler_persistent"

@@ -118,9 +118,10 @@ def build(base: Path, ranks: int) -> Path:
 
 
 def _tree(root: int) -> dict[int, tuple[float, int]]:
-    """pid -> (CPU seconds, RSS bytes) of `root` and its descendants."""
+    """Pid -> (CPU seconds, RSS bytes) of `root` and its descendants."""
     stats = {}
-    for pid in os.listdir("/proc"):
+    for entry in Path("/proc").iterdir():
+        pid = entry.name
         if not pid.isdigit():
             continue
         try:
@@ -174,7 +175,8 @@ def measure_code(code: str, argv: list[str], *, python: str = sys.executable) ->
     done.set()
     thread.join()
     if proc.returncode:
-        raise SystemExit(f"{argv} failed:\n{err[-3000:]}")
+        msg = f"{argv} failed:\n{err[-3000:]}"
+        raise SystemExit(msg)
     return {"stdout": out, "wall": wall, "tree_cpu": sum(cpu.values()), "tree_peak_rss": peak[0]}
 
 

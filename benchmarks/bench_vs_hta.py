@@ -77,7 +77,7 @@ def measure(code: str, argv: list[str], python: str, pythonpath: str | None = No
     The child starts in an empty directory: `python -c` puts its working directory first on the
     import path, where this repository's `tracediag` would shadow the one on `pythonpath`.
     """
-    saved, cwd = os.environ.get("PYTHONPATH"), os.getcwd()
+    saved, cwd = os.environ.get("PYTHONPATH"), Path.cwd()
     if pythonpath:
         os.environ["PYTHONPATH"] = pythonpath
     before = resource.getrusage(resource.RUSAGE_CHILDREN)

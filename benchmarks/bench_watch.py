@@ -23,7 +23,6 @@ import argparse
 import gc
 import gzip
 import json
-import os
 import re
 import sys
 import tempfile
@@ -88,7 +87,7 @@ def main() -> None:
                 path = job / f"host{r}_{1000 + r}.{w}.pt.trace.json"
                 tmp_path = path.with_suffix(".tmp")
                 tmp_path.write_bytes(data)
-                os.replace(tmp_path, path)
+                tmp_path.replace(path)
                 written.append(path)
             landed = time.perf_counter()
             window = next(gen)

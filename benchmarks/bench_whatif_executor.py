@@ -62,6 +62,7 @@ if __name__ == "__main__":
     main()
 """
 
+
 def run(executor: str, folder: Path, workers: int, pythonpath: str | None) -> dict:
     saved = os.environ.get("PYTHONPATH")
     if pythonpath:

@@ -26,7 +26,7 @@ from click.testing import CliRunner
 
 from tracediag.cli import cli
 
-ROOT = Path(".")
+ROOT = Path()
 FIXTURES = ROOT / "fixtures"
 SHARED = Path("..") / "shared" / "trace-samples"
 PREDICT = ["--model", "llama3-8b", "--gpus", "16", "--gpu", "h100-sxm", "--seq-len", "8192", "--global-batch", "32"]

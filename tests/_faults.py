@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 
 from tracediag.execute.task import RankTask, summarize_files
 
@@ -21,10 +22,11 @@ def crash_first_attempt(tasks: list[RankTask]) -> list[dict]:
 def storage_fails(tasks: list[RankTask]) -> list[dict]:
     """Every attempt at a task holding the file of rank 2 raises OSError (its storage is gone)."""
     for task in tasks:
-        if "rank2." in os.path.basename(task.path):
-            with open(os.path.join(task.out, "storage_fails.log"), "a") as log:
+        if "rank2." in Path(task.path).name:
+            with (Path(task.out) / "storage_fails.log").open("a") as log:
                 log.write(f"{len(tasks)}\n")
-            raise OSError(f"cannot write under {task.out}: read-only file system")
+            msg = f"cannot write under {task.out}: read-only file system"
+            raise OSError(msg)
     return summarize_files(tasks)
 
 
@@ -37,17 +39,16 @@ def stall_on_doomed_node(tasks: list[RankTask]) -> list[dict]:
     minutes) to be killed with the node before reporting. Elsewhere: first wait (up to 2 minutes) until
     a task stalls on the doomed node, so that this node's busy CPU makes Ray place tasks there, then
     summarise."""
-    folder = os.path.join(tasks[0].out, "stalled")
+    folder = Path(tasks[0].out) / "stalled"
     if os.environ.get(DOOMED_NODE):
         rows = summarize_files(tasks)
-        os.makedirs(folder, exist_ok=True)
+        folder.mkdir(parents=True, exist_ok=True)
         for task in tasks:
-            with open(os.path.join(folder, f"{task.key}.tmp"), "w") as marker:
-                marker.write(str(os.getpid()))
-            os.replace(os.path.join(folder, f"{task.key}.tmp"), os.path.join(folder, task.key))
+            (folder / f"{task.key}.tmp").write_text(str(os.getpid()))
+            (folder / f"{task.key}.tmp").replace(folder / task.key)
         time.sleep(300)
         return rows
     deadline = time.monotonic() + 120
-    while not (os.path.isdir(folder) and os.listdir(folder)) and time.monotonic() < deadline:
+    while not (folder.is_dir() and any(folder.iterdir())) and time.monotonic() < deadline:
         time.sleep(0.05)
     return summarize_files(tasks)

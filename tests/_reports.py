@@ -6,15 +6,18 @@ import dataclasses
 import gzip
 import shutil
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import orjson
 
 import tracediag
-from tracediag.analysis import Analysis
 from tracediag.model.predict import Prediction, predict
 from tracediag.model.specs import Split, Training, resolve_device, resolve_model
 from tracediag.model.stack import resolve_engine
 from tracediag.observed_vs_predicted import check
+
+if TYPE_CHECKING:
+    from tracediag.analysis import Analysis
 
 RUNS = Path(__file__).parent.parent / "fixtures" / "runs"
 SCRIPT = "<script>alert(1)</script>"

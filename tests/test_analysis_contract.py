@@ -33,9 +33,11 @@ def test_cause_is_validated_against_the_enum():
     with pytest.raises(ValueError, match=r"unknown cause 'comm-bound'; one of compute_straggler, comm_bound"):
         _finding(cause="comm-bound")
     f = _finding()
-    assert f.cause is Cause.COMM_BOUND and f.cause == "comm_bound"
+    assert f.cause is Cause.COMM_BOUND
+    assert f.cause == "comm_bound"
     assert orjson.loads(orjson.dumps(f.to_dict()))["cause"] == "comm_bound"
-    assert set(CAUSES) == {c.value for c in Cause} and "host_bound" in CAUSES
+    assert set(CAUSES) == {c.value for c in Cause}
+    assert "host_bound" in CAUSES
 
 
 def test_a_built_finding_cannot_change():
@@ -46,7 +48,8 @@ def test_a_built_finding_cannot_change():
         f.evidence["by_step"]["3"] = 0.9  # type: ignore[index]
     with pytest.raises(dataclasses.FrozenInstanceError):
         f.summary = "other"  # type: ignore[misc]
-    assert f.ranks == (0, 1) and f.evidence["ranks"] == (0, 1)
+    assert f.ranks == (0, 1)
+    assert f.evidence["ranks"] == (0, 1)
     # a dict the caller keeps does not reach into the finding
     evidence = {"share": 0.4}
     g = _finding(evidence=evidence)
@@ -60,7 +63,8 @@ def test_finding_json_round_trip_is_exact_and_it_pickles():
     assert d["evidence"] == {"share": 0.4, "by_step": {"3": 0.4}, "ranks": [0, 1]}
     assert Finding.from_dict(orjson.loads(orjson.dumps(d))) == dataclasses.replace(f, confidence=0.123)
     back = pickle.loads(pickle.dumps(f))
-    assert back == f and back.confidence == 0.123456
+    assert back == f
+    assert back.confidence == 0.123456
     with pytest.raises(TypeError):
         back.evidence["share"] = 1  # type: ignore[index]
 
@@ -74,12 +78,17 @@ def test_typed_sections_and_their_json_round_trip(pipeline_with_check):
     a = pipeline_with_check
     assert not hasattr(a, "extra")
     (pipe,) = a.pipelines
-    assert isinstance(pipe, Pipeline) and pipe.p == 4 and [s.stage for s in pipe.stages] == [0, 1, 2, 3]
-    assert isinstance(a.check, Check) and isinstance(a.check.plan, CheckedPlan)
-    assert a.check.plan.gpus == 4 and dict(a.check.plan.split)["pp"] == 4
+    assert isinstance(pipe, Pipeline)
+    assert pipe.p == 4
+    assert [s.stage for s in pipe.stages] == [0, 1, 2, 3]
+    assert isinstance(a.check, Check)
+    assert isinstance(a.check.plan, CheckedPlan)
+    assert a.check.plan.gpus == 4
+    assert dict(a.check.plan.split)["pp"] == 4
     assert all(isinstance(c, Component) for c in a.check.components)
     d = orjson.loads(orjson.dumps(a.to_dict()))
-    assert d["pipeline"][0]["p"] == 4 and d["check"]["plan"]["split"]["pp"] == 4
+    assert d["pipeline"][0]["p"] == 4
+    assert d["check"]["plan"]["split"]["pp"] == 4
     assert d["check"]["components"][0]["label"] == "step time"
     back = Analysis.from_dict(d)
     assert back.pipelines == a.pipelines
@@ -98,7 +107,8 @@ def test_a_later_minor_version_reads_and_another_major_is_refused(pipeline_with_
 
 def test_facade_exports_the_functions_and_no_module_shadows_one():
     for name in ("load", "analyze", "predict", "plan", "check", "load_prediction"):
-        assert callable(getattr(tracediag, name)) and not isinstance(getattr(tracediag, name), type(tracediag))
+        assert callable(getattr(tracediag, name))
+        assert not isinstance(getattr(tracediag, name), type(tracediag))
     assert tracediag.analyze is importlib.import_module("tracediag.reduce").analyze
     assert tracediag.check is importlib.import_module("tracediag.observed_vs_predicted").check
     assert issubclass(tracediag.NoStepsError, tracediag.TracediagError)

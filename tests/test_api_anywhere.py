@@ -126,7 +126,8 @@ def test_a_worker_that_cannot_start_falls_back_in_process(expected, tmp_path):
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == expected
     lines = [line for line in done.stderr.splitlines() if "RuntimeWarning" in line]
-    assert len(lines) == 1 and "a worker process did not start (exit status 1" in lines[0]
+    assert len(lines) == 1
+    assert "a worker process did not start (exit status 1" in lines[0]
 
 
 def test_a_fork_after_import_works_and_warns_what_polars_cannot_survive(expected, tmp_path):
@@ -135,7 +136,8 @@ def test_a_fork_after_import_works_and_warns_what_polars_cannot_survive(expected
     done = _forked(tmp_path, "import tracediag")
     assert done.stdout.strip() == expected
     lines = [line for line in done.stderr.splitlines() if "RuntimeWarning" in line]
-    assert len(lines) == 1 and "forked from one that had imported tracediag" in lines[0]
+    assert len(lines) == 1
+    assert "forked from one that had imported tracediag" in lines[0]
 
 
 def test_what_a_task_raises_in_a_worker_is_raised_in_the_caller():
@@ -160,7 +162,8 @@ def test_the_caller_reads_too_and_starts_one_worker_fewer(tmp_path):
     got = map_in_workers(eval, [wait, fast, fast, fast], 2, crashed=lambda task, why: why, in_caller=True)
     assert len(list(tmp_path.iterdir())) == 3
     assert got[0] == os.getpid()
-    assert len(set(got[1:])) == 1 and got[1] != os.getpid()
+    assert len(set(got[1:])) == 1
+    assert got[1] != os.getpid()
 
 
 def test_what_a_task_raises_in_the_caller_is_raised_as_it_is():
@@ -168,10 +171,12 @@ def test_what_a_task_raises_in_the_caller_is_raised_as_it_is():
 
     class Unpicklable(Exception):
         def __reduce__(self):
-            raise TypeError("no")
+            msg = "no"
+            raise TypeError(msg)
 
     def boom(_task):
-        raise Unpicklable("x")
+        msg = "x"
+        raise Unpicklable(msg)
 
     with pytest.raises(Unpicklable):
         map_in_workers(boom, ["only"], 2, crashed=lambda task, why: why, in_caller=True)

@@ -80,7 +80,8 @@ def test_pure_dp_attributes_all_exposed_comm_to_dp_and_names_the_gap():
     assert rows["exposed_dp"]["observed"] == pytest.approx(0.2)
     assert rows["exposed_dp"]["ratio"] == pytest.approx(0.2 / p.time.exposed_dp_s, rel=1e-3)
     assert "exposed_tp" not in rows  # tp = 1 and no TP collectives
-    assert rows["idle"]["observed"] == pytest.approx(0.1) and rows["idle"]["ratio"] is None
+    assert rows["idle"]["observed"] == pytest.approx(0.1)
+    assert rows["idle"]["ratio"] is None
     assert rows["bubble"]["note"] == "no pipeline"
     expected_mfu = p.model_flops_per_step / (1.0 * p.device.peak_flops * 4)
     assert rows["mfu"]["observed"] == pytest.approx(expected_mfu)
@@ -102,7 +103,8 @@ def test_tp_and_dp_of_the_same_size_are_not_told_apart_without_group_members():
         assert rows[f"exposed_{kind}"]["note"].startswith(NOT_VISIBLE)
     assert rows["exposed_comm"]["observed"] == pytest.approx(0.2)
     (link,) = check(a, p).links
-    assert link.kind is None and "fits tp and dp" in link.kind_from
+    assert link.kind is None
+    assert "fits tp and dp" in link.kind_from
 
 
 def test_group_names_and_members_tell_tp_from_dp():
@@ -125,13 +127,16 @@ def test_kinds_from_groups_split_busbw_and_mark_exposed_per_kind_not_visible():
     colls = [_coll("1", "all_reduce", 2, busbw=200.0, transfer_ms=3), _coll("3", "all_reduce", 2, busbw=20.0)]
     result = check(_analysis(collectives=colls), p, run=_run(groups))
     kinds = {li.kind: li for li in result.links}
-    assert kinds["tp"].busbw_gbps == 200.0 and kinds["dp"].busbw_gbps == 20.0
+    assert kinds["tp"].busbw_gbps == 200.0
+    assert kinds["dp"].busbw_gbps == 20.0
     assert kinds["tp"].groups == ("1 (tp0)",)
     assert kinds["tp"].link == p.links["tp"]
     rows = _by_name(result)
     # both kinds present: the steps table cannot say which of them the exposed time belongs to
-    assert rows["exposed_tp"]["observed"] is None and "44% of collective time" in rows["exposed_tp"]["note"]
-    assert rows["exposed_dp"]["observed"] is None and "56% of collective time" in rows["exposed_dp"]["note"]
+    assert rows["exposed_tp"]["observed"] is None
+    assert "44% of collective time" in rows["exposed_tp"]["note"]
+    assert rows["exposed_dp"]["observed"] is None
+    assert "56% of collective time" in rows["exposed_dp"]["note"]
     assert rows["exposed_comm"]["ratio"] is not None
 
 
@@ -139,7 +144,8 @@ def test_cpu_only_trace_has_no_mfu_and_says_so():
     p = _prediction(Split(dp=4))
     result = check(_analysis(), p, run=_run([], device=False))
     rows = _by_name(result)
-    assert rows["mfu"]["observed"] is None and rows["mfu"]["note"].startswith(NOT_VISIBLE)
+    assert rows["mfu"]["observed"] is None
+    assert rows["mfu"]["note"].startswith(NOT_VISIBLE)
     assert any("CPU-only" in n for n in result.notes)
 
 
@@ -148,7 +154,8 @@ def test_pipeline_bubble_uses_bubble_column_else_is_not_visible():
     a = _analysis()
     a = dataclasses.replace(a, steps=a.steps.drop("exposed_p2p_ns"))  # an analysis that does not separate p2p
     rows = _by_name(check(a, p))
-    assert rows["bubble"]["observed"] is None and rows["bubble"]["note"].startswith(NOT_VISIBLE)
+    assert rows["bubble"]["observed"] is None
+    assert rows["bubble"]["note"].startswith(NOT_VISIBLE)
     with_bubble = dataclasses.replace(a, steps=a.steps.with_columns(bubble_ns=pl.lit(300 * MS)))
     rows = _by_name(check(with_bubble, p))
     assert rows["bubble"]["observed"] == pytest.approx(0.3)
@@ -183,7 +190,8 @@ def test_real_gloo_run_is_compared_and_cpu_limits_are_stated():
     result = check(tracediag.analyze(run), _prediction(Split(tp=2, dp=2)), run=run)
     rows = _by_name(result)
     assert rows["step_time"]["observed"] > 0.05
-    assert rows["mfu"]["observed"] is None and any("CPU-only" in n for n in result.notes)
+    assert rows["mfu"]["observed"] is None
+    assert any("CPU-only" in n for n in result.notes)
     for kind in ("tp", "dp"):
         assert rows[f"exposed_{kind}"]["observed"] is None
         assert "kind the trace does not tell" in rows[f"exposed_{kind}"]["note"]

@@ -52,7 +52,8 @@ def test_json_to_file_and_fail_on_exits_3(runner, tmp_path):
     assert [(f["cause"], f["ranks"], f["steps"]) for f in doc["findings"]] == [
         ("compute_straggler", [2], doc["run"]["steps"])
     ]
-    assert doc["run"]["ranks"] == [0, 1, 2, 3] and len(doc["steps"]) == 4 * 8
+    assert doc["run"]["ranks"] == [0, 1, 2, 3]
+    assert len(doc["steps"]) == 4 * 8
     assert runner.invoke(cli, [*args, "--fail-on", "input_bound"]).exit_code == 0
 
 
@@ -80,7 +81,8 @@ def test_bad_options_exit_2_with_one_line(runner, extra, message):
     assert result.exit_code == 2
     assert result.stdout == ""
     last = result.stderr.strip().splitlines()[-1]  # click's usage lines come first for a bad option value
-    assert last.startswith("Error: ") and message in last
+    assert last.startswith("Error: ")
+    assert message in last
     assert "Traceback" not in result.output
 
 
@@ -90,7 +92,8 @@ def test_an_internal_error_is_one_line_with_exit_1(monkeypatch, capsys) -> None:
     from tracediag.cli import main
 
     def broken(*_a, **_k):
-        raise ZeroDivisionError("division by zero")
+        msg = "division by zero"
+        raise ZeroDivisionError(msg)
 
     monkeypatch.setattr(cli_analyze, "analyze_sources", broken)
     monkeypatch.setattr("sys.argv", ["tracediag", "analyze", *TRACES, "-j", "1"])
@@ -99,7 +102,8 @@ def test_an_internal_error_is_one_line_with_exit_1(monkeypatch, capsys) -> None:
         main()
     assert exit_info.value.code == 1
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("Error: internal error (ZeroDivisionError: division by zero)")
+    assert len(err) == 1
+    assert err[0].startswith("Error: internal error (ZeroDivisionError: division by zero)")
     monkeypatch.setenv("TRACEDIAG_DEBUG", "1")
     with pytest.raises(ZeroDivisionError):
         main()
@@ -112,7 +116,9 @@ def test_traces_without_step_markers_are_one_line_exit_2(runner):
     result = runner.invoke(cli, ["analyze", str(KINETO / "hta_triton_example.json.gz"), "--step-regex", "^nomatch$"])
     assert result.exit_code == 2
     lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and "--step-regex" in lines[0] and "no host row matches" in lines[0]
+    assert len(lines) == 1
+    assert "--step-regex" in lines[0]
+    assert "no host row matches" in lines[0]
 
 
 @pytest.mark.parametrize("command", [["analyze", "fixtures/runs/healthy_ddp"], ["ingest", "fixtures/runs/healthy_ddp"]])

@@ -73,7 +73,8 @@ def test_predict_text_and_shape_flags(runner):
     ]
     result = runner.invoke(cli, args)
     assert result.exit_code == 0, result.output
-    assert "memory per device" in result.stdout and "MFU" in result.stdout
+    assert "memory per device" in result.stdout
+    assert "MFU" in result.stdout
 
 
 @pytest.mark.parametrize(
@@ -88,8 +89,10 @@ def test_predict_text_and_shape_flags(runner):
 def test_predict_bad_split_is_one_line_exit_2(runner, extra, message):
     result = runner.invoke(cli, [*PREDICT, *extra])
     assert result.exit_code == 2
-    assert result.stderr.startswith("Error: ") and message in result.stderr
-    assert "Traceback" not in result.output and result.stderr.count("\n") == 1
+    assert result.stderr.startswith("Error: ")
+    assert message in result.stderr
+    assert "Traceback" not in result.output
+    assert result.stderr.count("\n") == 1
 
 
 def test_plan_text_json_and_emit(runner):
@@ -112,9 +115,11 @@ def test_plan_text_json_and_emit(runner):
     assert text.exit_code == 0, text.output
     assert text.stdout.count("\n#") == 3
     data = orjson.loads(runner.invoke(cli, [*base, "--format", "json"]).stdout)
-    assert len(data["splits"]) == 3 and data["splits"][0]["rank"] == 1
+    assert len(data["splits"]) == 3
+    assert data["splits"][0]["rank"] == 1
     emitted = runner.invoke(cli, [*base, "--emit", "megatron"])
-    assert emitted.exit_code == 0 and "--tensor-model-parallel-size" in emitted.stdout
+    assert emitted.exit_code == 0
+    assert "--tensor-model-parallel-size" in emitted.stdout
 
 
 def test_model_knobs_reach_the_model(runner):
@@ -142,7 +147,8 @@ def test_plan_headroom_and_emit_flags(runner):
     assert data["headroom"] == 0.25
     assert all(s["memory_bytes_per_device"] <= 0.75 * s["memory"]["capacity"] for s in data["splits"])
     emitted = runner.invoke(cli, [*base, "--emit", "torchtitan"])
-    assert emitted.exit_code == 0 and "[parallelism]" in emitted.stdout
+    assert emitted.exit_code == 0
+    assert "[parallelism]" in emitted.stdout
 
 
 def test_plan_emit_times_splits_with_the_target_engine(runner):
@@ -199,8 +205,9 @@ def test_engine_switches_and_oversubscription_change_the_prediction(runner):
     ids=lambda a: f"{a[0]} {a[-2]} {a[-1]}",
 )
 def test_a_float_option_that_is_not_finite_is_refused_naming_it(runner, args):
-    """nan passes every comparison (a gate that can never trip, a GEMM rate scaled to nothing) and inf
+    """Nan passes every comparison (a gate that can never trip, a GEMM rate scaled to nothing) and inf
     every lower bound: each float option refuses both, naming the option, before any work."""
     result = runner.invoke(cli, args)
     assert result.exit_code == 2
-    assert f"Invalid value for '{args[-2]}'" in result.output and "not a finite number" in result.output
+    assert f"Invalid value for '{args[-2]}'" in result.output
+    assert "not a finite number" in result.output

@@ -76,7 +76,9 @@ def test_deepep_kernels_count_as_communication_like_the_nccl_ones(tmp_path):
     original = _step(DLRM)
     path = _renamed(tmp_path, "void deep_ep::internode::dispatch<8, 768>_")
     comm = tracediag.load(path).events.filter(pl.col("name").cast(pl.String).str.contains("deep_ep"))
-    assert comm.height == 5 and set(comm["kind"].to_list()) == {"comm"} and set(comm["coll_op"]) == {"all_to_all"}
+    assert comm.height == 5
+    assert set(comm["kind"].to_list()) == {"comm"}
+    assert set(comm["coll_op"]) == {"all_to_all"}
     renamed = _step(path)
     assert original["exposed_comm_ns"] > 0
     for col in ("comm_ns", "exposed_comm_ns", "compute_ns"):
@@ -91,7 +93,8 @@ def test_comm_kernel_option_makes_an_unknown_library_communication(tmp_path, run
     assert unknown["comm_ns"] < original["comm_ns"]  # counted as compute without the option
     marked = tracediag.load(path, comm_kernel=r"^my_lib::exchange")
     rows = marked.events.filter(pl.col("name").cast(pl.String).str.starts_with("my_lib"))
-    assert set(rows["kind"]) == {"comm"} and set(rows["coll_op"]) == {"other"}  # the name says no operation
+    assert set(rows["kind"]) == {"comm"}
+    assert set(rows["coll_op"]) == {"other"}
     step = tracediag.analyze(marked).steps.row(0, named=True)
     for col in ("comm_ns", "exposed_comm_ns", "compute_ns"):
         assert step[col] == original[col], col
@@ -102,14 +105,16 @@ def test_comm_kernel_option_makes_an_unknown_library_communication(tmp_path, run
     assert both[0].exit_code == both[1].exit_code == 0
     assert both[0].output != both[1].output
     ingest = runner.invoke(cli, ["ingest", str(path), "--comm-kernel", "my_lib::exchange"])
-    assert ingest.exit_code == 0 and "comm 8" in ingest.output  # 3 all-reduces + the 5 exchanges
+    assert ingest.exit_code == 0
+    assert "comm 8" in ingest.output
 
 
 def test_a_bad_comm_kernel_pattern_is_one_line(runner, tmp_path):
     with pytest.raises(TracediagError, match="--comm-kernel"):
         tracediag.load(tmp_path, comm_kernel="(")
     result = runner.invoke(cli, ["analyze", str(tmp_path), "--comm-kernel", "("])
-    assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1
+    assert result.exit_code == 2
+    assert len(result.output.strip().splitlines()) == 1
 
 
 A100_PAIR = [FIXTURES / "kineto" / f"hta_a100_nccl_rank{r}.json.gz" for r in (0, 1)]
@@ -145,4 +150,5 @@ def test_a_bad_comm_kernel_with_the_executor_is_one_line(runner, tmp_path, comma
         cli, [command, *map(str, A100_PAIR), "--executor", "local", "--out", str(out), "--comm-kernel", "("]
     )
     assert result.exit_code == 2
-    assert len(result.output.strip().splitlines()) == 1 and "--comm-kernel" in result.output
+    assert len(result.output.strip().splitlines()) == 1
+    assert "--comm-kernel" in result.output

@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import gzip
 import json
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from conftest import RUNS
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 MANIFESTS = sorted(RUNS.glob("*/manifest.json"))
 

@@ -69,13 +69,16 @@ def test_fsdp2_collective_rows_are_classified(run):
     assert table[("c10d::_reduce_scatter_base_", "cpu_op")] == "reduce_scatter"
     assert table[("gloo:all_gather", "comm")] == "all_gather"
     gloo = rows.filter(pl.col("name").str.starts_with("gloo:"))
-    assert gloo.height and set(gloo["kind"]) == {"comm"} and gloo["coll_op"].null_count() == 0
+    assert gloo.height
+    assert set(gloo["kind"]) == {"comm"}
+    assert gloo["coll_op"].null_count() == 0
     fsdp = rows.filter(pl.col("name").str.starts_with("FSDP::"))
-    assert fsdp.height and set(fsdp["kind"]) == {"annotation"}
+    assert fsdp.height
+    assert set(fsdp["kind"]) == {"annotation"}
 
 
 def _own_time(run, rank: int, name: str) -> float:
-    """ms of `name`'s own time (outside the operators nested in it) on `rank`, over the profiled steps."""
+    """Ms of `name`'s own time (outside the operators nested in it) on `rank`, over the profiled steps."""
     ops = run.events.filter(pl.col("rank") == rank, pl.col("kind") == "cpu_op", pl.col("device") == -1)
     ops = ops.select("rank", "tid", "ts", "dur", "name").with_columns(step=pl.lit(0), category=pl.lit(""))
     own = _self_time(ops.lazy()).collect()
@@ -113,7 +116,8 @@ def test_the_waits_in_fsdp_hooks_are_communication_not_compute(folder, hook):
     waited = sum(_own_time(run, r, hook) for r in (0, 1, 2)) / 3
     assert waited > 50  # ms over the profiled steps: FSDP's waits live here
     finding = analysis.findings[0]
-    assert finding.cause.value == "compute_straggler" and finding.ranks == (3,)
+    assert finding.cause.value == "compute_straggler"
+    assert finding.ranks == (3,)
 
 
 def test_aten_operators_stay_compute_in_ddp():

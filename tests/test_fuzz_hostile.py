@@ -56,7 +56,8 @@ def time_limit(seconds: float):
     """Fail the case (instead of hanging the suite) when it runs past `seconds`."""
 
     def expire(*_):
-        raise TimeoutError(f"ran past {seconds} s")
+        msg = f"ran past {seconds} s"
+        raise TimeoutError(msg)
 
     old = signal.signal(signal.SIGALRM, expire)
     signal.setitimer(signal.ITIMER_REAL, seconds)
@@ -79,11 +80,13 @@ def invoke(args: list[str], seconds: float = 30):
 def assert_read_or_refused(result, *files: Path) -> str:
     """Exit 0, or exit 2 with one line naming one of `files`; never an internal error. Returns the class."""
     assert result.exit_code in (0, 2), (result.exit_code, result.output, result.exception)
-    assert "Traceback" not in result.output and "internal error" not in result.output
+    assert "Traceback" not in result.output
+    assert "internal error" not in result.output
     if result.exit_code == 0:
         return "ok"
     lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("Error: "), result.stderr
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("Error: "), result.stderr
     assert any(shown(f) in lines[0] for f in files), (lines[0], files)
     return "refused"
 
@@ -100,7 +103,9 @@ def counted(ft) -> None:
         stats = ft.events.select(
             pl.col("ts").abs().max(), pl.col("dur").min().alias("lo"), pl.col("dur").max(), pl.col("coll_bytes").min()
         ).row(0)
-        assert stats[0] <= MAX_NS and stats[1] >= 0 and stats[2] <= MAX_NS
+        assert stats[0] <= MAX_NS
+        assert stats[1] >= 0
+        assert stats[2] <= MAX_NS
         assert stats[3] is None or stats[3] > 0
 
 
@@ -132,7 +137,8 @@ def test_objects_after_the_events_array_never_become_events(tmp_path, small_piec
     assert ft.meta.events_in == len(doc["traceEvents"])
     assert not ft.events["name"].cast(pl.String).eq("FAKE").any()
     if seed == 0:
-        assert ft.events.height == reference.events.height and ft.meta.skipped == reference.meta.skipped
+        assert ft.events.height == reference.events.height
+        assert ft.meta.skipped == reference.meta.skipped
     if seed == 2:
         assert ft.events.height == reference.events.height - 1
         assert ft.meta.skipped["malformed"] == reference.meta.skipped.get("malformed", 0) + 1
@@ -269,7 +275,9 @@ def test_out_of_range_kineto_values_are_counted_or_one_line(tmp_path, case):
             read_file(bad)
         # in a run of several files, the others are still read
         both = invoke(["ingest", bad, good, "-j", "1"])
-        assert both.exit_code == 2 and "ranks   1 (1)" in both.stdout and shown(bad) in both.stderr
+        assert both.exit_code == 2
+        assert "ranks   1 (1)" in both.stdout
+        assert shown(bad) in both.stderr
     assert {k: v for k, v in digests(tmp_path).items() if not k.endswith(".parquet")} == before
 
 
@@ -284,7 +292,8 @@ def test_nelems_beyond_int64_is_unknown_not_zero(tmp_path, nelems, expected):
     path.write_bytes(orjson.dumps(doc))
     ft = read_file(path)
     rows = ft.events.filter(pl.col("name").cast(pl.String) == "c10d::allreduce_")
-    assert rows.height == 2 and rows["coll_bytes"].to_list() == [expected] * 2
+    assert rows.height == 2
+    assert rows["coll_bytes"].to_list() == [expected] * 2
     assert any("element count out of range" in w for w in ft.meta.warnings) == (expected is None)
 
 
@@ -299,7 +308,8 @@ def test_jax_device_ordinal_beyond_int16_is_a_counted_skip(tmp_path):
     path.write_bytes(orjson.dumps(doc))
     reference, ft = read_file(JAX, default_rank=0), read_file(path, default_rank=0)
     counted(ft)
-    assert hit and ft.events.height < reference.events.height
+    assert hit
+    assert ft.events.height < reference.events.height
     more_malformed = ft.meta.skipped["malformed"] - reference.meta.skipped.get("malformed", 0)
     assert more_malformed == reference.events.height - ft.events.height
 
@@ -338,7 +348,8 @@ def test_garbage_xplane_beside_a_jax_trace_is_read_in_bounded_time(tmp_path):
     (tmp_path / "h.xplane.pb").write_bytes(b"\x0a" + b"\xff" * (1 << 20))
     with time_limit(10):
         ft = read_file(tmp_path / "h.trace.json.gz", default_rank=0)
-    assert ft.meta.time_base == "relative" and any("xplane.pb could not be read" in w for w in ft.meta.warnings)
+    assert ft.meta.time_base == "relative"
+    assert any("xplane.pb could not be read" in w for w in ft.meta.warnings)
 
 
 def test_sqlite_gz_bomb_stops_at_the_cap(tmp_path, monkeypatch):
@@ -348,7 +359,8 @@ def test_sqlite_gz_bomb_stops_at_the_cap(tmp_path, monkeypatch):
     bomb.write_bytes(gzip.compress(header + bytes(64 << 20)))  # 64 MB of zeros, 64 kB compressed
     with time_limit(20):
         result = invoke(["ingest", bomb])
-    assert assert_read_or_refused(result, bomb) == "refused" and "expands past" in result.stderr
+    assert assert_read_or_refused(result, bomb) == "refused"
+    assert "expands past" in result.stderr
 
 
 def test_json_gz_bomb_stops_at_the_cap(tmp_path, monkeypatch):
@@ -359,7 +371,8 @@ def test_json_gz_bomb_stops_at_the_cap(tmp_path, monkeypatch):
     bomb.write_bytes(gzip.compress(doc[:at] + b'"x": "' + b"a" * (64 << 20) + b'", ' + doc[at:]))
     with time_limit(20):
         result = invoke(["ingest", bomb])
-    assert assert_read_or_refused(result, bomb) == "refused" and "expands past" in result.stderr
+    assert assert_read_or_refused(result, bomb) == "refused"
+    assert "expands past" in result.stderr
     assert read_file(GLOO0).events.height  # a real gzipped trace is far below the cap
 
 
@@ -399,7 +412,8 @@ def test_an_output_naming_an_input_is_refused_and_the_input_kept(tmp_path, saved
     before = digests(tmp_path)
     args = [command, src, option, target] if command != "report" else ["report", src, "-o", target]
     result = invoke(args)
-    assert assert_read_or_refused(result, target) == "refused" and "input" in result.stderr
+    assert assert_read_or_refused(result, target) == "refused"
+    assert "input" in result.stderr
     assert digests(tmp_path) == before
 
 
@@ -446,7 +460,8 @@ def test_a_fifo_with_no_writer_is_one_line_not_a_hang(tmp_path):
     fifo = tmp_path / "f.json"
     os.mkfifo(fifo)
     done = _subprocess(f'"$TD" ingest {fifo}')
-    assert done.returncode == 2 and done.stderr.strip().splitlines() == [f"Error: {fifo}: empty file"]
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [f"Error: {fifo}: empty file"]
 
 
 @pytest.mark.parametrize("option", ["report", "--model", "--plan", "--profile"])
@@ -463,13 +478,15 @@ def test_a_fifo_as_a_side_file_is_one_line_not_a_hang(tmp_path, option):
     }[option]
     with time_limit(10):
         result = invoke(args)
-    assert assert_read_or_refused(result, fifo) == "refused" and "regular file" in result.stderr
+    assert assert_read_or_refused(result, fifo) == "refused"
+    assert "regular file" in result.stderr
 
 
 def test_process_substitution_is_read_as_a_stream(tmp_path):
     done = _subprocess(f'"$TD" ingest <(zcat {GLOO0}) <(zcat {GLOO1})')
     assert done.returncode == 0, done.stderr
-    assert "ranks   2 (0, 1)" in done.stdout and "events  " in done.stdout
+    assert "ranks   2 (0, 1)" in done.stdout
+    assert "events  " in done.stdout
 
 
 def test_glob_through_symlink_loops_reads_each_file_once(tmp_path):
@@ -582,7 +599,8 @@ MODEL = ["--model", "tiny", "--gpu", "a100-80gb", "--seq-len", "512", "--global-
 )
 def test_impossible_model_options_are_exit_2(args):
     result = invoke(args)
-    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output, result.output
 
 
 @pytest.mark.parametrize("content", [b'{"num_hidden_layers": [1]}', b'{"num_hidden_layers": 1e400}', b"[1, 2]"])
@@ -621,7 +639,9 @@ def test_bad_options_are_exit_2_in_one_line(tmp_path, option):
     shutil.copy(GLOO0, src)
     result = invoke(["analyze", src, *option])
     errors = [line for line in result.stderr.splitlines() if line.startswith("Error")]
-    assert result.exit_code == 2 and len(errors) == 1 and "Traceback" not in result.output, result.output
+    assert result.exit_code == 2, result.output
+    assert len(errors) == 1, result.output
+    assert "Traceback" not in result.output, result.output
 
 
 def test_link_gbps_out_of_range_is_refused_by_the_api():
@@ -655,7 +675,8 @@ def test_a_newline_in_a_file_name_stays_one_line(tmp_path):
     path = tmp_path / "bad\nError: forged.json"
     path.write_bytes(b"not a trace")
     result = invoke(["ingest", path])
-    assert result.exit_code == 2 and len(result.stderr.strip().splitlines()) == 1
+    assert result.exit_code == 2
+    assert len(result.stderr.strip().splitlines()) == 1
     assert "bad\\nError: forged.json" in result.stderr
 
 
@@ -669,7 +690,8 @@ def test_step_numbers_beyond_int32_agree_between_ingest_and_analyze(tmp_path):
     path.write_bytes(orjson.dumps(doc))
     markers = find_markers(tracediag.load(path).events)  # the steps `analyze` works on
     summary = next(line for line in invoke(["ingest", path]).stdout.splitlines() if line.startswith("steps"))
-    assert summary.split()[1] == str(markers["step"].n_unique()) and "99999999999" not in summary
+    assert summary.split()[1] == str(markers["step"].n_unique())
+    assert "99999999999" not in summary
 
 
 # ------------------------------------------------------------------------------- 6. bounded memory
@@ -703,5 +725,6 @@ def test_memory_stays_bounded_on_a_large_trace_with_a_hostile_tail(tmp_path):
         [sys.executable, "-c", _PEAK, str(path), str(GLOO0)], capture_output=True, text=True, timeout=120, check=True
     )
     growth, rows, events_in = map(int, done.stdout.split())
-    assert events_in == copies * len(events) and rows > 0
+    assert events_in == copies * len(events)
+    assert rows > 0
     assert growth < 3 * path.stat().st_size, growth / path.stat().st_size

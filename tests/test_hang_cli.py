@@ -36,7 +36,8 @@ def test_html_escapes_what_the_dumps_say(runner, tmp_path):
     result = runner.invoke(cli, ["hang", str(HANG / "killed"), "--format", "html", "-o", str(out)])
     assert result.exit_code == 3
     page = out.read_text()
-    assert "<section class='hang'>" in page and "rank 3 wrote no dump" in page
+    assert "<section class='hang'>" in page
+    assert "rank 3 wrote no dump" in page
 
 
 @pytest.mark.parametrize(
@@ -51,5 +52,6 @@ def test_html_escapes_what_the_dumps_say(runner, tmp_path):
 def test_bad_input_exits_2_with_one_line(runner, args):
     result = runner.invoke(cli, args)
     assert result.exit_code == 2
-    assert result.stderr.startswith("Error: ") and result.stderr.count("\n") == 1
+    assert result.stderr.startswith("Error: ")
+    assert result.stderr.count("\n") == 1
     assert "Traceback" not in result.output

@@ -56,7 +56,8 @@ def test_host_stuck_sentence_and_last_completed():
     )
     states = {s.rank: s for s in r.groups[0].states}
     assert [states[k].status for k in range(4)] == ["waiting", "waiting", "late", "waiting"]
-    assert states[2].last_completed == 24 and states[0].last_completed == 24
+    assert states[2].last_completed == 24
+    assert states[0].last_completed == 24
     late = next(f for f in r.frames if f.role == "late_last_entry")
     assert (late.rank, late.seq_id) == (2, 24)
     assert late.frames[2].name == "_scenario"
@@ -79,9 +80,11 @@ def test_sizes_and_dtypes_name_the_values():
 
 def test_killed_rank_is_named_and_the_rest_still_analysed():
     r = tracediag.hang(HANG / "killed")
-    assert r.missing_dumps == (3,) and r.world == (0, 1, 2, 3)
+    assert r.missing_dumps == (3,)
+    assert r.world == (0, 1, 2, 3)
     g = r.groups[0]
-    assert g.no_dump_ranks == (3,) and g.late_ranks == ()
+    assert g.no_dump_ranks == (3,)
+    assert g.late_ranks == ()
     assert g.undecided.startswith("without a dump of rank 3 it is undecided whether it entered all_reduce #4")
     assert "rank 3 wrote no dump" in r.sentence
 
@@ -100,6 +103,7 @@ def test_two_groups_only_one_hangs():
 def test_json_document():
     doc = orjson.loads(orjson.dumps(tracediag.hang(HANG / "mismatched_sizes").to_dict()))
     assert doc["schema"] == SCHEMA
-    assert doc["verdict"] == "desync" and doc["culprit_ranks"] == [3]
+    assert doc["verdict"] == "desync"
+    assert doc["culprit_ranks"] == [3]
     assert doc["groups"][0]["disagreement"]["found"] == {"3": "[[8]]"}
     assert set(doc) >= {"sentence", "world", "dumped_ranks", "missing_dumps", "groups", "frames", "notes", "skipped"}

@@ -110,7 +110,8 @@ def python() -> str:
 def test_as_written_torchfrtrace_stops_on_gloo_dumps(python, scenario, tmp_path):
     """The limitation issue 25 reports: a KeyError in build_collectives, no analysis."""
     fr = run_frtrace(python, scenario, tmp_path, fill=False)
-    assert fr.rc != 0 and fr.last_line.startswith("KeyError")
+    assert fr.rc != 0
+    assert fr.last_line.startswith("KeyError")
 
 
 @pytest.mark.parametrize("scenario", PICKLED)
@@ -132,7 +133,8 @@ def main() -> None:
 
     python = torch_python()
     if python is None:
-        raise SystemExit("no python with torch: set TRACEDIAG_TORCH_PYTHON")
+        msg = "no python with torch: set TRACEDIAG_TORCH_PYTHON"
+        raise SystemExit(msg)
     print("| fixture | torchfrtrace, dumps as written | torchfrtrace, pg_config filled | tracediag |")
     print("|---|---|---|---|")
     with tempfile.TemporaryDirectory() as tmp:

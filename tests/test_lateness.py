@@ -49,12 +49,17 @@ def test_one_step_is_enough_evidence():
     th = Thresholds()
     steps = sorted(facts.steps["step"].unique().to_list())
     full = lateness_detect.assess(facts, th)
-    assert full.waited_for == (2,) and full.share == pytest.approx(1.0)
+    assert full.waited_for == (2,)
+    assert full.share == pytest.approx(1.0)
     one = lateness_detect.assess(without_steps(facts, steps[1:]), th)
-    assert one.instances == 2 and one.waited_for == () and "chance" in one.reason
-    assert one.ranks["rank"][0] == 2 and one.ranks["last_n"][0] == 2
+    assert one.instances == 2
+    assert one.waited_for == ()
+    assert "chance" in one.reason
+    assert one.ranks["rank"][0] == 2
+    assert one.ranks["last_n"][0] == 2
     four = lateness_detect.assess(without_steps(facts, steps[4:]), th)
-    assert four.waited_for == (2,) and four.chance < th.lateness_chance
+    assert four.waited_for == (2,)
+    assert four.chance < th.lateness_chance
 
 
 @pytest.mark.parametrize("name", ["healthy_ddp", "healthy_tp_dp", "comm_bound", "input_bound"])
@@ -73,7 +78,8 @@ def test_in_the_analysis_json_and_text():
     assert doc["lateness"]["waited_for"] == [1]
     assert doc["lateness"]["ranks"][0]["rank"] == 1
     back = Analysis.from_dict(doc)
-    assert back.lateness.ranks.equals(a.lateness.ranks) and back.lateness.waited_for == (1,)
+    assert back.lateness.ranks.equals(a.lateness.ranks)
+    assert back.lateness.waited_for == (1,)
     text = render_text(a)
     assert f"waited for: rank 1, {a.lateness.share:.0%} of the" in text
 
@@ -92,8 +98,11 @@ def test_dlrm_8_gpus_no_one_is_waited_for_over_its_8_collectives():
     ops = facts.collectives.group_by("op").len()
     assert dict(zip(ops["op"], ops["len"])) == {"all_reduce": 3, "all_to_all": 5}
     top = late.ranks.row(0, named=True)
-    assert top["rank"] == 7 and top["last_n"] == 5 and 0.3 < top["share"] < 0.5
-    assert late.waited_for == () and late.reason == "the waiting is spread over the ranks"
+    assert top["rank"] == 7
+    assert top["last_n"] == 5
+    assert 0.3 < top["share"] < 0.5
+    assert late.waited_for == ()
+    assert late.reason == "the waiting is spread over the ranks"
     assert rows["rank"].n_unique() == 8
 
 
@@ -118,7 +127,8 @@ def test_why_the_waited_for_rank_is_late(name, reason):
     got, nums = lateness_detect.reason_of(ex, th)
     assert got == reason
     if reason == "compute":
-        assert nums["compute_kind"] == "more_ops" and nums["ops_ratio"] > 1.5
+        assert nums["compute_kind"] == "more_ops"
+        assert nums["ops_ratio"] > 1.5
         assert nums["compute_excess_ms"] >= th.lateness_reason_share * nums["window_excess_ms"]
     else:
         assert nums["idle_excess_ms"] >= th.lateness_reason_share * nums["window_excess_ms"]
@@ -137,7 +147,8 @@ def test_windows_are_per_rank_and_add_up():
     alone = rank_tables(run.events.filter(pl.col("rank") == 3)).windows
     assert alone.equals(whole.filter(pl.col("rank") == 3))
     assert whole.height == rank_tables(run.events).instances.height
-    assert (whole["compute_ns"] <= whole["busy_ns"]).all() and (whole["busy_ns"] <= whole["window_ns"]).all()
+    assert (whole["compute_ns"] <= whole["busy_ns"]).all()
+    assert (whole["busy_ns"] <= whole["window_ns"]).all()
     assert (whole.filter(pl.col("rank") == 3)["gc_ns"] > 0).sum() >= 2  # its two collections
     assert whole.filter(pl.col("rank") != 3)["gc_ns"].sum() == 0
 
@@ -148,11 +159,13 @@ def test_a_straggler_rules_finding_keeps_its_shape_and_gains_the_why():
     own op counts."""
     run = tracediag.load(sorted((RUNS / "straggler_persistent").glob("rank*.pt.trace.json.gz")), jobs=1)
     (f,) = tracediag.analyze(run).findings
-    assert f.cause == "compute_straggler" and f.ranks == (2,)
+    assert f.cause == "compute_straggler"
+    assert f.ranks == (2,)
     for key in ("kind", "compute_ratio_median", "compute_ratio_by_step", "peer_wait_ms_median", "last_arrivals"):
         assert key in f.evidence
     assert f.evidence["kind"] == "persistent"
-    assert f.evidence["reason"] == "compute" and f.evidence["compute_kind"] == "more_ops"
+    assert f.evidence["reason"] == "compute"
+    assert f.evidence["compute_kind"] == "more_ops"
     assert 1.5 < f.evidence["ops_ratio"] < 1.8
     assert "more work" in f.summary
 
@@ -164,10 +177,12 @@ def test_a_rank_set_without_the_late_rank_says_it_may_be_the_untraced_one():
     run_dir = RUNS / "host_late"
     part = tracediag.analyze(tracediag.load([run_dir / f"rank{r}.pt.trace.json.gz" for r in (0, 2, 3)], jobs=1))
     late = part.lateness
-    assert late.waited_for == () and late.untraced == (1,)
+    assert late.waited_for == ()
+    assert late.untraced == (1,)
     assert late.after_last_ns > 5 * late.wait_ns
     assert late.reason.startswith("possibly untraced rank 1: 3 of 4 ranks traced")
     assert "waited for: possibly untraced rank 1" in render_text(part)
     whole = tracediag.analyze(tracediag.load(run_dir, jobs=1)).lateness
-    assert whole.waited_for == (1,) and whole.untraced == ()
+    assert whole.waited_for == (1,)
+    assert whole.untraced == ()
     assert whole.after_last_ns < whole.wait_ns

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from pathlib import Path
 
 import pytest
 from conftest import FIXTURES
@@ -18,7 +19,7 @@ GLOO = [FIXTURES / "kineto" / f"gen_torch2.13cpu_gloo_2rank_rank{r}.pt.trace.jso
 
 
 def _sparse(path, size: int) -> str:
-    with open(path, "wb") as fh:
+    with Path(path).open("wb") as fh:
         fh.truncate(size)  # no disk used: only the size is read
     return str(path)
 

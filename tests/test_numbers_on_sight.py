@@ -36,7 +36,8 @@ def test_mfu_above_100_percent_is_refused_with_the_reason(runner, tmp_path):
     (mfu,) = [line for line in result.stdout.splitlines() if line.strip().startswith("MFU")]
     observed = mfu.split()[1]
     assert observed == "-"
-    assert "not shown: above 100%" in mfu and "other work than this run" in mfu
+    assert "not shown: above 100%" in mfu
+    assert "other work than this run" in mfu
     assert "note: observed MFU would exceed 100%" in result.stdout
     # the run's own size of model gives a plausible MFU, which is shown
     small = runner.invoke(cli, ["analyze", *map(str, NSYS_GPU), "-j", "1", "--model", "tiny", *PLAN])
@@ -79,10 +80,13 @@ def test_text_table_has_a_legend_for_every_column(straggler):
     (legend,) = [line for line in lines if line.startswith("columns: ")]
     header = lines[lines.index(legend) + 1]
     for _, label, _ in COLUMNS:
-        assert f"{label} = " in legend and label in header
-    assert "max compute = " in legend and "max compute" in header
+        assert f"{label} = " in legend
+        assert label in header
+    assert "max compute = " in legend
+    assert "max compute" in header
     # the last column: the what-if replay of each step (the straggler run has a finding to price)
-    assert "what-if = " in legend and header.rstrip().endswith("max compute   what-if")
+    assert "what-if = " in legend
+    assert header.rstrip().endswith("max compute   what-if")
 
 
 def test_utilisation_above_peak_is_refused_wherever_it_is_printed():
@@ -91,4 +95,5 @@ def test_utilisation_above_peak_is_refused_wherever_it_is_printed():
     assert of_peak("MFU", 0.4123) == "MFU 41.2%"
     assert of_peak("HFU", 1.0) == "HFU 100.0%"
     refused = of_peak("HFU", 3.2)
-    assert refused.startswith("HFU not shown (320% of peak is impossible") and "%)" not in refused[:12]
+    assert refused.startswith("HFU not shown (320% of peak is impossible")
+    assert "%)" not in refused[:12]

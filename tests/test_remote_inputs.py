@@ -62,7 +62,8 @@ def test_file_url_run_equals_the_files_on_disk_in_memory(tmp_path):
         assert [f.path for f in url.meta.files] == [f"file://{f.path}" for f in disk.meta.files]
     want = tracediag.analyze(disk).to_dict()
     got = tracediag.analyze(url).to_dict()
-    assert got["findings"] and _renamed(got, "file://", "") == want
+    assert got["findings"]
+    assert _renamed(got, "file://", "") == want
 
 
 @pytest.fixture(scope="module")
@@ -87,7 +88,8 @@ def test_with_an_executor_the_driver_lists_and_never_reads_a_trace(tmp_path, mon
     from tracediag.ingest import remote, sniff
 
     def refuse(url, *args, **kw):
-        raise AssertionError(f"the driver opened {url}")
+        msg = f"the driver opened {url}"
+        raise AssertionError(msg)
 
     run = _copy_run(tmp_path / "run")
     monkeypatch.setattr(remote, "open_stream", refuse)  # in this process only: the workers read
@@ -139,7 +141,8 @@ def test_stream_errors_are_one_line_naming_the_url(runner, tmp_path):
     result = runner.invoke(cli, ["analyze", f"{base}/missing.json", f"{base}/cut.json.gz"])
     assert result.exit_code == 2
     lines = result.stderr.strip().splitlines()
-    assert len(lines) == 2 and all(line.startswith(f"Error: {base}/") for line in lines)
+    assert len(lines) == 2
+    assert all(line.startswith(f"Error: {base}/") for line in lines)
 
 
 def test_unreachable_store_is_retried_then_one_line_naming_the_url(runner):
@@ -172,7 +175,8 @@ def test_sqlite_export_at_a_url_is_read_from_a_copy_and_named_by_its_url(tmp_pat
     url = f"file://{tmp_path}/{NSYS.name}"
     got, want = read_file(url), read_file(NSYS)
     assert_frame_equal(got.events, want.events)
-    assert got.meta.path == url and got.meta.rank == want.meta.rank
+    assert got.meta.path == url
+    assert got.meta.rank == want.meta.rank
     assert not list(Path(tmp_path).glob("*.sqlite"))  # nothing written beside the input
 
 
@@ -191,7 +195,8 @@ def test_outputs_are_refused_over_input_urls(runner, tmp_path):
     target = run / "rank0.pt.trace.json.gz"
     before = target.read_bytes()
     result = runner.invoke(cli, ["analyze", f"file://{run}/", "-o", str(target)])
-    assert result.exit_code == 2 and "-o names an input file" in result.stderr
+    assert result.exit_code == 2
+    assert "-o names an input file" in result.stderr
     assert target.read_bytes() == before
     with pytest.raises(OutputError):
         refuse_inputs("file://" + str(target), [str(target)], "-o")
@@ -223,7 +228,8 @@ def test_storage_options_map_polars_names_and_refuse_unknown_ones_of_the_store()
     with pytest.raises(TracediagError, match="--storage-option aws_no_such_key: not supported for reading s3"):
         fs_kwargs("s3", {"aws_no_such_key": "1"})
     az = fs_kwargs("azure", {"azure_storage_account_name": "acct", "azure_storage_endpoint": "http://127.0.0.1:10000"})
-    assert az["account_name"] == "acct" and az["blob_storage_scheme"] == "http"
+    assert az["account_name"] == "acct"
+    assert az["blob_storage_scheme"] == "http"
 
 
 # ------------------------------------------------------------------------------ a real S3 server
@@ -259,7 +265,7 @@ def s3():
 
 
 def _set_auth(endpoint: str, count: str) -> None:
-    """moto's switch: after `count` more requests, check credentials (``inf``: never)."""
+    """Moto's switch: after `count` more requests, check credentials (``inf``: never)."""
     request = urllib.request.Request(
         f"{endpoint}/moto-api/reset-auth", data=count.encode(), method="POST", headers={"Content-Type": "text/plain"}
     )
@@ -317,9 +323,11 @@ def test_s3_missing_object_and_denied_access_are_one_line(s3, runner):
         _set_auth(endpoint, "inf")
     assert one.exit_code == listed.exit_code == 2
     line = one.stderr.strip()
-    assert "\n" not in line and line.startswith(f"Error: {base}/run/rank0.pt.trace.json.gz: access denied (")
+    assert "\n" not in line
+    assert line.startswith(f"Error: {base}/run/rank0.pt.trace.json.gz: access denied (")
     line = listed.stderr.strip()
-    assert "\n" not in line and line.startswith(f"Error: {base}/run/*.json.gz: cannot list (access denied (")
+    assert "\n" not in line
+    assert line.startswith(f"Error: {base}/run/*.json.gz: cannot list (access denied (")
 
 
 @needs_moto
@@ -345,7 +353,8 @@ def test_s3_credentials_and_endpoint_from_the_environment_reach_the_workers(s3, 
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
     monkeypatch.setenv("AWS_REGION", "us-east-1")
     s = summarize(f"{base}/run/rank[01].pt.trace.json.gz", out=str(tmp_path), executor="local", workers=2)
-    assert s.manifest["ok"].to_list() == [True, True] and s.ranks == [0, 1]
+    assert s.manifest["ok"].to_list() == [True, True]
+    assert s.ranks == [0, 1]
 
 
 @needs_moto

@@ -12,13 +12,16 @@ import re
 import shutil
 import struct
 import subprocess
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from _reports import IMG, RUNS, SCRIPT, analysis_with_check, hostile_copy, traces
 
 from tracediag.model.specs import Split
 from tracediag.report.html import render_html
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = pytest.mark.skipif(
@@ -71,14 +74,18 @@ def test_report_opens_offline_draws_every_plot_and_keeps_trace_text_as_text(tmp_
     dom = done.stdout
     plots = re.findall(r'<div id="fig-([a-z-]+)" class="plotly-graph-div js-plotly-plot"', dom)
     assert plots == ["step-time", "compute", "lateness", "breakdown", "timeline", "check"]
-    assert dom.count('<g class="heatmaplayer') == 3 and dom.count("<image ") == 3  # 3 heat maps drawn
+    assert dom.count('<g class="heatmaplayer') == 3
+    assert dom.count("<image ") == 3
     assert dom.count('<g class="trace bars"') >= 6  # breakdown, timeline and check bars drawn
     # the hostile names are text in the page and in the plots' SVG labels, never elements
     scripts = re.findall(r"<script\b.*?</script>", dom, flags=re.DOTALL)
     assert len(scripts) == 1 + len(plots)  # plotly.js and one per plot: no script from a trace
     rest = re.sub(r"<script\b.*?</script>", "", dom, flags=re.DOTALL)
-    assert re.search(r"<img\b", rest) is None and SCRIPT not in rest and IMG not in rest
-    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in rest and "&lt;img src=x onerror=alert(1)&gt;" in rest
+    assert re.search(r"<img\b", rest) is None
+    assert SCRIPT not in rest
+    assert IMG not in rest
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in rest
+    assert "&lt;img src=x onerror=alert(1)&gt;" in rest
 
 
 def test_report_screenshot_renders_the_pipeline_report(tmp_path):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import html
 import re
+from typing import TYPE_CHECKING
 
 import orjson
 import polars as pl
@@ -12,11 +13,13 @@ import pytest
 from _reports import IMG, RUNS, SCRIPT, analysis_with_check, hostile_copy, traces
 from click.testing import CliRunner
 
-from tracediag.analysis import Analysis
 from tracediag.cli import cli
 from tracediag.model.specs import Split
 from tracediag.report import figures
 from tracediag.report.html import render_html
+
+if TYPE_CHECKING:
+    from tracediag.analysis import Analysis
 
 
 def _outside_plotly_js(page: str) -> str:
@@ -58,9 +61,11 @@ def test_report_has_every_section_in_order_and_states_its_size(pipeline_analysis
     for fig in ("step-time", "compute", "breakdown", "timeline", "pipeline", "check"):
         assert f'id="fig-{fig}"' in page
     size = re.search(r"Report size ([\d.]+) MB", page)
-    assert size and abs(float(size.group(1)) - len(page.encode()) / 1e6) < 0.051
+    assert size
+    assert abs(float(size.group(1)) - len(page.encode()) / 1e6) < 0.051
     rest = _outside_plotly_js(page)
-    assert "cdn.plot.ly" not in rest and "http" not in rest  # nothing to fetch (the browser test checks it offline)
+    assert "cdn.plot.ly" not in rest
+    assert "http" not in rest
 
 
 def _replicated(analysis: Analysis, ranks: int, steps: int) -> Analysis:
@@ -79,12 +84,14 @@ def _replicated(analysis: Analysis, ranks: int, steps: int) -> Analysis:
 def test_1024_ranks_are_aggregated(pipeline_analysis):
     big = _replicated(pipeline_analysis, 1024, 100)
     heat = figures.heatmap(big.steps, "dur_ns", "step time").figure
-    assert len(heat.data[0].z) == figures.MAX_ROWS and len(heat.data[0].z[0]) == 100
+    assert len(heat.data[0].z) == figures.MAX_ROWS
+    assert len(heat.data[0].z[0]) == 100
     bars = figures.breakdown(big.steps).figure
     assert all(len(t.x) == figures.MAX_BARS for t in bars.data)
     timeline = figures.timeline(big)
     rank_rows = {y for t in timeline.figure.data if t.type == "bar" for y in t.y if y.startswith("rank ")}
-    assert len(rank_rows) <= figures.MAX_TIMELINE_RANKS and "of 1,024 ranks" in timeline.caption
+    assert len(rank_rows) <= figures.MAX_TIMELINE_RANKS
+    assert "of 1,024 ranks" in timeline.caption
     page = render_html(big)
     assert len(page.encode()) < 8e6
 
@@ -96,11 +103,14 @@ def test_report_command_renders_a_saved_analysis(pipeline_analysis, tmp_path):
     result = CliRunner().invoke(cli, ["report", str(saved), "-o", str(out)])
     assert result.exit_code == 0, result.output
     assert "MB, self-contained" in result.stderr
-    assert 'id="fig-pipeline"' in out.read_text() and 'id="fig-check"' in out.read_text()
+    assert 'id="fig-pipeline"' in out.read_text()
+    assert 'id="fig-check"' in out.read_text()
     bad = tmp_path / "bad.json"
     bad.write_text("{}")
     result = CliRunner().invoke(cli, ["report", str(bad), "-o", str(out)])
-    assert result.exit_code == 2 and result.stderr.startswith("Error: ") and "Traceback" not in result.output
+    assert result.exit_code == 2
+    assert result.stderr.startswith("Error: ")
+    assert "Traceback" not in result.output
 
 
 def test_analyze_with_model_options_adds_the_check_to_every_output(tmp_path):
@@ -117,4 +127,5 @@ def test_analyze_with_model_options_adds_the_check_to_every_output(tmp_path):
     data = runner.invoke(cli, ["analyze", *paths, "-j", "1", "--plan", str(plan), "--format", "json"])
     assert orjson.loads(data.stdout)["check"]["plan"]["gpus"] == 4
     missing = runner.invoke(cli, ["analyze", *paths, "-j", "1", "--model", "tiny"])
-    assert missing.exit_code == 2 and "needs --gpu --seq-len --global-batch" in missing.stderr
+    assert missing.exit_code == 2
+    assert "needs --gpu --seq-len --global-batch" in missing.stderr

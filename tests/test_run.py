@@ -40,7 +40,8 @@ def test_parquet_round_trip_is_exact(tmp_path: Path) -> None:
     back = tracediag.load(out)
     assert_frame_equal(run.events, back.events)
     assert back.meta == run.meta
-    assert back.meta.skipped == run.meta.skipped and back.meta.skipped
+    assert back.meta.skipped == run.meta.skipped
+    assert back.meta.skipped
 
 
 def test_directory_and_glob_inputs(tmp_path: Path) -> None:
@@ -81,9 +82,13 @@ def test_non_trace_files_in_a_directory_are_ignored_and_listed(runner, tmp_path:
         shutil.copy(p, tmp_path / p.name)
     (tmp_path / "manifest.json").write_text('{"cause": "healthy"}')
     run = tracediag.load(tmp_path, jobs=1, rank_from_filename=r"rank(\d+)")
-    assert run.meta.ranks == [0, 1] and not run.meta.errors
-    assert len(run.meta.ignored) == 1 and "manifest.json: not a trace" in run.meta.ignored[0]
+    assert run.meta.ranks == [0, 1]
+    assert not run.meta.errors
+    assert len(run.meta.ignored) == 1
+    assert "manifest.json: not a trace" in run.meta.ignored[0]
     result = runner.invoke(cli, ["ingest", str(tmp_path), "-j", "1"])
-    assert result.exit_code == 0 and "ignored (not traces" in result.stdout
+    assert result.exit_code == 0
+    assert "ignored (not traces" in result.stdout
     result = runner.invoke(cli, ["ingest", *map(str, NCCL), str(tmp_path / "manifest.json"), "-j", "1"])
-    assert result.exit_code == 2 and "manifest.json: not a trace" in result.stderr
+    assert result.exit_code == 2
+    assert "manifest.json: not a trace" in result.stderr

@@ -42,7 +42,8 @@ def test_each_rank_step_carries_its_batch_sum_of_squares(facts):
     details = json.loads((RUN / "manifest.json").read_text())["details"]
     want = {(r, int(s)): 4 * n**2 for s, lens in details["seq_lengths_by_step"].items() for r, n in enumerate(lens)}
     got = {(r, s): q for r, s, q in facts.steps.select("rank", "step", "seq_sq").iter_rows()}
-    assert len(got) == 32 and got == {k: want[k] for k in got}
+    assert len(got) == 32
+    assert got == {k: want[k] for k in got}
 
 
 def test_the_correlation_is_reported_and_high(facts):
@@ -74,4 +75,5 @@ def test_a_saved_table_from_before_seq_sq_still_loads(tmp_path):
     table = pq.read_table(path)
     pq.write_table(table.drop_columns(["seq_sq"]).replace_schema_metadata(table.schema.metadata), path)
     back = tracediag.load([path])
-    assert back.events.height == run.events.height and back.events["seq_sq"].null_count() == back.events.height
+    assert back.events.height == run.events.height
+    assert back.events["seq_sq"].null_count() == back.events.height

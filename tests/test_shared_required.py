@@ -35,7 +35,8 @@ def test_missing_shared_data_skips_or_fails_as_ci_asks(tmp_path):
     (tmp_path / "test_x.py").write_text(TEST)
     local = _pytest(tmp_path, None)
     assert local.returncode == 0, local.stdout
-    assert "1 passed, 1 skipped" in local.stdout and "no-such-shared-folder is not present" in local.stdout
+    assert "1 passed, 1 skipped" in local.stdout
+    assert "no-such-shared-folder is not present" in local.stdout
     ci = _pytest(tmp_path, "1")
     assert ci.returncode == 1, ci.stdout
     assert "1 passed, 1 error" in ci.stdout  # fails at setup: the test body never runs

@@ -59,7 +59,8 @@ def test_a_pattern_that_pairs_few_is_not_a_pairing():
     inferred (no invented transfers); the annotated GPipe pipeline pairs from its schedule."""
     assert _derived("pipeline_1f1b_m8").facts.transfers.height == 0
     gpipe = _derived("pipeline_gpipe_m8").facts.transfers
-    assert gpipe.height > 0 and set(_links(gpipe)) == {(0, 1), (1, 2), (2, 3), (1, 0), (2, 1), (3, 2)}
+    assert gpipe.height > 0
+    assert set(_links(gpipe)) == {(0, 1), (1, 2), (2, 3), (1, 0), (2, 1), (3, 2)}
 
 
 def test_transfer_time_is_not_the_wait():
@@ -77,9 +78,11 @@ def test_the_slow_rank_is_slow_on_every_link(ring):
     (f,) = slow_link.detect(ring.facts, thresholds=Thresholds())
     ev = f.evidence
     assert (f.cause, f.ranks, f.steps, ev["kind"]) == (Cause.SLOW_LINK, (2,), tuple(range(2, 8)), "rank")
-    assert list(ev["peers"]) == [1, 3] and set(ev["links"]) == {"1-2", "2-3"}
+    assert list(ev["peers"]) == [1, 3]
+    assert set(ev["links"]) == {"1-2", "2-3"}
     assert ev["instances"] == ev["slower_instances"] == 12
-    assert ev["transfer_ratio_median"] >= 5 and not ev["bytes"]
+    assert ev["transfer_ratio_median"] >= 5
+    assert not ev["bytes"]
 
 
 def test_one_slow_pair_is_a_pair_not_a_rank(pair):
@@ -88,7 +91,8 @@ def test_one_slow_pair_is_a_pair_not_a_rank(pair):
     (f,) = slow_link.detect(pair.facts, thresholds=Thresholds())
     ev = f.evidence
     assert (f.ranks, ev["kind"], list(ev["bytes"]), ev["instances"]) == ((3, 4), "pair", [8 * 2**20], 8)
-    assert ev["transfer_ratio_median"] >= 5 and ev["gap"] >= Thresholds().slow_link_gap
+    assert ev["transfer_ratio_median"] >= 5
+    assert ev["gap"] >= Thresholds().slow_link_gap
 
 
 def test_the_thresholds_decide(ring, pair):
@@ -107,13 +111,17 @@ def test_the_finding_is_priced_and_absorbs_the_lateness_it_causes(name):
     replay with its transfers at the other links' pace."""
     run = tracediag.load(sorted(RUNS.glob(f"{name}/rank*.pt.trace.json.gz")), jobs=1)
     a = tracediag.analyze(run)
-    assert a.lateness is not None and set(a.lateness.waited_for) <= {1, 2, 3, 4}
+    assert a.lateness is not None
+    assert set(a.lateness.waited_for) <= {1, 2, 3, 4}
     (f,) = a.findings
-    assert f.cause == Cause.SLOW_LINK and f.measurable and f.whatif_withheld == ""
+    assert f.cause == Cause.SLOW_LINK
+    assert f.measurable
+    assert f.whatif_withheld == ""
     assert 0 < f.step_time_without_ns < a.whatif.step_time_ns
     assert "at the other links' pace" in f.whatif
     back = json.loads(json.dumps(a.to_dict()))["findings"][0]
-    assert back["cause"] == "slow_link" and back["evidence"]["kind"] == f.evidence["kind"]
+    assert back["cause"] == "slow_link"
+    assert back["evidence"]["kind"] == f.evidence["kind"]
 
 
 def test_a_rank_that_computes_far_longer_is_not_absorbed(ring):
@@ -130,7 +138,8 @@ def test_a_rank_that_computes_far_longer_is_not_absorbed(ring):
     )
     small = dataclasses.replace(other, evidence={"compute_ms_median": 110.0, "peer_compute_ms_median": 100.0})
     absorbs = spec_of(Cause.SLOW_LINK).absorbs
-    assert not absorbs(f, other) and absorbs(f, small)
+    assert not absorbs(f, other)
+    assert absorbs(f, small)
 
 
 def test_the_edit_frees_the_link_and_the_collectives_through_it(pair):
@@ -143,8 +152,11 @@ def test_the_edit_frees_the_link_and_the_collectives_through_it(pair):
     graph = graph_of(pair.facts, pair.replay)
     edit = spec_of(Cause.SLOW_LINK).pricing.edit(f, pair.facts, graph)
     was = edit.transfer.join(graph.ops.select("op", "rank", _was="transfer_ns"), on=["op", "rank"])
-    assert was.height == edit.transfer.height and (was["transfer_ns"] <= was["_was"]).all()
+    assert was.height == edit.transfer.height
+    assert (was["transfer_ns"] <= was["_was"]).all()
     coll = was.filter(pl.col("op").str.starts_with("c:"))
-    assert coll.height and (coll["transfer_ns"] * f.evidence["transfer_ratio_median"] - coll["_was"]).abs().max() < 1
+    assert coll.height
+    assert (coll["transfer_ns"] * f.evidence["transfer_ratio_median"] - coll["_was"]).abs().max() < 1
     mine = was.filter(pl.col("op").str.starts_with("p2p:3>4"))
-    assert mine.height == 16 and (mine["transfer_ns"] <= f.evidence["peer_transfer_ms_median"] * 1e6 + 1).all()
+    assert mine.height == 16
+    assert (mine["transfer_ns"] <= f.evidence["peer_transfer_ms_median"] * 1e6 + 1).all()

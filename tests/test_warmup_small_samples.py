@@ -33,7 +33,8 @@ def test_one_ranks_slow_first_step_is_a_straggler_not_warmup_nor_a_pipeline():
     assert "pipeline_bubble" not in causes
     assert not any("warm-up" in w for w in a.warnings)
     (straggler_finding,) = [f for f in a.findings if f.cause == "compute_straggler"]
-    assert straggler_finding.ranks == (1,) and straggler_finding.steps == (2,)
+    assert straggler_finding.ranks == (1,)
+    assert straggler_finding.steps == (2,)
     assert a.step_numbers == [2, 3]
     assert a.pipelines[0].expected_bubble_share == 0.5
 

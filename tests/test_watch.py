@@ -15,7 +15,7 @@ import re
 import shutil
 import threading
 import urllib.request
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import orjson
 import pytest
@@ -26,6 +26,9 @@ from tracediag.cli import cli
 from tracediag.report.metrics import WatchMetrics, exposition
 from tracediag.watching import Watcher, Window
 from tracediag.watching.regress import Detector, Observation, u_test_greater
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 RUN = FIXTURES / "watch" / "straggler_from3"
 MANIFEST = json.loads((RUN / "manifest.json").read_text())
@@ -55,7 +58,8 @@ def named(w: Window) -> set[int]:
 
 
 def test_the_fixture_is_five_windows_of_four_ranks():
-    assert MANIFEST["world_size"] == 4 and sorted(FILES) == [1, 2, 3, 4, 5]
+    assert MANIFEST["world_size"] == 4
+    assert sorted(FILES) == [1, 2, 3, 4, 5]
     assert all(sorted(ranks) == [0, 1, 2, 3] for ranks in FILES.values())
     assert (STRAGGLER, FROM) == (2, 3)
 
@@ -78,13 +82,16 @@ def test_replayed_window_by_window_the_straggler_is_reported_from_its_first_wind
         assert STRAGGLER not in named(w), w.findings
         assert not [c for c in w.changes if c.kind in ("new_straggler", "step_time")]
     first = windows[FROM - 1]
-    assert first.findings[0].cause == "compute_straggler" and first.findings[0].ranks == (STRAGGLER,)
+    assert first.findings[0].cause == "compute_straggler"
+    assert first.findings[0].ranks == (STRAGGLER,)
     assert first.caused_wait_share_by_rank[STRAGGLER] > 0.9  # (too few collectives to rule out chance: not
     # `waited_for`, which asks P < 1% of being last this often by chance; 3 steps give 1.6%)
     new = [c for c in first.changes if c.kind == "new_straggler"]
-    assert [c.ranks for c in new] == [(STRAGGLER,)] and new[0].confidence >= 0.9
+    assert [c.ranks for c in new] == [(STRAGGLER,)]
+    assert new[0].confidence >= 0.9
     slower = first.slower_than(0.3, 0.9)
-    assert slower is not None and slower.value == pytest.approx(first.step_seconds / slower.baseline - 1)
+    assert slower is not None
+    assert slower.value == pytest.approx(first.step_seconds / slower.baseline - 1)
     for w in windows[FROM:]:
         assert STRAGGLER in named(w)
         assert not [c for c in w.changes if c.kind == "new_straggler"]  # not new any more
@@ -111,7 +118,7 @@ def test_a_file_being_written_is_read_only_once_complete(tmp_path):
     for _ in range(4):
         assert watcher.poll() == []
     assert sorted(watcher.grouper.pending[0].parts) == [0, 1, 2]
-    with open(tmp_path / name, "ab") as f:
+    with (tmp_path / name).open("ab") as f:
         f.write(data[len(data) // 2 :])
     assert watcher.poll() == []  # the size just changed: not settled yet
     (due,) = watcher.poll()
@@ -135,22 +142,28 @@ def test_a_file_truncated_forever_is_left_out_and_its_rank_named(tmp_path):
     watcher = Watcher(str(tmp_path), window_timeout=30, clock=clock, on_notice=notices.append)
     for _ in range(3):
         assert watcher.poll() == []
-    assert notices == [] and 3 not in watcher.grouper.pending[0].parts
+    assert notices == []
+    assert 3 not in watcher.grouper.pending[0].parts
     clock.now = 31
     (due,) = watcher.poll()
-    assert [n.reason for n in notices] == ["truncated"] and cut.name in notices[0].message
+    assert [n.reason for n in notices] == ["truncated"]
+    assert cut.name in notices[0].message
     w = watcher.analyse(due)
-    assert w.missing_ranks == (3,) and w.ranks == (0, 1, 2) and not w.error
+    assert w.missing_ranks == (3,)
+    assert w.ranks == (0, 1, 2)
+    assert not w.error
     watcher.commit(due, w)
     clock.now = 100
-    assert watcher.poll() == [] and len(notices) == 1  # said once
+    assert watcher.poll() == []
+    assert len(notices) == 1
 
 
 def test_a_rank_that_never_writes_is_named_after_the_timeout(tmp_path):
     copy_window(1, tmp_path, {0, 1, 3})
     clock = Clock()
     watcher = Watcher(str(tmp_path), window_timeout=60, clock=clock)
-    assert watcher.poll() == [] and watcher.poll() == []
+    assert watcher.poll() == []
+    assert watcher.poll() == []
     clock.now = 59
     assert watcher.poll() == []
     clock.now = 60
@@ -161,8 +174,10 @@ def test_a_rank_that_never_writes_is_named_after_the_timeout(tmp_path):
     copy_window(1, tmp_path, {2})  # it comes after all: one line, not a second window
     notices = []
     watcher.on_notice = notices.append
-    assert watcher.poll() == [] and watcher.poll() == []
-    assert [n.reason for n in notices] == ["late"] and "window 1" in notices[0].message
+    assert watcher.poll() == []
+    assert watcher.poll() == []
+    assert [n.reason for n in notices] == ["late"]
+    assert "window 1" in notices[0].message
 
 
 def test_a_directory_deleted_under_the_watcher(tmp_path):
@@ -173,7 +188,8 @@ def test_a_directory_deleted_under_the_watcher(tmp_path):
     watcher = Watcher(str(folder), window_timeout=10, clock=clock, on_notice=notices.append)
     watcher.poll(), watcher.poll()
     shutil.rmtree(folder)
-    assert watcher.poll() == [] and watcher.poll() == []
+    assert watcher.poll() == []
+    assert watcher.poll() == []
     assert [n.reason for n in notices] == ["location_gone"]  # once
     clock.now = 10
     (due,) = watcher.poll()  # what was read is still reported
@@ -203,7 +219,8 @@ def test_a_damaged_state_file_is_one_line(tmp_path, runner):
     state.write_text("{not json")
     result = runner.invoke(cli, ["watch", str(tmp_path), "--once", "--state", str(state)])
     assert result.exit_code == 2
-    assert "not a watch state file" in result.output and "Traceback" not in result.output
+    assert "not a watch state file" in result.output
+    assert "Traceback" not in result.output
 
 
 def test_cli_writes_records_and_metrics_and_fails_once_slower(tmp_path, runner):
@@ -276,7 +293,8 @@ def test_the_watch_runs_in_a_thread_and_stops(tmp_path):
     t = threading.Thread(target=run)
     t.start()
     t.join(timeout=60)
-    assert not t.is_alive() and got == [1]
+    assert not t.is_alive()
+    assert got == [1]
 
 
 def test_u_test_exact_values():
@@ -291,7 +309,8 @@ def test_one_slow_step_is_not_a_regression():
     d.observe(Observation(2, (1.0, 1.02, 0.98)))
     assert d.observe(Observation(3, (0.99, 1.0, 3.0))) == ()  # a checkpoint step: the median holds
     (change,) = d.observe(Observation(4, (1.3, 1.31, 1.29)))
-    assert change.kind == "step_time" and change.value == pytest.approx(0.3, abs=0.01)
+    assert change.kind == "step_time"
+    assert change.value == pytest.approx(0.3, abs=0.01)
     assert change.confidence == pytest.approx(1 - 1 / 84)
 
 
@@ -358,7 +377,8 @@ def test_skewed_file_times_do_not_matter(tmp_path):
     os.utime(tmp_path / names[0], (0, 0))
     os.utime(tmp_path / names[1], (4e9, 4e9))
     (w,) = list(tracediag.watch(tmp_path, poll_seconds=0.01, once=True))
-    assert w.ranks == (0, 1, 2, 3) and w.steps == (2, 3, 4)
+    assert w.ranks == (0, 1, 2, 3)
+    assert w.steps == (2, 3, 4)
 
 
 def test_a_window_carries_its_mfu_against_the_jobs_plan(tmp_path, runner):
@@ -378,9 +398,11 @@ def test_a_window_carries_its_mfu_against_the_jobs_plan(tmp_path, runner):
     assert runner.invoke(cli, ["predict", *model, "-o", str(plan)]).exit_code == 0
     prediction = load_prediction(plan)
     want = next(c for c in check(tracediag.analyze(tracediag.load(pair)), prediction).components if c.name == "mfu")
-    assert want.observed is not None and 0 < want.observed < 1
+    assert want.observed is not None
+    assert 0 < want.observed < 1
     (window,) = tracediag.watch(job, once=True, poll_seconds=0.01, prediction=prediction)
-    assert window.mfu == pytest.approx(want.observed) and window.mfu_predicted == pytest.approx(prediction.mfu)
+    assert window.mfu == pytest.approx(want.observed)
+    assert window.mfu_predicted == pytest.approx(prediction.mfu)
     records = tmp_path / "w.jsonl"
     metrics = tmp_path / "m.prom"
     args = ["watch", str(job), "--once", "--poll", "0.01", "--plan", str(plan), "--jsonl", str(records)]
@@ -397,4 +419,5 @@ def test_a_plan_that_is_no_prediction_is_one_line(tmp_path, runner):
     bad = tmp_path / "plan.json"
     bad.write_text('{"inputs": 3}')
     result = runner.invoke(cli, ["watch", str(tmp_path), "--once", "--plan", str(bad)])
-    assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1, result.output
+    assert result.exit_code == 2, result.output
+    assert len(result.output.strip().splitlines()) == 1, result.output

@@ -77,7 +77,8 @@ def test_prometheus_scrapes_the_watchers_metrics(tmp_path):
             if got and float(got[0]["value"][1]) == 5:
                 break
             time.sleep(1)
-        assert got and float(got[0]["value"][1]) == 5, got
+        assert got, got
+        assert float(got[0]["value"][1]) == 5, got
         per_rank = query(pport, "tracediag_step_seconds")
         assert sorted(int(s["metric"]["rank"]) for s in per_rank) == [0, 1, 2, 3]
         share = query(pport, 'tracediag_caused_wait_ratio{rank="2"}')

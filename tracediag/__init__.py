@@ -58,7 +58,8 @@ package (a reading worker, an executor task) does not pay for the rest (the mode
 
 def __getattr__(name: str) -> object:
     if name not in _HOME:
-        raise AttributeError(f"module 'tracediag' has no attribute {name!r}")
+        msg = f"module 'tracediag' has no attribute {name!r}"
+        raise AttributeError(msg)
     value = getattr(import_module(f"tracediag.{_HOME[name]}"), name)
     globals()[name] = value
     return value

@@ -191,7 +191,8 @@ class Finding:
 
     def __post_init__(self) -> None:
         if self.cause not in CAUSES:
-            raise ValueError(f"unknown cause {self.cause!r}; one of {', '.join(CAUSES)}")
+            msg = f"unknown cause {self.cause!r}; one of {', '.join(CAUSES)}"
+            raise ValueError(msg)
         object.__setattr__(self, "cause", Cause(self.cause))
         object.__setattr__(self, "ranks", tuple(self.ranks))
         object.__setattr__(self, "steps", tuple(self.steps))
@@ -204,6 +205,7 @@ class Finding:
         return (type(self), (*fields, _thaw(self.evidence), *more))
 
     def to_dict(self) -> dict[str, Any]:
+        """The finding's JSON form (docs/analysis-json.md, ``findings``)."""
         return {
             "cause": self.cause.value,
             "ranks": list(self.ranks),
@@ -220,6 +222,7 @@ class Finding:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Finding:
+        """The finding a `to_dict` form describes."""
         return cls(
             cause=d["cause"],
             ranks=tuple(d["ranks"]),
@@ -261,6 +264,7 @@ class Pipeline:
     stages: tuple[StageIdle, ...]
 
     def to_dict(self) -> dict[str, Any]:
+        """The pipeline's JSON form (``pipelines``)."""
         return {
             "ranks": list(self.ranks),
             "p": self.p,
@@ -272,6 +276,7 @@ class Pipeline:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Pipeline:
+        """The pipeline a `to_dict` form describes."""
         return cls(
             ranks=tuple(d["ranks"]),
             p=int(d["p"]),
@@ -311,6 +316,7 @@ class Lateness:
     transfer, and whatever wait for an untraced rank hides in it."""
 
     def to_dict(self) -> dict[str, Any]:
+        """The lateness's JSON form (``lateness``)."""
         return {
             "waited_for": list(self.waited_for),
             "share": self.share,
@@ -327,6 +333,7 @@ class Lateness:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Lateness:
+        """The lateness a `to_dict` form describes (older documents lack some keys)."""
         gap = d.get("gap")
         return cls(
             waited_for=tuple(d.get("waited_for", ())),
@@ -382,6 +389,7 @@ class WhatIf:
         object.__setattr__(self, "replay_error_by_rank", _freeze(self.replay_error_by_rank))
 
     def to_dict(self) -> dict[str, Any]:
+        """The what-if's JSON form (``whatif``)."""
         out = {
             "replay_error_median": self.replay_error_median,
             "replay_error_max": self.replay_error_max,
@@ -407,6 +415,7 @@ class WhatIf:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> WhatIf:
+        """The what-if a `to_dict` form describes."""
         return cls(
             replay_error_median=d.get("replay_error_median"),
             replay_error_max=d.get("replay_error_max"),
@@ -454,6 +463,7 @@ class Analysis:
 
     @property
     def step_numbers(self) -> list[int]:
+        """The analysed step numbers, in order."""
         return sorted(self.steps["step"].unique().to_list()) if self.steps.height else []
 
     def to_dict(self) -> dict[str, Any]:
@@ -492,7 +502,8 @@ class Analysis:
         major = str(d.get("schema_version", "")).split(".")[0]
         if major != SCHEMA_VERSION.split(".")[0]:
             got = d.get("schema_version")
-            raise ValueError(f"analysis schema_version {got!r}; this tracediag reads {SCHEMA_VERSION}")
+            msg = f"analysis schema_version {got!r}; this tracediag reads {SCHEMA_VERSION}"
+            raise ValueError(msg)
         return cls(
             ranks=tuple(d["run"]["ranks"]),
             world_size=int(d["run"]["world_size"]),

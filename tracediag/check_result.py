@@ -48,10 +48,11 @@ class Component:
 
     @property
     def unit(self) -> str:
-        """ "s" (seconds per step) or "fraction" (MFU)."""
+        """The value's unit: "s" (seconds per step) or "fraction" (MFU)."""
         return "fraction" if self.name == "mfu" else "s"
 
     def to_dict(self) -> dict[str, Any]:
+        """The component's JSON form (the check's ``components``)."""
         ratio = self.ratio
         return {
             "component": self.name,
@@ -65,6 +66,7 @@ class Component:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Component:
+        """The component a `to_dict` form describes."""
         observed = d.get("observed")
         return cls(
             name=d["component"],
@@ -94,9 +96,11 @@ class LinkCheck:
 
     @property
     def ratio(self) -> float | None:
+        """Achieved over the link's figure (None without a figure)."""
         return self.busbw_gbps / self.link_busbw_gbps if self.link_busbw_gbps else None
 
     def to_dict(self) -> dict[str, Any]:
+        """The link check's JSON form (the check's ``links``)."""
         ratio = self.ratio
         return {
             "kind": self.kind,
@@ -113,6 +117,7 @@ class LinkCheck:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> LinkCheck:
+        """The link check a `to_dict` form describes."""
         figure = d.get("link_busbw_gbps")
         return cls(
             kind=d.get("kind"),
@@ -142,6 +147,7 @@ class CheckedPlan:
     global_batch: int
 
     def to_dict(self) -> dict[str, Any]:
+        """The plan's JSON form (the check's ``plan``)."""
         return {
             "model": self.model,
             "device": self.device,
@@ -155,6 +161,7 @@ class CheckedPlan:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> CheckedPlan:
+        """The plan a `to_dict` form describes."""
         return cls(
             model=str(d["model"]),
             device=str(d["device"]),
@@ -181,6 +188,7 @@ class Check:
     """What was predicted for."""
 
     def to_dict(self) -> dict[str, Any]:
+        """The check's JSON form (the analysis's ``check``)."""
         return {
             "plan": self.plan.to_dict(),
             "components": [c.to_dict() for c in self.components],
@@ -191,6 +199,7 @@ class Check:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Check:
+        """The check a `to_dict` form describes."""
         return cls(
             components=tuple(Component.from_dict(c) for c in d.get("components", [])),
             links=tuple(LinkCheck.from_dict(li) for li in d.get("links", [])),

@@ -56,6 +56,7 @@ class Comparison:
     headline: str = ""
 
     def to_dict(self) -> dict[str, Any]:
+        """The comparison's JSON form (`compare --format json`)."""
         return {
             "base": self.base,
             "new": self.new,
@@ -76,7 +77,7 @@ def _breakdown(a: Analysis) -> dict[str, float]:
 
 
 def _kernels(a: Analysis) -> tuple[dict[str, dict[str, Any]], bool, float]:
-    """name -> {category, ns_per_step}; whether some rank's list was cut; the smallest listed time per step."""
+    """Name -> {category, ns_per_step}; whether some rank's list was cut; the smallest listed time per step."""
     n_steps = max(len(a.step_numbers), 1)
     if a.kernels is None or not a.kernels.height:
         return {}, False, 0.0

@@ -10,13 +10,15 @@ from __future__ import annotations
 import os
 import stat
 import tempfile
-from collections.abc import Callable, Iterable
 from contextlib import suppress
 from pathlib import Path
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
 from tracediag.errors import OutputError, one_line, shown
 from tracediag.ingest.remote import is_remote, location_key
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable
 
 
 def refuse_inputs(output: str | Path, inputs: Iterable[str | Path], option: str) -> None:
@@ -35,7 +37,8 @@ def refuse_inputs(output: str | Path, inputs: Iterable[str | Path], option: str)
                 src_st = os.stat(src)
                 same = (src_st.st_dev, src_st.st_ino) == (out_st.st_dev, out_st.st_ino)
         if same:
-            raise OutputError(f"{shown(output)}: {option} names an input file; refusing to overwrite it")
+            msg = f"{shown(output)}: {option} names an input file; refusing to overwrite it"
+            raise OutputError(msg)
 
 
 OUT_PARTS = ("ranks", "events", "done", "attempts", "manifest.parquet")
@@ -49,7 +52,8 @@ def refuse_inputs_under(out: str, inputs: Iterable[str | Path], option: str) -> 
     for src in inputs:
         key = location_key(str(src))
         if any(key == p or key.startswith(p + "/") for p in places):
-            raise OutputError(f"{shown(src)}: {option} {shown(out)} would write over this input; refusing")
+            msg = f"{shown(src)}: {option} {shown(out)} would write over this input; refusing"
+            raise OutputError(msg)
 
 
 def write_atomic(path: str | Path, write: Callable[[BinaryIO], object] | bytes) -> None:
@@ -65,16 +69,20 @@ def write_atomic(path: str | Path, write: Callable[[BinaryIO], object] | bytes) 
     except FileNotFoundError:
         st = None
     except OSError as e:
-        raise OutputError(f"{shown(path)}: cannot write ({e.strerror or e})") from None
+        msg = f"{shown(path)}: cannot write ({e.strerror or e})"
+        raise OutputError(msg) from None
     if st is not None and not stat.S_ISREG(st.st_mode):
-        raise OutputError(f"{shown(path)}: exists and is not a regular file; refusing to replace it")
+        msg = f"{shown(path)}: exists and is not a regular file; refusing to replace it"
+        raise OutputError(msg)
     folder = path.parent
     if not folder.is_dir():
-        raise OutputError(f"{shown(path)}: cannot write, no such folder {shown(folder)}")
+        msg = f"{shown(path)}: cannot write, no such folder {shown(folder)}"
+        raise OutputError(msg)
     try:
         fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tracediag-", suffix=".tmp")
     except OSError as e:
-        raise OutputError(f"{shown(path)}: cannot write ({e.strerror or e})") from None
+        msg = f"{shown(path)}: cannot write ({e.strerror or e})"
+        raise OutputError(msg) from None
     try:
         os.fchmod(fd, stat.S_IMODE(st.st_mode) if st is not None else 0o666 & ~_umask())
         with os.fdopen(fd, "wb") as f:
@@ -87,7 +95,8 @@ def write_atomic(path: str | Path, write: Callable[[BinaryIO], object] | bytes) 
         with suppress(OSError):
             os.unlink(tmp)
         if isinstance(e, OSError):
-            raise OutputError(f"{shown(path)}: cannot write ({one_line(e.strerror or str(e))})") from None
+            msg = f"{shown(path)}: cannot write ({one_line(e.strerror or str(e))})"
+            raise OutputError(msg) from None
         raise
 
 

@@ -42,5 +42,6 @@ def write_parquet(frame: pl.DataFrame, dest: str, storage_options: dict[str, Any
 def read_parquet(src: str | list[str], storage_options: dict[str, Any] | None = None) -> pl.DataFrame:
     """One file, or several of one schema concatenated in the order given."""
     if isinstance(src, list) and not src:
-        raise ValueError("no files to read")
+        msg = "no files to read"
+        raise ValueError(msg)
     return pl.read_parquet(src, storage_options=storage_options) if storage_options else pl.read_parquet(src)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import polars as pl
 
@@ -21,7 +22,6 @@ from tracediag.derive.kernels import TOP_STORED, by_category, kernel_view
 from tracediag.derive.lateness import late_rows
 from tracediag.derive.p2p import p2p_pairs, pipeline_groups, stage_neighbours
 from tracediag.derive.per_rank import rank_tables
-from tracediag.derive.summary import RankSummary
 from tracediag.derive.transfers import transfers
 from tracediag.detect import Facts, Thresholds
 from tracediag.detect import lateness as lateness_detect
@@ -33,6 +33,9 @@ from tracediag.same_run import check_problems, check_same_run, run_problems
 from tracediag.schema import EVENT_SCHEMA
 from tracediag.units import count, noun
 from tracediag.whatif import ReplayInputs, graph_of
+
+if TYPE_CHECKING:
+    from tracediag.derive.summary import RankSummary
 
 
 def _needs_split(meta: RunMeta, instances: pl.DataFrame) -> bool:
@@ -190,15 +193,18 @@ def checked_run(run: object, caller: str) -> Run:
     one-line `TypeError` (not a Run) or `TracediagError` (the columns it lacks) naming the argument: the
     API's boundary, so that a wrong argument is never an `AttributeError` from deep inside."""
     if not isinstance(run, Run):
-        raise TypeError(f"{caller}: run must be a tracediag.Run (from tracediag.load), not {type(run).__name__}")
+        msg = f"{caller}: run must be a tracediag.Run (from tracediag.load), not {type(run).__name__}"
+        raise TypeError(msg)
     if not isinstance(run.events, pl.DataFrame):
-        raise TypeError(f"{caller}: run.events must be a polars DataFrame, not {type(run.events).__name__}")
+        msg = f"{caller}: run.events must be a polars DataFrame, not {type(run.events).__name__}"
+        raise TypeError(msg)
     missing = [c for c in EVENT_SCHEMA if c not in run.events.columns]
     if missing:
-        raise TracediagError(
+        msg = (
             f"{caller}: run.events lacks the event-table columns {', '.join(missing)} (docs/event-table.md; "
             "tracediag.load builds them)"
         )
+        raise TracediagError(msg)
     return run
 
 
@@ -215,7 +221,8 @@ def analyze_files(
     not ranks of one run: `reduce_files` of the run's `RankSummary`. Raises as `analyze`."""
     checked_run(run, "tracediag.analyze")
     if link_gbps is not None and not (isinstance(link_gbps, (int, float)) and 0 < link_gbps < math.inf):
-        raise ValueError(f"link_gbps must be a finite number of GB/s above 0, got {link_gbps!r}")
+        msg = f"link_gbps must be a finite number of GB/s above 0, got {link_gbps!r}"
+        raise ValueError(msg)
     extents = None if allow_mixed or per_file else check_same_run(run)  # refused before the per-rank work
     summary = rank_tables(run.events, step_regex=step_regex, extents=extents)
     return reduce_files(
@@ -252,7 +259,8 @@ def reduce_files(
         try:
             out.append((f.path, reduce(summary.only_rank(f.rank), RunMeta(files=(f,)), allow_mixed=True, **kw)))
         except TracediagError as e:
-            raise TracediagError(f"{shown(f.path)}: {e}") from None
+            msg = f"{shown(f.path)}: {e}"
+            raise TracediagError(msg) from None
     return out
 
 

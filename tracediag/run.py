@@ -53,6 +53,7 @@ class RunMeta:
 
     @property
     def ranks(self) -> list[int]:
+        """The files' ranks, in order."""
         return sorted(f.rank for f in self.files)
 
     @property
@@ -63,6 +64,7 @@ class RunMeta:
 
     @property
     def events_in(self) -> int:
+        """Events read from all files."""
         return sum(f.events_in for f in self.files)
 
     @property
@@ -84,10 +86,12 @@ class RunMeta:
         return groups
 
     def to_dict(self) -> dict:
+        """The metadata's JSON form (kept with the per-rank summaries)."""
         return dataclasses.asdict(self)
 
     @classmethod
     def from_dict(cls, d: dict) -> RunMeta:
+        """The metadata a `to_dict` form describes."""
         files = []
         for f in d.get("files", []):
             groups = tuple(
@@ -130,7 +134,8 @@ class Run:
         try:
             write_atomic(path, lambda f: pq.write_table(table, f, compression="zstd"))
         except pa.ArrowException as e:
-            raise OutputError(f"{shown(path)}: cannot write Parquet ({one_line(str(e))})") from None
+            msg = f"{shown(path)}: cannot write Parquet ({one_line(str(e))})"
+            raise OutputError(msg) from None
 
 
 RankResolver = Callable[[str], "int | None"]
@@ -150,7 +155,8 @@ def rank_resolver(*, rank_from_filename: str | None = None, rank_map: dict[str, 
     mapping = dict(rank_map or {})
     for key, value in mapping.items():
         if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_RANK:
-            raise RankError(f"--rank {shown(key)}={value!r}: a rank is a whole number in 0..{MAX_RANK:,}")
+            msg = f"--rank {shown(key)}={value!r}: a rank is a whole number in 0..{MAX_RANK:,}"
+            raise RankError(msg)
 
     def resolve(path: str) -> int | None:
         for key in (path, os.path.basename(path)):
@@ -160,9 +166,11 @@ def rank_resolver(*, rank_from_filename: str | None = None, rank_map: dict[str, 
             return None
         text = pattern.first_group([os.path.basename(path)])[0]
         if text is None:
-            raise RankError(f"{shown(path)}: --rank-from-filename {pattern.pattern!r} does not match the file name")
+            msg = f"{shown(path)}: --rank-from-filename {pattern.pattern!r} does not match the file name"
+            raise RankError(msg)
         if not (text.isascii() and text.isdigit()) or int(text) > MAX_RANK:
-            raise RankError(f"{shown(path)}: --rank-from-filename matched {text!r}, not a rank in 0..{MAX_RANK:,}")
+            msg = f"{shown(path)}: --rank-from-filename matched {text!r}, not a rank in 0..{MAX_RANK:,}"
+            raise RankError(msg)
         return int(text)
 
     return resolve
@@ -203,14 +211,14 @@ def resolve_inputs(sources: Iterable[str | Path], storage_options: dict | None =
         elif os.path.isdir(src):
             found = [str(p) for p in sorted(Path(src).rglob("*")) if p.is_file() and p.name.endswith(TRACE_SUFFIXES)]
             if not found:
-                raise TracediagError(
-                    f"{shown(src)}: no trace files in this directory (looked for {', '.join(TRACE_SUFFIXES)})"
-                )
+                msg = f"{shown(src)}: no trace files in this directory (looked for {', '.join(TRACE_SUFFIXES)})"
+                raise TracediagError(msg)
             out.extend(InputFile(p, True) for p in found)
         elif any(ch in src for ch in "*?["):
             matches = _glob(src)
             if not matches:
-                raise TracediagError(f"{shown(src)}: the pattern matches no file")
+                msg = f"{shown(src)}: the pattern matches no file"
+                raise TracediagError(msg)
             out.extend(InputFile(p) for p in matches)
         else:
             out.append(InputFile(src))
@@ -292,7 +300,8 @@ def load(
         raise TracediagError(str(e)) from None
     resolved = resolve_inputs(sources, storage_options)
     if not resolved:
-        raise TracediagError("no trace files given")
+        msg = "no trace files given"
+        raise TracediagError(msg)
     one = resolved[0].path
     if (
         len(resolved) == 1
@@ -413,10 +422,11 @@ def _check_unique_ranks(traces: list[FileTrace]) -> list[FileTrace]:
             continue
         why = windows_problem(group)
         if why is not None:
-            raise RankError(
+            msg = (
                 f"{shown(group[0].meta.path)} and {shown(group[1].meta.path)} both claim rank {rank} ({why}); "
                 f"{RANK_HINT}"
             )
+            raise RankError(msg)
         out.append(merge_windows(group))
     return out
 

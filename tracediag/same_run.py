@@ -124,10 +124,11 @@ def check_problems(meta: RunMeta, problems: list[str]) -> None:
     """Raise `MixedRunError` (one line naming the files) when there are `problems`."""
     if problems:
         names = ", ".join(_name(f.path) for f in meta.files)
-        raise MixedRunError(
+        msg = (
             f"{names} are not ranks of one run: {'; '.join(problems)}. "
             "Pass --allow-mixed to analyse each file on its own"
         )
+        raise MixedRunError(msg)
 
 
 def check_same_run(run: Run) -> pl.DataFrame | None:

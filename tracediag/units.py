@@ -42,7 +42,7 @@ def noun(n: int, singular: str, plural: str | None = None) -> str:
 
 
 def count(n: int, singular: str, plural: str | None = None) -> str:
-    """ "1 step", "0 steps", "1,024 ranks"."""
+    """`n` and its noun: "1 step", "0 steps", "1,024 ranks"."""
     return f"{n:,} {noun(n, singular, plural)}"
 
 

@@ -174,11 +174,13 @@ def resolve_rank(
             warnings.append(f"the file says {says}; using rank {given} as given")
         return given
     if len(named) > 1:
-        raise RankError(f"{shown(path)}: the file names several ranks ({says}); export one file per rank or {fix}")
+        msg = f"{shown(path)}: the file names several ranks ({says}); export one file per rank or {fix}"
+        raise RankError(msg)
     if named:
         return named[0]
     if default is None:
-        raise RankError(f"{shown(path)}: the file names no rank ({missing}); {fix}")
+        msg = f"{shown(path)}: the file names no rank ({missing}); {fix}"
+        raise RankError(msg)
     warnings.append(f"the file names no rank; taken as rank {default}")
     return default
 

@@ -136,7 +136,6 @@ def test_cpu_wait_for_an_in_flight_collective_counts_as_communication_when_the_w
 def test_assign_steps_keeps_every_row_in_order_and_a_row_without_device_gets_no_step():
     """Only the step-deciding columns are joined: rows keep their order and columns, and a row whose
     device is unknown (neither host nor device timeline) stays, with no step, instead of vanishing."""
-
     import tracediag
 
     ev = tracediag.load(ROOT / "fixtures/kineto/hta_a100_nccl_rank0.json.gz").events
@@ -144,7 +143,8 @@ def test_assign_steps_keeps_every_row_in_order_and_a_row_without_device_gets_no_
     ref = assign_steps(ev, spans)
     dev_rows = ev.with_row_index("i").filter(pl.col("device") >= 0)["i"]
     host_rows = ev.with_row_index("i").filter(pl.col("device") == -1)["i"]
-    assert ref["step"].gather(dev_rows).drop_nulls().len() > 0 and ref["step"].gather(host_rows).drop_nulls().len() > 0
+    assert ref["step"].gather(dev_rows).drop_nulls().len() > 0
+    assert ref["step"].gather(host_rows).drop_nulls().len() > 0
     lost = int(dev_rows[len(dev_rows) // 2])
     blanked = ev.with_columns(device=pl.when(pl.int_range(pl.len()) == lost).then(None).otherwise(pl.col("device")))
     got = assign_steps(blanked, spans)
@@ -167,8 +167,10 @@ def test_steps_the_device_did_nothing_in_are_left_out_not_a_crash():
     run = tracediag.load(FIXTURES / "kineto/hta_a100_nccl_rank0.json.gz")
     spans = step_spans(run.events, find_markers(run.events, step_regex="aten::"))
     no_span = spans.filter(pl.col("start").is_null() | pl.col("end").is_null())
-    assert no_span.height > 100 and no_span["partial"].all()
+    assert no_span.height > 100
+    assert no_span["partial"].all()
     assert spans.filter(pl.col("end") < pl.col("start")).height == 0
     analysis = tracediag.analyze(run, step_regex="aten::")
     assert any("with no device activity left out" in w for w in analysis.warnings)
-    assert analysis.whatif is not None and all(s.observed_ns > 0 for s in analysis.whatif.steps)
+    assert analysis.whatif is not None
+    assert all(s.observed_ns > 0 for s in analysis.whatif.steps)

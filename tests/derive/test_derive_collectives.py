@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
-import polars as pl
+from typing import TYPE_CHECKING
+
 import pytest
 from _events import events
 
 from tracediag.derive.collectives import align_and_match, collective_instances, summarize_instances, wait_per_step
 from tracediag.derive.steps import assign_steps, find_markers, step_spans
+
+if TYPE_CHECKING:
+    import polars as pl
 
 MS = 1_000_000
 OFFSETS = {0: 0, 1: 5 * MS, 2: -3 * MS}

@@ -42,7 +42,8 @@ def _same_tables(events: pl.DataFrame, monkeypatch, module, name: str, plain) ->
     slow = per_rank.rank_tables(events)
     for table, frame in fast.tables().items():
         assert_frame_equal(frame, getattr(slow, table), check_exact=True)
-    assert fast.breakdown.height > 0 and fast.replay_segments.height > 0
+    assert fast.breakdown.height > 0
+    assert fast.replay_segments.height > 0
 
 
 def test_rank_tables_are_the_same_with_the_packed_and_the_per_category_counts(events, monkeypatch):
@@ -91,7 +92,8 @@ def test_a_count_at_the_top_of_its_field_reads_back_exactly():
     got = sweep(df.lazy(), ["r"], ["a", "b"], mark="m").collect()
     want = _sweep_columns(df.lazy(), ["r"], ["a", "b"], mark="m").collect()
     assert_frame_equal(got, want)
-    assert got["n_a"].max() == 7 and got.filter(pl.col("ts") == 6)["n_a"].item() == 7
+    assert got["n_a"].max() == 7
+    assert got.filter(pl.col("ts") == 6)["n_a"].item() == 7
     assert got.filter(pl.col("r") == 0, pl.col("ts") == 50)["n_b"].item() == 1
 
 
@@ -101,7 +103,9 @@ def test_call_key_is_one_value_per_pair_and_refuses_what_would_overflow():
         schema={"rank": pl.Int32, "correlation": pl.Int64},
     )
     key = df.select(call_key(df)).to_series().to_list()
-    assert key[0] == key[4] and len({key[0], key[1], key[2]}) == 3 and key[3] is None
+    assert key[0] == key[4]
+    assert len({key[0], key[1], key[2]}) == 3
+    assert key[3] is None
     # ranks 0 and 1 leave 62 bits to the correlations' span: 2**61 - 1 takes 61, 2**61 takes 62
     wide = pl.DataFrame({"rank": [0, 1], "correlation": [5, 5 + 2**61 - 1]}, schema=df.schema)
     top = wide.select(call_key(wide)).to_series().to_list()
@@ -143,7 +147,8 @@ def test_breakdown_of_rows_in_time_order_equals_the_one_that_does_not_know_it(ev
     fast = breakdown(stepped, spans, ordered=True, launched=launched, keys=keys)
     slow = breakdown(stepped, spans, ordered=False, launched=launched, keys=keys)
     assert_frame_equal(fast, slow, check_exact=True)
-    assert fast.height > 0 and fast["host_gap_ns"].sum() > 0
+    assert fast.height > 0
+    assert fast["host_gap_ns"].sum() > 0
 
 
 def test_per_rank_step_groups_like_the_two_columns_at_the_ends_of_the_int32_range():

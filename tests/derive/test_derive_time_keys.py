@@ -33,7 +33,8 @@ def test_rank_tables_are_the_same_with_int64_and_int128_keys(case, monkeypatch):
     slow = per_rank.rank_tables(events)
     for name, frame in fast.tables().items():
         assert_frame_equal(frame, getattr(slow, name), check_exact=True)
-    assert fast.breakdown.height > 0 and fast.replay_segments.height > 0
+    assert fast.breakdown.height > 0
+    assert fast.replay_segments.height > 0
 
 
 def _run(ranks: list[int], lo: int, span: int) -> pl.DataFrame:
@@ -77,10 +78,14 @@ def test_int64_keys_at_the_limit_order_and_match_like_the_pairs():
     assert_frame_equal(got, want)
     assert_frame_equal(shuffled.sort(time_order("rank", "t", pl.col("bit"))), want)  # the Int128 key
     packed = df.with_columns(k=time_order("rank", "t", pl.col("bit"), keys))
-    assert packed["k"].dtype == pl.Int64 and packed["k"].is_unique().all()
+    assert packed["k"].dtype == pl.Int64
+    assert packed["k"].is_unique().all()
     assert (packed.sort("rank", "t", "bit", nulls_last=False)["k"].diff().drop_nulls() > 0).all()
     pairs = df.filter(pl.col("t").is_not_null()).unique(["rank", "t"]).sort("rank", "t")
     k64 = pairs.select(rank_time("t", keys)).to_series()
     k128 = pairs.select(rank_time("t")).to_series()
-    assert k64.dtype == pl.Int64 and k64.is_sorted() and k64.n_unique() == pairs.height
-    assert k128.is_sorted() and k128.n_unique() == pairs.height
+    assert k64.dtype == pl.Int64
+    assert k64.is_sorted()
+    assert k64.n_unique() == pairs.height
+    assert k128.is_sorted()
+    assert k128.n_unique() == pairs.height

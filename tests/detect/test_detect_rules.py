@@ -73,7 +73,9 @@ def test_exposed_comm_on_every_rank_is_comm_bound_with_bandwidth_verdict():
     facts = _steps({}, {}, exposed=60)
     facts = Facts(steps=facts.steps, collectives=facts.collectives, p2p=facts.p2p, link_gbps=50.0)
     (f,) = detect_all(facts)
-    assert f.cause == "comm_bound" and f.ranks == (0, 1, 2, 3) and f.steps == tuple(range(8))
+    assert f.cause == "comm_bound"
+    assert f.ranks == (0, 1, 2, 3)
+    assert f.steps == tuple(range(8))
     assert f.evidence["busbw_share_of_peak"] == 0.8
     assert (f.evidence["collectives_per_step_median"], f.evidence["message_bytes_median"]) == (3.0, 1 << 20)
     assert "too much traffic" in f.evidence["bandwidth_verdict"]
@@ -132,7 +134,8 @@ def test_unnamed_loader_starving_every_rank_is_input_bound_at_half_confidence():
     facts = _with(_steps({}, {}), lead_idle_ns={(r, s): 35 for r in range(4) for s in range(8)})
     (f,) = detect_all(facts)
     assert (f.cause, f.ranks, f.steps) == ("input_bound", (0, 1, 2, 3), tuple(range(8)))
-    assert f.evidence["loader_annotated"] is False and f.confidence <= 0.5
+    assert f.evidence["loader_annotated"] is False
+    assert f.confidence <= 0.5
     assert "record_function" in f.summary
 
 
@@ -156,4 +159,5 @@ def test_comm_bound_on_some_ranks_of_a_larger_job_says_a_slow_untraced_rank_is_p
     full = detect_all(facts)[0]
     part = detect_all(Facts(steps=facts.steps, collectives=facts.collectives, p2p=facts.p2p, world_size=64))[0]
     assert full.cause == part.cause == "comm_bound"
-    assert part.confidence == full.confidence / 2 and "only 4 of 64 ranks traced" in part.summary
+    assert part.confidence == full.confidence / 2
+    assert "only 4 of 64 ranks traced" in part.summary

@@ -110,14 +110,16 @@ def test_engine_reproduces_in_memory_analysis(engine, engines, expected, tmp_pat
         )
         doc = analysis.to_dict()
         assert doc == expected[case], f"{engine} on {case}"
-        assert doc["whatif"]["steps"] and not [w for w in doc["warnings"] if "what-if" in w]
+        assert doc["whatif"]["steps"]
+        assert not [w for w in doc["warnings"] if "what-if" in w]
         if case == "straggler_persistent":  # a finding priced by the replay, from the summaries
             assert doc["findings"][0]["step_time_without_ns"] < doc["whatif"]["step_time_ns"]
         ok = summaries.manifest.filter("ok")
         assert ok["rank"].sort().to_list() == [0, 1, 2, 3]
         assert ok["attempt"].to_list() == [1, 1, 1, 1]
         # the manifest.json beside the traces is listed as ignored, not as a failure
-        assert summaries.meta.errors == () and len(summaries.meta.ignored) == 1
+        assert summaries.meta.errors == ()
+        assert len(summaries.meta.ignored) == 1
 
 
 def test_local_executor_prices_every_run_as_in_memory(tmp_path):
@@ -182,10 +184,12 @@ def test_cli_allow_mixed_with_executor_analyses_each_file_as_in_memory(runner, t
     ex = runner.invoke(cli, [*args, "--executor", "local", "--out", str(tmp_path / "s")])
     assert mem.exit_code == ex.exit_code == 0, ex.output
     want, got = orjson.loads(mem.stdout)["per_file"], orjson.loads(ex.stdout)["per_file"]
-    assert [d["file"] for d in got] == [d["file"] for d in want] and len(got) == 2
+    assert [d["file"] for d in got] == [d["file"] for d in want]
+    assert len(got) == 2
     assert got == want
     refused = runner.invoke(cli, ["analyze", *files, "--executor", "local", "--out", str(tmp_path / "t")])
-    assert refused.exit_code == 2 and "world sizes differ" in refused.output
+    assert refused.exit_code == 2
+    assert "world sizes differ" in refused.output
 
 
 @pytest.mark.parametrize("engine", ENGINES)

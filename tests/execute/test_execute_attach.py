@@ -104,7 +104,8 @@ def _agent_ports() -> list[str]:
 def _descendants(root: int) -> list[int]:
     """`root` and every process below it (a raylet starts its workers in sessions of their own)."""
     parent = {}
-    for pid in os.listdir("/proc"):
+    for entry in Path("/proc").iterdir():
+        pid = entry.name
         with suppress(OSError, ValueError, IndexError):
             text = Path(f"/proc/{pid}/stat").read_text()
             parent[int(pid)] = int(text[text.rindex(")") + 2 :].split()[1])

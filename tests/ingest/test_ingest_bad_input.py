@@ -5,7 +5,7 @@ from __future__ import annotations
 import gzip
 import json
 import shutil
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import polars as pl
 import pytest
@@ -15,6 +15,9 @@ from tracediag.cli import cli
 from tracediag.errors import RankError, TracediagError, TraceError
 from tracediag.ingest.read import read_file
 from tracediag.run import load
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 GLOO0 = KINETO / "gen_torch2.13cpu_gloo_2rank_rank0.pt.trace.json.gz"
 GLOO1 = KINETO / "gen_torch2.13cpu_gloo_2rank_rank1.pt.trace.json.gz"
@@ -26,7 +29,7 @@ def _text(path: Path) -> bytes:
 
 
 def _bad_files(tmp: Path) -> dict[str, tuple[Path, str]]:
-    """name -> (file, a phrase the one-line error must contain)."""
+    """Name -> (file, a phrase the one-line error must contain)."""
     cases = {
         "not_json": (b"this is a log file, not a trace\n", "not JSON"),
         "empty": (b"", "empty file"),
@@ -52,7 +55,9 @@ def test_unreadable_file_is_one_line_naming_it(tmp_path: Path, case: str) -> Non
     with pytest.raises(TraceError) as err:
         read_file(path, default_rank=0)
     msg = str(err.value)
-    assert msg.startswith(str(path) + ": ") and phrase in msg and "\n" not in msg
+    assert msg.startswith(str(path) + ": ")
+    assert phrase in msg
+    assert "\n" not in msg
 
 
 @pytest.mark.parametrize("case", ["not_json", "empty", "png", "corrupt_gzip", "bad_json_middle"])
@@ -61,7 +66,10 @@ def test_cli_bad_file_exit_2_no_traceback(runner, tmp_path: Path, case: str) -> 
     result = runner.invoke(cli, ["ingest", str(path)])
     assert result.exit_code == 2
     lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("Error: ") and str(path) in lines[0] and phrase in lines[0]
+    assert len(lines) == 1
+    assert lines[0].startswith("Error: ")
+    assert str(path) in lines[0]
+    assert phrase in lines[0]
     assert "Traceback" not in result.output
 
 
@@ -73,7 +81,8 @@ def test_multi_file_run_reads_the_good_files(runner, tmp_path: Path) -> None:
     shutil.copy(GLOO1, good1)
     run = load([good0, bad, good1], jobs=1)
     assert run.meta.ranks == [0, 1]
-    assert len(run.meta.errors) == 1 and str(bad) in run.meta.errors[0]
+    assert len(run.meta.errors) == 1
+    assert str(bad) in run.meta.errors[0]
     out = tmp_path / "run.parquet"
     result = runner.invoke(cli, ["ingest", str(tmp_path), "-o", str(out), "-j", "1"])
     assert result.exit_code == 2
@@ -135,9 +144,13 @@ def test_duplicate_rank_names_both_files(runner, tmp_path: Path) -> None:
     shutil.copy(GLOO0, b)
     with pytest.raises(RankError) as err:
         load([a, b], jobs=1)
-    assert str(a) in str(err.value) and str(b) in str(err.value) and "rank 0" in str(err.value)
+    assert str(a) in str(err.value)
+    assert str(b) in str(err.value)
+    assert "rank 0" in str(err.value)
     result = runner.invoke(cli, ["ingest", str(a), str(b), "-j", "1"])
-    assert result.exit_code == 2 and str(a) in result.stderr and str(b) in result.stderr
+    assert result.exit_code == 2
+    assert str(a) in result.stderr
+    assert str(b) in result.stderr
 
 
 def test_rank_from_filename_and_mapping(tmp_path: Path) -> None:
@@ -148,8 +161,10 @@ def test_rank_from_filename_and_mapping(tmp_path: Path) -> None:
     with pytest.raises(TracediagError) as err:
         load([a, b], jobs=1)
     lines = str(err.value).splitlines()
-    assert len(lines) == 2 and all("--rank-from-filename" in ln for ln in lines)
-    assert str(a) in lines[0] and str(b) in lines[1]
+    assert len(lines) == 2
+    assert all("--rank-from-filename" in ln for ln in lines)
+    assert str(a) in lines[0]
+    assert str(b) in lines[1]
     run = load([a, b], jobs=1, rank_from_filename=r"rank(\d+)")
     assert run.meta.ranks == [3, 7]
     assert sorted(run.events["rank"].unique().to_list()) == [3, 7]
@@ -182,7 +197,8 @@ def test_unknown_phase_is_counted_and_the_other_phases_as_before(
     odd = tmp_path / "odd.json"
     odd.write_text(json.dumps(trace))
     before, after = read_file(plain), read_file(odd)
-    assert before.meta.skipped["flow"] > 0 and "other_phase" not in before.meta.skipped
+    assert before.meta.skipped["flow"] > 0
+    assert "other_phase" not in before.meta.skipped
     expected = {**before.meta.skipped, "other_phase": 1}
     expected["malformed"] = expected.get("malformed", 0) + 1  # no phase at all
     assert after.meta.skipped == expected

@@ -6,7 +6,7 @@ import gzip
 import json
 import shutil
 from decimal import Decimal
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import polars as pl
 import pytest
@@ -18,6 +18,9 @@ from tracediag.ingest.read import read_file
 from tracediag.run import load
 from tracediag.schema import EVENT_SCHEMA
 from tracediag.vocab import HLO_COLLECTIVES, hlo_stem
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 JAX = FIXTURES / "jax"
 CPU2DEV = JAX / "gen_jax0.10.2_cpu2dev.trace.json.gz"
@@ -78,7 +81,8 @@ def test_without_xplane_times_are_relative_with_a_warning(tmp_path: Path) -> Non
     assert ft.meta.time_base == "relative"
     assert any("relative to the profile start" in w for w in ft.meta.warnings)
     train0 = ft.events.filter(pl.col("name") == "train#0")
-    assert train0["ts"].item() == 20841 and train0["dur"].item() == 125259724
+    assert train0["ts"].item() == 20841
+    assert train0["dur"].item() == 125259724
 
 
 def test_raw_profile_folder_layout_finds_the_xplane(tmp_path: Path) -> None:
@@ -142,7 +146,8 @@ def test_collectives_are_classified_by_hlo_op() -> None:
     assert {"broadcast_multiply_fusion", "wrapped_reduce", "dot"} <= kernels
     assert ev.filter(pl.col("coll_op").is_not_null() & (pl.col("kind") != "comm")).height == 0
     helpers = ev.filter(pl.col("name").cast(pl.String).is_in(["Rendezvous", "end: psum.7"]))
-    assert helpers.height == 80 + 16 and set(helpers["kind"].cast(pl.String).to_list()) == {"other"}
+    assert helpers.height == 80 + 16
+    assert set(helpers["kind"].cast(pl.String).to_list()) == {"other"}
 
 
 def test_collective_seq_is_the_run_id_and_pairs_devices() -> None:
@@ -174,13 +179,17 @@ def test_rank_rules() -> None:
     with pytest.raises(RankError) as err:
         read_file(CPU2DEV)
     msg = str(err.value)
-    assert str(CPU2DEV) in msg and "--rank-from-filename" in msg and "--rank FILE=N" in msg
+    assert str(CPU2DEV) in msg
+    assert "--rank-from-filename" in msg
+    assert "--rank FILE=N" in msg
     assert "\n" not in msg
     given = read_file(CPU2DEV, rank=7, default_rank=0)
-    assert given.meta.rank == 7 and set(given.events["rank"].to_list()) == {7}
+    assert given.meta.rank == 7
+    assert set(given.events["rank"].to_list()) == {7}
     assert not any("taken as rank" in w for w in given.meta.warnings)
     default = read_file(CPU2DEV, default_rank=0)
-    assert default.meta.rank == 0 and "the file names no rank; taken as rank 0" in default.meta.warnings
+    assert default.meta.rank == 0
+    assert "the file names no rank; taken as rank 0" in default.meta.warnings
 
 
 def test_two_process_run_lines_up_collectives_across_ranks() -> None:
@@ -190,7 +199,8 @@ def test_two_process_run_lines_up_collectives_across_ranks() -> None:
     instance's participants would not overlap.
     """
     run = load(PROC, rank_from_filename=r"_p(\d+)\.", jobs=1)
-    assert run.meta.ranks == [0, 1] and {f.time_base for f in run.meta.files} == {"epoch"}
+    assert run.meta.ranks == [0, 1]
+    assert {f.time_base for f in run.meta.files} == {"epoch"}
     psum = run.events.filter(pl.col("kind") == "comm")
     inst = psum.group_by("coll_seq").agg(
         pl.len(),
@@ -199,7 +209,8 @@ def test_two_process_run_lines_up_collectives_across_ranks() -> None:
         (pl.col("ts") + pl.col("dur")).min().alias("first_end"),
     )
     assert inst.height == 4
-    assert inst["len"].to_list() == [4] * 4 and inst["ranks"].to_list() == [2] * 4
+    assert inst["len"].to_list() == [4] * 4
+    assert inst["ranks"].to_list() == [2] * 4
     assert (inst["last_start"] <= inst["first_end"]).all()
     steps = run.events.filter(pl.col("kind") == "step").group_by("name").agg(pl.col("rank").sort())
     assert sorted(steps["name"].cast(pl.String).to_list()) == [f"train#{i}" for i in range(4)]
@@ -216,7 +227,8 @@ def test_cli_ingest_reads_jax_files_from_content(runner, tmp_path: Path) -> None
     )
     assert result.exit_code == 0, result.output
     run = load(out)
-    assert run.meta.ranks == [0, 1] and {f.format for f in run.meta.files} == {"jax"}
+    assert run.meta.ranks == [0, 1]
+    assert {f.format for f in run.meta.files} == {"jax"}
     assert run.events.filter(pl.col("kind") == "comm").height == 16
 
 
@@ -239,7 +251,8 @@ def test_corrupt_gzip_is_one_line(tmp_path: Path) -> None:
     with pytest.raises(TraceError) as err:
         read_file(path, default_rank=0)
     msg = str(err.value)
-    assert msg.startswith(f"{path}: corrupt gzip") and "\n" not in msg
+    assert msg.startswith(f"{path}: corrupt gzip")
+    assert "\n" not in msg
 
 
 @pytest.mark.parametrize(
@@ -259,7 +272,8 @@ def test_corrupt_gzip_is_one_line(tmp_path: Path) -> None:
 )
 def test_hlo_stem_and_collective_names(op: str, stem: str, coll: str | None) -> None:
     got = pl.select(hlo_stem(pl.lit(op))).item()
-    assert got == stem and HLO_COLLECTIVES.get(got) == coll
+    assert got == stem
+    assert HLO_COLLECTIVES.get(got) == coll
 
 
 def test_device_plane_rules_on_a_constructed_gpu_and_tpu_layout(tmp_path: Path) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import gzip
 import json
 from decimal import Decimal
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import polars as pl
 import pytest
@@ -14,6 +14,9 @@ from conftest import KINETO, SAMPLES, needs_shared
 from tracediag.errors import RankError
 from tracediag.ingest.read import read_file
 from tracediag.schema import EVENT_SCHEMA, SKIP_REASONS
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 
 def _load_json(path: Path) -> dict | list:
@@ -97,7 +100,9 @@ def test_rank_and_process_groups_from_distributed_info() -> None:
     assert ft.meta.world_size == 300
     assert ft.meta.backend == "gloo"
     default = next(g for g in ft.meta.process_groups if g.name == "0")
-    assert default.desc == "default_pg" and default.size == 300 and default.ranks == tuple(range(300))
+    assert default.desc == "default_pg"
+    assert default.size == 300
+    assert default.ranks == tuple(range(300))
     assert set(ft.events["rank"].to_list()) == {34}
 
 
@@ -106,7 +111,9 @@ def test_missing_rank_is_an_error_naming_the_file_and_the_fix() -> None:
     with pytest.raises(RankError) as err:
         read_file(path)
     msg = str(err.value)
-    assert str(path) in msg and "--rank-from-filename" in msg and "\n" not in msg
+    assert str(path) in msg
+    assert "--rank-from-filename" in msg
+    assert "\n" not in msg
     assert read_file(path, rank=5).meta.rank == 5
     assert read_file(path, default_rank=0).meta.rank == 0
 
@@ -162,7 +169,7 @@ def test_plain_json_and_array_form(tmp_path: Path) -> None:
 
 @needs_shared(SAMPLES)
 def test_every_shared_sample_is_a_row_or_counted() -> None:
-    """rows + skipped = events for every JSON trace in ../shared/trace-samples (independent count)."""
+    """Rows + skipped = events for every JSON trace in ../shared/trace-samples (independent count)."""
     checked = 0
     for path in sorted(SAMPLES.rglob("*.json*")):
         trace = _load_json(path)
@@ -234,8 +241,10 @@ def test_distributed_info_variants(tmp_path: Path) -> None:
     path = tmp_path / "ondemand.json"
     path.write_text(json.dumps(trace))
     meta = read_file(path).meta
-    assert meta.rank == 1 and meta.backend == "nccl"
-    assert meta.process_groups[0].ranks == (0, 1) and meta.process_groups[0].desc == "default_pg"
+    assert meta.rank == 1
+    assert meta.backend == "nccl"
+    assert meta.process_groups[0].ranks == (0, 1)
+    assert meta.process_groups[0].desc == "default_pg"
 
 
 @pytest.mark.parametrize("chunk", [None, 3000], ids=["whole", "pieces"])

@@ -6,7 +6,7 @@ import gzip
 import os
 import sqlite3
 import stat
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import polars as pl
 import pytest
@@ -15,6 +15,9 @@ from conftest import ROOT
 from tracediag.errors import RankError, TraceError
 from tracediag.ingest.nsys import export_nsys_rep, read_nsys
 from tracediag.schema import EVENT_SCHEMA
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 FIXTURES = ROOT / "fixtures" / "nsys"
 REAL = {
@@ -99,14 +102,17 @@ def test_real_export_absolute_time_and_ids(tmp_path):
     assert (trace.events["device"] == -1).all()
     # the `dataloader` thread's ranges sit on their own tid (globalTid % 0x1000000)
     loader = trace.events.filter(pl.col("name") == "load_batch")
-    assert loader.height == 4 and loader["tid"].n_unique() == 1 and loader["tid"][0] != pid
+    assert loader.height == 4
+    assert loader["tid"].n_unique() == 1
+    assert loader["tid"][0] != pid
 
 
 def test_real_export_without_rank_is_a_clear_error():
     with pytest.raises(RankError) as e:
         read_nsys(REAL["true"])
     assert_one_line_error(e.value, REAL["true"])
-    assert "--rank-from-filename REGEX" in str(e.value) and "--rank FILE=N" in str(e.value)
+    assert "--rank-from-filename REGEX" in str(e.value)
+    assert "--rank FILE=N" in str(e.value)
 
 
 # --- constructed GPU exports (real 2022.4 DDL, hand-chosen rows) ----------------------------------
@@ -169,7 +175,8 @@ def test_nccl_kernels_are_comm_with_their_collective():
 def test_nccl_nvtx_range_is_an_annotation_with_its_collective():
     ev = read_nsys(CONSTRUCTED[0]).events.filter(pl.col("name") == "ncclAllReduce")
     assert ev.height == 3
-    assert set(ev["kind"]) == {"annotation"} and set(ev["coll_op"]) == {"all_reduce"}
+    assert set(ev["kind"]) == {"annotation"}
+    assert set(ev["coll_op"]) == {"all_reduce"}
 
 
 def test_kernel_runtime_correlation_is_preserved():
@@ -179,7 +186,8 @@ def test_kernel_runtime_correlation_is_preserved():
         "correlation", api=pl.col("name").cast(pl.String), api_ts="ts", api_tid="tid"
     )
     linked = gpu.join(launches, on="correlation", how="left")
-    assert linked.height == gpu.height and linked["api"].null_count() == 0
+    assert linked.height == gpu.height
+    assert linked["api"].null_count() == 0
     assert (linked["api_ts"] < linked["ts"]).all()
     apis = dict(linked.group_by(pl.col("kind").cast(pl.String)).agg(pl.col("api").unique().sort()).iter_rows())
     assert apis == {
@@ -215,7 +223,8 @@ def test_no_session_start_gives_relative_time_and_a_warning(tmp_path):
     trace = read_nsys(db)
 
     assert trace.meta.time_base == "relative"
-    assert len(trace.meta.warnings) == 1 and "TARGET_INFO_SESSION_START_TIME" in trace.meta.warnings[0]
+    assert len(trace.meta.warnings) == 1
+    assert "TARGET_INFO_SESSION_START_TIME" in trace.meta.warnings[0]
     assert trace.events.filter(pl.col("kind") == "runtime")["ts"].min() == first
 
 
@@ -233,7 +242,8 @@ def test_rank_and_world_size_from_environment_strings(rank):
 
 def test_given_rank_wins_over_the_file_with_a_warning():
     trace = read_nsys(CONSTRUCTED[1], rank=5)
-    assert trace.meta.rank == 5 and set(trace.events["rank"]) == {5}
+    assert trace.meta.rank == 5
+    assert set(trace.events["rank"]) == {5}
     assert trace.meta.warnings == ("the file says RANK=1; using rank 5 as given",)
 
 
@@ -393,7 +403,8 @@ def test_nsys_rep_is_exported_beside_the_input_and_cached(tmp_path, monkeypatch)
     trace = read_nsys(rep)
 
     assert (tmp_path / "reports" / "job.sqlite").exists()
-    assert trace.meta.path == str(rep) and trace.meta.rank == 1
+    assert trace.meta.path == str(rep)
+    assert trace.meta.rank == 1
     assert trace.events.height == read_nsys(export).events.height
     assert export_nsys_rep(rep) == tmp_path / "reports" / "job.sqlite"
     assert len(calls.read_text().splitlines()) == 1  # the second call reused the cache
@@ -416,6 +427,7 @@ def test_single_export_without_rank_is_rank_0_with_warning_through_read_file() -
 
     real = next(p for p in sorted((ROOT / "fixtures/nsys").glob("*lazytrue*.sqlite.gz")))
     ft = read_file(real, default_rank=0)
-    assert ft.meta.rank == 0 and any("taken as rank 0" in w for w in ft.meta.warnings)
+    assert ft.meta.rank == 0
+    assert any("taken as rank 0" in w for w in ft.meta.warnings)
     with pytest.raises(RankError):
         read_file(real)

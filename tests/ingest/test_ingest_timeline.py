@@ -48,7 +48,8 @@ def test_a_real_run_as_a_table_gets_the_verdict_of_its_traces(originals, name, f
     both = analysis.steps.join(original.steps, on=["rank", "step"], suffix="_traces")
     assert both.height == original.steps.height
     off = (both["dur_ns"] - both["dur_ns_traces"]).abs() / both["dur_ns_traces"]
-    assert off.median() < 0.002 and off.max() < 0.03
+    assert off.median() < 0.002
+    assert off.max() < 0.03
 
 
 def test_the_straggler_table_shows_who_everyone_waits_for():
@@ -67,7 +68,8 @@ def test_the_three_forms_give_the_same_event_table():
     t0 = parquet.filter(pl.col("kind") != "step")["ts"].min()
     assert csv["dur"].equals(parquet["dur"])
     assert csv["ts"].equals(parquet["ts"] - t0)
-    assert csv["kind"].equals(parquet["kind"]) and csv["coll_op"].equals(parquet["coll_op"])
+    assert csv["kind"].equals(parquet["kind"])
+    assert csv["coll_op"].equals(parquet["coll_op"])
     assert parquet["coll_group"].drop_nulls().unique().to_list() == ["0"]
     assert csv["coll_group"].null_count() == csv.height
     assert {f.time_base for f in runs["parquet"].meta.files} == {"epoch"}
@@ -97,7 +99,8 @@ def test_several_table_files_are_one_run_and_a_table_of_several_ranks_is_not_one
     one = tmp_path / "one.csv"
     table.filter(pl.col("rank") == 3).write_csv(one)
     (trace,) = read_traces(one, rank=7)
-    assert trace.meta.rank == 7 and trace.events["rank"].unique().to_list() == [7]
+    assert trace.meta.rank == 7
+    assert trace.events["rank"].unique().to_list() == [7]
     assert "the table says rank=3; using rank 7 as given" in trace.meta.warnings
 
 
@@ -133,7 +136,8 @@ def test_kinds_map_to_device_and_host_rows(tmp_path):
         "0,5,act,160,20,send,1\n0,5,log,180,5,host,\n0,5,misc,185,5,other,\n",
     )
     rows = {r["name"]: r for r in ev.iter_rows(named=True)}
-    assert rows["DataLoader#load"]["kind"] == "cpu_op" and rows["DataLoader#load"]["device"] == -1
+    assert rows["DataLoader#load"]["kind"] == "cpu_op"
+    assert rows["DataLoader#load"]["device"] == -1
     assert (rows["fwd"]["kind"], rows["fwd"]["device"], rows["fwd"]["stream"]) == ("kernel", 0, STREAMS["compute"])
     g = rows["grads"]
     want = ("comm", "reduce_scatter", STREAMS["collective"], None)
@@ -239,10 +243,13 @@ def test_a_missing_column_is_named(runner, tmp_path, header, missing):
     path = _csv(tmp_path, f"{header}\n{row}\n")
     code, out = _analyze(runner, path)
     if missing == "rank":  # without a rank the file is no op timeline: refused as not a trace
-        assert code == 2 and "t.csv: not a trace" in out
+        assert code == 2
+        assert "t.csv: not a trace" in out
         return
-    assert code == 2 and f"t.csv: the op-timeline table has no column {missing}" in out
-    assert len(out.strip().splitlines()) == 1 and "Traceback" not in out
+    assert code == 2
+    assert f"t.csv: the op-timeline table has no column {missing}" in out
+    assert len(out.strip().splitlines()) == 1
+    assert "Traceback" not in out
 
 
 @pytest.mark.parametrize(
@@ -257,20 +264,24 @@ def test_a_missing_column_is_named(runner, tmp_path, header, missing):
 )
 def test_a_column_of_the_wrong_type_is_named(runner, tmp_path, text, column):
     code, out = _analyze(runner, _csv(tmp_path, text, "t.jsonl"))
-    assert code == 2 and f"t.jsonl: column {column} holds" in out, out
+    assert code == 2, out
+    assert f"t.jsonl: column {column} holds" in out, out
     assert len(out.strip().splitlines()) == 1
 
 
 def test_a_csv_value_of_the_wrong_type_is_named(runner, tmp_path):
     code, out = _analyze(runner, _csv(tmp_path, "rank,step,name,start_ns,dur_ns\n0,1,a,0,5\nx,1,a,5,5\n"))
-    assert code == 2 and "t.csv: cannot read the CSV op-timeline table" in out and "rank" in out, out
+    assert code == 2, out
+    assert "t.csv: cannot read the CSV op-timeline table" in out, out
+    assert "rank" in out, out
     assert len(out.strip().splitlines()) == 1
 
 
 def test_unknown_kinds_are_named(runner, tmp_path):
     path = _csv(tmp_path, "rank,step,name,start_ns,dur_ns,kind\n0,1,a,0,5,fwd\n0,1,b,5,5,compute\n0,1,c,9,5,fwd\n")
     code, out = _analyze(runner, path)
-    assert code == 2 and "t.csv: column kind: 2 row(s) of unknown kind ('fwd')" in out
+    assert code == 2
+    assert "t.csv: column kind: 2 row(s) of unknown kind ('fwd')" in out
 
 
 def test_bad_rows_are_skipped_and_counted(tmp_path):
@@ -292,31 +303,37 @@ def test_bad_rows_are_skipped_and_counted(tmp_path):
 def test_empty_and_rowless_tables_are_one_line(runner, tmp_path):
     empty = _csv(tmp_path, "", "empty.csv")
     code, out = _analyze(runner, empty)
-    assert code == 2 and "empty.csv: empty file" in out
+    assert code == 2
+    assert "empty.csv: empty file" in out
     header = _csv(tmp_path, "rank,step,name,start_ns,dur_ns\n", "header.csv")
     code, out = _analyze(runner, header)
-    assert code == 2 and "header.csv: the op-timeline table has no rows" in out
+    assert code == 2
+    assert "header.csv: the op-timeline table has no rows" in out
     bad = _csv(tmp_path, "rank,step,name,start_ns,dur_ns\n0,1,a,0,-1\n", "bad.csv")
     code, out = _analyze(runner, bad)
-    assert code == 2 and "bad.csv: none of the op-timeline table's 1 rows is usable" in out
+    assert code == 2
+    assert "bad.csv: none of the op-timeline table's 1 rows is usable" in out
     pq = tmp_path / "empty.parquet"
     pl.DataFrame(schema={"rank": pl.Int64, "step": pl.Int64, "name": pl.String, "start_ns": pl.Int64,
                          "dur_ns": pl.Int64}).write_parquet(pq)  # fmt: skip
     code, out = _analyze(runner, pq)
-    assert code == 2 and "empty.parquet: the op-timeline table has no rows" in out
+    assert code == 2
+    assert "empty.parquet: the op-timeline table has no rows" in out
 
 
 def test_a_gzipped_table_and_a_rank_out_of_range(runner, tmp_path):
     path = tmp_path / "t.jsonl.gz"
     path.write_bytes(gzip.compress(b'{"rank": 4294967296, "step": 1, "name": "a", "start_ns": 0, "dur_ns": 5}\n'))
     code, out = _analyze(runner, path)
-    assert code == 2 and "t.jsonl.gz: column rank: rank 4294967296 is out of range" in out
+    assert code == 2
+    assert "t.jsonl.gz: column rank: rank 4294967296 is out of range" in out
 
 
 def test_a_rank_with_two_coordinates_is_named(runner, tmp_path):
     path = _csv(tmp_path, "rank,step,name,start_ns,dur_ns,pp\n0,1,a,0,5,0\n0,1,b,5,5,1\n")
     code, out = _analyze(runner, path)
-    assert code == 2 and "t.csv: column pp: rank 0 has several values" in out
+    assert code == 2
+    assert "t.csv: column pp: rank 0 has several values" in out
 
 
 @pytest.mark.parametrize("fmt", ["parquet", "csv.gz"])
@@ -324,5 +341,6 @@ def test_the_executor_refuses_a_table_of_several_ranks_in_one_line(runner, fmt):
     src = TABLES / f"straggler_persistent.{fmt}"
     result = runner.invoke(cli, ["analyze", "--executor", "local", "-j", "1", str(src)])
     assert result.exit_code == 2
-    assert "op-timeline table" in result.output and "without --executor" in result.output
+    assert "op-timeline table" in result.output
+    assert "without --executor" in result.output
     assert "Traceback" not in result.output

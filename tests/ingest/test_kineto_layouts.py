@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import gzip
 import json
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import polars as pl
 import pytest
@@ -20,6 +20,9 @@ from tracediag.errors import TracediagError
 from tracediag.ingest import chrome, native
 from tracediag.ingest.read import read_file
 from tracediag.vocab import canonical_category
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 REAL = FIXTURES / "runs/healthy_ddp/rank0.pt.trace.json.gz"
 RESNET = SAMPLES / "gpu-public/resnet50_v100_2021"
@@ -68,7 +71,8 @@ def test_array_form_of_a_real_trace_reads_as_its_object_form(tmp_path, monkeypat
     assert_frame_equal(arr.events.select(cols), obj.events.select(cols))
     base = json.loads(gzip.decompress(REAL.read_bytes()))["baseTimeNanoseconds"]
     assert (obj.events["ts"] - arr.events["ts"]).unique().to_list() == [base]
-    assert arr.meta.time_base == "relative" and arr.meta.skipped == obj.meta.skipped
+    assert arr.meta.time_base == "relative"
+    assert arr.meta.skipped == obj.meta.skipped
 
 
 def test_array_form_analyzes_like_the_object_form(tmp_path):
@@ -84,7 +88,8 @@ def test_an_empty_event_list_is_read_as_no_events_on_both_paths(tmp_path, monkey
     path = tmp_path / "empty.json"
     path.write_bytes(content)
     ft = _both(path, monkeypatch, default_rank=0)
-    assert ft.events.height == 0 and ft.meta.events_in == 0
+    assert ft.events.height == 0
+    assert ft.meta.events_in == 0
 
 
 def test_a_truncated_array_keeps_its_complete_events_on_both_paths(tmp_path, monkeypatch):
@@ -103,7 +108,8 @@ def test_non_objects_in_an_array_are_counted_and_an_array_of_none_refused(tmp_pa
     mixed = tmp_path / "mixed.json"
     mixed.write_text(json.dumps([*events, 1, "x", None]))
     ft = _both(mixed, monkeypatch, rank=0)
-    assert ft.meta.skipped["malformed"] == 3 and ft.meta.events_in == 63
+    assert ft.meta.skipped["malformed"] == 3
+    assert ft.meta.events_in == 63
     numbers = tmp_path / "numbers.json"
     numbers.write_bytes(b"[1, 2, 3]")
     assert _both(numbers, monkeypatch, rank=0) == f"{numbers}: not a trace: a JSON array without event objects"
@@ -153,12 +159,15 @@ def test_2021_layout_reads_its_steps_kinds_and_threads(monkeypatch):
     counts = dict(ev.group_by("kind").len().iter_rows())
     raw = json.loads(gzip.decompress(_resnet(0).read_bytes()))["traceEvents"]
     by_cat = {c: sum(1 for e in raw if e.get("ph") == "X" and e.get("cat") == c) for c in ("Kernel", "Runtime")}
-    assert counts["kernel"] == by_cat["Kernel"] and counts["runtime"] == by_cat["Runtime"]
-    assert counts["memcpy"] == 12 and counts["memset"] == 312
+    assert counts["kernel"] == by_cat["Kernel"]
+    assert counts["runtime"] == by_cat["Runtime"]
+    assert counts["memcpy"] == 12
+    assert counts["memset"] == 312
     steps = ev.filter(pl.col("kind") == "step")["name"].cast(pl.String).sort().to_list()
     assert steps == [f"ProfilerStep#{n}" for n in range(16, 22)]
     kernels = ev.filter(pl.col("kind") == "kernel")
-    assert kernels["device"].unique().to_list() == [0] and kernels["stream"].null_count() == 0
+    assert kernels["device"].unique().to_list() == [0]
+    assert kernels["stream"].null_count() == 0
     assert set(ev.filter(pl.col("kind") == "cpu_op")["tid"].unique().to_list()) == {25738, 25772}
 
 

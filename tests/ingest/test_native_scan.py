@@ -12,7 +12,7 @@ import gzip
 import json
 import random
 import re
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import msgspec
 import orjson
@@ -25,6 +25,9 @@ from tracediag.errors import TracediagError
 from tracediag.ingest import chrome, native
 from tracediag.ingest.read import read_file
 from tracediag.ingest.sniff import map_plain
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 SOURCES = sorted(p for p in FIXTURES.rglob("*") if p.name.endswith((".json", ".json.gz")) and "manifest" not in p.name)
 KINETO = [
@@ -119,14 +122,16 @@ def test_a_mapped_file_reads_as_its_streamed_bytes(chunk: int, tmp_path: Path, m
     text = _text(KINETO[1])
     path = tmp_path / "plain.json"
     path.write_bytes(text)
-    assert map_plain(path) is not None and map_plain(KINETO[1]) is None  # gzipped: streamed
+    assert map_plain(path) is not None
+    assert map_plain(KINETO[1]) is None
     monkeypatch.setattr(chrome, "CHUNK_BYTES", chunk)
     monkeypatch.setattr(chrome, "SCANNED_ROWS", 200)
     mapped = read_file(path, default_rank=0)
     monkeypatch.setattr("tracediag.ingest.read.map_plain", lambda p: None)
     streamed = read_file(path, default_rank=0)
     assert_frame_equal(mapped.events, streamed.events)
-    assert mapped.meta == streamed.meta and mapped.events.height > 1000
+    assert mapped.meta == streamed.meta
+    assert mapped.events.height > 1000
     assert path.read_bytes() == text
 
 
@@ -135,7 +140,8 @@ def test_three_decimal_times_are_exact_ns(tmp_path: Path) -> None:
     time whose float64 is a whole number (…738.001 is …738.0 as a float)."""
     text = _text(FIXTURES / "kineto/hta_ns_resolution_head.json.gz")
     first = re.search(rb'"ts": (\d+)\.(\d{3})', text)
-    assert first is not None and int(first.group(1)) >= 2**43
+    assert first is not None
+    assert int(first.group(1)) >= 2**43
     text = text[: first.start()] + b'"ts": ' + first.group(1) + b".001" + text[first.end() :]
     path = tmp_path / "t.json"
     path.write_bytes(text)
@@ -286,7 +292,8 @@ def test_mutated_real_traces_read_the_same_on_both_paths(
         else:
             scanned_any += 1
         _assert_same(*_both(path, monkeypatch), f"seed {seed} case {i} from {src.name}")
-    assert scanned_any and declined_any  # both sides of the rule were exercised
+    assert scanned_any
+    assert declined_any
 
 
 def test_declines_what_it_does_not_read_exactly() -> None:
@@ -317,9 +324,11 @@ def test_a_missing_or_unknown_phase_makes_every_event_a_row() -> None:
         b' {"ph": "M", "name": "process_name"}, {}]'
     )
     fed, scanner = _scan(doc, True)
-    assert fed is not None and (fed.n_events, fed.kept, fed.skipped) == (5, 4, {})
+    assert fed is not None
+    assert (fed.n_events, fed.kept, fed.skipped) == (5, 4, {})
     rows = scanner.take()
-    assert rows["ph"].to_list() == ["f", "X", "Q", "M", None] and rows["order"].to_list() == [0, 1, 2, -1, 3]
+    assert rows["ph"].to_list() == ["f", "X", "Q", "M", None]
+    assert rows["order"].to_list() == [0, 1, 2, -1, 3]
 
 
 def test_times_with_more_decimals_as_float64_reads_them() -> None:
@@ -328,7 +337,8 @@ def test_times_with_more_decimals_as_float64_reads_them() -> None:
     fed, scanner = _scan(doc, True)
     assert fed is not None
     rows = scanner.take()
-    assert rows["ts"].to_list() == [20841, 0] and rows["dur"].to_list() == [1_000_000, None]
+    assert rows["ts"].to_list() == [20841, 0]
+    assert rows["dur"].to_list() == [1_000_000, None]
 
 
 def test_reads_the_columns_it_promises() -> None:
@@ -389,7 +399,8 @@ def test_a_declined_piece_between_scanned_ones(tmp_path: Path, monkeypatch: pyte
 
     monkeypatch.setattr(native.Scanner, "feed", spy)
     scanned = _read(path)
-    assert outcomes.count(False) == 1 and outcomes.count(True) > 10
+    assert outcomes.count(False) == 1
+    assert outcomes.count(True) > 10
     with monkeypatch.context() as m:
         m.setattr(native, "_chromescan", None)
         decoded = _read(path)
@@ -524,7 +535,8 @@ def test_names_are_categorical_and_the_name_tier_holds_the_rows_a_per_row_regex_
     text = _text(path)
     fed, scanner = _scan(text, False)
     every = scanner.take()
-    assert fed is not None and every.schema["name"] == every.schema["cat"] == pl.Categorical
+    assert fed is not None
+    assert every.schema["name"] == every.schema["cat"] == pl.Categorical
     monkeypatch.setattr(chrome, "CHUNK_BYTES", 40_000)
     monkeypatch.setattr(chrome, "SCANNED_ROWS", 200)
     if not scanned:
@@ -533,7 +545,8 @@ def test_names_are_categorical_and_the_name_tier_holds_the_rows_a_per_row_regex_
     assert dec.slices.schema["name"] == dec.slices.schema["cat"] == pl.Categorical
     assert dec.metadata.schema["name"] == pl.String
     pattern, fields = chrome._ARG_TIERS[1]
-    assert isinstance(pattern, str) and "coll_name" in fields
+    assert isinstance(pattern, str)
+    assert "coll_name" in fields
     picked = every.filter(
         (pl.col("order") >= 0) & pl.col("has_args") & pl.col("name").cast(pl.String).str.contains(pattern)
     )
@@ -668,7 +681,8 @@ def test_nested_arrays_decline_past_the_depth_limit_on_both_paths() -> None:
             for n in range(55, 70)
         ]
     assert read[b"1"] == read[b"1.5"]
-    assert read[b"1"] == sorted(read[b"1"], reverse=True) and 0 < sum(read[b"1"]) < 15  # read up to a depth
+    assert read[b"1"] == sorted(read[b"1"], reverse=True)
+    assert 0 < sum(read[b"1"]) < 15
 
 
 @pytest.mark.parametrize("value", [b"1.5", b"15e1", b"15E1", b"1234567.5", b"7e-1", b"12345678", b"0", b"-5"])
@@ -677,7 +691,8 @@ def test_numbers_in_an_event_that_is_only_counted_are_read(value: bytes) -> None
     document whatever number they hold, a fraction or an exponent after a short integer included."""
     doc = b'[{"ph": "X", "name": "a", "ts": 1, "dur": 2, "pid": 1, "tid": 2}, {"ph": "i", "pid": %s, "tid": %s}]'
     fed, scanner = _scan(doc % (value, value), True)
-    assert fed is not None and fed.skipped == {"instant": 1}
+    assert fed is not None
+    assert fed.skipped == {"instant": 1}
     assert scanner.take()["pid"].to_list() == [1]
 
 
@@ -692,7 +707,8 @@ def test_whole_microsecond_times_read_up_to_2_62_ns(key: bytes) -> None:
             if ns is None:
                 assert fed is None, text
             else:
-                assert fed is not None and scanner.take()[key.decode()][1] == ns, text
+                assert fed is not None, text
+                assert scanner.take()[key.decode()][1] == ns, text
 
 
 def _reason_or_rows(doc: bytes) -> str | pl.DataFrame:

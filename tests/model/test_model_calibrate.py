@@ -139,7 +139,8 @@ def test_measured_step_time_is_reproduced_and_moves_other_splits_sensibly():
     before = predict(LLAMA, H100, SAME, TRAIN, MODERN)
     measured = 1.3 * before.step_time_s
     profile = calibrate_from_step_time(LLAMA, H100, SAME, TRAIN, MODERN, step_time_s=measured)
-    assert profile.calibrated == ("compute",) and profile.compute_scale < 1
+    assert profile.calibrated == ("compute",)
+    assert profile.compute_scale < 1
     after = predict(LLAMA, apply_profile(H100, profile), SAME, TRAIN, MODERN)
     assert after.step_time_s == pytest.approx(measured, rel=1e-9)
     # Another split: its GEMM time grows by 1/scale (all but the memory-bound loss kernel `gemm_s` also
@@ -177,7 +178,9 @@ def test_cli_calibrate_from_trace_then_predict_with_profile(tmp_path):
          "--seq-len", "256", "--global-batch", "16", "--micro-batch", "4", "--zero", "0", "-o", str(out)],
     )  # fmt: skip
     assert run.exit_code == 0, run.output
-    assert "GEMM rate x" in run.stdout and "in-node bus bandwidth" in run.stdout and "self-check" in run.stdout
+    assert "GEMM rate x" in run.stdout
+    assert "in-node bus bandwidth" in run.stdout
+    assert "self-check" in run.stdout
     pred = runner.invoke(
         cli,
         ["predict", *CPU_FLAGS, *MODEL_FLAGS, "--gpus", "4", "--seq-len", "256", "--global-batch", "16",
@@ -195,12 +198,13 @@ def test_cli_calibrate_from_measured_step_time(tmp_path):
     step = 1.3 * predict(LLAMA, H100, SAME, TRAIN, MODERN).step_time_s
     result = runner.invoke(cli, ["calibrate", *flags, "--measured-step-time", str(step), "-o", str(out)])
     assert result.exit_code == 0, result.output
-    assert "calibrated (measured step time" in result.stdout and "from the preset: hbm, intra_link, inter_link" in (
-        result.stdout
-    )
+    assert "calibrated (measured step time" in result.stdout
+    assert "from the preset: hbm, intra_link, inter_link" in (result.stdout)
     assert load_profile(out).calibrated == ("compute",)
     both = runner.invoke(cli, ["calibrate", str(RUNS / "transformer_dp4"), *flags, "--measured-mfu", "0.4", "-o", "x"])
-    assert both.exit_code == 2 and both.stderr.count("\n") == 1 and "either trace files" in both.stderr
+    assert both.exit_code == 2
+    assert both.stderr.count("\n") == 1
+    assert "either trace files" in both.stderr
 
 
 def test_calibrated_device_says_so_in_every_rendering(profiles):
@@ -217,6 +221,8 @@ def test_cli_calibrate_refuses_traces_without_shapes(tmp_path):
     runs = ROOT / "fixtures" / "runs" / "healthy_ddp"
     out = tmp_path / "p.json"
     result = CliRunner().invoke(cli, ["calibrate", str(runs / "rank*.pt.trace.json.gz"), *CPU_FLAGS, "-o", str(out)])
-    assert result.exit_code == 2 and result.stderr.count("\n") == 1
-    assert "nothing to calibrate in 4 file(s)" in result.stderr and "record_shapes=True" in result.stderr
+    assert result.exit_code == 2
+    assert result.stderr.count("\n") == 1
+    assert "nothing to calibrate in 4 file(s)" in result.stderr
+    assert "record_shapes=True" in result.stderr
     assert not out.exists()

@@ -59,7 +59,8 @@ def test_activations_match_korthikanti_table2(tp):
 def test_collective_time_follows_nccl_tests_bus_bandwidth():
     dev = resolve_device("a100-80gb")
     link = group_link(dev, 8, 1)
-    assert link.link == "nvlink3" and link.busbw == pytest.approx(300e9 * 0.75)
+    assert link.link == "nvlink3"
+    assert link.busbw == pytest.approx(300e9 * 0.75)
     # all-reduce as a tree: a launch plus 2·log2(n) hops; all-gather as a ring: n − 1 hops
     expected = 10e-6 + 2 * 3 * 2e-6 + 2 * 7 / 8 * 1e9 / link.busbw
     assert collective_time("all_reduce", 1e9, 8, link) == pytest.approx(expected)
@@ -112,7 +113,8 @@ def test_full_recompute_costs_time_and_saves_memory():
     base = Training(seq_len=2048, global_batch=16, micro_batch=2)
     none = predict(model, dev, split, base, MEGATRON)
     full = predict(model, dev, split, dataclasses.replace(base, recompute="full"), MEGATRON)
-    assert full.step_time_s > none.step_time_s and full.memory.activations < none.memory.activations / 5
+    assert full.step_time_s > none.step_time_s
+    assert full.memory.activations < none.memory.activations / 5
     # recompute repeats the forward: about a third more compute
     assert full.time.compute_s / none.time.compute_s == pytest.approx(4 / 3, abs=0.06)
     assert math.isclose(full.mfu * full.step_time_s, none.mfu * none.step_time_s, rel_tol=1e-9)

@@ -35,12 +35,15 @@ def llama_plan():
 
 def test_plan_keeps_fitting_splits_ranked_by_throughput(llama_plan):
     preds = [r.prediction for r in llama_plan.ranked]
-    assert len(preds) == 4 and llama_plan.fitting >= 4
+    assert len(preds) == 4
+    assert llama_plan.fitting >= 4
     # Ranked by step time, except that a split within 1% of a faster one may go first when simpler.
     times = [p.step_time_s for p in preds]
     assert all(later >= earlier * (1 - NEAR_TIE) for earlier, later in itertools.pairwise(times))
     for p in preds:
-        assert p.split.gpus == 16 and p.split.tp <= 8 and 32 % p.split.tp == 0
+        assert p.split.gpus == 16
+        assert p.split.tp <= 8
+        assert 32 % p.split.tp == 0
         assert p.memory.total <= (1 - DEFAULT_HEADROOM) * p.memory.capacity
     first = llama_plan.ranked[0].reason
     assert first.startswith("fastest") or "slower than the fastest split found" in first
@@ -99,8 +102,10 @@ def test_megatron_args_parse_back():
     words = shlex.split(emit(p, "megatron").replace("\\\n", " "))
     assert words == megatron_args(p)
     value = {words[i]: words[i + 1] for i in range(len(words) - 1) if not words[i + 1].startswith("--")}
-    assert value["--tensor-model-parallel-size"] == "8" and value["--pipeline-model-parallel-size"] == "2"
-    assert value["--context-parallel-size"] == "2" and value["--micro-batch-size"] == "2"
+    assert value["--tensor-model-parallel-size"] == "8"
+    assert value["--pipeline-model-parallel-size"] == "2"
+    assert value["--context-parallel-size"] == "2"
+    assert value["--micro-batch-size"] == "2"
     assert value["--global-batch-size"] == "256"
     assert {"--sequence-parallel", "--use-distributed-optimizer", "--overlap-grad-reduce"} <= set(words)
 
@@ -109,10 +114,12 @@ def test_deepspeed_json_parses_with_degrees():
     p = _pred(Split(tp=2, pp=4, dp=8, zero=1, sequence_parallel=True), "full")
     cfg = orjson.loads(emit(p, "deepspeed"))
     assert cfg == deepspeed_config(p)
-    assert cfg["train_batch_size"] == 256 and cfg["train_micro_batch_size_per_gpu"] == 2
+    assert cfg["train_batch_size"] == 256
+    assert cfg["train_micro_batch_size_per_gpu"] == 2
     assert cfg["gradient_accumulation_steps"] == 256 // (2 * 8)
     assert cfg["zero_optimization"]["stage"] == 1
-    assert cfg["tensor_parallel"]["autotp_size"] == 2 and cfg["pipeline"]["stages"] == 4
+    assert cfg["tensor_parallel"]["autotp_size"] == 2
+    assert cfg["pipeline"]["stages"] == 4
 
 
 def test_deepspeed_refuses_pipeline_with_zero3():

@@ -58,7 +58,8 @@ def test_emit_aware_plan_proposes_only_what_the_target_runs(llama70b, target):
         s = p.split
         if target == "megatron":
             words = shlex.split(text.replace("\\\n", " "))
-            assert s.zero in (0, 1, 3) and not (s.zero == 3 and s.pp > 1)
+            assert s.zero in (0, 1, 3)
+            assert not (s.zero == 3 and s.pp > 1)
             assert ("--use-distributed-optimizer" in words) == (s.zero == 1 and s.dp * s.cp > 1)
         elif target == "torchtitan":
             par = tomllib.loads(text)["parallelism"]
@@ -68,7 +69,8 @@ def test_emit_aware_plan_proposes_only_what_the_target_runs(llama70b, target):
         else:
             cfg = orjson.loads(text)
             assert cfg["zero_optimization"]["stage"] == s.zero
-            assert s.vpp == 1 and (s.pp == 1 or s.zero <= 1)
+            assert s.vpp == 1
+            assert s.pp == 1 or s.zero <= 1
 
 
 def _torchtitan_stage_layers(layers: int, pp: int, per_stage: int, first_less: int, last_less: int, v: int):
@@ -76,7 +78,8 @@ def _torchtitan_stage_layers(layers: int, pp: int, per_stage: int, first_less: i
     embedding and output count as `first_less`/`last_less` layers, virtual stage i sits on rank i % pp."""
     units = layers + first_less + last_less
     stages = units // per_stage
-    assert stages * per_stage == units and stages == pp * v
+    assert stages * per_stage == units
+    assert stages == pp * v
     per_rank = [0] * pp
     for i in range(stages):
         per_rank[i % pp] += per_stage - (first_less if i == 0 else 0) - (last_less if i == stages - 1 else 0)
@@ -105,7 +108,8 @@ def test_uneven_stages_with_interleaving_as_llama3_ran():
         par["pipeline_parallel_last_stage_less_layers"],
         2,
     )
-    assert got == layers and par["pipeline_parallel_schedule"] == "Interleaved1F1B"
+    assert got == layers
+    assert par["pipeline_parallel_schedule"] == "Interleaved1F1B"
     # Megatron splits each stage evenly over its virtual stages, so 7 layers cannot take vpp=2.
     assert "do not split evenly" in unsupported("megatron", model, split)
     assert "--decoder-first-pipeline-num-layers" in megatron_args(
@@ -147,7 +151,9 @@ def test_published_mfu_ceiling_flags_optimistic_plans():
     # no published run of the class in the table: no claim either way
     assert ceiling_warning(predict(model, resolve_device("mi300x"), split, train, MODERN)) == ""
     slow = predict(model, resolve_device("h100-sxm", gemm_efficiency=0.3), split, train, MODERN)
-    assert slow.mfu < 0.47 and ceiling_warning(slow) == ""
+    assert slow.mfu < 0.47
+    assert ceiling_warning(slow) == ""
     # the ceilings are bf16 runs: an fp8 plan is not compared with them
     fp8 = predict(model, H100, split, dataclasses.replace(train, dtype="fp8"), MODERN)
-    assert fp8.mfu > 0.47 and ceiling_warning(fp8) == ""
+    assert fp8.mfu > 0.47
+    assert ceiling_warning(fp8) == ""

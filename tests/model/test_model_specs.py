@@ -114,4 +114,6 @@ def test_impossible_split_names_the_rule(split, message):
 def test_stage_layers_even_and_llama_style_uneven():
     assert stage_layers(32, 4) == (8, 8, 8, 8)
     layers = stage_layers(126, 16)
-    assert sum(layers) == 126 and layers[1:-1] == (8,) * 14 and layers[0] + layers[-1] == 14
+    assert sum(layers) == 126
+    assert layers[1:-1] == (8,) * 14
+    assert layers[0] + layers[-1] == 14

@@ -24,9 +24,11 @@ def _module():
 def test_leave_one_source_out_meets_targets():
     module = _module()
     cases, skipped = module.cases(CSV)
-    assert len(cases) == 67 and len(skipped) == 2  # OPT-175B and LLaMA-65B: split unknown
+    assert len(cases) == 67
+    assert len(skipped) == 2
     scores, chosen = module.leave_one_source_out(cases)
-    assert {s.publication for s in scores} == set(chosen) and len(chosen) == 7
+    assert {s.publication for s in scores} == set(chosen)
+    assert len(chosen) == 7
     errors = [s.error for s in scores]
     assert statistics.median(abs(e) for e in errors) <= 0.10
     assert max(abs(e) for e in errors) <= 0.30

@@ -143,7 +143,8 @@ def test_whatif_fields_round_trip_and_render(analyses):
     assert back.findings[0].whatif == a.findings[0].whatif
     assert Finding.from_dict({**a.findings[0].to_dict(), "whatif": "<b>"}).whatif == "<b>"
     html = render_html(back)
-    assert 'id="whatif"' in html and "what-if: without rank 2" in html
+    assert 'id="whatif"' in html
+    assert "what-if: without rank 2" in html
     hostile = Finding.from_dict({**a.findings[0].to_dict(), "whatif": "<script>x</script>"})
     page = render_html(Analysis(**{**back.__dict__, "findings": (hostile,)}))
     assert "<script>x</script>" not in page
@@ -174,7 +175,8 @@ def test_a_replay_bug_is_not_hidden(monkeypatch):
     import tracediag.reduce as reducing
 
     def broken(*args, **kwargs):
-        raise ValueError("no sync operation can be ordered")
+        msg = "no sync operation can be ordered"
+        raise ValueError(msg)
 
     monkeypatch.setattr(reducing, "graph_of", broken)
     with pytest.raises(ValueError, match="no sync operation can be ordered"):
@@ -185,10 +187,12 @@ def test_unpaired_pipeline_keeps_the_detectors_estimate(analyses):
     """1F1B traces name no peers and carry no schedule annotations: the stages cannot be linked, so the
     finding is not priced by a replay that would treat them as independent."""
     f = next(f for f in _analysis(analyses, "pipeline_1f1b_m8").findings if f.cause == "pipeline_bubble")
-    assert f.step_time_without_ns is None and f.whatif == ""
+    assert f.step_time_without_ns is None
+    assert f.whatif == ""
     assert f.time_lost_ns > 0
     g = next(f for f in _analysis(analyses, "pipeline_gpipe_m8").findings if f.cause == "pipeline_bubble")
-    assert g.step_time_without_ns is not None and g.whatif
+    assert g.step_time_without_ns is not None
+    assert g.whatif
 
 
 def test_each_category_of_a_segment_is_edited_on_its_own():

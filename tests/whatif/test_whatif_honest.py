@@ -44,7 +44,8 @@ def test_the_replay_runs_on_jax_traces(path):
     same rank, which the replay took for separate ranks (ShapeError in zip_with). One per rank now."""
     a = _analyze(path)
     assert not [w for w in a.warnings if "what-if" in w]
-    assert a.whatif is not None and a.whatif.replay_error_median < 0.05
+    assert a.whatif is not None
+    assert a.whatif.replay_error_median < 0.05
     assert set(a.whatif.replay_error_by_rank) == {str(r) for r in a.ranks}
     derived = derive_facts(tracediag.load(path, jobs=1))
     facts = derived.facts
@@ -57,7 +58,8 @@ def test_the_jax_two_process_run_prices_its_finding():
     paths = sorted(JAX.glob("gen_jax0.10.2_cpu2proc_p*.trace.json.gz"))
     run = tracediag.load(paths, jobs=1, rank_from_filename=r"_p(\d+)\.")
     a = tracediag.analyze(run)
-    assert a.whatif is not None and a.whatif.operations > 0
+    assert a.whatif is not None
+    assert a.whatif.operations > 0
     assert all(f.step_time_without_ns for f in a.findings if f.cause != "healthy")
 
 
@@ -69,7 +71,9 @@ def _all_positive(a) -> None:
         assert all(s.without_all_ns > 0 for s in a.whatif.steps)
         assert a.whatif.step_time_without_all_ns is None or a.whatif.step_time_without_all_ns > 0
     text = render_text(a)
-    assert "lost -" not in text and " -0 ms" not in text and " -0.0 ms" not in text
+    assert "lost -" not in text
+    assert " -0 ms" not in text
+    assert " -0.0 ms" not in text
 
 
 @pytest.mark.parametrize(
@@ -126,7 +130,7 @@ def test_every_whatif_uses_the_diagnosed_steps():
 
 
 def test_the_replay_error_is_given_per_rank_and_withholds_the_whatif_above_the_limit():
-    """gpipe m=8: the replay misses each rank by under 1% (median over steps). The per-rank errors are
+    """Gpipe m=8: the replay misses each rank by under 1% (median over steps). The per-rank errors are
     the replay's own; under a limit below the worst rank's error the what-if is withheld with the reason."""
     run = tracediag.load(RUNS / "pipeline_gpipe_m8", jobs=1)
     a = tracediag.analyze(run)
@@ -137,13 +141,16 @@ def test_the_replay_error_is_given_per_rank_and_withholds_the_whatif_above_the_l
     diagnosed = without_steps(facts, warmup_steps(facts.steps, Thresholds()))
     own = replay_error_by_rank(replay(graph_of(diagnosed, derived.replay)))
     assert a.whatif.replay_error_by_rank == {str(r): round(e, 4) for r, e in own.items()}
-    assert max(own.values()) < 0.05 and a.whatif.withheld == ""
+    assert max(own.values()) < 0.05
+    assert a.whatif.withheld == ""
     worst = max(own, key=own.get)
     strict = tracediag.analyze(run, thresholds=Thresholds(replay_error_limit=own[worst] / 2))
     assert f"rank {worst}'s steps by" in strict.whatif.withheld
     assert strict.whatif.step_time_without_all_ns is None
     (f,) = strict.findings
-    assert f.whatif == "" and f.step_time_without_ns is None and f.whatif_withheld == strict.whatif.withheld
+    assert f.whatif == ""
+    assert f.step_time_without_ns is None
+    assert f.whatif_withheld == strict.whatif.withheld
     assert "what-if withheld: the replay of the observed durations misses" in render_text(strict)
 
 
@@ -173,10 +180,12 @@ def test_host_bound_with_no_host_wait_costs_nothing_measurable_on_trace_compare_
     a = _analyze(HTA / "trace_compare" / "base")
     f = _finding(a, "host_bound")
     assert f.evidence["idle_waiting_on_host"] == 0
-    assert f.measurable is False and f.time_lost_ns < 0.01 * a.whatif.step_time_ns * len(f.steps)
+    assert f.measurable is False
+    assert f.time_lost_ns < 0.01 * a.whatif.step_time_ns * len(f.steps)
     assert f.step_time_without_ns == pytest.approx(a.whatif.step_time_ns, rel=0.01)
     result = runner.invoke(cli, ["analyze", str(HTA / "trace_compare" / "base"), "--fail-on", "host_bound"])
-    assert result.exit_code == 0 and "found, costs nothing measurable" in result.output
+    assert result.exit_code == 0
+    assert "found, costs nothing measurable" in result.output
 
 
 def test_input_without_a_loader_removes_the_lead_idle_it_names():

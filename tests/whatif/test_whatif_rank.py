@@ -67,7 +67,8 @@ def test_every_mark_lies_on_a_local_segment_edge(run):
         .join_asof(seg, left_on="t", right_on="_ts", by="rank", check_sortedness=False)
         .filter(pl.col("t") > pl.col("_ts"), pl.col("t") < pl.col("_end"))
     )
-    assert g.marks.height > 0 and inside.height == 0
+    assert g.marks.height > 0
+    assert inside.height == 0
 
 
 def test_the_sorted_fast_path_gives_the_tables_of_unsorted_events(run):
@@ -75,8 +76,10 @@ def test_the_sorted_fast_path_gives_the_tables_of_unsorted_events(run):
     host rows (`intervals.in_time_order`); the same events in another order take the general path.
     Every per-rank table must come out the same either way."""
     shuffled = run.events.sample(fraction=1.0, shuffle=True, seed=7)
-    assert in_time_order(run.events, "rank", "ts") and not in_time_order(shuffled, "rank", "ts")
+    assert in_time_order(run.events, "rank", "ts")
+    assert not in_time_order(shuffled, "rank", "ts")
     fast, general = rank_tables(run.events), rank_tables(shuffled)
-    assert fast.breakdown.height > 0 and fast.host.height + fast.kernels.height > 0
+    assert fast.breakdown.height > 0
+    assert fast.host.height + fast.kernels.height > 0
     for name, table in fast.tables().items():
         assert_frame_equal(table, getattr(general, name))

@@ -17,8 +17,8 @@ section in docs/analyze.md (tests/test_causes_registry.py checks the registry co
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from types import MappingProxyType
+from typing import TYPE_CHECKING
 
 from tracediag.analysis import Cause, Finding, WhatIf
 from tracediag.causes import (
@@ -35,10 +35,14 @@ from tracediag.causes import (
 )
 from tracediag.causes.healthy import healthy
 from tracediag.causes.spec import CauseSpec, Context
-from tracediag.detect.facts import Facts
 from tracediag.detect.thresholds import Thresholds
 from tracediag.whatif import price as _price
-from tracediag.whatif.graph import Graph
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from tracediag.detect.facts import Facts
+    from tracediag.whatif.graph import Graph
 
 __all__ = ["REGISTRY", "CauseSpec", "Context", "detect_all", "price", "spec_of"]
 

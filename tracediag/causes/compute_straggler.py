@@ -7,17 +7,21 @@ the rank's compute in its steps set to its peers' median (`whatif.causes.straggl
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import polars as pl
 
 from tracediag.analysis import Cause, Finding
 from tracediag.causes import late
 from tracediag.causes.spec import CauseSpec, Context
 from tracediag.detect import straggler
-from tracediag.detect.facts import Facts
 from tracediag.units import NS_PER_MS
 from tracediag.whatif import causes
-from tracediag.whatif.graph import Graph
 from tracediag.whatif.price import Pricing
+
+if TYPE_CHECKING:
+    from tracediag.detect.facts import Facts
+    from tracediag.whatif.graph import Graph
 
 
 def _ratios(ctx: Context) -> pl.DataFrame | None:

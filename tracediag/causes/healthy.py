@@ -3,12 +3,16 @@ thresholds and, when one came near, which (each cause's `CauseSpec.quiet` and `C
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from tracediag.analysis import Cause, Finding
-from tracediag.causes.spec import CauseSpec, Context
 from tracediag.detect import host_bound, straggler
 from tracediag.units import NS_PER_MS, count
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from tracediag.causes.spec import CauseSpec, Context
 
 
 def _and(parts: Sequence[str]) -> str:
@@ -16,7 +20,7 @@ def _and(parts: Sequence[str]) -> str:
 
 
 def _quiet(specs: Sequence[CauseSpec]) -> str:
-    """ "no rank computes ..., exposed communication, ... and device idle stay below their thresholds"."""
+    """The clause "no rank computes ..., exposed communication, ... and device idle stay below their thresholds"."""
     phrases = [s.quiet for s in specs if s.quiet]
     if len(phrases) == 1:
         return f"{phrases[0]} stays below its threshold"

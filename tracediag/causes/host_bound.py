@@ -7,16 +7,20 @@ CPU-only ranks there are none (the host is the device), so the what-if finds not
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import polars as pl
 
 from tracediag.analysis import Cause, Finding
 from tracediag.causes.spec import CauseSpec, Context
 from tracediag.detect import host_bound
-from tracediag.detect.facts import Facts
 from tracediag.units import NS_PER_MS
 from tracediag.whatif import causes
-from tracediag.whatif.graph import Graph
 from tracediag.whatif.price import Pricing
+
+if TYPE_CHECKING:
+    from tracediag.detect.facts import Facts
+    from tracediag.whatif.graph import Graph
 
 
 def _detect(ctx: Context) -> list[Finding]:

@@ -9,16 +9,20 @@ What-if: its lateness removed — its device's idle in its late steps cut to its
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import polars as pl
 
 from tracediag.analysis import Cause, Finding
 from tracediag.causes import late
 from tracediag.causes.spec import CauseSpec, Context
-from tracediag.detect.facts import Facts
 from tracediag.units import NS_PER_MS
 from tracediag.whatif import causes
-from tracediag.whatif.graph import Graph
 from tracediag.whatif.price import Pricing
+
+if TYPE_CHECKING:
+    from tracediag.detect.facts import Facts
+    from tracediag.whatif.graph import Graph
 
 
 def _detect(ctx: Context) -> list[Finding]:
@@ -30,6 +34,7 @@ def _edit(f: Finding, facts: Facts, graph: Graph) -> causes.Edit:
 
 
 def ranks_of(ranks: tuple[int, ...]) -> str:
+    """The possessive the what-if sentence opens with: "rank 2's" or "ranks 1, 3'"."""
     return f"rank {ranks[0]}'s" if len(ranks) == 1 else f"ranks {', '.join(map(str, ranks))}'"
 
 

@@ -7,17 +7,21 @@ median loading (`whatif.causes.input_to_peers`), the loading every rank does kep
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import polars as pl
 
 from tracediag.analysis import Cause, Finding
 from tracediag.causes import late
 from tracediag.causes.host_straggler import ranks_of
 from tracediag.causes.spec import CauseSpec, Context
-from tracediag.detect.facts import Facts
 from tracediag.units import NS_PER_MS
 from tracediag.whatif import causes
-from tracediag.whatif.graph import Graph
 from tracediag.whatif.price import Pricing
+
+if TYPE_CHECKING:
+    from tracediag.detect.facts import Facts
+    from tracediag.whatif.graph import Graph
 
 
 def _detect(ctx: Context) -> list[Finding]:

@@ -9,9 +9,13 @@ cause's detector takes its own findings from it.
 
 from __future__ import annotations
 
-from tracediag.analysis import Cause, Finding
-from tracediag.causes.spec import Context
+from typing import TYPE_CHECKING
+
 from tracediag.detect import lateness, straggler
+
+if TYPE_CHECKING:
+    from tracediag.analysis import Cause, Finding
+    from tracediag.causes.spec import Context
 
 
 def plan(ctx: Context) -> list[Finding]:

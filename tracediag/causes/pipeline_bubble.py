@@ -6,15 +6,19 @@ Detector: `detect.pipeline`. What-if: stages balanced, idle closed and send/recv
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from tracediag.analysis import Cause, Finding
 from tracediag.causes.spec import CauseSpec, Context
 from tracediag.detect import pipeline
-from tracediag.detect.facts import Facts
 from tracediag.detect.pipeline import bubble_formula
 from tracediag.units import NS_PER_MS
 from tracediag.whatif import causes
-from tracediag.whatif.graph import Graph
 from tracediag.whatif.price import Pricing
+
+if TYPE_CHECKING:
+    from tracediag.detect.facts import Facts
+    from tracediag.whatif.graph import Graph
 
 PROJECTED_MICROBATCHES = (2, 4, 8)
 """A pipeline's step is also projected at these multiples of its micro-batches."""

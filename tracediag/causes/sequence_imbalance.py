@@ -9,13 +9,17 @@ peers' exposed communication is the wait for them).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from tracediag.analysis import Cause, Finding
 from tracediag.causes.spec import CauseSpec, Context
 from tracediag.detect import sequence_imbalance, straggler
-from tracediag.detect.facts import Facts
 from tracediag.whatif import causes
-from tracediag.whatif.graph import Graph
 from tracediag.whatif.price import Pricing
+
+if TYPE_CHECKING:
+    from tracediag.detect.facts import Facts
+    from tracediag.whatif.graph import Graph
 
 
 def _detect(ctx: Context) -> list[Finding]:

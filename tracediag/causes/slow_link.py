@@ -14,15 +14,19 @@ late arrives late at the next collective; on a shared host its compute stretches
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import polars as pl
 
 from tracediag.analysis import Cause, Finding
 from tracediag.causes.spec import CauseSpec, Context
 from tracediag.detect import slow_link
-from tracediag.detect.facts import Facts
 from tracediag.whatif import causes
-from tracediag.whatif.graph import Graph
 from tracediag.whatif.price import Pricing
+
+if TYPE_CHECKING:
+    from tracediag.detect.facts import Facts
+    from tracediag.whatif.graph import Graph
 
 
 def _detect(ctx: Context) -> list[Finding]:

@@ -3,16 +3,18 @@ what a detector may read of the others' findings (`Context`)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import polars as pl
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
-from tracediag.analysis import Cause, Finding
-from tracediag.detect.facts import Facts
-from tracediag.detect.thresholds import Thresholds
-from tracediag.whatif.price import Pricing
+    import polars as pl
+
+    from tracediag.analysis import Cause, Finding
+    from tracediag.detect.facts import Facts
+    from tracediag.detect.thresholds import Thresholds
+    from tracediag.whatif.price import Pricing
 
 
 @dataclass

@@ -7,13 +7,17 @@ the same pipeline, and a compute_straggler finding of its stages, are absorbed (
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from tracediag.analysis import Cause, Finding
 from tracediag.causes.spec import CauseSpec, Context
 from tracediag.detect import stage_imbalance
-from tracediag.detect.facts import Facts
 from tracediag.whatif import causes
-from tracediag.whatif.graph import Graph
 from tracediag.whatif.price import Pricing
+
+if TYPE_CHECKING:
+    from tracediag.detect.facts import Facts
+    from tracediag.whatif.graph import Graph
 
 
 def _detect(ctx: Context) -> list[Finding]:

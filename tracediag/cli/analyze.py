@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -26,8 +26,10 @@ from tracediag.errors import TracediagError, shown
 from tracediag.execute.driver import analyze_sources
 from tracediag.output import write_atomic
 from tracediag.report.analyses import analyses_json, analyses_text
-from tracediag.run import Run
 from tracediag.same_run import split_by_file
+
+if TYPE_CHECKING:
+    from tracediag.run import Run
 
 
 def _with_checks(results: list[tuple[str, Analysis]], run: Run | None, check_kw: dict) -> list[tuple[str, Analysis]]:
@@ -65,7 +67,8 @@ def _causes(value: str | None) -> tuple[str, ...]:
     causes = tuple(c.strip() for c in value.split(",") if c.strip())
     bad = [c for c in causes if c not in CAUSES]
     if bad:
-        raise click.BadParameter(f"unknown cause {bad[0]!r}; one of {', '.join(CAUSES)}", param_hint="--fail-on")
+        msg = f"unknown cause {bad[0]!r}; one of {', '.join(CAUSES)}"
+        raise click.BadParameter(msg, param_hint="--fail-on")
     return causes
 
 
@@ -79,7 +82,8 @@ def _link(value: str | None) -> float | None:
     except (TracediagError, ValueError, OverflowError) as e:
         raise click.BadParameter(str(e).split("\n")[0], param_hint="--link-gbps") from None
     if not (math.isfinite(gbps) and gbps > 0):
-        raise click.BadParameter(f"{value!r}: a bandwidth is a finite number of GB/s above 0", param_hint="--link-gbps")
+        msg = f"{value!r}: a bandwidth is a finite number of GB/s above 0"
+        raise click.BadParameter(msg, param_hint="--link-gbps")
     return gbps
 
 
@@ -134,7 +138,8 @@ def analyze(
     peak = _link(link_gbps)
     html = check_kw.get("html_path")
     if output is not None and html is not None and os.path.realpath(output) == os.path.realpath(html):
-        raise InputError(f"{shown(output)}: -o and --html name the same file")
+        msg = f"{shown(output)}: -o and --html name the same file"
+        raise InputError(msg)
     ex_kw = {k: check_kw.pop(k) for k in EXECUTOR_KEYS}
     kw, n_files = _sources_kw(
         paths,

@@ -4,14 +4,15 @@ in one line."""
 from __future__ import annotations
 
 import math
-import os
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from tracediag.errors import one_line, shown
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 T = TypeVar("T")
 
@@ -26,6 +27,7 @@ class Finite(click.FloatRange):
     name = "number"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        """The number, or a usage error for nan and inf."""
         number = super().convert(value, param, ctx)
         if not math.isfinite(number):
             self.fail(f"{value!r} is not a finite number", param, ctx)
@@ -36,6 +38,7 @@ class FilePath(click.Path):
     """A file option (`click.Path`) that is not empty: ``-o ""`` names no file and would be ignored as absent."""
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        """The path, or a usage error for an empty one."""
         if isinstance(value, str) and not value.strip():
             self.fail("an empty path names no file", param, ctx)
         return super().convert(value, param, ctx)
@@ -60,11 +63,13 @@ def read_user_file(path: str | Path, option: str, read: Callable[[str | Path], T
         return read(path)
     except FILE_ERRORS as e:
         why = one_line(f"{type(e).__name__}: {e}")
-        raise InputError(f"{shown(path)}: not a usable {what} ({why})") from None
+        msg = f"{shown(path)}: not a usable {what} ({why})"
+        raise InputError(msg) from None
 
 
 def regular_file(path: str | Path, option: str) -> None:
     """`InputError` when `path` exists but is not a regular file: reading a FIFO with no writer would
     wait forever, and a device would never end."""
-    if os.path.exists(path) and not os.path.isfile(path):
-        raise InputError(f"{shown(path)}: {option} must name a regular file")
+    if Path(path).exists() and not Path(path).is_file():
+        msg = f"{shown(path)}: {option} must name a regular file"
+        raise InputError(msg)

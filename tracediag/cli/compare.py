@@ -34,7 +34,8 @@ def _side(path: str, step_regex: str | None, jobs: int, allow_mixed: bool) -> An
         try:
             return Analysis.from_dict(orjson.loads(Path(path).read_bytes()))
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as e:
-            raise InputError(f"{path}: not a readable tracediag analysis ({e})") from None
+            msg = f"{path}: not a readable tracediag analysis ({e})"
+            raise InputError(msg) from None
     run = load_traces((path,), jobs, None, ())
     try:
         return analyze(run, step_regex=step_regex, allow_mixed=allow_mixed)

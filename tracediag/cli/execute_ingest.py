@@ -27,9 +27,11 @@ def ingest_ranks(
     from tracediag.execute.driver import summarize
 
     if output:
-        raise InputError("--output writes one Parquet of all events; with --executor use --out DIR (one per rank)")
+        msg = "--output writes one Parquet of all events; with --executor use --out DIR (one per rank)"
+        raise InputError(msg)
     if not ex_kw["out_dir"]:
-        raise InputError("ingest --executor needs --out DIR|URL for the per-rank tables")
+        msg = "ingest --executor needs --out DIR|URL for the per-rank tables"
+        raise InputError(msg)
     refuse_overwrite(paths, {}, (), ex_kw)
     kw = summarize_kw(ex_kw, jobs=jobs, rank_from_filename=rank_from_filename, rank_map=rank_map)
     kw.update(keep_events=True, step_regex=step_regex, comm_kernel=comm_kernel)

@@ -72,7 +72,8 @@ def storage_options(items: tuple[str, ...]) -> dict[str, str] | None:
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key:
-            raise click.BadParameter(f"{item!r} is not KEY=VALUE", param_hint="--storage-option")
+            msg = f"{item!r} is not KEY=VALUE"
+            raise click.BadParameter(msg, param_hint="--storage-option")
         out[key] = value
     return out or None
 
@@ -90,7 +91,8 @@ def summarize_kw(
 ) -> dict[str, Any]:
     """`execute.driver.summarize` arguments from the command's options."""
     if _attaches(kw) and not kw["out_dir"]:
-        raise InputError("a cluster's workers write where the driver reads: give --out on storage both reach")
+        msg = "a cluster's workers write where the driver reads: give --out on storage both reach"
+        raise InputError(msg)
     return {
         "executor": kw["executor"],
         "workers": jobs,

@@ -34,7 +34,8 @@ def hang(
     except TracediagError as e:
         raise InputError(str(e).replace("\n\n", " ").replace("\n", " ")) from None
     except re.error as e:
-        raise InputError(f"--rank-from-filename: not a regex ({e})") from None
+        msg = f"--rank-from-filename: not a regex ({e})"
+        raise InputError(msg) from None
     if fmt == "json":
         text = orjson.dumps(report.to_dict(), option=orjson.OPT_INDENT_2).decode()
     elif fmt == "html":

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 import polars as pl
@@ -13,8 +13,10 @@ from tracediag.cli.execute_options import executor_options, storage_options
 from tracediag.cli.traces import load_traces, trace_options
 from tracediag.derive.steps import find_markers
 from tracediag.errors import TracediagError, one_line, shown
-from tracediag.run import Run
 from tracediag.units import NS_PER_MS, format_ms
+
+if TYPE_CHECKING:
+    from tracediag.run import Run
 
 
 def summary(run: Run) -> str:

@@ -9,11 +9,13 @@ so the core install needs no new dependency.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tracediag.report.metrics import WatchMetrics, exposition
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 

@@ -129,6 +129,8 @@ device_options = _options(
 
 
 def one_line_errors(f: Callable) -> Callable:
+    """Decorator: a `TracediagError` of the command becomes one `InputError` line (exit 2)."""
+
     @functools.wraps(f)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
@@ -146,10 +148,12 @@ def checked_numbers(obj: Any, source: str) -> None:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             continue
         if (isinstance(value, int) and not 0 <= value < 2**31) or not math.isfinite(value):
-            raise InputError(f"{shown(source)}: {f.name} = {value!r} is out of range")
+            msg = f"{shown(source)}: {f.name} = {value!r} is out of range"
+            raise InputError(msg)
 
 
 def model_from_options(kw: dict) -> ModelSpec:
+    """The model `--model` (a preset or a HF config.json) or `--layers ...` describe."""
     overrides = {k: kw[k] for k in ("experts", "top_k", "tied_embeddings") if kw.get(k) is not None}
     if kw["model_name"]:
         model = read_user_file(kw["model_name"], "--model", resolve_model, "model config")
@@ -172,6 +176,7 @@ def model_from_options(kw: dict) -> ModelSpec:
 
 
 def profile_from_options(kw: dict) -> Profile | None:
+    """The calibration profile `--profile` names, or None."""
     if not kw.get("profile_path"):
         return None
     return read_user_file(kw["profile_path"], "--profile", load_profile, "calibration profile")
@@ -182,7 +187,8 @@ def _link(text: str | None, option: str) -> Any:
         return None
     link = parse_link(text)
     if not (math.isfinite(link.bandwidth_gbps) and link.bandwidth_gbps > 0):
-        raise InputError(f"{option} {text!r}: a bandwidth is a finite number of GB/s above 0")
+        msg = f"{option} {text!r}: a bandwidth is a finite number of GB/s above 0"
+        raise InputError(msg)
     return link
 
 

@@ -28,7 +28,8 @@ def write_html(analysis: Analysis, path: Path, source: Path | None = None) -> No
         if source is None:
             raise
         why = one_line(f"{type(e).__name__}: {e}")
-        raise InputError(f"{shown(source)}: not a tracediag analysis (a section has the wrong shape: {why})") from None
+        msg = f"{shown(source)}: not a tracediag analysis (a section has the wrong shape: {why})"
+        raise InputError(msg) from None
     try:
         write_atomic(path, data)
     except TracediagError as e:

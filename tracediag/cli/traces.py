@@ -4,9 +4,8 @@ one load that turns a bad input into one line (`load_traces`)."""
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -15,6 +14,10 @@ from tracediag.errors import TracediagError
 from tracediag.output import refuse_inputs
 from tracediag.run import Run, load, resolve_paths
 from tracediag.schema import MAX_RANK
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+    from pathlib import Path
 
 
 def trace_options(f):
@@ -56,7 +59,8 @@ def parse_rank_map(items: tuple[str, ...]) -> dict[str, int]:
         name, sep, value = item.rpartition("=")
         value = value.strip()
         if not sep or not name or not (value.isascii() and value.isdigit()) or int(value) > MAX_RANK:
-            raise click.BadParameter(f"{item!r} is not FILE=N with N in 0..{MAX_RANK:,}", param_hint="--rank")
+            msg = f"{item!r} is not FILE=N with N in 0..{MAX_RANK:,}"
+            raise click.BadParameter(msg, param_hint="--rank")
         out[name] = int(value)
     return out
 

@@ -29,17 +29,19 @@ class JsonLines:
 
     def __init__(self, path: str) -> None:
         try:
-            self.f = open(path, "ab")  # noqa: SIM115 - open for the watch's whole life
+            self.f = Path(path).open("ab")  # noqa: SIM115 - open for the watch's whole life
             if self.f.tell() > 0:
-                with open(path, "rb") as r:
+                with Path(path).open("rb") as r:
                     r.seek(-1, os.SEEK_END)
                     if r.read(1) != b"\n":  # a record cut by a crash: the next starts on its own line
                         self.f.write(b"\n")
         except OSError as e:
-            raise InputError(f"{shown(path)}: cannot append to it ({e.strerror or e})") from None
+            msg = f"{shown(path)}: cannot append to it ({e.strerror or e})"
+            raise InputError(msg) from None
         self.path = path
 
     def write(self, record: dict) -> None:
+        """Append one record as a line, flushed to disk (a reader never sees half a record)."""
         self.f.write(orjson.dumps(record) + b"\n")
         self.f.flush()
         os.fsync(self.f.fileno())
@@ -133,8 +135,9 @@ def watch(
     """Follow the trace files a running job writes (a directory, glob or URL) and analyse each
     profiler window as its ranks' files land."""
     for option, path in (("--jsonl", jsonl_path), ("--metrics-file", metrics_file), ("--state", state_path)):
-        if path is not None and os.path.exists(path) and not os.path.isfile(path):
-            raise InputError(f"{shown(path)}: {option} must name a regular file")
+        if path is not None and Path(path).exists() and not Path(path).is_file():
+            msg = f"{shown(path)}: {option} must name a regular file"
+            raise InputError(msg)
     prediction = _plan(plan_path) if plan_path is not None else None
     metrics = WatchMetrics()
     out = JsonLines(jsonl_path) if jsonl_path else None
@@ -157,7 +160,8 @@ def watch(
         try:
             _server, port, how = serve(metrics, metrics_host, metrics_port)
         except OSError as e:
-            raise InputError(f"--metrics-port {metrics_port}: cannot listen ({e.strerror or e})") from None
+            msg = f"--metrics-port {metrics_port}: cannot listen ({e.strerror or e})"
+            raise InputError(msg) from None
         click.echo(f"serving metrics at http://{metrics_host}:{port}/metrics ({how})", err=True)
     slower = fail_if_slower / 100 if fail_if_slower is not None else 0.10
     try:

@@ -8,10 +8,13 @@ set operation (A minus B, A and not B or C, ...) is a filter on counts.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import polars as pl
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 
 def union_intervals(lf: pl.LazyFrame, by: Sequence[str]) -> pl.LazyFrame:
@@ -142,7 +145,8 @@ def asof_by_rank(
     with `right`'s columns but ``rank``; a match of another rank is no match (nulls). `keys`: Int64
     keys (`rank_time`) for times of the table they were made for."""
     if strategy not in ("backward", "forward"):
-        raise ValueError(f"asof_by_rank: strategy {strategy!r} is not backward or forward")
+        msg = f"asof_by_rank: strategy {strategy!r} is not backward or forward"
+        raise ValueError(msg)
     kept = [c for c in right.collect_schema().names() if c != "rank"]
     keyed = left.with_columns(_asof=rank_time(left_on, keys))
     stable = keys is not None  # ties in the order the Int128 keys' (merge) sort leaves them

@@ -13,13 +13,15 @@ All times are in ns on the rank's own clock (the reduce aligns the clocks); ever
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
 from tracediag.parquet import join, read_parquet, write_parquet
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 
 @dataclass(frozen=True, eq=False)
@@ -102,7 +104,8 @@ class RankSummary:
 def concat(summaries: Sequence[RankSummary]) -> RankSummary:
     """The summary of several ranks from theirs (given in rank order)."""
     if not summaries:
-        raise ValueError("no summaries to concatenate")
+        msg = "no summaries to concatenate"
+        raise ValueError(msg)
     if len(summaries) == 1:
         return summaries[0]
     return RankSummary(**{n: pl.concat([getattr(s, n) for s in summaries]) for n in RankSummary.names()})

@@ -3,12 +3,15 @@ that broke the collective order named (`tracediag hang`, docs/hang.md)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tracediag.desync.analyze import analyze_dumps
 from tracediag.desync.result import HangReport
 from tracediag.ingest.flight import MAX_DUMP_BYTES, MAX_ENTRIES, read_dumps
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
 
 __all__ = ["HangReport", "analyze_dumps", "hang"]
 

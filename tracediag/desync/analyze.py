@@ -13,6 +13,8 @@ open is said. The group whose problem started first (entry creation time) is the
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import polars as pl
 
 from tracediag.desync.result import (
@@ -25,7 +27,9 @@ from tracediag.desync.result import (
 )
 from tracediag.desync.sentence import ranks_text as _ranks
 from tracediag.desync.sentence import sentence_for
-from tracediag.ingest.flight import FlightDumps
+
+if TYPE_CHECKING:
+    from tracediag.ingest.flight import FlightDumps
 
 SIZES_MAY_DIFFER = frozenset(
     {"all_to_all", "all_to_all_single", "all_to_all_v_single", "all_gather_v", "reduce_scatter_v", "gather", "scatter"}

@@ -17,12 +17,16 @@ of peak: too much traffic for the link) or slow (≤ `comm_far_below`: a slow or
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import polars as pl
 
 from tracediag.analysis import Finding
-from tracediag.detect.facts import Facts
-from tracediag.detect.thresholds import Thresholds
 from tracediag.units import NS_PER_MS, count
+
+if TYPE_CHECKING:
+    from tracediag.detect.facts import Facts
+    from tracediag.detect.thresholds import Thresholds
 
 
 def _bandwidth_verdict(busbw: float | None, link_gbps: float | None, th: Thresholds) -> tuple[str, dict]:

@@ -26,12 +26,16 @@ time_lost_ns = Σ over them of the median over GPU ranks of the idle device time
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import polars as pl
 
 from tracediag.analysis import Finding
-from tracediag.detect.facts import Facts
-from tracediag.detect.thresholds import Thresholds
 from tracediag.units import NS_PER_MS, NS_PER_US
+
+if TYPE_CHECKING:
+    from tracediag.detect.facts import Facts
+    from tracediag.detect.thresholds import Thresholds
 
 
 def _decided_on(steps: pl.DataFrame) -> pl.DataFrame:

@@ -12,15 +12,18 @@ gc, sync, checkpoint) or data loading (``input_straggler``).
 from __future__ import annotations
 
 import dataclasses
+from typing import TYPE_CHECKING
 
 import polars as pl
 
 from tracediag.analysis import Cause, Finding, Lateness
 from tracediag.derive import lateness
 from tracediag.detect import straggler
-from tracediag.detect.facts import Facts
-from tracediag.detect.thresholds import Thresholds
 from tracediag.units import NS_PER_MS, count
+
+if TYPE_CHECKING:
+    from tracediag.detect.facts import Facts
+    from tracediag.detect.thresholds import Thresholds
 
 
 def assess(facts: Facts, th: Thresholds) -> Lateness | None:

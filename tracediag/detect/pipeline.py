@@ -16,13 +16,17 @@ over stages.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import polars as pl
 
 from tracediag.analysis import Finding, Pipeline, StageIdle
 from tracediag.derive.p2p import stage_order
-from tracediag.detect.facts import Facts
-from tracediag.detect.thresholds import Thresholds
 from tracediag.units import NS_PER_MS
+
+if TYPE_CHECKING:
+    from tracediag.detect.facts import Facts
+    from tracediag.detect.thresholds import Thresholds
 
 
 def bubble_formula(p: int, m: int, v: int = 1) -> float:

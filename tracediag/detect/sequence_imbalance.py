@@ -27,12 +27,16 @@ compute in the step set to the step's mean (the same work, spread evenly).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import polars as pl
 
 from tracediag.analysis import Finding
-from tracediag.detect.facts import Facts
-from tracediag.detect.thresholds import Thresholds
 from tracediag.units import NS_PER_MS
+
+if TYPE_CHECKING:
+    from tracediag.detect.facts import Facts
+    from tracediag.detect.thresholds import Thresholds
 
 
 def candidate_ranks(facts: Facts) -> list[int]:

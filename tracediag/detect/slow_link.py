@@ -25,6 +25,7 @@ what-if replaces it): the excess of its transfers over the reference, summed ove
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import polars as pl
 
@@ -32,9 +33,11 @@ from tracediag.analysis import Cause, Finding
 from tracediag.derive.collectives import MATCH_TOLERANCE_NS
 from tracediag.derive.lateness import _chance
 from tracediag.derive.transfers import CLASS
-from tracediag.detect.facts import Facts
-from tracediag.detect.thresholds import Thresholds
 from tracediag.units import NS_PER_MS, count
+
+if TYPE_CHECKING:
+    from tracediag.detect.facts import Facts
+    from tracediag.detect.thresholds import Thresholds
 
 FLOOR_NS = MATCH_TOLERANCE_NS
 """References below this are taken as this (100 µs, the clock alignment error allowed when matching):

@@ -26,14 +26,18 @@ of the step (the same work, rebalanced).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import polars as pl
 
 from tracediag.analysis import Finding
 from tracediag.derive.p2p import stage_order
-from tracediag.detect.facts import Facts
 from tracediag.detect.pipeline import bubble_formula
-from tracediag.detect.thresholds import Thresholds
 from tracediag.units import NS_PER_MS
+
+if TYPE_CHECKING:
+    from tracediag.detect.facts import Facts
+    from tracediag.detect.thresholds import Thresholds
 
 TOP_OPS = 5
 """Operator differences listed in the evidence."""

@@ -24,13 +24,16 @@ time_lost_ns = Σ over its steps of min(peers' median wait, excess compute).
 from __future__ import annotations
 
 from math import comb
+from typing import TYPE_CHECKING
 
 import polars as pl
 
 from tracediag.analysis import Finding
-from tracediag.detect.facts import Facts
-from tracediag.detect.thresholds import Thresholds
 from tracediag.units import NS_PER_MS
+
+if TYPE_CHECKING:
+    from tracediag.detect.facts import Facts
+    from tracediag.detect.thresholds import Thresholds
 
 
 def rank_step_ratios(steps: pl.DataFrame, th: Thresholds) -> pl.DataFrame:

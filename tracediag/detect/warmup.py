@@ -14,11 +14,13 @@ per-step table).
 from __future__ import annotations
 
 import dataclasses
+from typing import TYPE_CHECKING
 
 import polars as pl
 
-from tracediag.detect.facts import Facts
-from tracediag.detect.thresholds import Thresholds
+if TYPE_CHECKING:
+    from tracediag.detect.facts import Facts
+    from tracediag.detect.thresholds import Thresholds
 
 
 def warmup_steps(steps: pl.DataFrame, th: Thresholds) -> list[int]:

@@ -9,11 +9,13 @@ with it and gathers the summaries.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tracediag.execute.base import EXECUTORS, EngineMissing, Executor, first_line
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 __all__ = ["EXECUTORS", "EngineMissing", "Executor", "first_line", "open_executor"]
 
@@ -47,7 +49,8 @@ def open_executor(
 
         ex = DaskExecutor(workers=workers, retries=retries, address=address, scheduler_file=scheduler_file)
     else:
-        raise ValueError(f"unknown executor {name!r}; one of {', '.join(EXECUTORS)}")
+        msg = f"unknown executor {name!r}; one of {', '.join(EXECUTORS)}"
+        raise ValueError(msg)
     try:
         yield ex
     finally:

@@ -4,8 +4,10 @@ raises, and one-line exception text. Kept apart from `open_executor` so the engi
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterable, Iterator
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Hashable, Iterable, Iterator
 
 EXECUTORS = ("local", "ray", "dask")
 
@@ -15,7 +17,8 @@ class Executor(Protocol):
 
     name: str
 
-    def submit(self, fn: Callable[[Any], Any], arg: Any) -> Hashable: ...
+    def submit(self, fn: Callable[[Any], Any], arg: Any) -> Hashable:
+        """Start ``fn(arg)`` on a worker; the handle `as_completed` yields back."""
 
     def as_completed(self, handles: Iterable[Hashable]) -> Iterator[tuple[Hashable, Any]]:
         """Each handle once, as its task finishes: its result, or the exception of its last attempt."""

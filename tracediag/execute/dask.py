@@ -15,8 +15,10 @@ cluster attached to keeps its own configuration.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Hashable, Iterable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Hashable, Iterable, Iterator
 
 try:
     import dask
@@ -25,7 +27,8 @@ try:
 except ImportError as e:  # pragma: no cover - depends on the install
     from tracediag.execute.base import EngineMissing
 
-    raise EngineMissing("--executor dask needs Dask: pip install 'tracediag[dask]'") from e
+    msg = "--executor dask needs Dask: pip install 'tracediag[dask]'"
+    raise EngineMissing(msg) from e
 
 
 LEAN = {
@@ -39,6 +42,8 @@ CPU-s per second with Dask's defaults, 0.02 with these; the sampler costs more w
 
 
 class DaskExecutor:
+    """The tasks on a Dask cluster (`open_executor`, ``dask``): attached to, or a local one started."""
+
     name = "dask"
 
     def __init__(
@@ -64,9 +69,11 @@ class DaskExecutor:
                 self._client = Client(self._cluster)
 
     def submit(self, fn: Callable[[Any], Any], arg: Any) -> Hashable:
+        """Start ``fn(arg)`` as a Dask future, retried by the scheduler."""
         return self._client.submit(fn, arg, retries=self.retries, pure=False)
 
     def as_completed(self, handles: Iterable[Hashable]) -> Iterator[tuple[Hashable, Any]]:
+        """Each future once as it finishes: its result, or its exception."""
         for fut in _as_completed(list(handles)):
             try:
                 yield fut, fut.result()
@@ -75,6 +82,7 @@ class DaskExecutor:
             fut.release()
 
     def close(self) -> None:
+        """Close the client, and the local cluster if this executor started it."""
         self._client.close()
         if self._cluster is not None:
             self._cluster.close()

@@ -16,15 +16,13 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import orjson
 import polars as pl
 
-from tracediag.analysis import Analysis
 from tracediag.derive.summary import RankSummary
 from tracediag.errors import RankError, TracediagError
 from tracediag.execute import open_executor
@@ -44,6 +42,11 @@ from tracediag.ingest.timeline import parquet_is_timeline
 from tracediag.parquet import is_url, join, read_parquet, write_parquet
 from tracediag.run import RANK_HINT, Run, RunMeta, _is_parquet, rank_resolver, resolve_inputs
 
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+    from tracediag.analysis import Analysis
+
 
 @dataclass(frozen=True)
 class Summaries:
@@ -57,6 +60,7 @@ class Summaries:
 
     @property
     def ranks(self) -> list[int]:
+        """The ranks summarised (a rank of several profiler windows once)."""
         return sorted(self.manifest.filter("ok")["rank"].unique().to_list())  # a rank's windows: one summary
 
     def summary(self) -> RankSummary:
@@ -77,6 +81,7 @@ class Progress:
         self.tty = self.stream.isatty()
 
     def line(self) -> str:
+        """The progress line: files, ranks, failures and rates so far."""
         secs = max(time.monotonic() - self.start, 1e-9)
         return (
             f"files {self.done}/{self.total} · ranks {self.ranks} · failed {self.failed} · "
@@ -84,6 +89,7 @@ class Progress:
         )
 
     def __call__(self, row: dict[str, Any]) -> None:
+        """Count one finished file's manifest row, and redraw the line."""
         self.done += 1
         self.ranks += row["ok"]
         self.failed += not row["ok"] and not row["not_a_trace"]
@@ -112,10 +118,12 @@ def _tasks(
     """(task, found in a directory) per input file, and the error rows of files whose rank is wrong."""
     resolved = resolve_inputs(sources, storage_options)
     if not resolved:
-        raise TracediagError("no trace files given")
+        msg = "no trace files given"
+        raise TracediagError(msg)
     if len(resolved) == 1 and _is_parquet(resolved[0].path, storage_options):
         what = "an op-timeline table" if parquet_is_timeline(resolved[0].path) else "a saved run"
-        raise TracediagError(f"{resolved[0].path}: {what} is analysed without --executor")
+        msg = f"{resolved[0].path}: {what} is analysed without --executor"
+        raise TracediagError(msg)
     resolve = rank_resolver(rank_from_filename=rank_from_filename, rank_map=rank_map)
     default_rank = 0 if len(resolved) == 1 else None
     tasks, errors = [], []
@@ -214,7 +222,8 @@ def summarize(
         try:
             re.compile(step_regex)
         except re.error as e:
-            raise ValueError(f"--step-regex {step_regex!r} is not a valid regular expression ({e})") from None
+            msg = f"--step-regex {step_regex!r} is not a valid regular expression ({e})"
+            raise ValueError(msg) from None
     comm_kernel = check_comm_kernel(comm_kernel)
     if isinstance(sources, (str, Path)):
         sources = [sources]
@@ -326,7 +335,8 @@ def _meta(manifest: pl.DataFrame, in_directory: dict[str, bool]) -> RunMeta:
     for rank, path, meta in ok.select("rank", "path", "meta").iter_rows():
         other, joined = by_rank.setdefault(rank, (path, meta))
         if meta != joined:  # the windows of one rank read together share one joined trace's metadata
-            raise RankError(f"{other} and {path} both claim rank {rank}; {RANK_HINT}")
+            msg = f"{other} and {path} both claim rank {rank}; {RANK_HINT}"
+            raise RankError(msg)
     files = [orjson.loads(meta) for _, (_, meta) in sorted(by_rank.items())]
     return RunMeta.from_dict({"files": files, "errors": errors, "ignored": ignored})
 

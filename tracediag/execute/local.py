@@ -13,13 +13,17 @@ import itertools
 import queue
 import threading
 import warnings
-from collections.abc import Callable, Hashable, Iterable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tracediag.ingest.workers import WorkerError, _Raised, _Worker
 
+if TYPE_CHECKING:
+    from collections.abc import Callable, Hashable, Iterable, Iterator
+
 
 class LocalExecutor:
+    """The tasks on a pool of local worker processes (`open_executor`, ``local``), each retried `retries` times."""
+
     name = "local"
 
     def __init__(self, *, workers: int, retries: int) -> None:
@@ -54,7 +58,8 @@ class LocalExecutor:
                 error = e
             if attempt == self.retries:
                 return error, worker
-        raise AssertionError("unreachable")
+        msg = "unreachable"
+        raise AssertionError(msg)
 
     def _start(self) -> _Worker | None:
         try:
@@ -78,6 +83,7 @@ class LocalExecutor:
                 worker.close()
 
     def submit(self, fn: Callable[[Any], Any], arg: Any) -> Hashable:
+        """Queue ``fn(arg)``, starting a pool thread while fewer than `workers` run."""
         if len(self._threads) < self.workers:
             thread = threading.Thread(target=self._drive, name=f"tracediag-local-{len(self._threads)}", daemon=True)
             thread.start()
@@ -88,6 +94,7 @@ class LocalExecutor:
         return handle
 
     def as_completed(self, handles: Iterable[Hashable]) -> Iterator[tuple[Hashable, Any]]:
+        """Each handle once as its task finishes: its result, or the exception of its last attempt."""
         wanted = set(handles)
         for handle in [h for h in wanted if h in self._finished]:
             wanted.discard(handle)
@@ -102,6 +109,7 @@ class LocalExecutor:
                 self._finished[handle] = result
 
     def close(self) -> None:
+        """Stop the pool's threads and their worker processes."""
         for _ in self._threads:
             self._todo.put(None)
         for thread in self._threads:

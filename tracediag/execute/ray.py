@@ -11,15 +11,18 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Hashable, Iterable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Hashable, Iterable, Iterator
 
 try:
     import ray
 except ImportError as e:  # pragma: no cover - depends on the install
     from tracediag.execute.base import EngineMissing
 
-    raise EngineMissing("--executor ray needs Ray: pip install 'tracediag[ray]'") from e
+    msg = "--executor ray needs Ray: pip install 'tracediag[ray]'"
+    raise EngineMissing(msg) from e
 
 
 def _call(fn: Callable[[Any], Any], arg: Any) -> Any:
@@ -34,6 +37,8 @@ def _warm(_: Any) -> int:
 
 
 class RayExecutor:
+    """The tasks on a Ray cluster (`open_executor`, ``ray``): attached to, or a local one started."""
+
     name = "ray"
 
     def __init__(self, *, workers: int, retries: int, address: str | None = None) -> None:
@@ -59,11 +64,13 @@ class RayExecutor:
             ray.get([self._remote.remote(_warm, None) for _ in range(workers)])
 
     def submit(self, fn: Callable[[Any], Any], arg: Any) -> Hashable:
+        """Start ``fn(arg)`` as a Ray task (Ray retries it)."""
         ref = self._remote.remote(fn, arg)
         self._refs[ref] = ref
         return ref
 
     def as_completed(self, handles: Iterable[Hashable]) -> Iterator[tuple[Hashable, Any]]:
+        """Each task once as it finishes: its result, or its exception."""
         pending = list(handles)
         while pending:
             done, pending = ray.wait(pending, num_returns=1)
@@ -78,5 +85,6 @@ class RayExecutor:
                 self._refs.pop(ref, None)
 
     def close(self) -> None:
+        """Shut Ray down if this executor started it."""
         if self._owned and ray.is_initialized():
             ray.shutdown()

@@ -90,10 +90,12 @@ class RankTask:
 
 
 def rank_dir(out: str, rank: int) -> str:
+    """Where rank `rank`'s summary tables go under `out`."""
     return join(out, "ranks", f"rank={rank:05d}")
 
 
 def done_path(out: str, key: str) -> str:
+    """The marker of a finished task `key` under `out` (its manifest row)."""
     return join(out, "done", f"{key}.parquet")
 
 

@@ -14,12 +14,11 @@ from __future__ import annotations
 import mmap
 import re
 from collections import Counter
-from collections.abc import Iterable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from decimal import Decimal
 from operator import attrgetter
-from typing import Any, Union
+from typing import TYPE_CHECKING, Any, Union
 
 import msgspec
 import orjson
@@ -29,6 +28,9 @@ from tracediag.errors import NotATraceError, TraceError
 from tracediag.ingest import native
 from tracediag.schema import MAX_NS
 from tracediag.vocab import COLLECTIVE_ROW, DEVICE_CATS, SEQUENCE_INPUT_OP, category, distinct_names, name_matches
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Iterator
 
 _RAW_EMPTY = msgspec.Raw(b"")
 

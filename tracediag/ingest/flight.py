@@ -178,12 +178,14 @@ def resolve_dump_paths(sources: list[str], storage_options: dict | None = None) 
                 if p.is_file() and not any(part.startswith(".") for part in p.relative_to(src).parts)
             ]
             if not found:
-                raise TracediagError(f"{shown(src)}: no files in this directory")
+                msg = f"{shown(src)}: no files in this directory"
+                raise TracediagError(msg)
             out.extend((p, True) for p in found)
         elif any(ch in src for ch in "*?["):
             matches = sorted(p for p in glob.glob(src, recursive=True) if os.path.isfile(p))
             if not matches:
-                raise TracediagError(f"{shown(src)}: the pattern matches no file")
+                msg = f"{shown(src)}: the pattern matches no file"
+                raise TracediagError(msg)
             out.extend((p, False) for p in matches)
         else:
             out.append((src, False))
@@ -567,7 +569,8 @@ def read_dumps(
     for one in parts:
         skipped.update(one.skipped)
     if not parts:
-        raise TracediagError(f"{', '.join(map(shown, srcs))}: no Flight Recorder dump found")
+        msg = f"{', '.join(map(shown, srcs))}: no Flight Recorder dump found"
+        raise TracediagError(msg)
     dumps = pl.concat([p.dumps for p in parts])
     dup = dumps.group_by("rank").agg(pl.col("path")).filter(pl.col("path").list.len() > 1).sort("rank")
     if dup.height:

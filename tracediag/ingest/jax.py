@@ -14,12 +14,11 @@ import gzip
 import io
 import re
 import zlib
-from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import polars as pl
 
-from tracediag.ingest.chrome import Decoded
 from tracediag.ingest.trace import FileMeta, FileTrace
 from tracediag.schema import MAX_NS, check_rank, conform, shifted
 from tracediag.vocab import (
@@ -37,6 +36,11 @@ from tracediag.vocab import (
     hlo_stem,
     resolve_rank,
 )
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from tracediag.ingest.chrome import Decoded
 
 XPLANE_GUNZIP_RATIO = 100
 """A gzipped xplane.pb may grow at most this many times its size (at least 64 MB): no decompression bomb."""
@@ -287,7 +291,8 @@ def profile_span_ns(xplane: Path) -> tuple[int, int] | None:
         limit = max(XPLANE_GUNZIP_RATIO * len(data), 64 << 20)
         data = gzip.GzipFile(fileobj=io.BytesIO(data)).read(limit + 1)
         if len(data) > limit:
-            raise ValueError(f"gzip data expands past {limit:,} bytes ({XPLANE_GUNZIP_RATIO}x the file)")
+            msg = f"gzip data expands past {limit:,} bytes ({XPLANE_GUNZIP_RATIO}x the file)"
+            raise ValueError(msg)
     for field, plane in _fields(memoryview(data)):
         if field != 1:
             continue
@@ -330,13 +335,15 @@ def _fields(buf: memoryview) -> Iterator[tuple[int, int | memoryview]]:
         elif wire == 2:
             size, i = _varint(buf, i)
             if i + size > n:
-                raise ValueError("a field runs past the end of the message")
+                msg = "a field runs past the end of the message"
+                raise ValueError(msg)
             yield key >> 3, buf[i : i + size]
             i += size
         elif wire in (1, 5):
             i += 8 if wire == 1 else 4
         else:
-            raise ValueError(f"unsupported protobuf wire type {wire}")
+            msg = f"unsupported protobuf wire type {wire}"
+            raise ValueError(msg)
 
 
 def _varint(buf: memoryview, i: int) -> tuple[int, int]:
@@ -348,7 +355,8 @@ def _varint(buf: memoryview, i: int) -> tuple[int, int]:
         result |= (b & 0x7F) << shift
         if b < 0x80:
             return result, i
-    raise ValueError("a varint longer than 10 bytes (not a protobuf)")
+    msg = "a varint longer than 10 bytes (not a protobuf)"
+    raise ValueError(msg)
 
 
 def _device_names(dec: Decoded, events: pl.DataFrame) -> tuple[str, ...]:

@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 import polars as pl
 
-from tracediag.ingest.chrome import Decoded
 from tracediag.ingest.trace import FileMeta, FileTrace, ProcessGroup
 from tracediag.schema import MAX_NS, CollOp, Kind, check_base_ns, check_rank, conform, shifted
 from tracediag.vocab import (
@@ -30,6 +29,9 @@ from tracediag.vocab import (
     name_matches,
     resolve_rank,
 )
+
+if TYPE_CHECKING:
+    from tracediag.ingest.chrome import Decoded
 
 EPOCH_FLOOR_NS = 10**17
 """Times above this (1973) are taken as Unix-epoch ns; below, the trace is relative."""

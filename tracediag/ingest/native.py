@@ -108,7 +108,8 @@ class Scanner:
         msgspec.Raw keeps it. `order` numbers the rows that are not `M` metadata (-1 on those).
         """
         if self._scanner is None:
-            raise RuntimeError("the C scanner is not built")
+            msg = "the C scanner is not built"
+            raise RuntimeError(msg)
         self.pieces = 0
         rows, strings = self._scanner.take()
         self.strings = pl.Series(strings)

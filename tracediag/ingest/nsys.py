@@ -15,10 +15,10 @@ import sqlite3
 import subprocess
 import tempfile
 import zlib
-from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import polars as pl
 
@@ -27,6 +27,9 @@ from tracediag.ingest.sniff import is_stream, open_input
 from tracediag.ingest.trace import FileMeta, FileTrace
 from tracediag.schema import MAX_NS, check_base_ns, check_rank, conform, shifted
 from tracediag.vocab import COMM_KERNEL, STEP_MARKER, coll_op, resolve_rank
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 _GZIP_MAGIC = b"\x1f\x8b"

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager, suppress
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
@@ -14,7 +12,12 @@ from tracediag.errors import NotATraceError, RankError, TracediagError, TraceErr
 from tracediag.ingest import chrome, kineto, timeline
 from tracediag.ingest.remote import expand, is_remote, local_copy
 from tracediag.ingest.sniff import iter_blocks, map_plain, peek_head, sniff
-from tracediag.ingest.trace import FileTrace
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
+
+    from tracediag.ingest.trace import FileTrace
 
 
 def read_file(

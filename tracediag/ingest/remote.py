@@ -18,13 +18,14 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     import pyarrow.fs as pafs
 
 from tracediag.errors import TracediagError, TraceError, one_line, shown
@@ -139,7 +140,8 @@ def fs_kwargs(store: str, storage_options: dict[str, Any] | None) -> dict[str, A
             prefix = _FAMILY_PREFIX.get(store)
             if prefix and low.startswith(prefix):
                 known = ", ".join(sorted(k for k in names if k.startswith(prefix)))
-                raise TracediagError(f"--storage-option {key}: not supported for reading {store} inputs ({known})")
+                msg = f"--storage-option {key}: not supported for reading {store} inputs ({known})"
+                raise TracediagError(msg)
             continue
         arg = names[low]
         if arg == "":
@@ -166,7 +168,8 @@ def filesystem(url: str, storage_options: dict[str, Any] | None = None) -> tuple
 
     kind = scheme(url)
     if kind is None:
-        raise TracediagError(f"{shown(url)}: not a URL")
+        msg = f"{shown(url)}: not a URL"
+        raise TracediagError(msg)
     rest = url[len(kind) + 3 :]
     store = _store(kind)
     try:
@@ -188,16 +191,18 @@ def filesystem(url: str, storage_options: dict[str, Any] | None = None) -> tuple
                 if arg not in kw and os.environ.get(env):
                     kw[arg] = os.environ[env]
             if "account_name" not in kw:
-                raise TracediagError(
+                msg = (
                     f"{shown(url)}: no Azure storage account: set AZURE_STORAGE_ACCOUNT_NAME or "
                     "--storage-option azure_storage_account_name=NAME"
                 )
+                raise TracediagError(msg)
             return pafs.AzureFileSystem(**kw), f"{container}/{path}".rstrip("/")
         return pafs.FileSystem.from_uri(url)  # hdfs:// and what else this pyarrow knows, without options
     except TracediagError:
         raise
     except (OSError, ValueError, TypeError, ImportError) as e:
-        raise TracediagError(f"{shown(url)}: cannot open its storage ({one_line(str(e))})") from None
+        msg = f"{shown(url)}: cannot open its storage ({one_line(str(e))})"
+        raise TracediagError(msg) from None
 
 
 def _s3_defaults(kw: dict[str, Any], bucket: str) -> dict[str, Any]:
@@ -294,7 +299,8 @@ def expand(
         keep = [_found(i, _url_of(source, path, i.path), True) for i in found if i.base_name.endswith(suffixes)]
         if not keep:
             looked = ", ".join(suffixes)
-            raise TracediagError(f"{shown(source)}: no trace files under this prefix (looked for {looked})")
+            msg = f"{shown(source)}: no trace files under this prefix (looked for {looked})"
+            raise TracediagError(msg)
         return sorted(keep, key=lambda f: f.url)
     # the URL of the folder above the first component holding a glob character, and the pattern below it
     head, rest = source.split("://", 1)
@@ -310,7 +316,8 @@ def expand(
         if _match(rel, pattern):
             out.append(_found(info, _url_of(base_url, base_path, info.path), False))
     if not out:
-        raise TracediagError(f"{shown(source)}: the pattern matches no object")
+        msg = f"{shown(source)}: the pattern matches no object"
+        raise TracediagError(msg)
     return sorted(out, key=lambda f: f.url)
 
 
@@ -323,7 +330,8 @@ def _list(fs: pafs.FileSystem, path: str, url: str, *, recursive: bool) -> list[
     except OSError as e:
         err = storage_error(url, e)
         reason = err.problem if isinstance(err, TraceError) else one_line(str(e))[:300]
-        raise TracediagError(f"{shown(url)}: cannot list ({reason})") from None
+        msg = f"{shown(url)}: cannot list ({reason})"
+        raise TracediagError(msg) from None
     return [i for i in infos if i.type == pafs.FileType.File]
 
 

@@ -7,12 +7,14 @@ import mmap
 import os
 import stat
 import zlib
-from collections.abc import Iterator
-from pathlib import Path
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from tracediag.errors import TraceError
 from tracediag.ingest.remote import is_remote, open_stream, storage_error
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
 
 GZIP_MAGIC = b"\x1f\x8b"
 SQLITE_MAGIC = b"SQLite format 3\x00"

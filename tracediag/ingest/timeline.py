@@ -11,8 +11,8 @@ ops, so the step, breakdown, collective and what-if stages read it as they read 
 from __future__ import annotations
 
 import io
-from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import orjson
 import polars as pl
@@ -21,6 +21,9 @@ from tracediag.errors import TraceError, one_line
 from tracediag.ingest.trace import FileMeta, FileTrace, ProcessGroup
 from tracediag.schema import MAX_NS, MAX_RANK, conform
 from tracediag.vocab import INPUT_OP, TIMELINE_COMM, TIMELINE_DATA, coll_op, name_matches
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 HEAD_BYTES = 4096
 """How much of a file's start is read to tell a table from a trace: a CSV header or the first JSON
@@ -53,7 +56,7 @@ EPOCH_NS = 10**18
 
 
 def table_format(head: bytes) -> str | None:
-    """ "csv" or "jsonl" when the file's first bytes (after any byte-order mark and whitespace) are
+    """The table's format, "csv" or "jsonl", when the file's first bytes (after any byte-order mark and whitespace) are
     an op-timeline table's header or first row, else None (a trace, or not a table)."""
     line, newline, _ = head.partition(b"\n")
     if not newline and len(head) >= HEAD_BYTES:
@@ -177,7 +180,7 @@ def _csv_header(source: str | Path | bytes) -> list[str]:
     if isinstance(source, bytes):
         first = source[:HEAD_BYTES]
     else:
-        with open(source, "rb") as f:
+        with Path(source).open("rb") as f:
             first = f.read(HEAD_BYTES)
     line = first.lstrip(b"\xef\xbb\xbf \t\r\n").partition(b"\n")[0]
     return [c.strip().strip('"') for c in line.decode("utf-8", errors="replace").split(",")]

@@ -24,9 +24,11 @@ import subprocess
 import sys
 import threading
 import warnings
-from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import IO, Any, TypeVar
+from typing import IO, TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
 
 Task = TypeVar("Task")
 Result = TypeVar("Result")
@@ -123,7 +125,8 @@ class _Worker:
 
     def __init__(self, of: int = 1) -> None:
         if not sys.executable:
-            raise WorkerError("no Python executable to start workers with (sys.executable is empty)")
+            msg = "no Python executable to start workers with (sys.executable is empty)"
+            raise WorkerError(msg)
         path = os.environ.get("PYTHONPATH")
         env = {**os.environ, "PYTHONPATH": _PACKAGE_ROOT + (os.pathsep + path if path else "")}
         env.setdefault("POLARS_MAX_THREADS", str(max(1, (os.cpu_count() or 1) // max(1, of))))
@@ -132,7 +135,8 @@ class _Worker:
                 [sys.executable, "-c", _ENTRY], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env
             )
         except OSError as e:
-            raise WorkerError(f"cannot start {sys.executable} ({e.strerror or e})") from None
+            msg = f"cannot start {sys.executable} ({e.strerror or e})"
+            raise WorkerError(msg) from None
         try:
             ready = self.proc.stdout.read(len(_READY))
         except OSError:
@@ -140,7 +144,8 @@ class _Worker:
         if ready != _READY:
             self.close()
             code = self.proc.returncode
-            raise WorkerError(f"a worker process did not start (exit status {code}; its error is above)")
+            msg = f"a worker process did not start (exit status {code}; its error is above)"
+            raise WorkerError(msg)
 
     def call(self, fn: Callable[[Any], Any], arg: Any) -> Any:
         try:
@@ -152,7 +157,8 @@ class _Worker:
             except subprocess.TimeoutExpired:
                 code = None
             why = f"exit status {code}" if code is not None else type(e).__name__
-            raise WorkerError(f"a worker process stopped ({why})") from None
+            msg = f"a worker process stopped ({why})"
+            raise WorkerError(msg) from None
 
     def close(self) -> None:
         try:

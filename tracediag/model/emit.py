@@ -103,7 +103,7 @@ def _toml_value(value: object) -> str:
 
 
 def emit_torchtitan(p: Prediction) -> str:
-    """torchtitan job-config TOML: `[parallelism]`, `[training]`, `[activation_checkpoint]`."""
+    """Torchtitan job-config TOML: `[parallelism]`, `[training]`, `[activation_checkpoint]`."""
     _check(p, "torchtitan")
     s, t = p.split, p.training
     per_replica = t.global_batch // s.dp

@@ -4,13 +4,17 @@ plan or a model was given."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import orjson
 
-from tracediag.analysis import Analysis
 from tracediag.errors import shown
 from tracediag.report.check_text import render_check_text
 from tracediag.report.kernels_text import render_kernels
 from tracediag.report.text import render_text
+
+if TYPE_CHECKING:
+    from tracediag.analysis import Analysis
 
 
 def analyses_json(results: list[tuple[str, Analysis]]) -> str:

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
-from tracediag.check_result import Check
+from typing import TYPE_CHECKING
+
 from tracediag.units import MS_PER_S, count, format_ms
+
+if TYPE_CHECKING:
+    from tracediag.check_result import Check
 
 
 def _value(v: float | None, unit: str) -> str:

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-from tracediag.compare import Comparison
+from typing import TYPE_CHECKING
+
 from tracediag.report.figures import esc
 from tracediag.units import NS_PER_MS, format_ms
+
+if TYPE_CHECKING:
+    from tracediag.compare import Comparison
 
 
 def _causes(side: dict) -> str:

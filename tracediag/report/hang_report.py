@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-from tracediag.desync.result import Frame, GroupReport, HangReport, RankState
+from typing import TYPE_CHECKING
+
 from tracediag.desync.sentence import group_label, ranks_text, user_frame
 from tracediag.report.figures import esc
+
+if TYPE_CHECKING:
+    from tracediag.desync.result import Frame, GroupReport, HangReport, RankState
 
 _MAX_FRAMES = 12
 

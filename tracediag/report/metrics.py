@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from tracediag.watching.result import Window
+if TYPE_CHECKING:
+    from tracediag.watching.result import Window
 
 Labels = tuple[tuple[str, str], ...]
 
@@ -69,6 +71,7 @@ class WatchMetrics:
         self._snapshot: tuple[Family, ...] = self._families()
 
     def snapshot(self) -> tuple[Family, ...]:
+        """The metric families as of the last update."""
         return self._snapshot
 
     def notice(self, reason: str) -> None:

@@ -12,18 +12,20 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
 from tracediag.derive.per_rank import rank_tables
-from tracediag.derive.summary import RankSummary
 from tracediag.errors import NotATraceError, TracediagError, one_line, shown
 from tracediag.ingest.chrome import ENDS_EARLY
 from tracediag.ingest.read import read_traces
 from tracediag.ingest.remote import is_remote
-from tracediag.ingest.trace import FileMeta, FileTrace
 from tracediag.run import RankResolver, resolve_inputs
+
+if TYPE_CHECKING:
+    from tracediag.derive.summary import RankSummary
+    from tracediag.ingest.trace import FileMeta, FileTrace
 
 GLOB_CHARS = "*?["
 

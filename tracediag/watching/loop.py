@@ -13,16 +13,11 @@ each, with a reason) and never stop the watch.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from tracediag.analysis import Analysis
 from tracediag.derive.summary import concat
-from tracediag.detect import Thresholds
 from tracediag.errors import TracediagError, one_line, shown
-from tracediag.ingest.trace import FileTrace
 from tracediag.observed_vs_predicted import check
 from tracediag.reduce import reduce
 from tracediag.run import RunMeta, rank_resolver
@@ -33,6 +28,12 @@ from tracediag.watching.state import State, load_state, save_state
 from tracediag.watching.windows import Grouper, Pending
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator, Mapping
+    from pathlib import Path
+
+    from tracediag.analysis import Analysis
+    from tracediag.detect import Thresholds
+    from tracediag.ingest.trace import FileTrace
     from tracediag.model.predict import Prediction
 
 
@@ -47,8 +48,13 @@ class Notice:
 
 
 class Stop(Protocol):
-    def is_set(self) -> bool: ...
-    def wait(self, timeout: float | None = None) -> bool: ...
+    """What stops a watch: a `threading.Event` (or anything with its two methods)."""
+
+    def is_set(self) -> bool:
+        """Whether the watch should stop."""
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait up to `timeout` seconds for the stop; whether it came."""
 
 
 class Watcher:
@@ -97,6 +103,7 @@ class Watcher:
         """Files read into windows by the last poll."""
 
     def notice(self, reason: str, message: str) -> None:
+        """Report a file left out (`reason`) to the caller's `on_notice`."""
         self.on_notice(Notice(reason, message))
 
     def poll(self, *, flush: bool = False) -> list[Pending]:
@@ -321,7 +328,8 @@ def watch(
     Raises `TracediagError` only for bad arguments or a damaged state file.
     """
     if poll_seconds <= 0 or window_timeout < 0:
-        raise TracediagError("poll_seconds must be above 0 and window_timeout 0 or more")
+        msg = "poll_seconds must be above 0 and window_timeout 0 or more"
+        raise TracediagError(msg)
     location = str(location)
     saved = load_state(state, location) if state is not None else None
     watcher = Watcher(

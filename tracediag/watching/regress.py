@@ -24,13 +24,15 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tracediag.analysis import Cause
 from tracediag.watching.result import Change
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 STRAGGLER_CAUSES = frozenset(c.value for c in Cause if c.value.endswith("_straggler"))
 """Causes whose finding names the culprit rank(s)."""
@@ -59,7 +61,8 @@ class Detector:
 
     def __init__(self, *, baseline_windows: int = 2, slower: float = 0.10, min_confidence: float = 0.9) -> None:
         if baseline_windows < 1:
-            raise ValueError(f"baseline_windows must be 1 or more, got {baseline_windows!r}")
+            msg = f"baseline_windows must be 1 or more, got {baseline_windows!r}"
+            raise ValueError(msg)
         self.baseline_windows, self.slower, self.min_confidence = baseline_windows, slower, min_confidence
         self.baseline: list[float] = []
         self.baseline_from: list[int] = []
@@ -119,6 +122,7 @@ class Detector:
         return out
 
     def to_dict(self) -> dict[str, Any]:
+        """The detector's state, for the restart state (`--state`)."""
         return {
             "baseline": self.baseline,
             "baseline_from": self.baseline_from,

@@ -8,13 +8,15 @@ record and `from_dict` reads it back (docs/watch.md).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
 from tracediag.analysis import Analysis, Finding
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 RECORD_VERSION = "1.0"
 
@@ -38,6 +40,7 @@ class Change:
     """step_time: the baseline's median step in seconds."""
 
     def to_dict(self) -> dict[str, Any]:
+        """The change's JSON form (in a window's record)."""
         return {
             "kind": self.kind,
             "ranks": list(self.ranks),
@@ -50,6 +53,7 @@ class Change:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Change:
+        """The change a `to_dict` form describes."""
         return cls(
             kind=str(d["kind"]),
             value=float(d["value"]),
@@ -121,6 +125,8 @@ class Window:
         )
 
     def to_dict(self) -> dict[str, Any]:
+        """The window's record (one JSON Lines record of `watch --jsonl`)."""
+
         def by_rank(m: Mapping[int, float]) -> dict[str, float]:
             return {str(r): round(v, 9) for r, v in sorted(m.items())}
 
@@ -152,6 +158,8 @@ class Window:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Window:
+        """The window a `to_dict` record describes."""
+
         def by_rank(m: Mapping[str, float] | None) -> dict[int, float]:
             return {int(r): float(v) for r, v in (m or {}).items()}
 

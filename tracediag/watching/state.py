@@ -35,6 +35,7 @@ class State:
     detector: dict[str, Any] = field(default_factory=dict)
 
     def to_bytes(self) -> bytes:
+        """The state as the bytes of its file (`--state`)."""
         return orjson.dumps(
             {
                 "version": STATE_VERSION,
@@ -56,13 +57,16 @@ def load_state(path: str | Path, location: str) -> State:
     except FileNotFoundError:
         return State(location)
     except OSError as e:
-        raise TracediagError(f"{shown(path)}: cannot read the watch state ({e.strerror or e})") from None
+        msg = f"{shown(path)}: cannot read the watch state ({e.strerror or e})"
+        raise TracediagError(msg) from None
     try:
         d = orjson.loads(raw)
         if d.get("version") != STATE_VERSION:
-            raise ValueError(f"version {d.get('version')!r}, this tracediag reads {STATE_VERSION}")
+            msg = f"version {d.get('version')!r}, this tracediag reads {STATE_VERSION}"
+            raise ValueError(msg)
         if d["location"] != location:
-            raise ValueError(f"it is the state of {d['location']!r}, not of {location!r}")
+            msg = f"it is the state of {d['location']!r}, not of {location!r}"
+            raise ValueError(msg)
         done = [Done(None if lo is None else (lo, hi), t0, t1, i) for lo, hi, t0, t1, i in d.get("done", [])]
         return State(
             location=location,
@@ -73,7 +77,8 @@ def load_state(path: str | Path, location: str) -> State:
             detector=dict(d.get("detector", {})),
         )
     except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as e:
-        raise TracediagError(f"{shown(path)}: not a watch state file ({one_line(str(e))})") from None
+        msg = f"{shown(path)}: not a watch state file ({one_line(str(e))})"
+        raise TracediagError(msg) from None
 
 
 def save_state(path: str | Path, state: State) -> None:

@@ -18,8 +18,10 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from tracediag.watching.files import Part
+if TYPE_CHECKING:
+    from tracediag.watching.files import Part
 
 DONE_KEPT = 64
 """Windows already handed out that a late file is still recognised as belonging to."""
@@ -43,11 +45,13 @@ class Pending:
         return near((self.lo_ns, self.hi_ns), (part.lo_ns, part.hi_ns))
 
     def add(self, part: Part) -> None:
+        """Take `part` into the window (its rank's file; the window's span grows to hold it)."""
         self.parts[part.rank] = part
         self.lo_ns, self.hi_ns = min(self.lo_ns, part.lo_ns), max(self.hi_ns, part.hi_ns)
 
     @property
     def world_size(self) -> int | None:
+        """The largest world size the window's files state (None: none states one)."""
         stated = [p.meta.world_size for p in self.parts.values() if p.meta.world_size]
         return max(stated) if stated else None
 
@@ -68,6 +72,7 @@ class Done:
     index: int
 
     def matches(self, part: Part) -> bool:
+        """`part` is a file of this finished window: the same steps, at about the same time."""
         return part.steps == self.steps and near((self.lo_ns, self.hi_ns), (part.lo_ns, part.hi_ns))
 
 
@@ -107,6 +112,7 @@ class Grouper:
         return set(range(world)) if world else set(self.known_ranks)
 
     def missing(self, w: Pending) -> tuple[int, ...]:
+        """The ranks window `w` still lacks."""
         return tuple(sorted(self.expected(w) - set(w.parts)))
 
     def due(self, now: float, *, flush: bool = False) -> list[Pending]:
@@ -123,5 +129,6 @@ class Grouper:
         return out
 
     def handed_out(self, w: Pending, index: int, ranks: tuple[int, ...]) -> None:
+        """Record window `w` as handed out as window `index` with `ranks`."""
         self.done.append(Done(w.steps, w.lo_ns, w.hi_ns, index))
         self.known_ranks |= set(ranks)

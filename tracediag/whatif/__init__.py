@@ -9,12 +9,15 @@ local segments and sync operations,
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-import polars as pl
+from typing import TYPE_CHECKING
 
 from tracediag.derive.p2p import stage_neighbours
-from tracediag.detect.facts import Facts
 from tracediag.whatif.graph import Graph, build
+
+if TYPE_CHECKING:
+    import polars as pl
+
+    from tracediag.detect.facts import Facts
 
 
 @dataclass(frozen=True, eq=False)

@@ -24,13 +24,16 @@ times (``transfer``: op, rank → ns). Per cause:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import polars as pl
 
 from tracediag.derive.collectives import bus_factor
 from tracediag.derive.sync_segments import BLOCK_TOLERANCE_NS
-from tracediag.whatif.graph import Graph
 from tracediag.whatif.replay import replay, step_times
+
+if TYPE_CHECKING:
+    from tracediag.whatif.graph import Graph
 
 BUSBW_QUANTILE = 0.9
 """Without ``link_gbps``, the bus bandwidth the link reaches = this quantile of the run's own
@@ -51,6 +54,7 @@ class Edit:
 
     @staticmethod
     def empty() -> Edit:
+        """An edit that changes nothing."""
         return Edit(pl.DataFrame(schema=_FACTOR_SCHEMA), pl.DataFrame(schema=_TRANSFER_SCHEMA))
 
 

@@ -18,18 +18,22 @@ what-if is given at all (the What-if analysis drops such traces).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import polars as pl
 
 from tracediag.analysis import Cause, Finding, WhatIf, WhatIfStep
-from tracediag.detect.facts import Facts
 from tracediag.detect.thresholds import Thresholds
 from tracediag.units import NS_PER_MS, format_ms
 from tracediag.whatif import causes
-from tracediag.whatif.graph import Graph
 from tracediag.whatif.replay import replay, step_times
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+
+    from tracediag.detect.facts import Facts
+    from tracediag.whatif.graph import Graph
 
 
 @dataclass(frozen=True)
@@ -47,7 +51,7 @@ class Pricing:
 
 
 def _then(without_ns: float, observed_ns: float) -> str:
-    """ "the step would take 124 ms instead of 255 ms"."""
+    """The clause "the step would take 124 ms instead of 255 ms"."""
     without, observed = (format_ms(ns / NS_PER_MS, None, unit=False) for ns in (without_ns, observed_ns))
     return f"the step would take {without} ms instead of {observed} ms"
 
