@@ -154,3 +154,12 @@ def test_no_import_cycles():
     found = cycles(imports(modules()))
     assert found - KNOWN_CYCLES.keys() == set(), "new import cycles"
     assert KNOWN_CYCLES.keys() - found == set(), "fixed: delete these from KNOWN_CYCLES"
+
+
+def test_the_model_reads_no_files():
+    """The analytic model (calibration included) computes over tables: no module of `model/` imports a
+    reader; `calibrate` is given the GEMM table `ingest.gemms` reads (issue 27, item 3)."""
+    edges = imports(modules())
+    readers = {(a, b) for a, b in edges if a.startswith("tracediag.model") and b.startswith("tracediag.ingest")}
+    assert readers == set()
+    assert ("tracediag.cli.calibrate", "tracediag.ingest.gemms") in edges

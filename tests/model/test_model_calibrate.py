@@ -13,6 +13,7 @@ from conftest import ROOT
 import tracediag
 from tracediag.cli import cli
 from tracediag.errors import SpecError
+from tracediag.ingest.gemms import gemm_table
 from tracediag.model.calibrate import (
     apply_profile,
     calibrate_from_step_time,
@@ -69,7 +70,7 @@ def profiles(runs):
     out = {}
     for name, (paths, analysis, groups, split, train) in runs.items():
         out[name] = calibrate_from_trace(
-            paths, analysis, CPU, EAGER, groups=groups, model=CPU_MODEL, split=split, training=train
+            gemm_table(paths), analysis, CPU, EAGER, groups=groups, model=CPU_MODEL, split=split, training=train
         )
     return out
 

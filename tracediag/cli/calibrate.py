@@ -21,6 +21,7 @@ from tracediag.cli.model_options import (
 )
 from tracediag.cli.traces import load_traces
 from tracediag.errors import TracediagError
+from tracediag.ingest.gemms import gemm_table
 from tracediag.model.calibrate import (
     apply_profile,
     calibrate_from_step_time,
@@ -108,7 +109,7 @@ def calibrate(paths: tuple[str, ...], output: Path, **kw: Any) -> None:
             kw = {**kw, "gpus": kw["gpus"] or result.world_size}
             split, train = split_from_options(kw)
             extra = {"model": model_from_options(kw), "split": split, "training": train}
-        profile = calibrate_from_trace(files, result, device, engine, groups=groups, **extra)
+        profile = calibrate_from_trace(gemm_table(files), result, device, engine, groups=groups, **extra)
         if not profile.calibrated:
             msg = f"nothing to calibrate in {len(files)} file(s): {'; '.join(profile.notes)}"
             raise InputError(msg)

@@ -26,11 +26,8 @@ from tracediag.errors import SpecError
 from tracediag.model.predict import predict
 from tracediag.model.time import FACTOR, gemm_time
 from tracediag.units import NS_PER_S
-from tracediag.vocab import STEP_MARKER
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
-
     from tracediag.analysis import Analysis
     from tracediag.model.specs import DeviceSpec, ModelSpec, Split, Training
     from tracediag.model.stack import Engine
@@ -43,12 +40,6 @@ PARTS = ("compute", "hbm", "intra_link", "inter_link")
 
 MEASURES = ("step_time", "mfu", "hfu", "tokens_per_s")
 """The single numbers `calibrate` accepts."""
-
-GEMM_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::_scaled_mm")
-"""Host ops whose recorded `Input Dims` give a GEMM's shape (the leaves: `aten::linear`/`matmul` call these)."""
-
-_OPERANDS = {"aten::mm": 0, "aten::_scaled_mm": 0, "aten::bmm": 0, "aten::addmm": 1, "aten::baddbmm": 1}
-"""Index in `Input Dims` of the first matrix operand (addmm/baddbmm start with the bias)."""
 
 _DTYPE_CLASS = {
     "c10::BFloat16": "bf16",
@@ -274,63 +265,6 @@ def calibrate_from_step_time(
 # ------------------------------------------------------------------------------------------- from a trace
 
 
-def gemm_table(paths: Iterable[str]) -> pl.DataFrame:
-    """One row per GEMM op with a recorded shape: path, op, batch, m, k, n, dtype, seconds, and the
-    number of `ProfilerStep#N` spans in that file.
-
-    On GPU traces the time is the op's kernels (linked by External id); on CPU traces the op itself.
-    """
-    from tracediag.ingest import chrome
-    from tracediag.ingest.sniff import iter_blocks
-
-    frames = []
-    for path in paths:
-        dec = chrome.decode(iter_blocks(path), path)
-        s = dec.slices
-        ops = dec.with_args(
-            s.filter((pl.col("cat") == "cpu_op") & pl.col("name").is_in(GEMM_OPS)), "a_input_dims", "a_input_type"
-        )
-        kernels = (
-            s.filter((pl.col("cat") == "kernel") & pl.col("a_external_id").is_not_null())
-            .group_by("a_external_id")
-            .agg(kernel_ns=pl.col("dur").sum())
-        )
-        ops = ops.join(kernels, on="a_external_id", how="left")
-        steps = s.filter(pl.col("name").cast(pl.String).str.contains(STEP_MARKER))
-        first = pl.col("name").replace_strict(_OPERANDS, return_dtype=pl.Int64)
-        dims = pl.col("a_input_dims").cast(pl.String).str.json_decode(pl.List(pl.List(pl.Int64)))
-        types = pl.col("a_input_type").cast(pl.String).str.json_decode(pl.List(pl.String))
-        a, b = dims.list.get(first, null_on_oob=True), dims.list.get(first + 1, null_on_oob=True)
-        frames.append(
-            ops.filter(pl.col("a_input_dims").is_not_null())
-            .select(
-                path=pl.lit(path),
-                op=pl.col("name").cast(pl.String),
-                batch=pl.when(a.list.len() == 3).then(a.list.get(0)).otherwise(1),
-                m=a.list.get(-2, null_on_oob=True),
-                k=a.list.get(-1, null_on_oob=True),
-                n=b.list.get(-1, null_on_oob=True),
-                dtype=types.list.get(first, null_on_oob=True),
-                seconds=pl.coalesce("kernel_ns", "dur") / NS_PER_S,
-                steps=pl.lit(steps.height, dtype=pl.Int64),
-            )
-            .drop_nulls(["m", "k", "n"])
-            .filter(pl.col("seconds") > 0)
-        )
-    schema = {
-        "path": pl.String,
-        "op": pl.String,
-        "batch": pl.Int64,
-        "m": pl.Int64,
-        "k": pl.Int64,
-        "n": pl.Int64,
-        "dtype": pl.String,
-        "seconds": pl.Float64,
-        "steps": pl.Int64,
-    }
-    return pl.concat(frames) if frames else pl.DataFrame(schema=schema)
-
-
 def fit_gemms(table: pl.DataFrame, device: DeviceSpec, engine: Engine) -> tuple[float | None, tuple[GemmFit, ...]]:
     """(achieved / predicted GEMM rate over the 16-bit GEMMs (fp8 when there are none), per-shape rates with
     the most time first)."""
@@ -436,7 +370,7 @@ def measured_step_time(analysis: Analysis) -> tuple[float, float]:
 
 
 def calibrate_from_trace(
-    paths: list[str],
+    gemms: pl.DataFrame,
     analysis: Analysis,
     device: DeviceSpec,
     engine: Engine,
@@ -446,7 +380,8 @@ def calibrate_from_trace(
     split: Split | None = None,
     training: Training | None = None,
 ) -> Profile:
-    """Calibrate compute, HBM and links from the traces of one run (`analysis` is `analyze` of them).
+    """Calibrate compute, HBM and links from the traces of one run: `gemms` is their GEMM table
+    (`ingest.gemms.gemm_table`), `analysis` is `analyze` of them.
 
     The GEMM scale needs recorded shapes (`record_shapes=True`); the link bandwidths need collective
     sizes; the HBM scale needs the run's model, split and training (the non-GEMM compute per step is
@@ -454,8 +389,8 @@ def calibrate_from_trace(
     """
     calibrated: list[str] = []
     notes: list[str] = []
-    table = gemm_table(paths)
-    scale, gemms = fit_gemms(table, device, engine)
+    files = gemms["path"].n_unique() if gemms.height else 0
+    scale, fitted = fit_gemms(gemms, device, engine)
     if scale is None:
         notes.append(
             "no bf16/fp16 GEMM with a recorded shape (profile with record_shapes=True): compute not calibrated"
@@ -469,20 +404,20 @@ def calibrate_from_trace(
     if not fits:
         notes.append("no collective with a recorded size: links not calibrated")
     profile = Profile(
-        source=f"trace of {len(paths)} file(s)",
+        source=f"trace of {files} file(s)",
         device=device.name,
         compute_scale=scale,
         intra_busbw_gbps=intra,
         inter_busbw_gbps=inter,
         calibrated=tuple(calibrated),
         collectives=fits,
-        gemms=gemms,
+        gemms=fitted,
     )
     step_s, compute_s = measured_step_time(analysis)
     if model is None or split is None or training is None:
         notes.append("no model and split given: HBM not calibrated")
         return dataclasses.replace(profile, notes=tuple(notes))
-    gemm_per_step = _gemm_seconds_per_step(table)
+    gemm_per_step = _gemm_seconds_per_step(gemms)
     p = predict(model, apply_profile(device, profile), split, training, engine, gpus=analysis.world_size)
     memory_bound = p.time.elementwise_s + p.time.optimizer_s
     non_gemm = compute_s - gemm_per_step
