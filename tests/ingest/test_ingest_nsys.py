@@ -431,3 +431,19 @@ def test_single_export_without_rank_is_rank_0_with_warning_through_read_file() -
     assert any("taken as rank 0" in w for w in ft.meta.warnings)
     with pytest.raises(RankError):
         read_file(real)
+
+
+SAXPY = ROOT.parent / "shared" / "trace-samples" / "gpu-public" / "formats" / "saxpy-mpi-cuda_nsys_perlmutter0.sqlite"
+
+
+@pytest.mark.skipif(not SAXPY.exists(), reason="../shared is not on this machine (the public saxpy Nsight sample)")
+def test_a_real_nsys_trace_without_steps_is_one_line_not_an_internal_error(runner):
+    """The public saxpy MPI+CUDA Nsight sample (no ProfilerStep markers; some kernels with several launch
+    links): analyze says what is missing in one line, exit 2; it crashed with a ShapeError in
+    `derive.steps.assign_steps` (a row counted once per link)."""
+    from tracediag.cli import cli
+
+    result = runner.invoke(cli, ["analyze", str(SAXPY), "--rank-from-filename", r"perlmutter(\d+)"])
+    assert result.exit_code == 2, result.output
+    (line,) = result.output.strip().splitlines()
+    assert line.startswith("Error: no ProfilerStep#N markers in the traces; pass --step-regex REGEX")

@@ -367,7 +367,8 @@ def assign_steps(
         for p in parts:
             step.scatter(p["_row"], p["_step"])
         return events.with_columns(step.alias("step"))
-    steps = pl.concat(parts).sort("_row")
+    # a row found by two parts (a device row with several launch links): its first step that is known
+    steps = pl.concat(parts).sort("_row", "_step", nulls_last=True).unique("_row", keep="first", maintain_order=True)
     if steps.height != events.height:
         steps = pl.DataFrame({"_row": pl.int_range(events.height, eager=True, dtype=pl.UInt32)}).join(
             steps, on="_row", how="left", maintain_order="left"
