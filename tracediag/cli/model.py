@@ -99,9 +99,3 @@ def plan(**kw: Any) -> None:
         click.echo(emit(result.ranked[0].prediction, kw["emit_target"]), nl=False)
     else:
         click.echo(plan_json(result, profile) if kw["fmt"] == "json" else plan_text(result, profile))
-
-
-def register(group: click.Group) -> None:
-    """Add `predict` and `plan` to the command group."""
-    group.add_command(predict)
-    group.add_command(plan)
