@@ -55,6 +55,14 @@ def test_help_imports_no_command_and_no_heavy_library():
     assert not {m for m in mods if m.split(".")[0] in HEAVY}
 
 
+def test_analyze_help_imports_its_command_only_and_no_heavy_library():
+    """`analyze --help` needs analyze's options (the check's model options included), not its work."""
+    mods = _imported_after(["analyze", "--help"])
+    assert "tracediag.cli.analyze" in mods
+    assert not {m for m in mods if m.split(".")[0] in HEAVY}
+    assert not {"tracediag.cli.watch", "tracediag.cli.compare", "tracediag.cli.report"} & mods
+
+
 def test_an_unknown_command_is_a_usage_error(runner):
     result = runner.invoke(cli, ["analyse"])
     assert result.exit_code == 2

@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from tracediag.analysis import CAUSES, Analysis
 from tracediag.cli.check_options import add_check, check_options, finish_report
 from tracediag.cli.common import EXIT_FINDING, FilePath, InputError
 from tracediag.cli.execute_options import (
@@ -23,17 +22,16 @@ from tracediag.cli.execute_options import (
 )
 from tracediag.cli.traces import parse_rank_map, reading_progress, report_read_errors, trace_options
 from tracediag.errors import TracediagError, shown
-from tracediag.execute.driver import analyze_sources
-from tracediag.output import write_atomic
-from tracediag.report.analyses import analyses_json, analyses_text
-from tracediag.same_run import split_by_file
 
 if TYPE_CHECKING:
+    from tracediag.analysis import Analysis
     from tracediag.run import Run
 
 
 def _with_checks(results: list[tuple[str, Analysis]], run: Run | None, check_kw: dict) -> list[tuple[str, Analysis]]:
     """Each analysis with its check (`--plan`/`--model`), against its own file's run in memory."""
+    from tracediag.same_run import split_by_file
+
     runs = dict(split_by_file(run)) if run is not None and any(p for p, _ in results) else {}
     return [(p, add_check(r, runs.get(p, run), check_kw)) for p, r in results]
 
@@ -64,6 +62,8 @@ def _sources_kw(
 def _causes(value: str | None) -> tuple[str, ...]:
     if not value:
         return ()
+    from tracediag.analysis import CAUSES
+
     causes = tuple(c.strip() for c in value.split(",") if c.strip())
     bad = [c for c in causes if c not in CAUSES]
     if bad:
@@ -134,6 +134,10 @@ def analyze(
     **check_kw: Any,
 ) -> None:
     """Name the cause of slow steps in trace files, globs, directories or an ingest Parquet."""
+    from tracediag.execute.driver import analyze_sources
+    from tracediag.output import write_atomic
+    from tracediag.report.analyses import analyses_json, analyses_text
+
     gate = _causes(fail_on)
     peak = _link(link_gbps)
     html = check_kw.get("html_path")

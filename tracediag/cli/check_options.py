@@ -17,10 +17,8 @@ import click
 from tracediag.cli.common import FilePath, InputError, read_user_file
 from tracediag.cli.model import predict
 from tracediag.cli.model_options import checked_numbers, prediction_from_options
-from tracediag.cli.report import write_html
 from tracediag.errors import TracediagError
 from tracediag.model.predict import load_prediction
-from tracediag.observed_vs_predicted import check
 from tracediag.report.check_text import render_check_text
 
 if TYPE_CHECKING:
@@ -85,6 +83,8 @@ def add_check(analysis: Analysis, run: Run, kw: dict[str, Any]) -> Analysis:
         raise InputError(str(e).replace("\n\n", " ")) from None
     if prediction is None:
         return analysis
+    from tracediag.observed_vs_predicted import check
+
     result = check(analysis, prediction, run=run)
     return dataclasses.replace(analysis, check=result)
 
@@ -98,4 +98,6 @@ def append_check_text(text: str, analysis: Analysis, fmt: str) -> str:
 def finish_report(analysis: Analysis, kw: dict[str, Any]) -> None:
     """Write the HTML report when `--html` was given."""
     if kw["html_path"] is not None:
+        from tracediag.cli.report import write_html
+
         write_html(analysis, kw["html_path"])

@@ -13,7 +13,6 @@ import click
 
 from tracediag.cli.common import FilePath, Finite, InputError, read_user_file
 from tracediag.errors import TracediagError, shown
-from tracediag.model.calibrate import apply_profile, load_profile
 from tracediag.model.predict import predict as run_predict
 from tracediag.model.specs import (
     DEVICES,
@@ -179,6 +178,8 @@ def profile_from_options(kw: dict) -> Profile | None:
     """The calibration profile `--profile` names, or None."""
     if not kw.get("profile_path"):
         return None
+    from tracediag.model.calibrate import load_profile
+
     return read_user_file(kw["profile_path"], "--profile", load_profile, "calibration profile")
 
 
@@ -194,6 +195,8 @@ def _link(text: str | None, option: str) -> Any:
 
 def device_from_options(kw: dict, profile: Profile | None = None) -> DeviceSpec:
     """The device the options describe, with the calibration profile (if any) applied."""
+    from tracediag.model.calibrate import apply_profile
+
     device = resolve_device(
         kw["gpu"],
         gpus_per_node=kw["gpus_per_node"],

@@ -12,12 +12,12 @@ import click
 from tracediag.cli.common import InputError
 from tracediag.errors import TracediagError
 from tracediag.output import refuse_inputs
-from tracediag.run import Run, load, resolve_paths
-from tracediag.schema import MAX_RANK
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
     from pathlib import Path
+
+    from tracediag.run import Run
 
 
 def trace_options(f):
@@ -54,6 +54,8 @@ def trace_options(f):
 
 def parse_rank_map(items: tuple[str, ...]) -> dict[str, int]:
     """`FILE=N` items to a mapping; N is a whole number (ASCII digits) in the `rank` column's range."""
+    from tracediag.schema import MAX_RANK
+
     out: dict[str, int] = {}
     for item in items:
         name, sep, value = item.rpartition("=")
@@ -91,6 +93,8 @@ def load_traces(
     `outputs` (option -> path) are refused when they name an input: a trace, or one of `more_inputs`.
     `storage_options` apply to input URLs (`run.load`).
     """
+    from tracediag.run import load, resolve_paths
+
     try:
         files = resolve_paths(paths, storage_options)
         inputs = [*files, *(p for p in more_inputs if p is not None)]
