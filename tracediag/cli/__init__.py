@@ -97,19 +97,7 @@ def cli() -> None:
 
 
 def main() -> None:
-    """Console-script entry point.
+    """Console-script entry point: one exit status and at most one line on stderr (`cli.run.run`)."""
+    from tracediag.cli.run import run
 
-    Bad input and options exit 2 with one line (click and `InputError`). Anything else is a bug in
-    tracediag: it too gets one line and exit status 1, with the traceback when TRACEDIAG_DEBUG is set.
-    """
-    try:
-        cli()
-    except Exception as e:
-        if os.environ.get("TRACEDIAG_DEBUG"):
-            raise
-        click.echo(
-            f"Error: internal error ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); "
-            "rerun with TRACEDIAG_DEBUG=1 for the traceback, and please report it",
-            err=True,
-        )
-        sys.exit(1)
+    run(cli)

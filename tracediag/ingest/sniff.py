@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import gzip
+import io
 import mmap
 import os
+import select
 import stat
 import zlib
 from typing import TYPE_CHECKING, Any, BinaryIO
@@ -47,12 +49,39 @@ def open_input(path: str | Path) -> BinaryIO:
             return open(path, "rb")
         if stat.S_ISFIFO(st.st_mode):
             fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-            os.set_blocking(fd, True)
-            return os.fdopen(fd, "rb")
+            return io.BufferedReader(_PollingPipe(fd))
     except OSError as e:
         raise TraceError(str(path), f"cannot read file ({e.strerror or e})") from None
     kind = "a directory" if stat.S_ISDIR(st.st_mode) else "a device or socket"
     raise TraceError(str(path), f"not a regular file ({kind})")
+
+
+class _PollingPipe(io.RawIOBase):
+    """A pipe read in waits of at most a quarter second: a signal (Ctrl-C, SIGTERM) is acted on while
+    the writer stalls, however the process's threads receive it (one blocking read on the main thread
+    never returns when another thread took the signal)."""
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+
+    def readable(self) -> bool:
+        return True
+
+    def fileno(self) -> int:
+        return self._fd
+
+    def readinto(self, buffer: Any) -> int:
+        """Read what the pipe holds (0 at its end, or when no writer ever opened it: no wait for one)."""
+        while True:
+            try:
+                return os.readv(self._fd, [buffer])
+            except BlockingIOError:  # a writer, no data yet (the descriptor does not block)
+                select.select([self._fd], [], [], 0.25)
+
+    def close(self) -> None:
+        if not self.closed:
+            os.close(self._fd)
+        super().close()
 
 
 def map_plain(path: str | Path) -> mmap.mmap | None:

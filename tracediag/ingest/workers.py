@@ -199,6 +199,7 @@ def map_in_workers(
     failures: list[str] = []
 
     n = max(0 if in_caller else 1, min(jobs, len(tasks)) - in_caller)
+    started: list[_Worker] = []
 
     def drive() -> None:
         try:
@@ -207,6 +208,7 @@ def map_in_workers(
             failures.append(str(e))
             finished.put(None)
             return
+        started.append(worker)
         try:
             while True:
                 try:
@@ -241,27 +243,33 @@ def map_in_workers(
         if on_done:
             on_done(item[0])
 
-    here = 0  # tasks the caller ran
-    while in_caller:
-        if first is not None:
-            i, first = first, None
-        else:
+    try:
+        here = 0  # tasks the caller ran
+        while in_caller:
+            if first is not None:
+                i, first = first, None
+            else:
+                try:
+                    i = todo.get_nowait()
+                except queue.Empty:
+                    break
+            here += 1
             try:
-                i = todo.get_nowait()
-            except queue.Empty:
-                break
-        here += 1
-        try:
-            take((i, fn(tasks[i])))
-        except Exception as e:  # raised after every task ended, as a worker's would be
-            take((i, _Raised(e, travels=False)))
-        while True:  # the workers' results so far, so `on_done` follows the work
-            try:
-                take(finished.get_nowait())
-            except queue.Empty:
-                break
-    while running:
-        take(finished.get())
+                take((i, fn(tasks[i])))
+            except Exception as e:  # raised after every task ended, as a worker's would be
+                take((i, _Raised(e, travels=False)))
+            while True:  # the workers' results so far, so `on_done` follows the work
+                try:
+                    take(finished.get_nowait())
+                except queue.Empty:
+                    break
+        while running:
+            take(finished.get())
+    except BaseException:  # Ctrl-C, SIGTERM: no worker outlives the caller, finishing a file for nobody
+        for worker in started:
+            worker.proc.kill()
+            worker.proc.wait()
+        raise
     for t in threads:
         t.join()
     raised = [r.error for r in results.values() if isinstance(r, _Raised)]
