@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import sys
 from importlib import import_module
 from typing import TYPE_CHECKING
 
