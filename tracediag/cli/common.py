@@ -34,6 +34,24 @@ class Finite(click.FloatRange):
         return number
 
 
+class Jobs(click.ParamType):
+    """A process count: 0 (automatic) or N >= 1. A negative number or a non-number says both choices
+    (click's "not in the range x>=0" left the user to guess what 0 means). More than the CPUs is capped."""
+
+    name = "N"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        """The count, or a usage error naming what is accepted."""
+        if isinstance(value, int) and not isinstance(value, bool):
+            jobs = value
+        else:
+            text = str(value).strip()
+            jobs = int(text) if text.isascii() and text.lstrip("+-").isdigit() else None
+        if jobs is None or jobs < 0:
+            self.fail(f"{value!r}: give 0 (automatic) or a number of processes N >= 1", param, ctx)
+        return jobs
+
+
 class FilePath(click.Path):
     """A file option (`click.Path`) that is not empty: ``-o ""`` names no file and would be ignored as absent."""
 

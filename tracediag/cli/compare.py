@@ -8,7 +8,7 @@ import click
 import orjson
 
 from tracediag.analysis import Analysis
-from tracediag.cli.common import EXIT_FINDING, FilePath, Finite, InputError
+from tracediag.cli.common import EXIT_FINDING, FilePath, Finite, InputError, Jobs
 from tracediag.cli.traces import load_traces
 from tracediag.compare import compare as _compare
 from tracediag.errors import TracediagError
@@ -57,7 +57,12 @@ def _side(path: str, step_regex: str | None, jobs: int, allow_mixed: bool) -> An
 @click.option("--step-regex", metavar="REGEX", help="Step markers other than ProfilerStep#N (both runs).")
 @click.option("--allow-mixed", is_flag=True, help="Analyse a side whose files are not one run anyway.")
 @click.option(
-    "--jobs", "-j", type=int, default=0, envvar="TRACEDIAG_JOBS", help="Processes reading files, this one included."
+    "--jobs",
+    "-j",
+    type=Jobs(),
+    default=0,
+    envvar="TRACEDIAG_JOBS",
+    help="Processes reading files, this one included: 0 automatic, N >= 1.",
 )
 def compare(
     base: str,

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from tracediag.cli.common import InputError
+from tracediag.cli.common import InputError, Jobs
 from tracediag.errors import TracediagError
 from tracediag.output import refuse_inputs
 
@@ -43,11 +43,12 @@ def trace_options(f):
     f = click.option(
         "--jobs",
         "-j",
-        type=click.IntRange(min=0),
+        type=Jobs(),
         default=0,
         envvar="TRACEDIAG_JOBS",
         show_default="one per 384 MB of input, at most one per CPU; with --executor one per CPU",
-        help="Processes reading files in parallel, this one included (at most one per CPU and one per file).",
+        help="Processes reading files in parallel, this one included: 0 automatic, N >= 1 (at most one per CPU and "
+        "one per file).",
     )(f)
     return f
 
