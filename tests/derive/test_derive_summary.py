@@ -3,15 +3,18 @@ concatenation of its ranks' summaries computed alone (what lets workers summaris
 
 from __future__ import annotations
 
+import itertools
+
 import polars as pl
 import pytest
 from conftest import FIXTURES
 from polars.testing import assert_frame_equal
 
 import tracediag
-from tracediag.derive.per_rank import rank_tables
+from tracediag.derive.per_rank import rank_groups, rank_tables
 from tracediag.derive.summary import RankSummary, concat
 from tracediag.reduce import reduce
+from tracediag.same_run import check_same_run
 
 CASES = {
     "gloo_pipeline": FIXTURES / "runs" / "pipeline_1f1b_m8",
@@ -95,3 +98,26 @@ def test_a_summary_differs_when_one_row_does(whole):
 def test_concat_of_nothing_is_refused():
     with pytest.raises(ValueError, match="no summaries"):
         concat([])
+
+
+@pytest.mark.parametrize("group_events", [1, 2_000])
+def test_a_run_derived_in_groups_of_ranks_is_the_whole_runs(run, whole, group_events):
+    """A large run is derived in groups of whole ranks (`rank_groups`): the groups are contiguous, cover
+    every row once, never cut a rank, and their concatenated tables are the whole run's (with the
+    extents `check_same_run` gives, as `analyze` passes them)."""
+    groups = rank_groups(run.events, group_events)
+    assert len(groups) > 1
+    starts = [g[0] for g in groups]
+    assert starts == [0, *itertools.accumulate(g[1] for g in groups)][:-1]
+    assert sum(g[1] for g in groups) == run.events.height
+    for start, rows, lo, hi in groups:
+        assert run.events["rank"].slice(start, rows).unique().sort().to_list() == list(range(lo, hi + 1))
+        assert lo <= hi
+    _assert_same(rank_tables(run.events, group_events=group_events), whole)
+    extents = check_same_run(run)
+    _assert_same(rank_tables(run.events, extents=extents, group_events=group_events), whole)
+
+
+def test_unsorted_events_are_derived_in_one_group(run):
+    shuffled = run.events.sample(fraction=1.0, shuffle=True, seed=3)
+    assert rank_groups(shuffled, 1) == [(0, run.events.height, 0, 0)]
