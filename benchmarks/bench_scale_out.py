@@ -142,9 +142,17 @@ def _tree(root: int) -> dict[int, tuple[float, int]]:
     return out
 
 
-def measure_code(code: str, argv: list[str], *, python: str = sys.executable) -> dict:
-    """Run `code` in a fresh process: its stdout, wall time, the process tree's CPU seconds and peak RSS."""
-    env = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+def measure_code(
+    code: str,
+    argv: list[str],
+    *,
+    python: str = sys.executable,
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+) -> dict:
+    """Run `code` in a fresh process (in `cwd`, with `env` for the environment): its stdout, wall time, the
+    process tree's CPU seconds and peak RSS."""
+    env = {**(os.environ if env is None else env), "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
     env.pop("RAY_ADDRESS", None)
     env.pop("DASK_SCHEDULER_ADDRESS", None)
     start = time.perf_counter()
@@ -154,6 +162,7 @@ def measure_code(code: str, argv: list[str], *, python: str = sys.executable) ->
         stderr=subprocess.PIPE,
         text=True,
         env=env,
+        cwd=cwd,
         start_new_session=True,
     )
     cpu: dict[int, float] = {}
