@@ -23,6 +23,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "tracediag.cli.compare",
         "Compare two runs (trace files, directories, or saved `analyze --format json` output).",
     ),
+    "export": (
+        "tracediag.cli.export",
+        "Write trace files' timelines, aligned and annotated with the analysis, to one file for ui.perfetto.dev.",
+    ),
     "hang": (
         "tracediag.cli.hang",
         "Read PyTorch Flight Recorder dumps (one per rank: files, directories, globs, URLs) and say which "

@@ -20,6 +20,7 @@ from tracediag.cli.execute_options import (
     storage_options,
     summarize_kw,
 )
+from tracediag.cli.export import perfetto_options, write_trace
 from tracediag.cli.traces import parse_rank_map, reading_progress, report_read_errors, trace_options
 from tracediag.errors import TracediagError, shown
 
@@ -115,6 +116,13 @@ def _link(value: str | None) -> float | None:
     is_flag=True,
     help="Files that are not ranks of one run: analyse each on its own instead of refusing them.",
 )
+@click.option(
+    "--perfetto",
+    "perfetto_path",
+    type=FilePath(dir_okay=False),
+    help="Also write every rank's timeline with the analysis drawn on it, for ui.perfetto.dev (docs/perfetto.md).",
+)
+@perfetto_options
 @trace_options
 @executor_options
 @check_options
@@ -131,6 +139,9 @@ def analyze(
     rank_from_filename: str | None,
     rank_map: tuple[str, ...],
     comm_kernel: str | None,
+    perfetto_path: str | None,
+    export_ranks: tuple[int, ...] | None,
+    max_events: int,
     **check_kw: Any,
 ) -> None:
     """Name the cause of slow steps in trace files, globs, directories or an ingest Parquet."""
@@ -145,10 +156,13 @@ def analyze(
         msg = f"{shown(output)}: -o and --html name the same file"
         raise InputError(msg)
     ex_kw = {k: check_kw.pop(k) for k in EXECUTOR_KEYS}
+    if perfetto_path is not None and ex_kw["executor"]:
+        msg = "--perfetto reads the events here: not with --executor (run tracediag export on the traces)"
+        raise InputError(msg)
     kw, n_files = _sources_kw(
         paths,
         ex_kw,
-        {"-o": output, "--html": html},
+        {"-o": output, "--html": html, "--perfetto": perfetto_path},
         (check_kw.get("plan_path"),),
         jobs=jobs,
         rank_from_filename=rank_from_filename,
@@ -175,6 +189,13 @@ def analyze(
             html = Path(check_kw["html_path"])
             kw = {**check_kw, "html_path": html.with_name(f"{html.stem}.{i}{html.suffix}")}
         finish_report(r, kw)
+    if perfetto_path is not None:
+        if len(results) != 1 or analysed.run is None:
+            msg = "--perfetto draws one run; these files are analysed each on its own (--allow-mixed)"
+            raise InputError(msg)
+        write_trace(
+            perfetto_path, analysed.run, results[0][1], ranks=export_ranks, max_events=max_events, step_regex=step_regex
+        )
     report_failed(analysed.failed, ex_kw["allow_missing"])
     # a finding that costs nothing measurable is reported, not gated on
     if gate and any(f.cause in gate and f.measurable for _, r in results for f in r.findings):

@@ -23,6 +23,7 @@ import polars as pl
 
 from tracediag.output import write_atomic
 from tracediag.report.perfetto_tracks import IDLE_KINDS, Tracks, derive_tracks
+from tracediag.units import count
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator
@@ -79,9 +80,9 @@ class Exported:
                 f"{shortest:,.1f} µs; --max-events raises the cap)"
             )
         if self.ranks_left_out:
-            parts.append(f"{len(self.ranks_left_out):,} ranks not exported (--ranks)")
+            parts.append(f"{count(len(self.ranks_left_out), 'rank')} not exported (--ranks)")
         if self.flows_left_out:
-            parts.append(f"{self.flows_left_out:,} flows to late ranks not exported left out")
+            parts.append(f"{count(self.flows_left_out, 'flow')} to late ranks not exported left out")
         return "; ".join(parts)
 
 
