@@ -16,7 +16,8 @@ from tef_checker import load
 
 import tracediag
 from tracediag.cli import cli
-from tracediag.report.perfetto import FINDING_TID, IDLE_TID, LATE_TID, WAIT_TID, parse_ranks, quoted
+from tracediag.report.perfetto import FINDING_TID, IDLE_TID, LATE_TID, WAIT_TID, quoted
+from tracediag.report.perfetto_limits import parse_ranks
 
 if TYPE_CHECKING:
     from pathlib import Path

@@ -11,8 +11,7 @@ from tracediag.cli.common import FilePath, InputError
 from tracediag.cli.execute_options import refuse_overwrite, run_summaries
 from tracediag.cli.traces import parse_rank_map, reading_progress, report_read_errors, trace_options
 from tracediag.errors import TracediagError, shown
-from tracediag.execute.driver import analyze_sources
-from tracediag.report.perfetto import DEFAULT_MAX_EVENTS, parse_ranks, write_perfetto
+from tracediag.report.perfetto_limits import DEFAULT_MAX_EVENTS, parse_ranks
 from tracediag.units import count
 
 if TYPE_CHECKING:
@@ -52,6 +51,8 @@ def write_trace(
 ) -> None:
     """Write the Perfetto file, say so on stderr with what was left out; bad options and unwritable
     files as one line (exit 2)."""
+    from tracediag.report.perfetto import write_perfetto
+
     try:
         exported = write_perfetto(path, run, analysis, ranks=ranks, max_events=max_events, step_regex=step_regex)
     except (TracediagError, ValueError) as e:
@@ -80,6 +81,8 @@ def export(
     comm_kernel: str | None,
 ) -> None:
     """Write trace files' timelines, aligned and annotated with the analysis, to one file for ui.perfetto.dev."""
+    from tracediag.execute.driver import analyze_sources
+
     n_files = len(refuse_overwrite(paths, {"-o": output}))
     kw: dict[str, Any] = {
         "jobs": jobs,

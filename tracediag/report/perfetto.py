@@ -14,7 +14,6 @@ made per trace event.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING, Any
 
@@ -22,6 +21,7 @@ import orjson
 import polars as pl
 
 from tracediag.output import write_atomic
+from tracediag.report.perfetto_limits import DEFAULT_MAX_EVENTS
 from tracediag.report.perfetto_tracks import IDLE_KINDS, Tracks, derive_tracks
 from tracediag.units import count
 
@@ -30,10 +30,6 @@ if TYPE_CHECKING:
 
     from tracediag.analysis import Analysis
     from tracediag.run import Run
-
-DEFAULT_MAX_EVENTS = 2_000_000
-"""Timeline events written at most by default: Perfetto's UI loads a few million in a browser tab
-(chrome://tracing fewer); beyond it the shortest events are left out, and the file says so."""
 
 WAIT_TID, LATE_TID, IDLE_TID, FINDING_TID = 2**30, 2**30 + 1, 2**30 + 2, 2**30 + 16
 """Thread ids of the analysis' tracks inside each rank's process (the timeline's are 1, 2, ...)."""
@@ -84,22 +80,6 @@ class Exported:
         if self.flows_left_out:
             parts.append(f"{count(self.flows_left_out, 'flow')} to late ranks not exported left out")
         return "; ".join(parts)
-
-
-def parse_ranks(text: str) -> tuple[int, ...]:
-    """``"0,3,5-7"`` as ``(0, 3, 5, 6, 7)``; ValueError naming the part that is not a rank or a range."""
-    out: set[int] = set()
-    for part in (p.strip() for p in text.split(",")):
-        m = re.fullmatch(r"(\d+)(?:-(\d+))?", part)
-        if not m or (m[2] is not None and int(m[2]) < int(m[1])):
-            msg = f"{part!r} is not a rank or a range of ranks (e.g. 0,3,5-7)"
-            raise ValueError(msg)
-        lo, hi = int(m[1]), int(m[2] if m[2] is not None else m[1])
-        if hi - lo > 1_000_000:
-            msg = f"{part!r}: a range of more than a million ranks"
-            raise ValueError(msg)
-        out.update(range(lo, hi + 1))
-    return tuple(sorted(out))
 
 
 def write_perfetto(
@@ -272,7 +252,7 @@ def _timeline(
     lf = (
         events.lazy()
         .filter(pl.col("rank").is_in(ranks))
-        .join(offsets.lazy(), on="rank", how="left")
+        .join(offsets.lazy(), on="rank", how="left", maintain_order="left")
         .select(
             "rank",
             "device",
@@ -295,7 +275,7 @@ def _timeline(
         .sort("rank", "device", "thr", nulls_last=True)
         .with_columns(tid=(pl.int_range(pl.len()).over("rank") + 1).cast(pl.Int64))
     )
-    joined = rows.join(threads, on=["rank", "device", "thr"], how="left", nulls_equal=True)
+    joined = rows.join(threads, on=["rank", "device", "thr"], how="left", nulls_equal=True, maintain_order="left")
     frame = _frame(
         joined.with_columns(name=quoted(joined["name"]), cat=quoted(joined["kind"])),
         ph=pl.lit("X"),
@@ -398,7 +378,7 @@ def _disjoint(df: pl.DataFrame, by: str = "rank") -> pl.DataFrame:
     """Slices of one thread per `by` made disjoint (a thread's slices must nest): of slices starting
     together the longest; each ending at the latest where the next begins."""
     return (
-        df.sort(by, "ts", "end")
+        df.sort(by, "ts", "end", maintain_order=True)
         .group_by(by, "ts", maintain_order=True)
         .agg(pl.all().last())
         .sort(by, "ts")
@@ -413,7 +393,11 @@ def _lateness(tracks: Tracks, ranks: tuple[int, ...]) -> tuple[pl.DataFrame, int
     arr = tracks.arrivals
     waited = arr.filter(pl.col("wait_ns") > 0, pl.col("rank") != pl.col("late_rank"))
     first = arr.group_by("iid").agg(first=pl.col("arrival").min(), waiters=(pl.col("wait_ns") > 0).sum())
-    late = arr.filter(pl.col("rank") == pl.col("late_rank")).join(first, on="iid").filter(pl.col("waiters") > 0)
+    late = (
+        arr.filter(pl.col("rank") == pl.col("late_rank"))
+        .join(first, on="iid", maintain_order="left")
+        .filter(pl.col("waiters") > 0)
+    )
     mine = pl.col("rank").is_in(ranks)
     waits = _disjoint(waited.filter(mine).with_columns(ts="arrival", end=pl.col("arrival") + pl.col("wait_ns")))
     lasts = _disjoint(

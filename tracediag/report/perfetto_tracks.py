@@ -60,7 +60,9 @@ def derive_tracks(run: Run, analysis: Analysis, *, step_regex: str | None = None
     matched, _ = plausible_matches(matched)
     device = device_sweep(stepped, spans, names=names, keys=keys)
     kept = analysis.steps.select("rank", "step")
-    idle = idle_gaps(device, spans, launched.links, offsets).join(kept, on=["rank", "step"], how="semi")
+    idle = (
+        idle_gaps(device, spans, launched.links, offsets).join(kept, on=["rank", "step"], how="semi").sort("rank", "ts")
+    )
     return Tracks(offsets=offsets, arrivals=_arrivals(matched), idle=idle)
 
 
@@ -71,7 +73,7 @@ def _arrivals(matched: pl.DataFrame) -> pl.DataFrame:
         matched.filter(pl.col("n_ranks") > 1)
         .with_columns(late_rank=late)
         .select("iid", "rank", "group", "op", "seq", "step", "arrival", "aligned_end", "wait_ns", "late_rank")
-        .sort("rank", "arrival")
+        .sort("rank", "arrival", "iid")
     )
 
 
