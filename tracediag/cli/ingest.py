@@ -12,7 +12,7 @@ from tracediag.cli.common import FilePath, InputError
 from tracediag.cli.execute_options import executor_options, storage_options
 from tracediag.cli.traces import load_traces, trace_options
 from tracediag.derive.steps import find_markers
-from tracediag.errors import TracediagError, one_line, shown
+from tracediag.errors import NoStepsError, TracediagError, one_line, shown
 from tracediag.units import NS_PER_MS, format_ms
 
 if TYPE_CHECKING:
@@ -38,7 +38,11 @@ def summary(run: Run) -> str:
     if ev.height:
         kinds = ev.group_by("kind").len().sort(["len", pl.col("kind").cast(pl.String)], descending=[True, False])
         lines.append("kinds   " + ", ".join(f"{k} {n:,}" for k, n in kinds.iter_rows()))
-        nums = find_markers(ev)["step"].unique().sort().to_list()  # the steps `analyze` finds
+        try:
+            nums = find_markers(ev)["step"].unique().sort().to_list()  # the steps `analyze` finds
+        except NoStepsError as e:  # markers `analyze` will refuse: the table is read, the reason said
+            lines.append(f"steps   none: {e}")
+            nums = []
         if nums:
             lines.append(f"steps   {len(nums)} ({nums[0]}..{nums[-1]})")
         span_ns = ev.group_by("rank").agg(span=(pl.col("ts") + pl.col("dur")).max() - pl.col("ts").min())["span"]

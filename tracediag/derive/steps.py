@@ -22,6 +22,7 @@ import polars as pl
 
 from tracediag.derive.intervals import TimeKeys, asof_by_rank, ranked_span
 from tracediag.derive.ranked import keep_ranked
+from tracediag.errors import NoStepsError
 from tracediag.vocab import ANY_LAUNCH, STEP_NUMBER, distinct_names, name_matches, user_regex
 
 PARTIAL_SHORT = 0.5
@@ -59,7 +60,13 @@ def find_markers(events: pl.DataFrame, *, step_regex: str | None = None) -> pl.D
         "rank", "tid", pl.col("ts").alias("host_start"), (pl.col("ts") + pl.col("dur")).alias("host_end"), name
     )
     if compiled.groups:
-        rows = rows.with_columns(step=pl.col("name").str.extract(pattern, 1).cast(pl.Int32, strict=False))
+        digits = pl.col("name").str.extract(pattern, 1)
+        number = digits.cast(pl.Int64, strict=False)
+        fits = number.is_between(_STEP_MIN, _STEP_MAX)
+        step = pl.when(fits).then(number).cast(pl.Int32)
+        rows = rows.with_columns(step=step, _digits=digits).collect().lazy()
+        _refuse_out_of_range(rows, pattern)
+        rows = rows.drop("_digits")
     else:
         # markers that start together keep the event table's order (file order): numbered the same each run
         rows = rows.sort("rank", "host_start", maintain_order=True).with_columns(
@@ -83,6 +90,27 @@ def find_markers(events: pl.DataFrame, *, step_regex: str | None = None) -> pl.D
         .sort("rank", "step")
         .collect(engine="in-memory")
     )
+
+
+def _refuse_out_of_range(rows: pl.LazyFrame, pattern: str) -> None:
+    """`NoStepsError` when a marker's step number is a whole number outside `_STEP_MIN`..`_STEP_MAX`:
+    dropped, it would leave a silent gap or "no ProfilerStep#N markers"; wrapped, a wrong step."""
+    bad = (
+        rows.filter(pl.col("step").is_null() & pl.col("_digits").str.contains(r"^[+-]?[0-9]+$"))
+        .select(pl.len(), pl.col("_digits").first())
+        .collect()
+    )
+    if bad.item(0, 0):
+        what = "ProfilerStep#N markers" if pattern == STEP_NUMBER else f"markers of --step-regex {pattern!r}"
+        msg = (
+            f"{bad.item(0, 0)} {what} number their step beyond {_STEP_MIN}..{_STEP_MAX} "
+            f"(e.g. {bad.item(0, 1)[:40]}): out of range, not read"
+        )
+        raise NoStepsError(msg)
+
+
+_STEP_MIN, _STEP_MAX = -(2**31) + 1, 2**31 - 2
+"""Step numbers the ``step`` column (Int32) holds with room for the step before and after (N ± 1)."""
 
 
 def _host_step(
