@@ -79,7 +79,7 @@ for k, new in enumerate(range(4, n)):
     copy = ev.filter(pl.col("rank") == healthy[k % 3])
     parts.append(copy.with_columns(rank=pl.lit(new, pl.Int32), ts=pl.col("ts") + 37_000 * (k + 1)))
 run = Run(events=pl.concat(parts).sort("rank", "ts"), meta=run.meta)
-del parts, copy
+del parts
 tracediag.analyze(run)
 base = hwm()
 t0, w0 = time.process_time(), time.perf_counter()
