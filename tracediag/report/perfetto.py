@@ -14,7 +14,7 @@ made per trace event.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from typing import IO, TYPE_CHECKING, Any
 
 import orjson
@@ -64,7 +64,6 @@ class Exported:
     """Ranks of the run not exported (``--ranks``)."""
     flows_left_out: int = 0
     """Flows to a late rank that was not exported."""
-    notes: tuple[str, ...] = field(default=())
 
     def warning(self) -> str:
         """One line saying what was left out, or "" when nothing was."""
@@ -131,7 +130,7 @@ def write_perfetto(
 
     other = _other_data(exported, tracks, origin, analysis)
     write_atomic(path, lambda f: _write(f, chunks(), other))
-    return Exported(**{**exported.__dict__, "events": counted[0]})
+    return replace(exported, events=counted[0])
 
 
 def _span(ranks: tuple[int, ...]) -> str:
