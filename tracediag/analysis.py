@@ -17,7 +17,7 @@ import polars as pl
 
 from tracediag.check_result import Check
 
-SCHEMA_VERSION = "1.6"
+SCHEMA_VERSION = "1.7"
 
 
 class Cause(StrEnum):
@@ -128,18 +128,22 @@ KERNEL_SCHEMA: dict[str, pl.DataType] = {
     "count": pl.Int64(),
     "total_ns": pl.Int64(),
     "mean_ns": pl.Int64(),
+    "wall_ns": pl.Int64(),
     "share": pl.Float64(),
 }
 """The kernel view (`derive.kernels`): one row per (rank, kernel or operator name); ``category`` is
-compute, communication or memory; ``share`` = total / the rank's summed step time."""
+compute, communication or memory; ``total_ns`` is summed over streams/threads (concurrent rows each
+count), ``wall_ns`` the union of their spans; ``share`` = wall / the rank's summed step time."""
 
 KERNEL_CATEGORY_SCHEMA: dict[str, pl.DataType] = {
     "rank": pl.Int32(),
     "category": pl.String(),
     "count": pl.Int64(),
     "total_ns": pl.Int64(),
+    "wall_ns": pl.Int64(),
     "share": pl.Float64(),
 }
+"""Per (rank, category) over all kernels/operators: as `KERNEL_SCHEMA`, the wall time of the category's rows."""
 
 
 def _freeze(value: Any) -> Any:

@@ -2,14 +2,17 @@
 
 Three views of the same two `Analysis` objects:
 
-- *breakdown*: per run, the median over steps of the per-step mean over ranks of each breakdown part
-  (step, compute, exposed communication, copy, the three kinds of idle, waiting for peers, data
-  loading), and new − base;
-- *kernels*: per kernel/operator name, time per step (summed over ranks, divided by the run's steps),
-  from each run's kernel view; added (only in new), removed (only in base), slower or faster (by at
-  least `KERNEL_MIN_CHANGE` of its base time and `KERNEL_MIN_NS` per step). A name missing from a run
-  whose list was cut at `TOP_STORED` per rank counts as added/removed only when it takes more time
-  than that run's smallest listed kernel (else it may just rank lower there);
+- *breakdown*: per run, the per-step mean over ranks of each breakdown part (step, compute, exposed
+  communication, copy, the three kinds of idle, waiting for peers, data loading) in the median step
+  (the two middle steps averaged when their number is even): the parts add up to the median step,
+  in each run and in new − base;
+- *kernels*: per kernel/operator name, its wall time per step and rank (the union of its spans over
+  the rank's streams/threads, summed over ranks and divided by the run's steps and ranks: the unit of
+  the breakdown, so a kernel's change is part of the step's), from each run's kernel view; added
+  (only in new), removed (only in base), slower or faster (by at least `KERNEL_MIN_CHANGE` of its base
+  time and `KERNEL_MIN_NS` per step). A name missing from a run
+  whose list was cut at `TOP_STORED` per rank (by summed time) counts as added/removed only when its
+  summed time passes that run's smallest listed kernel's (else it may just rank lower there);
 - *causes*: the findings of each run, with time lost.
 
 ``step_time_delta_ns`` is the change of the median step; ``headline`` says in one sentence what
@@ -25,6 +28,7 @@ import polars as pl
 
 from tracediag.analysis import Analysis, Cause
 from tracediag.derive.kernels import TOP_STORED
+from tracediag.kernel_names import short_names
 from tracediag.units import NS_PER_MS, format_ms
 
 PARTS = (
@@ -72,20 +76,28 @@ def _breakdown(a: Analysis) -> dict[str, float]:
     cols = [c for c, _ in PARTS if c in a.steps.columns and a.steps[c].null_count() < a.steps.height]
     if not a.steps.height:
         return dict.fromkeys(cols, 0.0)
-    per_step = a.steps.group_by("step").agg(pl.col(cols).mean())
-    return {c: float(per_step[c].median()) for c in cols}
+    # the parts of the median step (the two middle steps averaged when even): its step time is the
+    # median, and its parts add up to it, as a median per part would not
+    per_step = a.steps.group_by("step").agg(pl.col(cols).mean()).sort("dur_ns", "step")
+    middle = per_step.slice((per_step.height - 1) // 2, 2 - per_step.height % 2)
+    return {c: float(middle[c].mean()) for c in cols}
 
 
 def _kernels(a: Analysis) -> tuple[dict[str, dict[str, Any]], bool, float]:
-    """Name -> {category, ns_per_step}; whether some rank's list was cut; the smallest listed time per step."""
-    n_steps = max(len(a.step_numbers), 1)
+    """Name -> {category, ns_per_step (wall), summed_ns_per_step}, per step and rank; whether some
+    rank's list was cut; the smallest listed summed time per step and rank (the lists are cut by it).
+
+    An analysis saved before 1.7 has no ``wall_ns``: its summed time stands in."""
     if a.kernels is None or not a.kernels.height:
         return {}, False, 0.0
-    df = a.kernels
+    df = a.kernels.with_columns(pl.col("wall_ns").fill_null(pl.col("total_ns")))
+    per_rank_step = max(len(a.step_numbers), 1) * max(a.steps["rank"].n_unique(), 1)
     cut = bool((df.group_by("rank").len()["len"] >= TOP_STORED).any())
-    per = df.group_by("name").agg(pl.col("category").first(), (pl.col("total_ns").sum() / n_steps).alias("ns"))
-    table = {n: {"category": c, "ns_per_step": float(ns)} for n, c, ns in per.iter_rows()}
-    floor = float(df["total_ns"].min()) / n_steps
+    per = df.group_by("name").agg(
+        pl.col("category").first(), pl.col("wall_ns").sum() / per_rank_step, pl.col("total_ns").sum() / per_rank_step
+    )
+    table = {n: {"category": c, "ns_per_step": w, "summed_ns_per_step": t} for n, c, w, t in per.iter_rows()}
+    floor = float(df["total_ns"].min()) / per_rank_step
     return table, cut, floor
 
 
@@ -111,11 +123,11 @@ def _kernel_changes(base: Analysis, new: Analysis) -> list[dict[str, Any]]:
     for name in sorted(set(kb) | set(kn)):
         b, n = kb.get(name), kn.get(name)
         if b is None:
-            if cut_b and n["ns_per_step"] <= floor_b:
+            if cut_b and n["summed_ns_per_step"] <= floor_b:
                 continue
             status, before, after = "added", 0.0, n["ns_per_step"]
         elif n is None:
-            if cut_n and b["ns_per_step"] <= floor_n:
+            if cut_n and b["summed_ns_per_step"] <= floor_n:
                 continue
             status, before, after = "removed", b["ns_per_step"], 0.0
         else:
@@ -133,6 +145,9 @@ def _kernel_changes(base: Analysis, new: Analysis) -> list[dict[str, Any]]:
                 "base_ns_per_step": round(before),
                 "new_ns_per_step": round(after),
                 "delta_ns": round(after - before),
+                "summed_delta_ns": round(
+                    (n or {}).get("summed_ns_per_step", 0.0) - (b or {}).get("summed_ns_per_step", 0.0)
+                ),
             }
         )
     return sorted(out, key=lambda c: -abs(c["delta_ns"]))
@@ -177,7 +192,8 @@ def compare(base: Analysis, new: Analysis) -> Comparison:
     if kernels:
         k = kernels[0]
         moved = format_ms(k["delta_ns"] / NS_PER_MS, sign=True)
-        headline += f"; the kernel that changed most is {k['name'][:80]} ({k['status']}, {moved} per step)"
+        name = short_names(c["name"] for c in kernels)[k["name"]]
+        headline += f"; the kernel that changed most is {name} ({k['status']}, {moved} per step and rank)"
     new_causes = sorted(causes_n - causes_b - {Cause.HEALTHY})
     if new_causes:
         headline += f"; new cause: {', '.join(new_causes)}"

@@ -65,6 +65,8 @@ class Derived:
     """What the what-if replay reads beside `facts`."""
     kernels: pl.DataFrame
     """Every kernel or operator per rank over the kept steps (`derive.kernels.kernel_view`)."""
+    kernel_categories: pl.DataFrame
+    """Per rank, compute / communication / memory over the kept steps (`derive.kernels.by_category`)."""
 
 
 def derive_facts(run: Run, *, step_regex: str | None = None, link_gbps: float | None = None) -> Derived:
@@ -147,7 +149,14 @@ def facts_from_tables(
         segments=summary.replay_segments, sync=summary.replay_sync, offsets=offsets, matched=matched, pairs=pairs
     )
     kernels = kernel_view(summary.kernels, steps, top=None)
-    return Derived(facts=facts, excluded_steps=excluded, warnings=tuple(warnings), replay=replay, kernels=kernels)
+    return Derived(
+        facts=facts,
+        excluded_steps=excluded,
+        warnings=tuple(warnings),
+        replay=replay,
+        kernels=kernels,
+        kernel_categories=by_category(kernels, summary.kernel_categories, steps),
+    )
 
 
 def analyze(
@@ -310,6 +319,6 @@ def reduce(
         pipelines=tuple(pipeline_stages(facts)),
         whatif=whatif,
         kernels=kernels.group_by("rank", maintain_order=True).head(TOP_STORED) if kernels.height else None,
-        kernel_categories=by_category(kernels) if kernels.height else None,
+        kernel_categories=derived.kernel_categories if kernels.height else None,
         lateness=late,
     )

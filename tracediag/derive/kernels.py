@@ -4,8 +4,12 @@ Over the analysed steps only. GPU ranks: device rows of the rank's main device, 
 ``compute`` (kernels), ``communication`` (NCCL/RCCL kernels) and ``memory`` (memcpy/memset); totals
 are sums of durations (concurrent kernels each count). CPU-only ranks: host operators (``cpu_op``,
 and ``gloo:*`` work) by name, ``communication`` for c10d/gloo/wait operators, else ``compute``; totals
-are *self* time (an operator's duration minus its direct children's on the same thread), so the
-shares of one thread never sum past 100%.
+are *self* time (an operator's duration minus its direct children's on the same thread).
+
+Totals are *summed* time: two streams or threads running the same kernel at once count twice, so a
+total can pass the wall time (two gloo threads each in ``gloo:all_reduce`` for most of a step).
+``wall_ns`` is the wall time instead: the union of the rows' spans over the rank's streams and
+threads (per name, and per category), and ``share`` is that over the step time, never above 100%.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from __future__ import annotations
 import polars as pl
 
 from tracediag.analysis import KERNEL_CATEGORY_SCHEMA, KERNEL_SCHEMA
+from tracediag.derive.intervals import union_intervals
 from tracediag.derive.ranked import keep_ranked
 from tracediag.vocab import HOST_COMM_OP, distinct_names, name_matches
 
@@ -75,6 +80,12 @@ def _category(name: str) -> pl.Expr:
     return pl.lit(name, dtype=_CATEGORIES)
 
 
+def _wall(rows: pl.LazyFrame, by: list[str]) -> pl.LazyFrame:
+    """Per group of `by`: ``wall_ns``, the length of the union of the rows' spans (``ts``, ``dur``)."""
+    spans = union_intervals(rows.select(*by, "ts", end=pl.col("ts") + pl.col("dur")), by)
+    return spans.group_by(by).agg(wall_ns=(pl.col("end") - pl.col("ts")).sum().cast(pl.Int64))
+
+
 KERNEL_STEP_SCHEMA: dict[str, pl.DataType] = {
     "rank": pl.Int32(),
     "step": pl.Int32(),
@@ -82,13 +93,26 @@ KERNEL_STEP_SCHEMA: dict[str, pl.DataType] = {
     "category": pl.String(),
     "count": pl.Int64(),
     "total_ns": pl.Int64(),
+    "wall_ns": pl.Int64(),
 }
-"""`kernel_steps`: per (rank, step, name, category), how many rows and their total (self) time."""
+"""`kernel_steps`: per (rank, step, name, category), how many rows, their summed (self) time and
+their wall time (the union of their spans over streams and threads)."""
+
+CATEGORY_STEP_SCHEMA: dict[str, pl.DataType] = {
+    "rank": pl.Int32(),
+    "step": pl.Int32(),
+    "category": pl.String(),
+    "wall_ns": pl.Int64(),
+}
+"""`kernel_steps`' second table: per (rank, step, category), the wall time of the category's rows."""
 
 
-def kernel_steps(events: pl.DataFrame, devices: pl.DataFrame, *, names: pl.Series | None = None) -> pl.DataFrame:
-    """Per (rank, step, name, category): ``count`` and ``total_ns`` of the kernels (GPU ranks) or
-    operators (CPU-only ranks) of the rows with a step, `KERNEL_STEP_SCHEMA`.
+def kernel_steps(
+    events: pl.DataFrame, devices: pl.DataFrame, *, names: pl.Series | None = None
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Per (rank, step, name, category): ``count``, ``total_ns`` and ``wall_ns`` of the kernels (GPU
+    ranks) or operators (CPU-only ranks) of the rows with a step, `KERNEL_STEP_SCHEMA`; and per
+    (rank, step, category) their ``wall_ns``, `CATEGORY_STEP_SCHEMA`.
 
     The per-rank half of the kernel view (`kernel_view` sums it over the analysed steps). `events`
     has ``step`` filled (`derive.steps.assign_steps`); `devices` holds ``rank`` and its main
@@ -123,35 +147,47 @@ def kernel_steps(events: pl.DataFrame, devices: pl.DataFrame, *, names: pl.Serie
             .otherwise(_category("compute"))
         )
     )
-    cpu = _self_time(cpu.select("rank", "step", "tid", "ts", "dur", "name", "category"))
+    cpu = cpu.select("rank", "step", "tid", "ts", "dur", "name", "category")
     # grouped on the Categorical names and the Enum categories, made strings once per group (the two
     # parts hold different ranks)
-    keys = ("rank", "step", "name", "category")
+    keys = ["rank", "step", "name", "category"]
     has_gpu, has_cpu = devices.select(
         (pl.col("device") >= 0).any().alias("gpu"), (pl.col("device") < 0).any().alias("cpu")
     ).row(0)
-    per_name = [
-        part.group_by(*keys).agg(count=pl.len().cast(pl.Int64), total_ns=pl.col("dur").sum().cast(pl.Int64))
-        for part, present in ((gpu, has_gpu), (cpu, has_cpu))
-        if present  # a part of no rank is not planned (each costs a pass over the events)
-    ]
-    if not per_name:
-        return pl.DataFrame(schema=KERNEL_STEP_SCHEMA)
-    return (
-        pl.concat(per_name)
-        .with_columns(name.alias("name"), pl.col("category").cast(pl.String))
-        .sort("rank", "step", "name", "category")
-        .select(list(KERNEL_STEP_SCHEMA))
-        .collect(engine="in-memory")
-        .cast(KERNEL_STEP_SCHEMA)
+    parts = [(gpu, gpu), (_self_time(cpu), cpu)]  # (rows to sum, rows whose spans make the wall time)
+    present = [p for p, keep in zip(parts, (has_gpu, has_cpu), strict=True) if keep]
+    # a part of no rank is not planned (each costs a pass over the events)
+    if not present:
+        return pl.DataFrame(schema=KERNEL_STEP_SCHEMA), pl.DataFrame(schema=CATEGORY_STEP_SCHEMA)
+    per_name = pl.concat(
+        [
+            summed.group_by(keys)
+            .agg(count=pl.len().cast(pl.Int64), total_ns=pl.col("dur").sum().cast(pl.Int64))
+            .join(_wall(spans, keys), on=keys, how="left")
+            for summed, spans in present
+        ]
     )
+    per_category = pl.concat([_wall(spans, ["rank", "step", "category"]) for _, spans in present])
+    per_name, per_category = pl.collect_all(
+        [
+            per_name.with_columns(name.alias("name"), pl.col("category").cast(pl.String))
+            .sort("rank", "step", "name", "category")
+            .select(list(KERNEL_STEP_SCHEMA)),
+            per_category.with_columns(pl.col("category").cast(pl.String))
+            .sort("rank", "step", "category")
+            .select(list(CATEGORY_STEP_SCHEMA)),
+        ],
+        engine="in-memory",
+    )
+    return per_name.cast(KERNEL_STEP_SCHEMA), per_category.cast(CATEGORY_STEP_SCHEMA)
 
 
 def kernel_view(per_step: pl.DataFrame, steps: pl.DataFrame, *, top: int | None = TOP_STORED) -> pl.DataFrame:
     """Per rank, the `top` kernels/operators by total time over the (rank, step) pairs of `steps`
     (all of them when `top` is None): `KERNEL_SCHEMA`, from a `kernel_steps` table.
 
-    `steps` holds ``rank``, ``step`` and ``dur_ns`` (the breakdown); ``share`` is of their total.
+    `steps` holds ``rank``, ``step`` and ``dur_ns`` (the breakdown); ``share`` is the wall time over
+    their total.
     """
     if not steps.height:
         return pl.DataFrame(schema=KERNEL_SCHEMA)
@@ -161,11 +197,11 @@ def kernel_view(per_step: pl.DataFrame, steps: pl.DataFrame, *, top: int | None 
         per_step.lazy()
         .join(keys.lazy(), on=["rank", "step"], how="semi")
         .group_by("rank", "name", "category")
-        .agg(pl.col("count").sum(), pl.col("total_ns").sum())
+        .agg(pl.col("count").sum(), pl.col("total_ns").sum(), pl.col("wall_ns").sum())
         .join(total_step.lazy(), on="rank")
         .with_columns(
             mean_ns=(pl.col("total_ns") // pl.col("count")).cast(pl.Int64),
-            share=pl.col("total_ns") / pl.col("_step").clip(lower_bound=1),
+            share=pl.col("wall_ns") / pl.col("_step").clip(lower_bound=1),
         )
         .sort(["rank", "total_ns", "name"], descending=[False, True, False])
     )
@@ -185,14 +221,26 @@ def top_kernels(events: pl.DataFrame, steps: pl.DataFrame, *, top: int | None = 
         return pl.DataFrame(schema=KERNEL_SCHEMA)
     keys = steps.select("rank", "step").unique()
     devices = steps.group_by("rank").agg(pl.col("device").first())
-    return kernel_view(kernel_steps(events.join(keys, on=["rank", "step"], how="semi"), devices), steps, top=top)
+    per_name, _ = kernel_steps(events.join(keys, on=["rank", "step"], how="semi"), devices)
+    return kernel_view(per_name, steps, top=top)
 
 
-def by_category(kernels: pl.DataFrame) -> pl.DataFrame:
-    """Per (rank, category) of a `top_kernels(..., top=None)` table: ``count``, ``total_ns``, ``share``."""
+def by_category(kernels: pl.DataFrame, per_category: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
+    """Per (rank, category) of a `kernel_view(..., top=None)` table: ``count`` and ``total_ns``
+    (summed), ``wall_ns`` over the (rank, step) pairs of `steps` (from `kernel_steps`' category
+    table) and ``share`` = wall / the steps' total."""
+    total_step = steps.group_by("rank").agg(_step=pl.col("dur_ns").sum())
+    wall = (
+        per_category.join(steps.select("rank", "step").unique(), on=["rank", "step"], how="semi")
+        .group_by("rank", "category")
+        .agg(pl.col("wall_ns").sum())
+    )
     return (
         kernels.group_by("rank", "category")
-        .agg(pl.col("count").sum(), pl.col("total_ns").sum(), pl.col("share").sum())
+        .agg(pl.col("count").sum(), pl.col("total_ns").sum())
+        .join(wall, on=["rank", "category"], how="left")
+        .join(total_step, on="rank", how="left")
+        .with_columns(share=pl.col("wall_ns").fill_null(0) / pl.col("_step").clip(lower_bound=1))
         .sort("rank", "category")
         .select(list(KERNEL_CATEGORY_SCHEMA))
         .cast(KERNEL_CATEGORY_SCHEMA)

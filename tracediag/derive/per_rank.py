@@ -95,6 +95,9 @@ def _rank_tables(events: pl.DataFrame, *, step_regex: str | None, extents: pl.Da
     instances = collective_instances(stepped)
     sync = sync_ends(stepped, instances, names=names)
     device = device_sweep(stepped, spans, sync, names=names, keys=keys)
+    kernels, kernel_categories = kernel_steps(
+        stepped, spans.group_by("rank").agg(pl.col("device").first()), names=names
+    )
     return RankSummary(
         spans=spans,
         breakdown=breakdown(
@@ -109,7 +112,8 @@ def _rank_tables(events: pl.DataFrame, *, step_regex: str | None, extents: pl.Da
         .sort("rank", "coll_op", "coll_peer", nulls_last=True)
         .collect(),
         host=host_feed(stepped, spans, names=names, launched=launched, keys=keys),
-        kernels=kernel_steps(stepped, spans.group_by("rank").agg(pl.col("device").first()), names=names),
+        kernels=kernels,
+        kernel_categories=kernel_categories,
         extents=rank_extents(events) if extents is None else extents,
         replay_segments=segments(device, spans, sync, keys),
         replay_sync=sync,

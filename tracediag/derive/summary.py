@@ -51,8 +51,10 @@ class RankSummary:
     """How the host feeds the device per (rank, step) of GPU ranks, `derive.host.HOST_SCHEMA`."""
     kernels: pl.DataFrame
     """Device time per (rank, step, kernel or operator), `derive.kernels.KERNEL_STEP_SCHEMA`:
-    ``rank, step, name, category, count, total_ns`` (summed over the analysed steps by
+    ``rank, step, name, category, count, total_ns, wall_ns`` (summed over the analysed steps by
     `derive.kernels.kernel_view`)."""
+    kernel_categories: pl.DataFrame
+    """Wall time per (rank, step, category) of those rows, `derive.kernels.CATEGORY_STEP_SCHEMA`."""
     extents: pl.DataFrame
     """What the run checks read, `same_run.rank_extents`: ``rank, lo, hi`` (the recorded window) and
     ``coll_ops`` (List(String), the collective operations the rank runs, sorted)."""

@@ -4,11 +4,18 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from tracediag.kernel_names import short_names
 from tracediag.report.figures import esc
-from tracediag.units import NS_PER_MS, format_ms
+from tracediag.units import NS_PER_MS, count, format_ms
 
 if TYPE_CHECKING:
     from tracediag.compare import Comparison
+
+
+KERNEL_UNIT = (
+    "wall ms per step and rank (the union of its spans over the rank's streams and threads, CPU operators "
+    "with their children; the unit of the breakdown)"
+)
 
 
 def _causes(side: dict) -> str:
@@ -19,11 +26,11 @@ def render_compare_text(c: Comparison, *, top: int = 10) -> str:
     """Headline, breakdown deltas (ms per step), kernel deltas, causes on each side."""
     b, n = c.base, c.new
     lines = [
-        f"tracediag compare: base {len(b['ranks'])} ranks, {len(b['steps'])} steps; "
-        f"new {len(n['ranks'])} ranks, {len(n['steps'])} steps",
+        f"tracediag compare: base {count(len(b['ranks']), 'rank')}, {count(len(b['steps']), 'step')}; "
+        f"new {count(len(n['ranks']), 'rank')}, {count(len(n['steps']), 'step')}",
         f"what changed most: {c.headline}",
         "",
-        "breakdown (ms per step: median over steps of the mean over ranks)",
+        "breakdown (ms per step: the median step, mean over ranks; the parts add up to the step)",
         f"{'part':<28}{'base ms':>10}{'new ms':>10}{'delta ms':>10}{'delta':>8}",
     ]
     for ch in [x for x in c.changes if x["kind"] == "breakdown"]:
@@ -33,11 +40,12 @@ def render_compare_text(c: Comparison, *, top: int = 10) -> str:
             f"{ch['delta_ns'] / NS_PER_MS:>+10.2f}{pct:>8}"
         )
     kernels = [x for x in c.changes if x["kind"] == "kernel"]
-    lines += ["", f"kernels/operators that changed (ms per step, summed over ranks; {len(kernels)} in all, top {top})"]
+    lines += ["", f"kernels/operators that changed ({len(kernels)} in all, top {top}): {KERNEL_UNIT}"]
     if kernels:
         lines.append(f"{'status':<9}{'base ms':>10}{'new ms':>10}{'delta ms':>10}  {'category':<14}name")
+    short = short_names(k["name"] for k in kernels[:top])
     for k in kernels[:top]:
-        name = k["name"] if len(k["name"]) <= 80 else k["name"][:77] + "..."
+        name = short[k["name"]]
         lines.append(
             f"{k['status']:<9}{k['base_ns_per_step'] / NS_PER_MS:>10.3f}{k['new_ns_per_step'] / NS_PER_MS:>10.3f}"
             f"{k['delta_ns'] / NS_PER_MS:>+10.3f}  {k['category']:<14}{name}"
@@ -55,13 +63,14 @@ def render_compare_html(c: Comparison, *, title: str = "tracediag compare") -> s
         for x in c.changes
         if x["kind"] == "breakdown"
     )
+    kernels = [x for x in c.changes if x["kind"] == "kernel"]
+    short = short_names(x["name"] for x in kernels)
     krows = "".join(
         f"<tr><td>{esc(x['status'])}</td><td class='num'>{x['base_ns_per_step'] / NS_PER_MS:,.3f}</td>"
         f"<td class='num'>{x['new_ns_per_step'] / NS_PER_MS:,.3f}</td>"
         f"<td class='num'>{x['delta_ns'] / NS_PER_MS:+,.3f}</td>"
-        f"<td>{esc(x['category'])}</td><td>{esc(x['name'])}</td></tr>"
-        for x in c.changes
-        if x["kind"] == "kernel"
+        f'<td>{esc(x["category"])}</td><td title="{esc(x["name"])}">{esc(short[x["name"]])}</td></tr>'
+        for x in kernels
     )
     style = (
         "body{font:14px system-ui,sans-serif;margin:24px;color:#1f2328}table{border-collapse:collapse;margin:8px 0}"
@@ -71,7 +80,8 @@ def render_compare_html(c: Comparison, *, title: str = "tracediag compare") -> s
         f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{esc(title)}</title>'
         f"<style>{style}</style></head><body><h1>{esc(title)}</h1><p>{esc(c.headline)}</p>"
         "<h2>Breakdown, ms per step</h2><table><tr><th>part</th><th>base</th><th>new</th><th>delta</th></tr>"
-        f"{rows}</table><h2>Kernels and operators that changed, ms per step</h2><table><tr><th>status</th>"
+        f"{rows}</table><h2>Kernels and operators that changed</h2><p>{esc(KERNEL_UNIT)}; the full name on hover."
+        "</p><table><tr><th>status</th>"
         f"<th>base</th><th>new</th><th>delta</th><th>category</th><th>name</th></tr>{krows}</table>"
         f"<h2>Causes</h2><p>base: {esc(_causes(c.base))}</p><p>new: {esc(_causes(c.new))}</p></body></html>"
     )
