@@ -81,7 +81,8 @@ def _link(value: str | None) -> float | None:
     try:
         gbps = parse_link(value).bandwidth_gbps
     except (TracediagError, ValueError, OverflowError) as e:
-        raise click.BadParameter(str(e).split("\n")[0], param_hint="--link-gbps") from None
+        # the message and its hint (the presets) on one line
+        raise click.BadParameter(" ".join(str(e).replace("Hint:", "-").split()), param_hint="--link-gbps") from None
     if not (math.isfinite(gbps) and gbps > 0):
         msg = f"{value!r}: a bandwidth is a finite number of GB/s above 0"
         raise click.BadParameter(msg, param_hint="--link-gbps")

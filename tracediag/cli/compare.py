@@ -11,7 +11,7 @@ from tracediag.analysis import Analysis
 from tracediag.cli.common import EXIT_FINDING, FilePath, Finite, InputError, Jobs
 from tracediag.cli.traces import load_traces
 from tracediag.compare import compare as _compare
-from tracediag.errors import TracediagError
+from tracediag.errors import TracediagError, shown
 from tracediag.output import refuse_inputs, write_atomic
 from tracediag.report.compare_report import render_compare_html, render_compare_text
 from tracediag.run import resolve_paths
@@ -88,6 +88,7 @@ def compare(
             write_atomic(output, (text + "\n").encode())
         except TracediagError as e:
             raise InputError(str(e)) from None
+        click.echo(f"wrote {shown(output)}", err=True)
     else:
         click.echo(text)
     if fail_if_slower is not None and result.step_time_delta_pct * 100 > fail_if_slower:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from tracediag.model.plan import ceiling_warning, mfu_ceiling
-from tracediag.units import of_peak
+from tracediag.units import count, of_peak
 
 if TYPE_CHECKING:
     from tracediag.model.calibrate import Profile
@@ -39,7 +39,7 @@ def render_prediction(p: Prediction) -> str:
         f"  {'total':<12}{_gib(mem.total)} of {_gib(mem.capacity).strip()} "
         f"(headroom {_gib(mem.headroom).strip()}; {mem.in_flight_micro_batches:.1f} micro-batches in flight)",
         "",
-        f"step time {t.step_time_s:.3f} s ({t.micro_batches} micro-batches per pipeline)",
+        f"step time {t.step_time_s:.3f} s ({count(t.micro_batches, 'micro-batch', 'micro-batches')} per pipeline)",
     ]
     parts = (
         "compute_s",

@@ -1,0 +1,38 @@
+"""One behaviour across commands: plurals, option errors that list the valid values, "wrote F"
+(issue 30 item 5), on real runs."""
+
+from __future__ import annotations
+
+from conftest import RUNS
+
+from tracediag.cli import cli
+
+MODEL = ["predict", "--model", "llama3-8b", "--gpus", "8", "--gpu", "h100-sxm", "--seq-len", "8192", "--tp", "8"]
+
+
+def test_one_micro_batch_is_singular(runner):
+    one = runner.invoke(cli, [*MODEL, "--global-batch", "1"])
+    assert one.exit_code == 0, one.output
+    assert "(1 micro-batch per pipeline)" in one.output
+    eight = runner.invoke(cli, [*MODEL, "--global-batch", "8"])
+    assert "(8 micro-batches per pipeline)" in eight.output
+
+
+def test_unknown_link_preset_lists_the_presets(runner):
+    result = runner.invoke(cli, ["analyze", str(RUNS / "comm_bound"), "-j", "1", "--link-gbps", "nvlink9"])
+    assert result.exit_code == 2
+    line = result.output.strip().splitlines()[-1]  # after click's usage lines
+    assert line.startswith("Error: Invalid value for --link-gbps")
+    assert "unknown link 'nvlink9'" in line
+    assert "nvlink3, nvlink4, nvlink5" in line
+    assert "ib-ndr" in line
+
+
+def test_compare_to_a_file_says_wrote(runner, tmp_path):
+    out = tmp_path / "c.html"
+    args = ["compare", str(RUNS / "healthy_ddp"), str(RUNS / "comm_bound"), "-j", "1", "--format", "html"]
+    result = runner.invoke(cli, [*args, "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    assert result.stdout == ""
+    assert result.stderr.strip().splitlines()[-1] == f"wrote {out}"
+    assert out.read_text().startswith("<!DOCTYPE html>")
