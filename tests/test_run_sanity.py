@@ -103,3 +103,23 @@ def test_a_subset_of_ranks_never_blames_a_present_rank_for_an_absent_straggler(r
         assert comm.confidence <= 0.5
     else:
         assert stragglers == [(blamed,)]
+
+
+def test_device_types_keep_the_model_names_whole():
+    """HTA's triton example ran on an `NVIDIA A100-PG509-200`: its type kept the name cut to
+    `NVIDIA A100-PG509-` (the trailing digits were taken for an index)."""
+    from tracediag.same_run import _device_type
+
+    (info,) = tracediag.load(
+        KINETO / "hta_triton_example.json.gz", jobs=1, rank_map={"hta_triton_example.json.gz": 0}
+    ).meta.files
+    gpus = [d for d in info.devices if "A100" in d]
+    assert gpus
+    assert {_device_type(d) for d in gpus} == {"NVIDIA A100-PG509-200"}
+    assert [_device_type(d) for d in ("cpu:2048", "cpu:0", "gpu0", "Tesla T4", "cuda:1")] == [
+        "cpu",
+        "cpu",
+        "gpu",
+        "Tesla T4",
+        "cuda",
+    ]

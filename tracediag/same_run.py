@@ -31,8 +31,10 @@ def _name(path: str) -> str:
 
 
 def _device_type(name: str) -> str:
-    """A device's type without its index ("cpu:2048" and "cpu:0" are both "cpu"; GPU model names stay)."""
-    return re.sub(r"[:_#/ ]*\d+$", "", name.strip())
+    """A device's type without its index ("cpu:2048", "cpu:0" and "gpu0" are "cpu", "cpu", "gpu"); GPU
+    model names stay whole ("NVIDIA A100-PG509-200", "Tesla T4": no separator or lower-case letter
+    before their last digits)."""
+    return re.sub(r"(?:[:_#/ ]+|(?<=[a-z]))\d+$", "", name.strip())
 
 
 def _differ(label: str, values: dict[str, object]) -> str | None:
