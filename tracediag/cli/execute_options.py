@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 import click
 
 from tracediag.cli.common import FilePath, InputError
 from tracediag.cli.traces import parse_rank_map
-from tracediag.errors import TracediagError
+from tracediag.errors import TracediagError, shown
 from tracediag.execute.base import EXECUTORS, EngineMissing
 
 EXECUTOR_KEYS = (
@@ -93,6 +94,8 @@ def summarize_kw(
     if _attaches(kw) and not kw["out_dir"]:
         msg = "a cluster's workers write where the driver reads: give --out on storage both reach"
         raise InputError(msg)
+    if kw["out_dir"]:
+        _refuse_file_out(kw["out_dir"])
     return {
         "executor": kw["executor"],
         "workers": jobs,
@@ -105,6 +108,23 @@ def summarize_kw(
         "storage_options": storage_options(kw["storage_options"]),
         "progress": True,
     }
+
+
+def _refuse_file_out(out: str) -> None:
+    """`InputError` when a local `--out`, or the nearest of its folders that exists, is not a directory
+    (a file there: the summaries could not be written under it)."""
+    from tracediag.ingest.remote import is_remote
+
+    if is_remote(out) and not out.startswith("file://"):
+        return
+    place = Path(out.removeprefix("file://"))
+    while not place.exists() and place != place.parent:
+        place = place.parent
+    if place.exists() and not place.is_dir():
+        what = "is a file" if place.is_file() else "is not a directory"
+        where = "" if place == Path(out.removeprefix("file://")) else f" ({shown(place)} {what})"
+        msg = f"{shown(out)}: --out must name a directory{where or ' (it ' + what + ')'}"
+        raise InputError(msg)
 
 
 def run_summaries(fn, *args: Any, **kw: Any) -> Any:

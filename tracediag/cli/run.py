@@ -11,6 +11,7 @@ import errno
 import os
 import signal
 import sys
+import warnings
 from contextlib import suppress
 from typing import TYPE_CHECKING, NoReturn
 
@@ -49,7 +50,9 @@ def run(command: click.Command) -> NoReturn:
     stdout = sys.stdout
     try:
         try:
-            status = command.main(standalone_mode=False)
+            with warnings.catch_warnings():
+                warnings.showwarning = _one_line_warning
+                status = command.main(standalone_mode=False)
             code = status if isinstance(status, int) else 0
         except SystemExit as e:
             code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
@@ -75,6 +78,13 @@ def run(command: click.Command) -> NoReturn:
     except Exception as e:
         code = _internal(e)
     sys.exit(code)
+
+
+def _one_line_warning(message: Warning | str, category: type[Warning], *_: object, **__: object) -> None:
+    """A warning as one line on stderr (Python's format adds the warning's source line and file)."""
+    text = one_line(str(message))
+    with suppress(OSError, ValueError):
+        click.echo(text if text.startswith("tracediag") else f"tracediag: warning: {text}", err=True)
 
 
 def _flush_stdout() -> None:

@@ -16,6 +16,7 @@ import shutil
 import sys
 import tempfile
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
@@ -184,6 +185,15 @@ def _finished(task: RankTask) -> dict[str, Any] | None:
     now = manifest_row(task)
     same = all(row.get(k) == now[k] for k in ("path", "bytes", "mtime_ns", "step_regex", "tables"))
     if not (same and row["ok"]) or (task.keep_events and not row["kept_events"]):
+        return None
+    folder = rank_dir(task.out, row["rank"])
+    try:  # the tables it stands for must read whole: a damaged or truncated one would fail the analysis later
+        RankSummary.read(folder, task.storage_options)
+        if task.keep_events:
+            read_parquet(join(task.out, "events", f"rank={row['rank']:05d}.parquet"), task.storage_options)
+    except Exception as e:  # any failure to read it back means: summarise the file again
+        why = first_line(e)[:200]
+        warnings.warn(f"tracediag: {folder}: a previous run's summary does not read back ({why}); redone", stacklevel=3)
         return None
     return row
 
