@@ -15,6 +15,7 @@ the two link classes; `apply_profile` turns a preset into the calibrated `Device
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -22,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 import polars as pl
 
-from tracediag.errors import SpecError
+from tracediag.errors import SpecError, shown
 from tracediag.model.predict import predict
 from tracediag.model.time import FACTOR, gemm_time
 from tracediag.units import NS_PER_S
@@ -132,6 +133,30 @@ class Profile:
         return f"calibrated ({self.source}): {', '.join(parts) or 'nothing'}{tail}"
 
 
+_PROFILE_NUMBERS: dict[str, tuple[float, float]] = {
+    "compute_scale": (1e-3, 1e3),
+    "hbm_scale": (1e-3, 1e3),
+    "intra_busbw_gbps": (1e-3, 1e6),
+    "inter_busbw_gbps": (1e-3, 1e6),
+}
+"""A profile's numbers and the range each must lie in (a scale of 1e308 or 1e-300 is no measurement)."""
+
+
+def _check_number(path: Path, key: str, value: Any, low: float, high: float) -> None:
+    """`SpecError` naming the file and key unless `value` is absent (optional), or a finite number (not a
+    boolean) in ``[low, high]``."""
+    if value is None and key.endswith("_gbps"):
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        why = f"is {type(value).__name__}, not a number"
+    elif not math.isfinite(value) or not low <= value <= high:
+        why = f"is {value:.6g}, outside {low:g}..{high:g}"
+    else:
+        return
+    msg = f"{shown(path)}: {key} {why}"
+    raise SpecError(msg)
+
+
 def load_profile(path: str | Path) -> Profile:
     """Read a profile written by `Profile.save` (`tracediag calibrate -o`)."""
     path = Path(path)
@@ -145,6 +170,8 @@ def load_profile(path: str | Path) -> Profile:
         if version != PROFILE_VERSION:
             msg = f"{path}: profile_version {version}, expected {PROFILE_VERSION}"
             raise SpecError(msg)
+        for key, (low, high) in _PROFILE_NUMBERS.items():
+            _check_number(path, key, data.get(key), low, high)
         return Profile(**data)
     except (OSError, orjson.JSONDecodeError, KeyError, TypeError, AttributeError) as e:
         msg = f"{path}: not a tracediag profile ({e})\n\nHint: write one with `tracediag calibrate -o`"
