@@ -18,6 +18,7 @@ CPU_FLAGS = [
     "--gpu", "a100-80gb", "--peak-tflops", "4", "--hbm-gbps", "20", "--gpus-per-node", "4",
     "--intra-link", "1", "--inter-link", "1", "--engine", "megatron-2022",
 ]  # fmt: skip
+RUN = FIXTURES / "model_runs" / "transformer_dp4"
 MODEL_FLAGS = ["--layers", "2", "--hidden", "512", "--heads", "8", "--ffn", "2048", "--vocab", "4096"]
 PREDICT = ["predict", *CPU_FLAGS, *MODEL_FLAGS, "--gpus", "4", "--seq-len", "256", "--global-batch", "16",
            "--tp", "2", "--dp", "2", "--micro-batch", "8", "--zero", "0"]  # fmt: skip
@@ -31,7 +32,7 @@ def profile(tmp_path_factory) -> dict:
     out = tmp_path_factory.mktemp("profile") / "cpu.json"
     run = CliRunner().invoke(
         cli,
-        ["calibrate", str(FIXTURES / "model_runs" / "transformer_dp4" / "rank*.pt.trace.json.gz"), *CPU_FLAGS, *MODEL_FLAGS,
+        ["calibrate", str(RUN / "rank*.pt.trace.json.gz"), *CPU_FLAGS, *MODEL_FLAGS,
          "--seq-len", "256", "--global-batch", "16", "--micro-batch", "4", "--zero", "0", "-o", str(out)],
     )  # fmt: skip
     assert run.exit_code == 0, run.output
