@@ -158,10 +158,10 @@ def test_plan_emit_times_splits_with_the_target_engine(runner):
     from tracediag.model.specs import resolve_device, resolve_model
     from tracediag.model.stack import resolve_engine
 
-    base = ["plan", "--model", "llama3-70b", "--gpus", "64", "--gpu", "h100-sxm", "--seq-len", "8192",
-            "--global-batch", "128", "--emit", "deepspeed"]  # fmt: skip
-    args = {"gpus": 64, "seq_len": 8192, "global_batch": 128, "top": 1, "target": "deepspeed"}
-    model, device = resolve_model("llama3-70b"), resolve_device("h100-sxm")
+    base = ["plan", "--model", "llama3-8b", "--gpus", "16", "--gpu", "h100-sxm", "--seq-len", "2048",
+            "--global-batch", "32", "--emit", "deepspeed"]  # fmt: skip
+    args = {"gpus": 16, "seq_len": 2048, "global_batch": 32, "top": 1, "target": "deepspeed"}
+    model, device = resolve_model("llama3-8b"), resolve_device("h100-sxm")
     outputs = []
     for extra, engine in (([], "deepspeed"), (["--engine", "megatron-core"], "megatron-core")):
         expected = emit(plan(model, device, resolve_engine(engine), **args).ranked[0].prediction, "deepspeed")

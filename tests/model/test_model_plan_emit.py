@@ -9,7 +9,7 @@ import orjson
 import pytest
 
 from tracediag.errors import SpecError
-from tracediag.model.emit import deepspeed_config, emit, megatron_args
+from tracediag.model.emit import deepspeed_config, emit, megatron_args, unsupported
 from tracediag.model.plan import DEFAULT_HEADROOM, NEAR_TIE, plan
 from tracediag.model.predict import load_prediction, predict
 from tracediag.model.specs import MODELS, Split, Training, resolve_device
@@ -111,15 +111,19 @@ def test_megatron_args_parse_back():
 
 
 def test_deepspeed_json_parses_with_degrees():
-    p = _pred(Split(tp=2, pp=4, dp=8, zero=1, sequence_parallel=True), "full")
+    p = _pred(Split(pp=4, dp=16, zero=1), "full")
     cfg = orjson.loads(emit(p, "deepspeed"))
     assert cfg == deepspeed_config(p)
     assert cfg["train_batch_size"] == 256
     assert cfg["train_micro_batch_size_per_gpu"] == 2
-    assert cfg["gradient_accumulation_steps"] == 256 // (2 * 8)
+    assert cfg["gradient_accumulation_steps"] == 256 // (2 * 16)
     assert cfg["zero_optimization"]["stage"] == 1
-    assert cfg["tensor_parallel"]["autotp_size"] == 2
+    assert "tensor_parallel" not in cfg
     assert cfg["pipeline"]["stages"] == 4
+    tp = orjson.loads(emit(_pred(Split(tp=2, dp=32, zero=2, sequence_parallel=True)), "deepspeed"))
+    assert tp["tensor_parallel"]["autotp_size"] == 2
+    assert tp["zero_optimization"]["stage"] == 2
+    assert "pipeline" not in tp
 
 
 def test_deepspeed_refuses_pipeline_with_zero3():
@@ -143,6 +147,23 @@ def test_emitters_refuse_shardings_they_cannot_run(target, split, message):
     """Each target emits exactly the sharding whose memory was predicted, or refuses with a reason."""
     with pytest.raises(SpecError, match=message):
         emit(_pred(split), target)
+
+
+@pytest.mark.parametrize(
+    ("stack", "split", "message"),
+    [
+        ("deepspeed", Split(tp=2, pp=4, dp=8, zero=1), "not with its pipeline engine"),
+        ("deepspeed", Split(dp=8, cp=8, zero=1), "Ulysses"),
+        ("fsdp", Split(tp=2, dp=32, zero=3), "data parallelism only"),
+        ("fsdp", Split(dp=64, zero=1), "no optimizer-only sharding"),
+    ],
+    ids=["ds-autotp-pp", "ds-cp", "fsdp-tp", "fsdp-zero1"],
+)
+def test_stacks_refuse_what_they_do_not_run(stack, split, message):
+    """The plan search keeps to what the stack runs: DeepSpeed's AutoTP has no pipeline, its sequence
+    parallelism is Ulysses, not ring CP; PyTorch FSDP (llm-foundry) is data parallel with ZeRO 0/2/3."""
+    assert message in unsupported(stack, MODELS["llama3-70b"](), split)
+    assert unsupported(stack, MODELS["llama3-70b"](), Split(dp=64, zero=3)) is None
 
 
 def test_prediction_round_trips_through_json(tmp_path):

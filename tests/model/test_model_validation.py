@@ -57,3 +57,11 @@ def test_calibrated_on_one_run_of_each_stack_meets_targets():
     errors = [abs(s.error) for s in scores]
     assert statistics.median(errors) <= 0.05
     assert max(errors) <= 0.15
+
+
+def test_every_dev_prediction_is_physical():
+    module = _module()
+    cases, _ = module.cases(CSV)
+    for case in cases:
+        p = module._predict_case(case, ())
+        assert p.mfu <= p.hfu <= 1, case.name

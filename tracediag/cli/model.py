@@ -8,7 +8,7 @@ from typing import Any
 import click
 import orjson
 
-from tracediag.cli.common import FilePath, Finite
+from tracediag.cli.common import EXIT_FINDING, FilePath, Finite
 from tracediag.cli.model_options import (
     COUNT,
     device_from_options,
@@ -25,10 +25,17 @@ from tracediag.cli.model_options import (
 )
 from tracediag.model.emit import ENGINES as EMIT_TARGETS
 from tracediag.model.emit import emit
-from tracediag.model.plan import DEFAULT_HEADROOM
+from tracediag.model.plan import DEFAULT_HEADROOM, NoFit, emit_refusal
 from tracediag.model.plan import plan as run_plan
 from tracediag.output import write_atomic
 from tracediag.report.model_text import plan_json, plan_text, prediction_json, prediction_text
+
+
+class Refused(click.ClickException):
+    """A split the target should not run (it does not fit, or it wastes most of the GPUs): exit status 3."""
+
+    exit_code = EXIT_FINDING
+
 
 EMIT_ENGINE = {"megatron": "megatron-core", "torchtitan": "torchtitan", "deepspeed": "deepspeed"}
 """Engine profile `plan --emit TARGET` uses unless --engine is given."""
@@ -82,20 +89,29 @@ def plan(**kw: Any) -> None:
     if kw["emit_target"] and source == click.core.ParameterSource.DEFAULT:
         # Time and size the splits with the profile of the stack that will run them.
         engine_name = EMIT_ENGINE[kw["emit_target"]]
-    result = run_plan(
+    model, device, engine = (
         model_from_options(kw),
         device_from_options(kw, profile),
         engine_from_options(kw, engine_name),
-        gpus=kw["gpus"],
-        seq_len=kw["seq_len"],
-        global_batch=kw["global_batch"],
-        top=kw["top"],
-        headroom=kw["headroom"],
-        target=kw["emit_target"],
-        grad_bytes=grad_bytes(kw),
-        dtype=kw["dtype"],
     )
+    sizes = {
+        "gpus": kw["gpus"],
+        "seq_len": kw["seq_len"],
+        "global_batch": kw["global_batch"],
+        "headroom": kw["headroom"],
+        "grad_bytes": grad_bytes(kw),
+        "dtype": kw["dtype"],
+    }
+    try:
+        result = run_plan(model, device, engine, top=kw["top"], target=kw["emit_target"], **sizes)
+    except NoFit as e:
+        if not kw["emit_target"]:
+            raise
+        result = e
     if kw["emit_target"]:
+        why = emit_refusal(model, device, engine_from_options(kw), kw["emit_target"], result, **sizes)
+        if why:
+            raise Refused(why)
         click.echo(emit(result.ranked[0].prediction, kw["emit_target"]), nl=False)
     else:
         click.echo(plan_json(result, profile) if kw["fmt"] == "json" else plan_text(result, profile))

@@ -33,7 +33,11 @@ def unsupported(target: str, model: ModelSpec, split: Split) -> str | None:
     `pipeline_parallel_layers_per_stage` layers, the first and last fewer by
     `pipeline_parallel_first/last_stage_less_layers`.
     DeepSpeed: the pipeline engine takes ZeRO 0-1 and no interleaving, and partitions layers itself
-    (only even stages are emitted); AutoTP training takes ZeRO 0-2.
+    (only even stages are emitted); AutoTP training combines TP with data parallelism and ZeRO 0-2 (AutoTP
+    training tutorial), not with the pipeline engine; its `sequence_parallel_size` is Ulysses all-to-all,
+    not the ring context parallelism the model times; its JSON has no expert parallelism.
+    fsdp (PyTorch FSDP1 as llm-foundry / Composer run it): data parallelism only, NO_SHARD (ZeRO-0),
+    SHARD_GRAD_OP (ZeRO-2) or FULL_SHARD (ZeRO-3); no optimizer-only sharding (ZeRO-1).
     """
     layers = stage_layers(model.layers, split.pp)
     middle = set(layers[1:-1])
@@ -65,6 +69,17 @@ def unsupported(target: str, model: ModelSpec, split: Split) -> str | None:
             return f"{model.layers} layers over {split.pp} stages: DeepSpeed partitions layers itself"
         if split.zero == 3 and split.tp > 1:
             return "DeepSpeed AutoTP training supports ZeRO stages 0-2"
+        if split.tp > 1 and split.pp > 1:
+            return "DeepSpeed AutoTP training combines TP with data parallelism, not with its pipeline engine"
+        if split.cp > 1:
+            return "DeepSpeed's sequence parallelism is Ulysses all-to-all, not the ring context parallelism timed"
+        if split.ep > 1:
+            return "DeepSpeed's JSON config has no expert parallelism"
+    elif target == "fsdp":
+        if split.tp * split.pp * split.cp * split.ep > 1:
+            return "PyTorch FSDP (llm-foundry) runs data parallelism only"
+        if split.zero == 1:
+            return "PyTorch FSDP has no optimizer-only sharding (ZeRO-1): NO_SHARD, SHARD_GRAD_OP or FULL_SHARD"
     else:
         msg = f"unknown engine {target!r}\n\nHint: one of {', '.join(ENGINES)}"
         raise SpecError(msg)
@@ -75,6 +90,7 @@ _RECOMPUTE = {
     "torchtitan": ("none", "op", "full"),
     "megatron": ("none", "selective", "full"),
     "deepspeed": ("none", "full"),
+    "fsdp": ("none", "full"),
 }
 """Recompute modes each engine expresses: torchtitan per-op selective (`op`) and full; Megatron-LM selective
 (attention core) and full; DeepSpeed full-layer checkpointing."""

@@ -2,9 +2,11 @@
 
 Notes
 -----
-Model FLOPs follow Megatron-LM's `num_floating_point_operations` (and Korthikanti et al. 2022): three times
-the forward matmul FLOPs, with the full s×s attention score matrix (no causal halving) and the logits layer,
-without the embedding lookup. `flops_6n` is the PaLM / llm-foundry convention (6N + 12·L·h·s per token).
+Model FLOPs are three times the forward matmul FLOPs with the logits layer, without the embedding lookup, in
+two conventions: `causal=True` counts the half of the s×s scores a causal kernel computes (the FlashAttention
+papers' count, Megatron-LM's current `num_floating_point_operations`); the default counts the full s×s
+matrix, as Megatron-LM's 2024 formula and Korthikanti et al. 2022 do. `flops_6n` is the PaLM / llm-foundry
+convention (6N + 12·L·h·s per token, full s²).
 """
 
 from __future__ import annotations

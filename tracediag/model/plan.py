@@ -18,14 +18,17 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from tracediag.errors import SpecError
+from tracediag.model.ceilings import above_ceiling, ceiling_for, describe
 from tracediag.model.emit import unsupported, unsupported_recompute
+from tracediag.model.flops import model_flops
 from tracediag.model.memory import memory_per_device
 from tracediag.model.predict import Prediction, predict
 from tracediag.model.specs import RECOMPUTE_MODES, Split, Training, check_split, stage_layers
+from tracediag.model.stack import assumptions, conservative
 from tracediag.model.time import step_time
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
 
     from tracediag.model.specs import DeviceSpec, ModelSpec
     from tracediag.model.stack import Engine
@@ -42,59 +45,38 @@ NEAR_TIE = 0.01
 """Splits within this share of the fastest step time are ties; the simplest of them is ranked first."""
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Ceiling:
-    """The highest MFU a published run of one device class reached."""
-
-    mfu: float
-    run: str
-    source: str
-    cite: str
-    """Short citation for one-line output."""
+def _without_assumptions(p: Prediction) -> tuple[dict[str, float], float]:
+    """MFU of the prediction's split without each optimistic assumption of its engine, and without all."""
+    m, d, sp, t = p.model, p.device, p.split, p.training
+    each = {name: predict(m, d, sp, t, e, gpus=p.gpus).mfu for name, e in assumptions(p.engine).items()}
+    return each, predict(m, d, sp, t, conservative(p.engine), gpus=p.gpus).mfu if each else p.mfu
 
 
-PUBLISHED_MFU = {
-    "A100": Ceiling(
-        mfu=0.563,
-        run="Megatron-LM 1T GPT, selective recompute + sequence parallelism, 512 A100-80GB",
-        source="Korthikanti et al. 2022, Reducing Activation Recomputation in Large Transformer Models, "
-        "arXiv:2205.05198, Table 5",
-        cite="Korthikanti et al. 2022, Table 5",
-    ),
-    "H100": Ceiling(
-        mfu=0.47,
-        run="Megatron-Core weak scaling, GPT 2B-462B at seq 4096 on up to 6,144 H100",
-        source="NVIDIA/Megatron-LM README, Performance Benchmarking ('up to 47% MFU on H100 clusters')",
-        cite="Megatron-LM README",
-    ),
-}
-"""Highest published bf16 MFU by device class (the lead's model is not tuned to these; plans above them
-are flagged). For scale: Llama 3 405B reached 38-43% on 8K-16K H100 (Dubey et al. 2024, Table 4) and
-MegaScale 55.2% for 175B on 12,288 A100 (Jiang et al. 2024, NSDI)."""
-
-_DEVICE_CLASS = {"a100": "A100", "h100": "H100", "h200": "H100"}
-"""Device-name prefix -> class of `PUBLISHED_MFU` (H200 has H100's compute, more and faster memory)."""
-
-
-def mfu_ceiling(device: DeviceSpec) -> Ceiling | None:
-    """The published MFU ceiling of the device's class, None when no published run is in the table."""
-    for prefix, cls in _DEVICE_CLASS.items():
-        if device.name.startswith(prefix):
-            return PUBLISHED_MFU[cls]
-    return None
-
-
-def ceiling_warning(p: Prediction) -> str:
-    """A warning when the prediction's MFU exceeds every published run of its device class ('' if not)."""
-    ceiling = mfu_ceiling(p.device)
-    # The table holds bf16 runs; an fp8 run's MFU (against the bf16 peak) is not comparable with them.
-    if ceiling is None or p.mfu <= ceiling.mfu or p.training.dtype != "bf16":
+def ceiling_warning(p: Prediction, *, ranked: bool = False) -> str:
+    """A warning when the prediction's MFU exceeds the best published run of its device class and size
+    ('' if not), naming the assumption that carries it and the conservative estimate without them."""
+    ceiling = above_ceiling(p)
+    if ceiling is None:
         return ""
-    cls = next(c for prefix, c in _DEVICE_CLASS.items() if p.device.name.startswith(prefix))
-    return (
-        f"MFU {100 * p.mfu:.1f}% is above the best published {cls} run ({100 * ceiling.mfu:.1f}%, "
-        f"{ceiling.cite}): treat it as optimistic"
+    text = (
+        f"MFU {100 * p.mfu:.1f}% is above the best published {ceiling.device_class} run of its size "
+        f"({ceiling.size_class}: {describe(ceiling)})"
     )
+    each, floor = _without_assumptions(p)
+    if each:
+        name = min(each, key=each.__getitem__)
+        text += (
+            f"; it rests most on {name} (without it {100 * each[name]:.1f}%); without "
+            f"{', '.join(each)}: {100 * floor:.1f}%"
+        )
+    if ranked:
+        return text + (
+            f"; ranked as {100 * ceiling.mfu_causal:.1f}% (no split is credited above the published run), "
+            "ties going to the split that keeps most without those assumptions"
+        )
+    if floor >= ceiling.mfu_causal:
+        return text + f"; expect at most {100 * ceiling.mfu_causal:.1f}%"
+    return text + f"; expect {100 * floor:.1f}-{100 * ceiling.mfu_causal:.1f}%"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -105,7 +87,10 @@ class Ranked:
     prediction: Prediction
     reason: str
     warning: str = ""
-    """Set when the predicted MFU exceeds the published ceiling of the device class."""
+    """Set when the predicted MFU exceeds the published ceiling of the device class and size."""
+    rank_time_s: float = 0.0
+    """Step time the split was ranked by: the prediction's, or for a split above the published ceiling the
+    conservative one (without the engine's optimistic assumptions, and never above the ceiling's MFU)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -166,8 +151,8 @@ def candidate_splits(
         modes = tuple(m for m in ("none", "op", "full") if m in RECOMPUTE_MODES)
     else:
         modes = ("none", "selective", "full")
-    if target is not None:
-        modes = tuple(m for m in modes if unsupported_recompute(target, m) is None)
+    rules = target or engine.stack
+    modes = tuple(m for m in modes if unsupported_recompute(rules, m) is None)
     for tp in _powers_of_two(device.gpus_per_node):
         if model.heads % tp or (model.groups % tp and tp % model.groups):
             continue
@@ -184,7 +169,7 @@ def candidate_splits(
                     model, tp, cp, pp, dp, seq_len, global_batch, modes, grad_bytes, dtype, engine.interleaving
                 )
                 for split, trainings in inner:
-                    if target is None or unsupported(target, model, split) is None:
+                    if unsupported(rules, model, split) is None:
                         yield split, trainings
 
 
@@ -287,14 +272,25 @@ def _mem(p: Prediction) -> str:
     return f"memory {p.memory.total / 2**30:.0f}/{p.memory.capacity / 2**30:.0f} GiB"
 
 
-def _reason(p: Prediction, best: Prediction | None, fastest: Prediction | None = None) -> str:
-    """Why this split ranks where it does, from what actually differs (never a difference of zero)."""
+def _reason(
+    p: Prediction,
+    best: Prediction | None,
+    fastest: Prediction | None = None,
+    *,
+    rank_s: float,
+    other_rank_s: float,
+) -> str:
+    """Why this split ranks where it does, from what actually differs (never a difference of zero).
+
+    `rank_s` is the time this split was ranked by, `other_rank_s` that of #1 (or of the fastest split found,
+    for #1); they are conservative estimates for splits above the published ceiling.
+    """
     t = p.time
     if best is None:
         name, worst = max(((n, f(t)) for n, f in _PARTS if n != "compute"), key=lambda x: x[1])
         head = "fastest"
         if fastest is not None and fastest is not p:
-            gap = 100 * (t.step_time_s / fastest.time.step_time_s - 1)
+            gap = 100 * (rank_s / other_rank_s - 1)
             head = (
                 f"{gap:.1f}% slower than the fastest split found ({_setting_diff(fastest, p)}), within "
                 f"{100 * NEAR_TIE:.0f}%: the simpler split is preferred"
@@ -306,7 +302,7 @@ def _reason(p: Prediction, best: Prediction | None, fastest: Prediction | None =
         )
         return f"{head}; {overhead}, {_mem(p)}"
     b = best.time
-    slower = 100 * (t.step_time_s / b.step_time_s - 1)
+    slower = 100 * (rank_s / other_rank_s - 1)
     floor = 0.005 * b.step_time_s
     deltas = sorted(((f(t) - f(b), n) for n, f in _PARTS), key=lambda x: -abs(x[0]))
     shown = [f"{d:+.3g} s {n}" for d, n in deltas if abs(d) >= floor][:3]
@@ -317,22 +313,52 @@ def _reason(p: Prediction, best: Prediction | None, fastest: Prediction | None =
         head = f"within {100 * NEAR_TIE:.0f}% of #1 ({slower:+.1f}%), #1 is {'simpler' if simpler else 'faster'}"
     else:
         head = f"{slower:.1f}% slower than #1"
+    if rank_s != t.step_time_s or other_rank_s != b.step_time_s:
+        head += " as ranked (MFU capped at the published ceiling)"
     return f"{head} ({diff}): {what}; {_mem(p)}"
 
 
-def _pick(results: list[tuple[float, float, Split, Training]], top: int) -> list[tuple[float, float, Split, Training]]:
+Row = tuple[float, float, Split, Training]
+"""(rank time, memory, split, training) of one fitting split."""
+
+
+class NoFit(SpecError):
+    """No split (that the target engine runs) fits in memory."""
+
+
+def _pick(results: list[Row], top: int, careful: Callable[[Split, Training], float]) -> list[Row]:
     """The `top` splits in rank order: repeatedly, among the remaining splits within `NEAR_TIE` of the
-    fastest remaining one, the simplest (`complexity`), then the faster, then the lighter in memory."""
+    fastest remaining one, those within `NEAR_TIE` of the best conservative time (`careful`) among them
+    (splits capped at the published ceiling tie on their rank time; the one that keeps the most without the
+    engine's optimistic assumptions goes first), then the simplest (`complexity`), the faster, the lighter."""
     remaining = sorted(results, key=lambda r: (r[0], r[1]))
     chosen = []
     while remaining and len(chosen) < top:
         limit = remaining[0][0] * (1 + NEAR_TIE)
         end = next((i for i, r in enumerate(remaining) if r[0] > limit), len(remaining))
+        times = [careful(remaining[j][2], remaining[j][3]) for j in range(end)]
+        steady = min(times) * (1 + NEAR_TIE)
         i = min(
-            range(end), key=lambda j: (complexity(remaining[j][2], remaining[j][3]), remaining[j][0], remaining[j][1])
+            (j for j in range(end) if times[j] <= steady),
+            key=lambda j: (complexity(remaining[j][2], remaining[j][3]), remaining[j][0], remaining[j][1]),
         )
         chosen.append(remaining.pop(i))
     return chosen
+
+
+def _rank_time(
+    model: ModelSpec, device: DeviceSpec, engine: Engine, gpus: int, seq_len: int, global_batch: int, dtype: str
+) -> Callable[[Split, Training], float]:
+    """The time a split is ranked by: its predicted step time, but never less than the step time at the MFU
+    of the best published run of the device class and size (bf16): no split is credited with more than a
+    published run reached. Capped splits tie; `_pick` breaks the tie on the conservative time."""
+    ceiling = ceiling_for(device.name, model)
+    floor = (
+        model_flops(model, seq_len, global_batch, causal=True) / (ceiling.mfu_causal * gpus * device.peak_flops)
+        if ceiling is not None and dtype == "bf16"
+        else 0.0
+    )
+    return lambda split, train: max(floor, step_time(model, device, split, train, engine).step_time_s)
 
 
 def plan(
@@ -359,8 +385,9 @@ def plan(
         msg = f"headroom must be in [0, 1), got {headroom}"
         raise SpecError(msg)
     budget = (1 - headroom) * device.memory_bytes
+    rank_time = _rank_time(model, device, engine, gpus, seq_len, global_batch, dtype)
     explored = fitting = 0
-    results: list[tuple[float, float, Split, Training]] = []
+    results: list[Row] = []
     for split, trainings in candidate_splits(
         model, device, engine, gpus, seq_len, global_batch, target, grad_bytes, dtype
     ):
@@ -373,18 +400,19 @@ def plan(
             memory = memory_per_device(model, device, split, train, engine)
             if memory.total <= budget:
                 fitting += 1
-                results.append((step_time(model, device, split, train, engine).step_time_s, memory.total, split, train))
+                results.append((rank_time(split, train), memory.total, split, train))
                 break
     if not results:
         within = f" with {100 * headroom:.0f}% headroom" if headroom else ""
-        by = f" that {target} can run" if target else ""
+        by = f" that {target or engine.stack} can run" if target or engine.stack else ""
         msg = (
             f"no split{by} of {model.name} over {gpus} x {device.name} fits in memory{within} ({explored} tried)"
             "\n\nHint: more GPUs, a device with more memory, a smaller global batch, or a lower --headroom"
         )
-        raise SpecError(msg)
+        raise NoFit(msg)
     fastest_row = min(results, key=lambda r: (r[0], r[1]))
-    chosen = _pick(results, top)
+    careful = conservative(engine)
+    chosen = _pick(results, top, lambda sp, tr: step_time(model, device, sp, tr, careful).step_time_s)
     shown = [predict(model, device, split, train, engine, gpus=gpus) for _, _, split, train in chosen]
     fastest = (
         shown[0]
@@ -395,9 +423,77 @@ def plan(
         Ranked(
             rank=i + 1,
             prediction=p,
-            reason=_reason(p, shown[0]) if i else _reason(p, None, fastest),
-            warning=ceiling_warning(p),
+            reason=_reason(p, shown[0], rank_s=row[0], other_rank_s=chosen[0][0])
+            if i
+            else _reason(p, None, fastest, rank_s=row[0], other_rank_s=fastest_row[0]),
+            warning=ceiling_warning(p, ranked=True),
+            rank_time_s=row[0],
         )
-        for i, p in enumerate(shown)
+        for i, (p, row) in enumerate(zip(shown, chosen, strict=True))
     )
     return Plan(ranked=ranked, explored=explored, fitting=fitting, headroom=headroom, target=target)
+
+
+EMIT_FLOOR = 0.10
+"""An emitted split below this share of the best plan's MFU is refused: it wastes nine GPUs in ten."""
+
+
+def emit_refusal(
+    model: ModelSpec,
+    device: DeviceSpec,
+    engine: Engine,
+    target: str,
+    emitted: Plan | NoFit,
+    *,
+    gpus: int,
+    seq_len: int,
+    global_batch: int,
+    headroom: float = DEFAULT_HEADROOM,
+    grad_bytes: int = 4,
+    dtype: str = "bf16",
+) -> str:
+    """Why the best split `target` runs (`emitted`: its plan, or the `NoFit` its search raised) should not be
+    emitted, in one line ('' when it should): it does not fit, or it reaches less than `EMIT_FLOOR` of the MFU
+    of the best split any stack runs (searched with `engine` under its own stack's rules)."""
+    try:
+        best = (
+            plan(
+                model,
+                device,
+                engine,
+                gpus=gpus,
+                seq_len=seq_len,
+                global_batch=global_batch,
+                top=1,
+                headroom=headroom,
+                grad_bytes=grad_bytes,
+                dtype=dtype,
+            )
+            .ranked[0]
+            .prediction
+        )
+    except NoFit:
+        best = None
+    where = f"{model.name} over {gpus} x {device.name}"
+    if isinstance(emitted, NoFit):
+        other = f"; {_brief(best)} ({engine.stack}) fits" if best is not None else ""
+        return f"refused: no split {target} can run of {where} fits in memory{other}"
+    chosen = emitted.ranked[0].prediction
+    if best is None or chosen.mfu >= EMIT_FLOOR * best.mfu:
+        return ""
+    return (
+        f"refused: the best split {target} can run of {where}, {_brief(chosen)}, reaches {100 * chosen.mfu:.1f}% "
+        f"MFU ({chosen.step_time_s:.3g} s/step), below {100 * EMIT_FLOOR:.0f}% of the best plan's "
+        f"{100 * best.mfu:.1f}% ({_brief(best)}, {engine.stack}); its largest cost: {_largest_part(chosen)}"
+    )
+
+
+def _brief(p: Prediction) -> str:
+    s = p.split
+    return f"tp{s.tp} pp{s.pp} dp{s.dp} cp{s.cp} zero{s.zero} recompute {p.training.recompute}"
+
+
+def _largest_part(p: Prediction) -> str:
+    t = p.time
+    name, value = max(((n, f(t)) for n, f in _PARTS), key=lambda x: x[1])
+    return f"{name}, {100 * value / t.step_time_s:.0f}% of the step"

@@ -19,6 +19,15 @@ from tracediag.model.time import TimeBreakdown, process_group_links, step_time
 SCHEMA_VERSION = 1
 """Version of the saved prediction JSON."""
 
+FLOPS_CONVENTION = {
+    "mfu": "model FLOPs, causal attention (half the s^2 scores), no recompute / (step time * GPUs * dense peak)",
+    "mfu_full_s2": "model FLOPs with the full s^2 score matrix (Megatron-LM 2024, PaLM, Llama 3, llm-foundry), "
+    "no recompute / (step time * GPUs * dense peak)",
+    "hfu": "executed FLOPs (causal attention when fused, full s^2 when materialised) plus the recomputed "
+    "forward / (step time * GPUs * dense peak)",
+}
+"""What each utilisation counts (in the saved JSON as `flops_convention`)."""
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Prediction:
@@ -35,11 +44,19 @@ class Prediction:
     params: int
     """Total parameters."""
     model_flops_per_step: float
-    """Megatron convention: 3× forward matmul FLOPs, full attention, no recompute."""
+    """Causal count: 3× forward matmul FLOPs with causal attention (half the s² scores), no recompute; the
+    FlashAttention papers' and Megatron-LM's current `num_floating_point_operations` count."""
+    model_flops_full_s2: float
+    """Megatron-LM 2024 / Korthikanti / PaLM convention: the same with the full s×s score matrix."""
     mfu: float
-    """Model FLOPs utilisation against the device's dense peak."""
+    """Model FLOPs utilisation, causal count, against the device's dense peak (never above `hfu`)."""
+    mfu_full_s2: float
+    """MFU under the full-s² convention, as Megatron-LM (2024), PaLM, Llama 3, llm-foundry and torchtitan
+    report it: comparable with their published numbers, but it credits attention work no causal kernel does,
+    so at long sequences it can exceed `hfu` and even 1."""
     hfu: float
-    """Hardware FLOPs utilisation: model FLOPs plus recomputed forward FLOPs (same attention convention)."""
+    """Hardware FLOPs utilisation: the FLOPs the kernels execute (causal attention when fused, the full s²
+    when the scores are materialised) plus the recomputed forward, against the dense peak; at most 1."""
     tokens_per_s: float
     """Tokens per second over all devices."""
     link_busbw: dict[str, float]
@@ -77,8 +94,11 @@ class Prediction:
             "breakdown": t.to_dict(),
             "params": self.params,
             "model_flops_per_step": self.model_flops_per_step,
+            "model_flops_full_s2": self.model_flops_full_s2,
             "mfu": self.mfu,
+            "mfu_full_s2": self.mfu_full_s2,
             "hfu": self.hfu,
+            "flops_convention": FLOPS_CONVENTION,
             "tokens_per_s": self.tokens_per_s,
             "link_busbw": self.link_busbw,
             "links": self.links,
@@ -89,18 +109,21 @@ class Prediction:
         Path(path).write_bytes(orjson.dumps(self.to_dict(), option=orjson.OPT_INDENT_2))
 
 
-def recompute_flops(model: ModelSpec, training: Training, engine: Engine) -> float:
-    """Forward FLOPs recomputed per step: whole layers (full), every second matmul (op) or the attention core
-    (selective, unfused)."""
+def executed_flops(model: ModelSpec, training: Training, engine: Engine) -> float:
+    """FLOPs the kernels of one step execute: a fused (FlashAttention-class) kernel skips the masked half of
+    the causal scores, a materialised softmax computes all of them; plus the recomputed forward FLOPs of
+    whole layers (full), every second matmul (op) or the attention core (selective, unfused)."""
     seqs, s = training.global_batch, training.seq_len
+    causal = engine.flash_attention
+    done = model_flops(model, s, seqs, causal=causal)
     if training.recompute == "full":
-        return seqs * model.layers * layer_forward_flops(model, s)
+        return done + seqs * model.layers * layer_forward_flops(model, s, causal=causal)
     if training.recompute == "op":  # every second matmul of the linear layers
-        attention = 4.0 * s * s * model.heads * model.head_dim
-        return seqs * model.layers * (layer_forward_flops(model, s) - attention) / 2
-    if training.recompute == "selective" and not engine.flash_attention:
-        return seqs * model.layers * 4.0 * s * s * model.heads * model.head_dim
-    return 0.0
+        matmul = layer_forward_flops(model, s, causal=True) - 2.0 * s * s * model.heads * model.head_dim
+        return done + seqs * model.layers * matmul / 2
+    if training.recompute == "selective" and not causal:
+        return done + seqs * model.layers * 4.0 * s * s * model.heads * model.head_dim
+    return done
 
 
 def predict(
@@ -117,7 +140,8 @@ def predict(
     check_split(model, device, split, training, gpus)
     memory = memory_per_device(model, device, split, training, engine)
     time = step_time(model, device, split, training, engine)
-    flops = model_flops(model, training.seq_len, training.global_batch)
+    flops = model_flops(model, training.seq_len, training.global_batch, causal=True)
+    full_s2 = model_flops(model, training.seq_len, training.global_batch)
     peak = device.peak_flops * time.step_time_s
     links = process_group_links(device, split, engine.collective_overhead_us)
     return Prediction(
@@ -131,8 +155,10 @@ def predict(
         time=time,
         params=param_count(model),
         model_flops_per_step=flops,
+        model_flops_full_s2=full_s2,
         mfu=flops / (peak * gpus),
-        hfu=(flops + recompute_flops(model, training, engine)) / (peak * gpus),
+        mfu_full_s2=full_s2 / (peak * gpus),
+        hfu=executed_flops(model, training, engine) / (peak * gpus),
         tokens_per_s=training.global_batch * training.seq_len / time.step_time_s,
         link_busbw={k: v.busbw for k, v in links.items()},
         links={k: v.link for k, v in links.items()},

@@ -13,12 +13,18 @@ from dataclasses import dataclass
 
 from tracediag.errors import SpecError
 
+STACKS = ("megatron", "torchtitan", "deepspeed", "fsdp")
+"""Software stacks whose supported settings the plan search knows (`emit.unsupported`)."""
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Engine:
     """Software features and efficiency parameters of the training stack."""
 
     name: str = "megatron-core"
+    stack: str = "megatron"
+    """Software whose rules the plan search obeys (`emit.unsupported`): megatron, torchtitan, deepspeed or fsdp
+    (PyTorch FSDP1 as llm-foundry runs it: data parallelism only)."""
     flash_attention: bool = True
     """Fused attention (FlashAttention class): no s×s score tensors in memory, causal blocks skipped."""
     attention_kernel: str = "fa3"
@@ -84,6 +90,9 @@ class Engine:
         if self.attention_kernel not in ("fa2", "fa3"):
             msg = f"attention_kernel must be fa2 or fa3, got {self.attention_kernel!r}"
             raise SpecError(msg)
+        if self.stack not in STACKS:
+            msg = f"stack must be one of {', '.join(STACKS)}, got {self.stack!r}"
+            raise SpecError(msg)
         if self.zero3_collectives_per_unit < 1:
             msg = f"zero3_collectives_per_unit must be >= 1, got {self.zero3_collectives_per_unit}"
             raise SpecError(msg)
@@ -132,13 +141,18 @@ ENGINES = {
     ),
     # Eager PyTorch FSDP1 (llm-foundry / Composer 2023): FlashAttention-2, unfused elementwise kernels, each
     # reading and writing its tensors; FULL_SHARD prefetches the next unit (BACKWARD_PRE).
-    "pytorch-fsdp": lambda: Engine(name="pytorch-fsdp", attention_kernel="fa2", elementwise_traffic=_traffic("eager")),
+    "pytorch-fsdp": lambda: Engine(
+        name="pytorch-fsdp", stack="fsdp", attention_kernel="fa2", elementwise_traffic=_traffic("eager")
+    ),
     # torchtitan (FSDP2, eager): SDPA's FlashAttention-2 backend, unfused elementwise; FSDP2 prefetches one unit
     # in both passes. `torchtitan-compile` fuses the elementwise kernels (torch.compile per block).
-    "torchtitan": lambda: Engine(name="torchtitan", attention_kernel="fa2", elementwise_traffic=_traffic("eager")),
+    "torchtitan": lambda: Engine(
+        name="torchtitan", stack="torchtitan", attention_kernel="fa2", elementwise_traffic=_traffic("eager")
+    ),
     "torchtitan-compile": lambda: Engine(
         loss_bytes_per_logit=12.0,
         name="torchtitan-compile",
+        stack="torchtitan",
         attention_kernel="fa2",
         elementwise_traffic=_traffic("fused"),
     ),
@@ -147,6 +161,7 @@ ENGINES = {
     # pipelining; FlashAttention-2 through the model code.
     "deepspeed": lambda: Engine(
         name="deepspeed",
+        stack="deepspeed",
         attention_kernel="fa2",
         zero3_prefetch_params=5e7,
         zero3_collectives_per_unit=6,
@@ -176,3 +191,29 @@ def resolve_engine(name: str) -> Engine:
 def with_overrides(engine: Engine, **overrides: object) -> Engine:
     """`engine` with some fields replaced (None values are ignored)."""
     return dataclasses.replace(engine, **{k: v for k, v in overrides.items() if v is not None})
+
+
+OPTIMISTIC = {
+    "TP comm overlap": {"tp_overlap": False},
+    "PP comm overlap": {"pp_overlap": False},
+    "FlashAttention-3 / cuDNN attention": {"attention_kernel": "fa2"},
+}
+"""What a profile assumes that a run may not get, and the switch that takes it away: TP overlap needs
+Transformer Engine's userbuffers (Megatron --tp-comm-overlap) or async TP; p2p overlap needs interleaving and
+--overlap-p2p-comm; FA3/cuDNN attention needs Hopper, a recent cuDNN and Transformer Engine. A plan above every
+published run of its class is ranked without them (`conservative`), and says which one carries it."""
+
+
+def assumptions(engine: Engine) -> dict[str, Engine]:
+    """The engine without each optimistic assumption it makes, by assumption (those it does not make are absent)."""
+    return {
+        name: dataclasses.replace(engine, **off)
+        for name, off in OPTIMISTIC.items()
+        if any(getattr(engine, k) != v for k, v in off.items())
+    }
+
+
+def conservative(engine: Engine) -> Engine:
+    """The engine without any of its optimistic assumptions (`OPTIMISTIC`)."""
+    changes = {k: v for name, off in OPTIMISTIC.items() if name in assumptions(engine) for k, v in off.items()}
+    return dataclasses.replace(engine, **changes) if changes else engine

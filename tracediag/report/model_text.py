@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from tracediag.model.plan import ceiling_warning, mfu_ceiling
+from tracediag.model.ceilings import mfu_ceiling
+from tracediag.model.plan import ceiling_warning
 from tracediag.units import count, of_peak
 
 if TYPE_CHECKING:
@@ -56,7 +57,8 @@ def render_prediction(p: Prediction) -> str:
         lines.append(f"  {name.removesuffix('_s'):<12}{value:9.3f} s  {100 * value / t.step_time_s:5.1f}%")
     lines += [
         "",
-        f"{of_peak('MFU', p.mfu)}  {of_peak('HFU', p.hfu)}  {p.tokens_per_s:,.0f} tokens/s "
+        f"{of_peak('MFU', p.mfu)} (causal; {100 * p.mfu_full_s2:.1f}% counting the full s², as Megatron-LM"
+        f" and PaLM do)  {of_peak('HFU', p.hfu)}  {p.tokens_per_s:,.0f} tokens/s "
         f"({p.tokens_per_s / p.gpus:,.0f} per GPU)",
     ]
     return "\n".join(lines)
@@ -111,9 +113,15 @@ def prediction_json(p: Prediction, profile: Profile | None) -> str:
     data = p.to_dict()
     if profile is not None:
         data["calibration"] = profile.to_dict()
-    ceiling = mfu_ceiling(p.device)
+    ceiling = mfu_ceiling(p)
     if ceiling is not None:
-        data["published_mfu_ceiling"] = {"mfu": ceiling.mfu, "run": ceiling.run, "source": ceiling.source}
+        data["published_mfu_ceiling"] = {
+            "mfu": ceiling.mfu,
+            "mfu_causal": ceiling.mfu_causal,
+            "size_class": ceiling.size_class,
+            "run": ceiling.run,
+            "source": ceiling.source,
+        }
         data["warning"] = ceiling_warning(p)
     return _dump(data)
 
