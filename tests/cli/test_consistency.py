@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import orjson
 from conftest import RUNS
 
 from tracediag.cli import cli
@@ -36,3 +37,14 @@ def test_compare_to_a_file_says_wrote(runner, tmp_path):
     assert result.stdout == ""
     assert result.stderr.strip().splitlines()[-1] == f"wrote {out}"
     assert out.read_text().startswith("<!DOCTYPE html>")
+
+
+def test_predict_of_a_split_that_does_not_fit_exits_3(runner, tmp_path):
+    """Llama 3 70B on 8 H100s at tp=8 needs ~210 GiB a device: printed and saved, exit 3 like a failed check."""
+    out = tmp_path / "p.json"
+    args = ["predict", "--model", "llama3-70b", "--gpus", "8", "--gpu", "h100-sxm", "--seq-len", "8192"]
+    result = runner.invoke(cli, [*args, "--global-batch", "8", "--tp", "8", "-o", str(out)])
+    assert result.exit_code == 3
+    assert "DOES NOT FIT" in result.output
+    assert orjson.loads(out.read_bytes())["fits"] is False
+    assert runner.invoke(cli, [*MODEL, "--global-batch", "8"]).exit_code == 0  # 8B fits: 0

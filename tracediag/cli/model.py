@@ -53,12 +53,17 @@ EMIT_ENGINE = {"megatron": "megatron-core", "torchtitan": "torchtitan", "deepspe
 )
 @one_line_errors
 def predict(**kw: Any) -> None:
-    """Predict memory per device, step time by part, MFU and tokens/s of one split."""
+    """Predict memory per device, step time by part, MFU and tokens/s of one split.
+
+    Exits 3 (as a failed check) when the split does not fit in device memory; the prediction is still
+    printed and saved."""
     profile = profile_from_options(kw)
     p = prediction_from_options(kw, profile)
     if kw["output"]:
         write_atomic(kw["output"], orjson.dumps(p.to_dict(), option=orjson.OPT_INDENT_2))  # as Prediction.save
     click.echo(prediction_json(p, profile) if kw["fmt"] == "json" else prediction_text(p, profile))
+    if not p.fits:
+        raise SystemExit(EXIT_FINDING)
 
 
 @click.command()
