@@ -21,14 +21,16 @@ import io
 import os
 import re
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import orjson
 import polars as pl
+import pyarrow as pa
 
 from tracediag.errors import RankError, TracediagError, TraceError, shown
+from tracediag.ingest import frscan
 from tracediag.ingest.remote import expand, is_remote
 from tracediag.ingest.safepickle import load_plain
 from tracediag.ingest.sniff import iter_blocks
@@ -204,11 +206,14 @@ def _read_bytes(path: str, max_bytes: int, storage_options: dict | None) -> byte
     return b"".join(parts)
 
 
-def _parse(data: bytes, path: str) -> tuple[dict[str, Any], str]:
-    """The dump's top-level dict and its format ("pickle" or "json")."""
+def _parse(data: bytes, path: str, max_entries: int) -> tuple[dict[str, Any], str, frscan.Scanned | None]:
+    """The dump's top-level dict, its format ("pickle" or "json"), and its entries as columns where the C
+    scanner read it (then the dict's ``entries`` is None)."""
     head = data[:1]
+    scanned = None
     if head == b"\x80":
-        doc, fmt = load_plain(data, path), "pickle"
+        scanned = frscan.scan(data, path, max_entries)
+        doc, fmt = (scanned.top if scanned else load_plain(data, path)), "pickle"
     elif data.lstrip()[:1] == b"{":
         try:
             doc, fmt = orjson.loads(data), "json"
@@ -220,7 +225,7 @@ def _parse(data: bytes, path: str) -> tuple[dict[str, Any], str]:
         raise _NotADump(path, "not a Flight Recorder dump (neither a pickle nor JSON)")
     if not isinstance(doc, dict) or not ({"entries", "pg_config"} & doc.keys()):
         raise _NotADump(path, f"{fmt} without Flight Recorder fields (entries, pg_config)")
-    return doc, fmt
+    return doc, fmt, scanned
 
 
 def _rank(doc: dict[str, Any], path: str, pattern: re.Pattern[str]) -> int:
@@ -343,14 +348,18 @@ def _cleaned(dicts: list[dict], skipped: Counter[str]) -> list[dict]:
 def _frame_table(dicts: list[dict], rank: int, skipped: Counter[str]) -> tuple[list[int], pl.DataFrame]:
     """Each entry's stack id, and the distinct stacks (an entry's frames, popped from it, as JSON)."""
     ids: dict[bytes, int] = {}
+    seen: dict[int, bytes] = {}  # a frames list shared by many entries is written once (a pickle bomb's too)
     out = []
     for e in dicts:
         frames = e.pop("frames", None)
-        try:
-            text = orjson.dumps(frames)
-        except TypeError:
-            skipped["entry frames not plain data (dropped)"] += 1
-            text = b"null"
+        text = seen.get(id(frames))
+        if text is None:
+            try:
+                text = orjson.dumps(frames)
+            except TypeError:
+                skipped["entry frames not plain data (dropped)"] += 1
+                text = b"null"
+            seen[id(frames)] = text
         out.append(ids.setdefault(text, len(ids)))
     stacks = b'[{"frames":' + b'},{"frames":'.join(ids) + b"}]"
     try:
@@ -358,10 +367,14 @@ def _frame_table(dicts: list[dict], rank: int, skipped: Counter[str]) -> tuple[l
     except (pl.exceptions.PolarsError, ValueError):
         skipped["entry frames of the wrong shape (dropped)"] += len(ids)
         frames = pl.Series("frames", [None] * len(ids), dtype=_RAW["frames"])
-    table = pl.DataFrame(
-        {"rank": pl.Series([rank] * len(ids), dtype=pl.Int32), "stack_id": pl.Series(range(len(ids)), dtype=pl.Int32)}
-    ).with_columns(frames)
-    return out, table
+    return out, _stack_table(frames, rank)
+
+
+def _stack_table(frames: pl.Series, rank: int) -> pl.DataFrame:
+    n = frames.len()
+    return pl.DataFrame(
+        {"rank": pl.Series([rank] * n, dtype=pl.Int32), "stack_id": pl.Series(range(n), dtype=pl.Int32)}
+    ).with_columns(frames.alias("frames"))
 
 
 def _raw_table(dicts: list[dict], skipped: Counter[str]) -> pl.DataFrame:
@@ -378,6 +391,7 @@ def _raw_table(dicts: list[dict], skipped: Counter[str]) -> pl.DataFrame:
 def _entries(
     raw: object, rank: int, path: str, max_entries: int, skipped: Counter[str]
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The raw entry fields (`_FIELDS`, `stack_id`) and stacks of a dump loaded as Python objects."""
     if raw is None:
         raw = []
     if not isinstance(raw, list):
@@ -390,25 +404,37 @@ def _entries(
         dicts = dicts[-max_entries:]
     dicts = [dict(e) for e in dicts] if len(set(map(id, dicts))) < len(dicts) else dicts  # shared: pop per copy
     stack_ids, stacks = _frame_table(dicts, rank, skipped)
-    frame = _raw_table(dicts, skipped).with_columns(pl.Series("stack_id", stack_ids, dtype=pl.Int32))
+    return _raw_table(dicts, skipped).with_columns(pl.Series("stack_id", stack_ids, dtype=pl.Int32)), stacks
+
+
+def _scanned_entries(
+    scanned: frscan.Scanned, rank: int, max_entries: int, skipped: Counter[str]
+) -> tuple[pa.Table, pl.DataFrame]:
+    """`_entries` for a dump the C scanner read: the same tables from its columns (Arrow, made polars
+    once per batch)."""
+    if scanned.dropped:
+        skipped[f"entries past the newest {max_entries:,}"] += scanned.dropped
+    stacks = _stack_table(pl.Series("frames", scanned.stacks, dtype=_RAW["frames"]), rank)
+    raw = scanned.raw
+    return raw.append_column("rank", pa.repeat(pa.scalar(rank, pa.int32()), raw.num_rows)), stacks
+
+
+_NO_REQUIRED = "entry without record_id, process_group, collective_seq_id or profiling_name"
+
+
+def _names(frame: pl.DataFrame) -> pl.DataFrame:
+    """Backend, op and point-to-point peers of each distinct profiling name (``gloo:all_reduce``,
+    ``nccl:send 0->1``): parsed once per name, not per entry."""
     name = pl.col("profiling_name")
     op = name.str.extract(r"^(?:[^:]*:)?([^ ]*)", 1)
     send = name.str.extract_groups(r"send (\d+)->(\d+)")
     recv = name.str.extract_groups(r"recv (\d+)<-(\d+)")
     is_send, is_recv = op == "send", op == "recv"
-    frame = frame.select(
-        pl.lit(rank, pl.Int32).alias("rank"),
-        "record_id",
-        "pg_id",
-        pl.col("process_group").list.get(0, null_on_oob=True).alias("pg_name"),
-        pl.col("process_group").list.get(1, null_on_oob=True).alias("pg_desc"),
-        pl.lit(None, pl.List(pl.Int64)).alias("pg_ranks"),
-        "collective_seq_id",
-        "p2p_seq_id",
-        "op_id",
+    return frame.select(name.unique().drop_nulls()).select(
+        "profiling_name",
         name.str.extract(r"^([^:]*):", 1).alias("backend"),
         op.alias("op"),
-        pl.col("is_p2p").fill_null(is_send | is_recv),
+        (is_send | is_recv).alias("_p2p"),
         pl.when(is_send)
         .then(send.struct.field("1"))
         .when(is_recv)
@@ -421,6 +447,29 @@ def _entries(
         .then(recv.struct.field("1"))
         .cast(pl.Int64)
         .alias("p2p_dst"),
+    )
+
+
+def _typed(frame: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """`ENTRY_SCHEMA` rows (but `pg_ranks`) from the raw fields of any number of dumps (with `rank`): op,
+    backend and peers parsed from the profiling name, zero times null; entries without the fields an
+    entry needs dropped, and counted per rank (the second frame: rank, len). One pass per batch of
+    dumps, not per dump; rows in the order given."""
+    frame = frame.join(_names(frame), on="profiling_name", how="left", maintain_order="left").select(
+        "rank",
+        "record_id",
+        "pg_id",
+        pl.col("process_group").list.get(0, null_on_oob=True).alias("pg_name"),
+        pl.col("process_group").list.get(1, null_on_oob=True).alias("pg_desc"),
+        pl.lit(None, pl.List(pl.Int64)).alias("pg_ranks"),
+        "collective_seq_id",
+        "p2p_seq_id",
+        "op_id",
+        "backend",
+        "op",
+        pl.col("is_p2p").fill_null(pl.col("_p2p")),
+        "p2p_src",
+        "p2p_dst",
         "input_sizes",
         "input_dtypes",
         "output_sizes",
@@ -435,11 +484,24 @@ def _entries(
         "stack_id",
     )
     ok = pl.all_horizontal(pl.col(c).is_not_null() for c in _REQUIRED)
-    bad = frame.height - frame.select(ok.sum()).item()
-    if bad:
-        skipped["entry without record_id, process_group, collective_seq_id or profiling_name"] += bad
+    bad = frame.filter(~ok).group_by("rank").len()
+    if bad.height:
         frame = frame.filter(ok)
-    return frame.sort("record_id"), stacks
+    return frame, bad
+
+
+@dataclass(frozen=True, slots=True)
+class _Piece:
+    """One dump read, its entries not yet typed (`_assemble` types a batch of them at once)."""
+
+    raw: pl.DataFrame | pa.Table
+    """The raw fields, `stack_id` and `rank`: polars from the unpickler, Arrow from the C scanner."""
+    groups: pl.DataFrame
+    status: pl.DataFrame
+    stacks: pl.DataFrame
+    dump: tuple[int, str, str, str | None]
+    """rank, path, format, version."""
+    skipped: Counter[str]
 
 
 def read_dump(
@@ -469,37 +531,80 @@ def read_dump(
     RankError
         No rank can be found.
     """
+    piece = _read_piece(
+        path,
+        rank_from_filename=rank_from_filename,
+        storage_options=storage_options,
+        max_bytes=max_bytes,
+        max_entries=max_entries,
+    )
+    one = _assemble([piece])
+    return replace(one, entries=one.entries.sort("record_id", maintain_order=True))
+
+
+def _read_piece(
+    path: str, *, rank_from_filename: str | None, storage_options: dict | None, max_bytes: int, max_entries: int
+) -> _Piece:
     pattern = re.compile(rank_from_filename) if rank_from_filename else _RANK_IN_NAME
     data = _read_bytes(path, max_bytes, storage_options)
-    doc, fmt = _parse(data, path)
+    doc, fmt, scanned = _parse(data, path, max_entries)
     del data
     rank = _rank(doc, path, pattern)
     skipped: Counter[str] = Counter()
     groups = _groups(doc, rank, skipped)
-    entries, stacks = _entries(doc.get("entries"), rank, path, max_entries, skipped)
-    del doc["entries"]
+    if scanned is not None:
+        raw, stacks = _scanned_entries(scanned, rank, max_entries, skipped)
+    else:
+        raw, stacks = _entries(doc.get("entries"), rank, path, max_entries, skipped)
+        raw = raw.with_columns(pl.lit(rank, pl.Int32).alias("rank"))
+    doc.pop("entries", None)
+    version = doc.get("version")
+    return _Piece(
+        raw=raw,
+        groups=groups,
+        status=_status(doc, rank, skipped),
+        stacks=stacks,
+        dump=(rank, path, fmt, str(version) if version is not None else None),
+        skipped=skipped,
+    )
+
+
+def _assemble(pieces: list[_Piece]) -> FlightDumps:
+    """The tables of several dumps: their entries typed in one pass (in file order, not sorted), each
+    tagged with its group's members where the rank's own pg_config lists them."""
+    arrow = [p.raw for p in pieces if isinstance(p.raw, pa.Table)]
+    frames = [p.raw for p in pieces if not isinstance(p.raw, pa.Table)]
+    schema = {**_FIELDS, "stack_id": pl.Int32(), "rank": pl.Int32()}
+    entries, bad = _typed(pl.concat(([frscan.to_polars(arrow, schema)] if arrow else []) + frames))
+    groups = pl.concat([p.groups for p in pieces])
     named = (
-        groups.filter(pl.col("ranks").is_not_null()).select("pg_name", pl.col("ranks").alias("_r")).unique("pg_name")
+        groups.filter(pl.col("ranks").is_not_null())
+        .select("rank", "pg_name", pl.col("ranks").alias("_r"))
+        .unique(["rank", "pg_name"], keep="first", maintain_order=True)
     )
     if named.height:
         entries = (
-            entries.join(named, on="pg_name", how="left")
+            entries.join(named, on=["rank", "pg_name"], how="left", maintain_order="left")
             .with_columns(pl.col("_r").alias("pg_ranks"))
             .drop("_r")
             .select(ENTRY_SCHEMA.names())
         )
-    version = doc.get("version")
-    dumps = pl.DataFrame(
-        [(rank, path, fmt, str(version) if version is not None else None, entries.height, sum(skipped.values()))],
-        schema=DUMP_SCHEMA,
-        orient="row",
-    )
+    dropped = dict(bad.rows())
+    held = dict(entries.group_by("rank").len().rows())
+    skipped: Counter[str] = Counter()
+    rows = []
+    for p in pieces:
+        rank = p.dump[0]
+        if dropped.get(rank):
+            p.skipped[_NO_REQUIRED] += dropped[rank]
+        skipped.update(p.skipped)
+        rows.append((*p.dump, held.get(rank, 0), sum(p.skipped.values())))
     return FlightDumps(
         entries=entries,
         groups=groups,
-        status=_status(doc, rank, skipped),
-        dumps=dumps,
-        stacks=stacks,
+        status=pl.concat([p.status for p in pieces]),
+        dumps=pl.DataFrame(rows, schema=DUMP_SCHEMA, orient="row"),
+        stacks=pl.concat([p.stacks for p in pieces]),
         skipped=dict(skipped),
     )
 
@@ -511,21 +616,23 @@ WORKER_FILES = 128
 reading 15 dumps of 2,000 entries costs."""
 
 
-def read_batch(task: tuple[list[tuple[str, bool]], dict[str, Any]]) -> list[FlightDumps | None]:
-    """Dumps read one after the other (a worker task): None for a directory file that is no dump."""
+def read_batch(task: tuple[list[tuple[str, bool]], dict[str, Any]]) -> tuple[FlightDumps | None, int]:
+    """Dumps read one after the other and typed together (a worker task), and how many directory files
+    were no dump (None: no dump at all)."""
     found, options = task
-    out: list[FlightDumps | None] = []
+    pieces: list[_Piece] = []
+    not_dumps = 0
     for path, in_directory in found:
         try:
-            out.append(read_dump(path, **options))
+            pieces.append(_read_piece(path, **options))
         except _NotADump:
             if not in_directory:
                 raise
-            out.append(None)
-    return out
+            not_dumps += 1
+    return (_assemble(pieces) if pieces else None), not_dumps
 
 
-def _crashed(task: tuple[list[tuple[str, bool]], dict[str, Any]], why: str) -> list[FlightDumps | None]:
+def _crashed(task: tuple[list[tuple[str, bool]], dict[str, Any]], why: str) -> tuple[FlightDumps | None, int]:
     raise TraceError(task[0][0][0], f"the worker reading this batch of dumps died ({why})")
 
 
@@ -561,11 +668,11 @@ def read_dumps(
         batches = map_in_workers(read_batch, tasks, jobs, crashed=_crashed, in_caller=True)
     else:
         batches = [read_batch(t) for t in tasks]
-    read = [d for batch in batches for d in batch]
-    parts = [d for d in read if d is not None]
+    parts = [d for d, _ in batches if d is not None]
     skipped: Counter[str] = Counter()
-    if len(parts) < len(read):
-        skipped["file not a Flight Recorder dump"] += len(read) - len(parts)
+    not_dumps = sum(n for _, n in batches)
+    if not_dumps:
+        skipped["file not a Flight Recorder dump"] += not_dumps
     for one in parts:
         skipped.update(one.skipped)
     if not parts:
@@ -579,7 +686,7 @@ def read_dumps(
         msg += "\n\nHint: pass the dumps of one job (or --rank-from-filename REGEX)"
         raise RankError(msg)
     return FlightDumps(
-        entries=pl.concat([p.entries for p in parts]).sort("rank", "record_id"),
+        entries=pl.concat([p.entries for p in parts]).sort("rank", "record_id", maintain_order=True),
         groups=pl.concat([p.groups for p in parts]),
         status=pl.concat([p.status for p in parts]),
         dumps=dumps.sort("rank"),
