@@ -191,3 +191,10 @@ def test_an_empty_folder_and_a_missing_file(tmp_path):
         read_dumps(str(tmp_path))
     with pytest.raises(TraceError):
         read_dumps(str(tmp_path / "nccl_trace_rank_0"))
+
+
+def test_a_rank_regex_the_engine_refuses_is_one_line_before_any_file_is_read():
+    with pytest.raises(RankError, match=r"^--rank-from-filename '\(\?<=x\)\(\\\\d\+\)' is not a valid regular"):
+        read_dumps(str(HANG / "host_stuck"), rank_from_filename=r"(?<=x)(\d+)")
+    ranks = read_dumps(str(HANG / "host_stuck"), rank_from_filename=r"rank_(\d+)$").ranks
+    assert ranks == (0, 1, 2, 3)

@@ -34,6 +34,7 @@ from tracediag.ingest import frscan
 from tracediag.ingest.remote import expand, is_remote
 from tracediag.ingest.safepickle import load_plain
 from tracediag.ingest.sniff import iter_blocks
+from tracediag.vocab import UserRegex, user_regex
 
 MAX_DUMP_BYTES = 64 << 20
 """Largest dump read, after gunzip. torch's default buffer (2,000 entries) with stack frames pickles to
@@ -131,7 +132,7 @@ DUMP_SCHEMA = pl.Schema(
 )
 """One row per dump read."""
 
-_RANK_IN_NAME = re.compile(r"(\d+)(?:\.[A-Za-z][A-Za-z0-9]*)*$")
+_RANK_IN_NAME = r"(\d+)(?:\.[A-Za-z][A-Za-z0-9]*)*$"
 """The default rank of a file without a rank field: the last number of its name before any extensions
 (``nccl_trace_rank_3``, ``fr_trace_rank_3.json.gz``): the name torch's dump writer gives."""
 
@@ -228,19 +229,30 @@ def _parse(data: bytes, path: str, max_entries: int) -> tuple[dict[str, Any], st
     return doc, fmt, scanned
 
 
-def _rank(doc: dict[str, Any], path: str, pattern: re.Pattern[str]) -> int:
+def _rank_pattern(rank_from_filename: str | None) -> UserRegex:
+    """The file-name rank pattern, checked by the linear-time engine (a refused one is a `RankError`)."""
+    try:
+        return user_regex(rank_from_filename or _RANK_IN_NAME, "--rank-from-filename")
+    except ValueError as e:
+        raise RankError(str(e)) from None
+
+
+def _rank(doc: dict[str, Any], path: str, pattern: UserRegex) -> int:
     value = doc.get("rank")
     if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**31:
         return value
     name = path.rstrip("/").rsplit("/", 1)[-1]
-    m = pattern.search(name)
-    if not m:
+    found = pattern.first_group([name])[0]
+    if found is not None and not re.fullmatch(r"\d{1,9}", found):
+        msg = f"{shown(path)}: --rank-from-filename matched {found!r} in its name, not a rank (a whole number)"
+        raise RankError(msg)
+    if found is None:
         msg = (
             f"{shown(path)}: no rank in the dump nor in its file name\n\n"
             "Hint: name dumps <prefix><rank> as torch does, or pass --rank-from-filename REGEX"
         )
         raise RankError(msg)
-    return int(m.group(1))
+    return int(found)
 
 
 def _ranks_of(value: object) -> list[int] | None:
@@ -545,7 +557,7 @@ def read_dump(
 def _read_piece(
     path: str, *, rank_from_filename: str | None, storage_options: dict | None, max_bytes: int, max_entries: int
 ) -> _Piece:
-    pattern = re.compile(rank_from_filename) if rank_from_filename else _RANK_IN_NAME
+    pattern = _rank_pattern(rank_from_filename)
     data = _read_bytes(path, max_bytes, storage_options)
     doc, fmt, scanned = _parse(data, path, max_entries)
     del data
@@ -652,6 +664,7 @@ def read_dumps(
     reading, this one included (0: one per CPU from `WORKER_FILES` dumps on, else 1).
     """
     srcs = [sources] if isinstance(sources, str) else list(sources)
+    _rank_pattern(rank_from_filename)  # a refused pattern stops before any file is read
     found = resolve_dump_paths(srcs, storage_options)
     options = {
         "rank_from_filename": rank_from_filename,
