@@ -156,12 +156,13 @@ def test_measured_step_time_is_reproduced_and_moves_other_splits_sensibly():
 @pytest.mark.parametrize("measure", ["mfu", "hfu", "tokens_per_s"])
 def test_other_measures_calibrate_to_the_same_number(measure):
     base = predict(LLAMA, H100, SAME, TRAIN, MODERN)
-    value = {"mfu": 0.8 * base.mfu, "hfu": 0.8 * base.hfu, "tokens_per_s": 0.8 * base.tokens_per_s}[measure]
+    value = {"mfu": 0.8 * base.mfu_full_s2, "hfu": 0.8 * base.hfu, "tokens_per_s": 0.8 * base.tokens_per_s}[measure]
     step = step_time_from_measure(measure, value, LLAMA, H100, SAME, TRAIN, MODERN)
     assert step == pytest.approx(base.step_time_s / 0.8)
     profile = calibrate_from_step_time(LLAMA, H100, SAME, TRAIN, MODERN, step_time_s=step)
     after = predict(LLAMA, apply_profile(H100, profile), SAME, TRAIN, MODERN)
-    assert getattr(after, measure) == pytest.approx(value, rel=1e-9)
+    # a measured MFU is read in the full-s² convention frameworks log
+    assert getattr(after, "mfu_full_s2" if measure == "mfu" else measure) == pytest.approx(value, rel=1e-9)
 
 
 def test_measurement_faster_than_any_gemm_rate_is_refused():

@@ -232,7 +232,8 @@ def step_time_from_measure(
         return training.global_batch * training.seq_len / value
     p = predict(model, device, split, training, engine, gpus=gpus)
     # mfu·step and hfu·step are fixed by the FLOPs, the peak and the GPU count.
-    return (p.mfu if measure == "mfu" else p.hfu) * p.step_time_s / value
+    # A measured MFU is in the full-s² convention frameworks log (Megatron-LM, torchtitan, llm-foundry).
+    return (p.mfu_full_s2 if measure == "mfu" else p.hfu) * p.step_time_s / value
 
 
 def calibrate_from_step_time(
