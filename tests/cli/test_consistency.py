@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import orjson
-from conftest import RUNS
+from conftest import KINETO, RUNS
 
 from tracediag.cli import cli
 
@@ -48,3 +48,13 @@ def test_predict_of_a_split_that_does_not_fit_exits_3(runner, tmp_path):
     assert "DOES NOT FIT" in result.output
     assert orjson.loads(out.read_bytes())["fits"] is False
     assert runner.invoke(cli, [*MODEL, "--global-batch", "8"]).exit_code == 0  # 8B fits: 0
+
+
+def test_compare_of_a_gpu_run_against_a_cpu_run_warns(runner):
+    gpu, cpu = KINETO / "hta_a100_nccl_rank0.json.gz", RUNS / "healthy_ddp"
+    result = runner.invoke(cli, ["compare", str(gpu), str(cpu), "-j", "1"])
+    assert result.exit_code == 0, result.output
+    (warning,) = [line for line in result.stderr.splitlines() if line.startswith("warning:")]
+    assert warning.startswith(f"warning: {gpu} ran on GPUs and {cpu} on CPUs only")
+    same = runner.invoke(cli, ["compare", str(RUNS / "comm_bound"), str(cpu), "-j", "1"])
+    assert "warning:" not in same.stderr

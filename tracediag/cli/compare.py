@@ -43,6 +43,11 @@ def _side(path: str, step_regex: str | None, jobs: int, allow_mixed: bool) -> An
         raise InputError(f"{path}: {e}".replace("\n", "\nError: ")) from None
 
 
+def _hardware(a: Analysis) -> str:
+    """What the run ran on: "GPUs" when its steps ran on a device, else "CPUs only"."""
+    return "GPUs" if a.steps.height and (a.steps["device"] >= 0).any() else "CPUs only"
+
+
 @click.command()
 @click.argument("base")
 @click.argument("new")
@@ -75,7 +80,15 @@ def compare(
     jobs: int,
 ) -> None:
     """Compare two runs (trace files, directories, or saved `analyze --format json` output)."""
-    result = _compare(_side(base, step_regex, jobs, allow_mixed), _side(new, step_regex, jobs, allow_mixed))
+    sides = _side(base, step_regex, jobs, allow_mixed), _side(new, step_regex, jobs, allow_mixed)
+    kinds = [_hardware(a) for a in sides]
+    if kinds[0] != kinds[1]:
+        click.echo(
+            f"warning: {shown(base)} ran on {kinds[0]} and {shown(new)} on {kinds[1]}: the deltas compare different "
+            "hardware, not a change to one job",
+            err=True,
+        )
+    result = _compare(*sides)
     if fmt == "json":
         text = orjson.dumps(result.to_dict()).decode()
     elif fmt == "html":
