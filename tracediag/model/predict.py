@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import orjson
 
-from tracediag.errors import SpecError
+from tracediag.errors import SpecError, shown
 from tracediag.model.flops import layer_forward_flops, model_flops, param_count
 from tracediag.model.memory import MemoryBreakdown, memory_per_device
 from tracediag.model.specs import DeviceSpec, LinkSpec, ModelSpec, Split, Training, check_split
@@ -166,8 +167,14 @@ def predict(
 
 
 def _build(cls: type, data: dict[str, Any]) -> Any:
-    names = {f.name for f in dataclasses.fields(cls)}
-    return cls(**{k: v for k, v in data.items() if k in names})
+    fields = {f.name: f.type for f in dataclasses.fields(cls)}
+    for key, value in data.items():  # JSON booleans are no counts, numbers no flags
+        kind = fields.get(key)
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if (kind in ("int", "float") and not number) or (kind == "bool" and not isinstance(value, bool)):
+            msg = f"{key} is {type(value).__name__}, not {'a number' if kind != 'bool' else 'true or false'}"
+            raise SpecError(msg)
+    return cls(**{k: v for k, v in data.items() if k in fields})
 
 
 def load_prediction(path: str | Path) -> Prediction:
@@ -187,14 +194,41 @@ def load_prediction(path: str | Path) -> Prediction:
     if version != SCHEMA_VERSION:
         msg = f"{path}: prediction schema_version {version}, expected {SCHEMA_VERSION}"
         raise SpecError(msg)
-    dev = dict(inputs["device"])
-    dev["intra_link"] = _build(LinkSpec, dev["intra_link"])
-    dev["inter_link"] = _build(LinkSpec, dev["inter_link"])
-    return predict(
-        _build(ModelSpec, inputs["model"]),
-        _build(DeviceSpec, dev),
-        _build(Split, inputs["split"]),
-        _build(Training, inputs["training"]),
-        _build(Engine, inputs["engine"]),
-        gpus=inputs["gpus"],
-    )
+    _check_numbers(path, inputs, "inputs")
+    try:
+        dev = dict(inputs["device"])
+        dev["intra_link"] = _build(LinkSpec, dev["intra_link"])
+        dev["inter_link"] = _build(LinkSpec, dev["inter_link"])
+        return predict(
+            _build(ModelSpec, inputs["model"]),
+            _build(DeviceSpec, dev),
+            _build(Split, inputs["split"]),
+            _build(Training, inputs["training"]),
+            _build(Engine, inputs["engine"]),
+            gpus=inputs["gpus"],
+        )
+    except SpecError as e:  # a spec's own check: say which file it came from
+        msg = f"{shown(path)}: {e}"
+        raise SpecError(msg) from None
+
+
+SAVED_NUMBER_MAX = 1e18
+"""No saved input is larger (a device of 1e18 FLOP/s or bytes is none): beyond, the file was edited."""
+
+
+def _check_numbers(path: Path, value: object, key: str) -> None:
+    """`SpecError` naming the file and key for a number of the saved inputs that is not finite, is
+    negative or is past `SAVED_NUMBER_MAX` (no input of a prediction is any of these)."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _check_numbers(path, v, f"{key}.{k}")
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            _check_numbers(path, v, f"{key}[{i}]")
+    elif (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and not (math.isfinite(value) and 0 <= value <= SAVED_NUMBER_MAX)
+    ):
+        msg = f"{shown(path)}: {key} is {value:.6g}, outside 0..{SAVED_NUMBER_MAX:g}"
+        raise SpecError(msg)
