@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import orjson
-from conftest import KINETO, RUNS
+from conftest import FIXTURES, KINETO, RUNS
 
 from tracediag.cli import cli
 
@@ -58,3 +58,17 @@ def test_compare_of_a_gpu_run_against_a_cpu_run_warns(runner):
     assert warning.startswith(f"warning: {gpu} ran on GPUs and {cpu} on CPUs only")
     same = runner.invoke(cli, ["compare", str(RUNS / "comm_bound"), str(cpu), "-j", "1"])
     assert "warning:" not in same.stderr
+
+
+def test_calibrate_of_a_directory_skips_its_manifest_as_analyze_does(runner, tmp_path):
+    """fixtures/model_runs/transformer_dp4 holds a manifest.json beside its 4 traces: calibrate stopped
+    on it ('not a trace'); now it reads the 4 traces analyze reads and says what it skipped."""
+    out = tmp_path / "profile.json"
+    run = FIXTURES / "model_runs" / "transformer_dp4"
+    result = runner.invoke(cli, ["calibrate", str(run), "--gpu", "h100-sxm", "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    warning = next(line for line in result.stderr.splitlines() if line.startswith("warning:"))
+    assert warning.startswith("warning: 1 file in the directories ignored (not traces: ")
+    assert "manifest.json" in warning
+    assert "calibrated (trace of 4 file(s))" in result.stdout
+    assert orjson.loads(out.read_bytes())

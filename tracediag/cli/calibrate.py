@@ -33,6 +33,7 @@ from tracediag.output import write_atomic
 from tracediag.reduce import analyze
 from tracediag.report.model_text import calibration_text
 from tracediag.run import resolve_paths
+from tracediag.units import count
 
 _NOT_SHARED = {"fmt", "output", "profile_path"}
 _MEASURES = {
@@ -98,6 +99,16 @@ def calibrate(paths: tuple[str, ...], output: Path, **kw: Any) -> None:
             msg = f"{output}: is one of the input traces; choose another -o"
             raise InputError(msg)
         run = load_traces(paths, 0, None, ())
+        # the GEMM table reads the files the run was read from: a manifest or README beside the
+        # traces is skipped as analyze and ingest skip it, and said so
+        read = {f.path for f in run.meta.files} | {w for f in run.meta.files for w in f.windows}
+        files = [f for f in files if f in read]
+        if run.meta.ignored:
+            click.echo(
+                f"warning: {count(len(run.meta.ignored), 'file')} in the directories ignored "
+                f"(not traces: {run.meta.ignored[0]}{' and more' if len(run.meta.ignored) > 1 else ''})",
+                err=True,
+            )
         try:
             result = analyze(run)
         except (TracediagError, ValueError) as e:
