@@ -72,3 +72,20 @@ def test_calibrate_of_a_directory_skips_its_manifest_as_analyze_does(runner, tmp
     assert "manifest.json" in warning
     assert "calibrated (trace of 4 file(s))" in result.stdout
     assert orjson.loads(out.read_bytes())
+
+
+def test_ingest_refuses_two_unrelated_runs_as_analyze_does(runner):
+    """Rank 0 of comm_bound and rank 1 of healthy_ddp, recorded 91 s apart: analyze refused them,
+    ingest merged them silently into '2 ranks'."""
+    files = [str(RUNS / "comm_bound" / "rank0.pt.trace.json.gz"), str(RUNS / "healthy_ddp" / "rank1.pt.trace.json.gz")]
+    refused = runner.invoke(cli, ["ingest", *files, "-j", "1"])
+    assert refused.exit_code == 2
+    (line,) = [x for x in refused.output.splitlines() if x.strip()]
+    assert "are not ranks of one run: recorded time spans do not overlap" in line
+    assert line.endswith("Pass --allow-mixed to read them into one table anyway")
+    assert runner.invoke(cli, ["analyze", *files, "-j", "1"]).exit_code == 2
+    mixed = runner.invoke(cli, ["ingest", *files, "-j", "1", "--allow-mixed"])
+    assert mixed.exit_code == 0, mixed.output
+    assert mixed.output.startswith("files   2 read")
+    one_run = runner.invoke(cli, ["ingest", str(RUNS / "comm_bound"), "-j", "1"])
+    assert one_run.exit_code == 0, one_run.output

@@ -60,6 +60,7 @@ def summary(run: Run) -> str:
 @click.option("-o", "--output", type=FilePath(dir_okay=False), help="Write the event table to this Parquet file.")
 @trace_options
 @click.option("--step-regex", metavar="REGEX", help="With --executor: step markers for the per-rank summaries.")
+@click.option("--allow-mixed", is_flag=True, help="Read files that are not ranks of one run into one table anyway.")
 @executor_options
 def ingest(
     paths: tuple[str, ...],
@@ -69,6 +70,7 @@ def ingest(
     rank_map: tuple[str, ...],
     step_regex: str | None,
     comm_kernel: str | None,
+    allow_mixed: bool,
     **ex_kw: Any,
 ) -> None:
     """Read trace files (files, globs or directories) into one event table.
@@ -99,6 +101,14 @@ def ingest(
         storage_options=storage_options(ex_kw["storage_options"]),
         comm_kernel=comm_kernel,
     )
+    if not allow_mixed:  # the run sanity `analyze` applies: two unrelated runs are not one table
+        from tracediag.same_run import check_same_run
+
+        try:
+            check_same_run(run)
+        except TracediagError as e:
+            msg = str(e).replace("to analyse each file on its own", "to read them into one table anyway")
+            raise InputError(msg) from None
     if output:
         try:
             run.save(output)
