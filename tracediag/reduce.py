@@ -38,8 +38,9 @@ if TYPE_CHECKING:
     from tracediag.derive.summary import RankSummary
 
 
-def _needs_split(meta: RunMeta, instances: pl.DataFrame) -> bool:
-    """Occurrence matching may mix groups: no group names in the events, several groups in the run."""
+def needs_split(meta: RunMeta, instances: pl.DataFrame) -> bool:
+    """Whether collectives must be matched by occurrence within rank sets (`align_and_match(split=...)`): no group
+    names in the events and several groups in the run. Public so that every view of a run aligns it alike."""
     named = instances.filter(pl.col("group") != "").height > 0
     rank_sets = {g.ranks for g in meta.process_groups.values() if g.ranks}
     return not named and len(rank_sets) > 1
@@ -86,7 +87,7 @@ def facts_from_tables(
         msg = f"{what} in the traces; pass --step-regex REGEX for other step annotations (NVTX ranges, train)"
         raise NoStepsError(msg)
     instances = summary.instances
-    offsets, matched = align_and_match(instances, split=_needs_split(meta, instances))
+    offsets, matched = align_and_match(instances, split=needs_split(meta, instances))
     matched, unmatched = plausible_matches(matched)
     waits = wait_per_step(matched)
     per_step = summary.breakdown.join(offsets, on="rank", how="left")

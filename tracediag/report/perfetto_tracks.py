@@ -18,7 +18,7 @@ from tracediag.derive.breakdown import KERNEL_WAIT_NS, device_sweep
 from tracediag.derive.collectives import align_and_match, collective_instances, plausible_matches
 from tracediag.derive.intervals import in_time_order, time_keys
 from tracediag.derive.steps import assign_steps, find_markers, launches, step_spans
-from tracediag.reduce import _needs_split
+from tracediag.reduce import needs_split
 from tracediag.vocab import distinct_names
 
 if TYPE_CHECKING:
@@ -56,7 +56,7 @@ def derive_tracks(run: Run, analysis: Analysis, *, step_regex: str | None = None
     spans = step_spans(events, markers, names=names, ordered=ordered, launched=launched, keys=keys)
     stepped = assign_steps(events, spans, ordered=ordered, launched=launched, keys=keys)
     instances = collective_instances(stepped)
-    offsets, matched = align_and_match(instances, split=_needs_split(run.meta, instances))
+    offsets, matched = align_and_match(instances, split=needs_split(run.meta, instances))
     matched, _ = plausible_matches(matched)
     device = device_sweep(stepped, spans, names=names, keys=keys)
     kept = analysis.steps.select("rank", "step")
