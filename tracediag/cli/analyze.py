@@ -15,6 +15,7 @@ from tracediag.cli.execute_options import (
     EXECUTOR_KEYS,
     executor_options,
     refuse_overwrite,
+    refuse_without_executor,
     report_failed,
     run_summaries,
     storage_options,
@@ -157,6 +158,7 @@ def analyze(
         msg = f"{shown(output)}: -o and --html name the same file"
         raise InputError(msg)
     ex_kw = {k: check_kw.pop(k) for k in EXECUTOR_KEYS}
+    refuse_without_executor(ex_kw)
     if perfetto_path is not None and ex_kw["executor"]:
         msg = "--perfetto reads the events here: not with --executor (run tracediag export on the traces)"
         raise InputError(msg)

@@ -67,6 +67,27 @@ def executor_options(f):
     return f
 
 
+_EXECUTOR_ONLY = {"address": "--address", "scheduler_file": "--scheduler-file", "out_dir": "--out",
+                  "resume": "--resume", "retries": "--retries"}  # fmt: skip
+
+
+def refuse_without_executor(kw: dict[str, Any]) -> None:
+    """`click.UsageError` (exit 2) for an option of the summary path given without --executor: the run is
+    read into this process then, and the option would be ignored without a word."""
+    if kw["executor"]:
+        return
+    ctx = click.get_current_context(silent=True)
+    given = [
+        flag
+        for key, flag in _EXECUTOR_ONLY.items()
+        if ctx is not None and ctx.get_parameter_source(key) is click.core.ParameterSource.COMMANDLINE
+    ]
+    if given:
+        verb = "applies" if len(given) == 1 else "apply"
+        msg = f"{', '.join(given)} {verb} to the summary path: add --executor local (or ray, dask)"
+        raise click.UsageError(msg)
+
+
 def storage_options(items: tuple[str, ...]) -> dict[str, str] | None:
     """`--storage-option KEY=VALUE` items as a mapping (None when none is given)."""
     out = {}

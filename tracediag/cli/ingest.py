@@ -9,7 +9,7 @@ import click
 import polars as pl
 
 from tracediag.cli.common import FilePath, InputError
-from tracediag.cli.execute_options import executor_options, storage_options
+from tracediag.cli.execute_options import executor_options, refuse_without_executor, storage_options
 from tracediag.cli.traces import load_traces, trace_options
 from tracediag.derive.steps import find_markers
 from tracediag.errors import NoStepsError, TracediagError, one_line, shown
@@ -78,6 +78,7 @@ def ingest(
     With --executor, each rank is read where the workers are and written to --out as its own event
     table plus its summaries, for `analyze --executor ... --out DIR --resume` to reuse.
     """
+    refuse_without_executor(ex_kw)
     if ex_kw["executor"]:
         from tracediag.cli.execute_ingest import ingest_ranks
 
