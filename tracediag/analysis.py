@@ -17,7 +17,7 @@ import polars as pl
 
 from tracediag.check_result import Check
 
-SCHEMA_VERSION = "1.7"
+SCHEMA_VERSION = "1.8"
 
 
 class Cause(StrEnum):

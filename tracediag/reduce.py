@@ -274,6 +274,20 @@ def reduce_files(
     return out
 
 
+def untraced_warning(meta: RunMeta) -> tuple[str, ...]:
+    """One line naming the ranks of the stated world size that have no trace (none when every rank has one):
+    who waits for whom is then judged among the traced ranks only."""
+    present = set(meta.ranks)
+    missing = [r for r in range(meta.world_size) if r not in present]
+    if not missing or not present:
+        return ()
+    shown = ", ".join(map(str, missing[:16])) + (f" (+{len(missing) - 16})" if len(missing) > 16 else "")
+    return (
+        f"{count(len(missing), 'rank')} of world size {meta.world_size} {'has' if len(missing) == 1 else 'have'} no "
+        f"trace ({shown}): waits are judged among the {len(present)} traced; a rank they wait for may be untraced",
+    )
+
+
 def reduce(
     summary: RankSummary,
     meta: RunMeta,
@@ -304,6 +318,7 @@ def reduce(
             f"warm-up (every rank at least {th.warmup_ratio}x its later steps, its waits for peers left out): "
             "shown, left out of the diagnosis",
         )
+    warnings += untraced_warning(meta)
     # priced on the steps the diagnosis read (warm-up left out), as every what-if in the output
     findings, whatif = price(findings, diagnosed, graph_of(diagnosed, derived.replay), thresholds=th)
     kernels = derived.kernels

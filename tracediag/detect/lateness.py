@@ -232,6 +232,32 @@ def detect(facts: Facts, late: Lateness | None, th: Thresholds, found: list[Find
     return found
 
 
+def traced_scope(late: Lateness) -> tuple[str, str, float, dict[str, float]]:
+    """What the waiting share of `late` is a share of, a closing note, its confidence, and the evidence
+    of an incomplete rank set. With ranks of the world untraced, the share is of the waiting among the
+    traced ranks; the time the collectives run past the last traced arrival (`Lateness.after_last_ns`,
+    per traced rank) may hide waits for an untraced rank, so the confidence is the share of that larger
+    total."""
+    if not late.untraced:
+        return "all waiting", "", round(min(1.0, late.share), 4), {}
+    traced = late.ranks.height
+    hidden = late.after_last_ns * traced
+    total = late.wait_ns + hidden
+    confidence = late.share * late.wait_ns / total if total > 0 else late.share
+    one = len(late.untraced) == 1
+    note = (
+        f"; {_ranks(late.untraced)} of world size {traced + len(late.untraced)} {'has' if one else 'have'} no "
+        f"trace, and the collectives run on {late.after_last_ns / NS_PER_MS:,.1f} ms past the last traced "
+        f"arrivals, which may hide waits for {'it' if one else 'them'}"
+    )
+    evidence = {
+        "traced_ranks": traced,
+        "untraced_ranks": len(late.untraced),
+        "after_last_traced_ms": round(late.after_last_ns / NS_PER_MS, 3),
+    }
+    return f"the waiting among the {traced} traced ranks", note, round(min(1.0, confidence), 4), evidence
+
+
 def _explain(facts: Facts, late: Lateness, th: Thresholds, found: list[Finding]) -> list[Finding]:
     """`detect` for one group of late ranks (`late.waited_for`, their `late.share`)."""
     ranks = late.waited_for
@@ -245,6 +271,7 @@ def _explain(facts: Facts, late: Lateness, th: Thresholds, found: list[Finding])
         nums.update(counted)
         nums["compute_kind"] = "more_ops" if counted["ops_ratio"] >= th.lateness_more_ops else "same_ops_longer"
     n_steps = facts.steps["step"].n_unique()
+    scope, note, confidence, partial = traced_scope(late)
     waiting = {
         "waiting_share": late.share,
         "peer_wait_ms_per_step": round(
@@ -252,17 +279,19 @@ def _explain(facts: Facts, late: Lateness, th: Thresholds, found: list[Finding])
             3,
         ),
         "collectives": late.instances,
+        **partial,
     }
     if reason == "compute":
         why = (
             f"; it arrives last at {nums['late_arrivals']} of {late.instances} collectives and causes "
-            f"{late.share:.0%} of all waiting; in its late steps it "
+            f"{late.share:.0%} of {scope}; in its late steps it "
             + (
                 f"runs {nums['ops_ratio']:.2f}x its peers' ops (more work)"
                 if nums["compute_kind"] == "more_ops"
                 else f"runs the same ops ({nums['ops_ratio']:.2f}x as many), each longer (a slower or throttled "
                 "device, or bigger inputs: an uneven shard or batch)"
             )
+            + note
         )
         more = {"reason": "compute", **waiting, **nums}
         out = []
@@ -281,7 +310,7 @@ def _explain(facts: Facts, late: Lateness, th: Thresholds, found: list[Finding])
             if r in named:
                 continue
             rows = ratios.filter(pl.col("rank") == r, pl.col("step").is_in(list(steps)))
-            f = straggler._finding(rows, r, kind, n_steps, min(1.0, late.share), **more)
+            f = straggler._finding(rows, r, kind, n_steps, confidence, **more)
             out.append(dataclasses.replace(f, summary=f.summary + why))
         return out
     cause = Cause.INPUT_STRAGGLER if reason == "input" else Cause.HOST_STRAGGLER
@@ -296,17 +325,17 @@ def _explain(facts: Facts, late: Lateness, th: Thresholds, found: list[Finding])
     }[reason]
     summary = (
         f"{_who(ranks)} arrive{'s' if len(ranks) == 1 else ''} last at {nums['late_arrivals']} of {late.instances} "
-        f"collectives and cause{'s' if len(ranks) == 1 else ''} {late.share:.0%} of all waiting (each other rank waits "
+        f"collectives and cause{'s' if len(ranks) == 1 else ''} {late.share:.0%} of {scope} (each other rank waits "
         f"{waiting['peer_wait_ms_per_step']:.1f} ms per step for them); before those arrivals {REASON_WORDS[reason]}: "
         f"{part:.1f} ms over {count(len(steps), 'step')} against a window {nums['window_excess_ms']:.1f} ms longer "
-        f"than its peers', its compute {nums['compute_ratio']:.2f}x theirs"
+        f"than its peers', its compute {nums['compute_ratio']:.2f}x theirs{note}"
     )
     finding = Finding(
         cause=cause,
         ranks=ranks,
         steps=steps,
         time_lost_ns=lost,
-        confidence=min(1.0, late.share),
+        confidence=confidence,
         summary=summary,
         evidence={"reason": reason, **waiting, **nums},
     )
