@@ -37,7 +37,8 @@ def _host(a: tracediag.Analysis):
 def test_a_complete_run_has_no_untraced_note(complete) -> None:
     f = _host(complete)
     assert f.ranks == (1,)
-    assert "of all waiting" in f.summary and "no trace" not in f.summary
+    assert "of all waiting" in f.summary
+    assert "no trace" not in f.summary
     assert "untraced_ranks" not in f.evidence
     assert not [w for w in complete.warnings if "no trace" in w]
 
@@ -52,7 +53,8 @@ def test_the_verdict_is_scoped_to_the_traced_ranks(without_3) -> None:
         f"; rank 3 of world size 4 has no trace, and the collectives run on {late.after_last_ns / 1e6:,.1f} ms past "
         "the last traced arrivals, which may hide waits for it"
     )
-    assert f.evidence["traced_ranks"] == 3 and f.evidence["untraced_ranks"] == 1
+    assert f.evidence["traced_ranks"] == 3
+    assert f.evidence["untraced_ranks"] == 1
     assert f.evidence["after_last_traced_ms"] == pytest.approx(late.after_last_ns / 1e6, abs=1e-3)
     assert "1 rank of world size 4 has no trace (3): waits are judged among the 3 traced" in " ".join(
         without_3.warnings
