@@ -52,3 +52,14 @@ def of_peak(label: str, share: float) -> str:
     if share <= 1:
         return f"{label} {100 * share:.1f}%"
     return f"{label} not shown ({100 * share:,.0f}% of peak is impossible: the inputs do not describe one run)"
+
+
+def rank_list(ranks: tuple[int, ...] | list[int], shown: int = 8) -> str:
+    """``rank 2`` / ``ranks 2, 6, 10``: the first `shown` in order, and past them how many in all, so that a
+    sentence about a slow node of 256 ranks stays a sentence."""
+    ordered = sorted(ranks)
+    if len(ordered) == 1:
+        return f"rank {ordered[0]}"
+    head = ", ".join(map(str, ordered[:shown]))
+    more = f" (+{len(ordered) - shown}, {len(ordered)} in all)" if len(ordered) > shown else ""
+    return f"ranks {head}{more}"

@@ -15,7 +15,7 @@ from tracediag.analysis import Cause, Finding
 from tracediag.causes import late
 from tracediag.causes.spec import CauseSpec, Context
 from tracediag.detect import straggler
-from tracediag.units import NS_PER_MS
+from tracediag.units import NS_PER_MS, rank_list
 from tracediag.whatif import causes
 from tracediag.whatif.price import Pricing
 
@@ -54,7 +54,7 @@ def _edit(f: Finding, facts: Facts, graph: Graph) -> causes.Edit:
 
 
 def _ranks(ranks: tuple[int, ...]) -> str:
-    return f"rank {ranks[0]}'s" if len(ranks) == 1 else f"ranks {', '.join(map(str, ranks))}'"
+    return f"{rank_list(ranks)}'s" if len(ranks) == 1 else f"{rank_list(ranks)}'"
 
 
 def _removed(f: Finding, facts: Facts, graph: Graph) -> str:
@@ -69,7 +69,8 @@ def _removed(f: Finding, facts: Facts, graph: Graph) -> str:
         .item()
     )
     ms = float(extra or 0) / NS_PER_MS
-    return f"without {_ranks(f.ranks)} extra compute ({ms:,.1f} ms per step over its peers' median)"
+    its = "its" if len(f.ranks) == 1 else "their"
+    return f"without {_ranks(f.ranks)} extra compute ({ms:,.1f} ms per step over {its} peers' median)"
 
 
 SPEC = CauseSpec(

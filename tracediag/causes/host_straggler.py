@@ -16,7 +16,7 @@ import polars as pl
 from tracediag.analysis import Cause, Finding
 from tracediag.causes import late
 from tracediag.causes.spec import CauseSpec, Context
-from tracediag.units import NS_PER_MS
+from tracediag.units import NS_PER_MS, rank_list
 from tracediag.whatif import causes
 from tracediag.whatif.price import Pricing
 
@@ -35,7 +35,7 @@ def _edit(f: Finding, facts: Facts, graph: Graph) -> causes.Edit:
 
 def ranks_of(ranks: tuple[int, ...]) -> str:
     """The possessive the what-if sentence opens with: "rank 2's" or "ranks 1, 3'"."""
-    return f"rank {ranks[0]}'s" if len(ranks) == 1 else f"ranks {', '.join(map(str, ranks))}'"
+    return f"{rank_list(ranks)}'s" if len(ranks) == 1 else f"{rank_list(ranks)}'"
 
 
 def _removed(f: Finding, facts: Facts, graph: Graph) -> str:

@@ -127,6 +127,67 @@ def episode_waits(rows: pl.DataFrame, ranks: tuple[int, ...], median_step_ns: fl
     )
 
 
+def explained(rows: pl.DataFrame, members: tuple[int, ...] | list[int]) -> float:
+    """The share of all waiting in `rows` (`late_rows`) that would go had `members` arrived with the others:
+    per instance the last arrival among the rest ends each wait instead (a rank's wait scaled as its
+    counted ``wait_ns``); the members' own waits go. The counterfactual of the blame in ``caused_ns``, which
+    credits only the last arrivers and so misses ranks a later one masks."""
+    total = float(rows["wait_ns"].sum()) if rows.height else 0.0
+    if total <= 0:
+        return 0.0
+    mine = pl.col("rank").is_in(list(members))
+    raw = pl.col("arrival").max().over("iid") - pl.col("arrival")
+    rest_last = pl.col("arrival").filter(~mine).max().over("iid")
+    left = pl.when(mine).then(0).otherwise(pl.min_horizontal((rest_last - pl.col("arrival")).clip(lower_bound=0), raw))
+    frac = pl.when(raw > 0).then(left / raw).otherwise(0.0)
+    remaining = float(rows.select((pl.col("wait_ns") * frac).sum()).item() or 0.0)
+    return 1.0 - remaining / total
+
+
+def late_at(rows: pl.DataFrame, ranks: tuple[int, ...] | list[int], late_share: float) -> dict[int, set[int]]:
+    """Per rank of `ranks`, the instances (``iid``) where it is *late*: after the median arrival by at least
+    `late_share` of the last arrival's lateness (a slow node's ranks all are, one of them last)."""
+    skew = pl.col("late_ns").max().over("iid")
+    hit = rows.filter(pl.col("late_ns") > 0, pl.col("late_ns") >= late_share * skew, pl.col("rank").is_in(list(ranks)))
+    by_rank = dict(hit.group_by("rank").agg(pl.col("iid").unique()).iter_rows())
+    return {r: set(by_rank.get(r, ())) for r in ranks}
+
+
+def overlaps(a: set[int], b: set[int], together: float) -> bool:
+    """Whether two sets of late instances overlap at least `together` (Jaccard): late together."""
+    return bool(a | b) and len(a & b) >= together * len(a | b)
+
+
+def with_masked(
+    rows: pl.DataFrame, members: tuple[int, ...], *, share: float, most: int, late_share: float, together: float
+) -> tuple[int, ...]:
+    """`members` and the ranks they mask: when the members explain less than `share` of the waiting
+    (`explained`), the next latest ranks (median lateness over the instances) that are late together with
+    them (`late_at`, `overlaps`) join, at most `most`, until the set explains `share`; else `members` as they
+    are (the rest of the waiting is spread, or noise late elsewhere)."""
+    if explained(rows, members) >= share:
+        return members
+    order = (
+        rows.filter(~pl.col("rank").is_in(list(members)))
+        .group_by("rank")
+        .agg(pl.col("late_ns").median())
+        .filter(pl.col("late_ns") > 0)
+        .sort("late_ns", "rank", descending=[True, False])
+    )["rank"].to_list()
+    late = late_at(rows, [*members, *order], late_share)
+    theirs = set().union(*(late[m] for m in members))
+    grown = list(members)
+    for r in order:
+        if len(grown) - len(members) >= most:
+            break
+        if not overlaps(late[r], theirs, together):
+            continue
+        grown.append(r)
+        if explained(rows, grown) >= share:
+            return tuple(sorted(grown))
+    return members
+
+
 def assess(
     rows: pl.DataFrame,
     *,
@@ -137,12 +198,16 @@ def assess(
     chance: float,
     min_wait: float,
     episode: float,
+    masked: int = 0,
+    late_share: float = 0.5,
+    together: float = 0.5,
 ) -> Lateness:
     """Who everyone waits for, from the `late_rows` of the analysed steps; `step_time_ns`: the
     analysed time per rank (Σ over steps of the median step), `median_step_ns` the median step; the
     thresholds as in `detect.thresholds.Thresholds` (``lateness_*``). Being last more often than
     chance allows is not needed for an *episode*: in some step the ranks make their peers wait at
-    least `episode` × the median step (a checkpoint every 4th step, a GC pause)."""
+    least `episode` × the median step (a checkpoint every 4th step, a GC pause). The set found is grown
+    by the ranks it masks (`with_masked`: at most `masked`, late together by `late_share` and `together`)."""
     table = per_rank(rows)
     n = table.height
     total = int(rows["wait_ns"].sum()) if rows.height else 0
@@ -171,7 +236,14 @@ def assess(
             return result((), mine, g, p, ws, f"ranks {_list(members)} are last this often by chance")
         if ws < min_wait:
             return result((), mine, g, p, ws, f"the waiting ranks {_list(members)} cause is small")
-        return result(members, mine, g, p, ws, "")
+        grown = members
+        if masked:
+            grown = with_masked(rows, members, share=share, most=masked, late_share=late_share, together=together)
+        if grown != members:
+            mine = float(table.filter(pl.col("rank").is_in(list(grown)))["share"].sum())
+            ws = float(table.filter(pl.col("rank").is_in(list(grown)))["caused_ns"].sum()) / (n - len(grown))
+            ws /= max(step_time_ns, 1.0)
+        return result(grown, mine, g, p, ws, "")
     return result((), shares[0], 0.0, 1.0, 0.0, "the waiting is spread over the ranks")
 
 

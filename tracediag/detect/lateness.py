@@ -19,7 +19,7 @@ import polars as pl
 from tracediag.analysis import Cause, Finding, Lateness
 from tracediag.derive import lateness
 from tracediag.detect import straggler
-from tracediag.units import NS_PER_MS, count
+from tracediag.units import NS_PER_MS, count, rank_list
 
 if TYPE_CHECKING:
     from tracediag.detect.facts import Facts
@@ -44,6 +44,9 @@ def assess(facts: Facts, th: Thresholds) -> Lateness | None:
         gap=th.lateness_gap,
         chance=th.lateness_chance,
         min_wait=th.lateness_min_wait,
+        masked=th.lateness_masked,
+        late_share=th.lateness_late_share,
+        together=th.lateness_together,
     )
     return _untraced(found, rows, facts.world_size)
 
@@ -68,8 +71,7 @@ def _untraced(found: Lateness, rows: pl.DataFrame, world_size: int | None) -> La
 
 
 def _ranks(ranks: tuple[int, ...]) -> str:
-    shown = ", ".join(map(str, ranks[:8])) + (f" (+{len(ranks) - 8})" if len(ranks) > 8 else "")
-    return f"rank {shown}" if len(ranks) == 1 else f"ranks {shown}"
+    return rank_list(ranks)
 
 
 WINDOW_PARTS = ("window_ns", "compute_ns", "op_n", "busy_ns", "input_ns", "gc_ns", "sync_ns", "checkpoint_ns")
@@ -80,8 +82,8 @@ NAMED_REASONS = (("checkpoint", "checkpoint_ns"), ("gc", "gc_ns"), ("sync", "syn
 
 
 def window_excess(facts: Facts, ranks: tuple[int, ...]) -> pl.DataFrame:
-    """Per instance where one of `ranks` arrived last: its window parts minus the median of the
-    other ranks' windows of the same instance (``d_<part>``), with ``rank, step, iid, late_ns``."""
+    """Per member of `ranks` and instance where one of them arrived last: its window parts minus the median
+    of the other ranks' windows of the same instance (``d_<part>``), with ``rank, step, iid, late_ns``."""
     rows = facts.late
     if rows is None or "window_ns" not in rows.columns:
         return pl.DataFrame()
@@ -92,7 +94,9 @@ def window_excess(facts: Facts, ranks: tuple[int, ...]) -> pl.DataFrame:
         .group_by("iid")
         .agg(*(pl.col(c).median().alias(f"p_{c}") for c in parts))
     )
-    mine = rows.filter(pl.col("rank").is_in(list(ranks)), "is_last").join(peers, on="iid")
+    member = pl.col("rank").is_in(list(ranks))
+    theirs = rows.filter(member, "is_last").select("iid").unique()  # where one of them is last: all of them
+    mine = rows.filter(member).join(theirs, on="iid", how="semi").join(peers, on="iid")
     return mine.select(
         "rank",
         "step",
@@ -108,15 +112,17 @@ def window_excess(facts: Facts, ranks: tuple[int, ...]) -> pl.DataFrame:
 def reason_of(ex: pl.DataFrame, th: Thresholds) -> tuple[str, dict[str, float]]:
     """Why the rank(s) of `ex` (`window_excess`) arrive late, and the numbers (ms, ratios).
 
-    The excess window (its window − the peers' median, summed over its late arrivals) is split into
+    The excess window (its window − the peers' median, summed over its late arrivals; per member of a
+    set late together) is split into
     what fills it: named host work (checkpoint/logging, GC, synchronisations) first, then data
     loading, then compute, then idle device time (its host late: Python, a sleep, a busy thread,
     CPU contention). The first part reaching `lateness_reason_share` of the excess is the reason;
     else the larger of compute and idle."""
-    total = lambda c: float(ex[c].sum()) if ex.height else 0.0  # noqa: E731
+    members = max(ex["rank"].n_unique(), 1) if ex.height else 1
+    total = lambda c: float(ex[c].sum()) / members if ex.height else 0.0  # noqa: E731  (per member)
     excess = total("d_window_ns")
     nums = {
-        "late_arrivals": ex.height,
+        "late_arrivals": ex["iid"].n_unique() if ex.height else 0,
         "window_excess_ms": round(excess / NS_PER_MS, 3),
         "lateness_ms": round(total("late_ns") / NS_PER_MS, 3),
         "compute_excess_ms": round(total("d_compute_ns") / NS_PER_MS, 3),
@@ -193,25 +199,25 @@ REASON_WORDS = {
 
 
 def _who(ranks: tuple[int, ...]) -> str:
-    return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {', '.join(map(str, ranks))}"
+    return rank_list(ranks)
 
 
 def together(facts: Facts, ranks: tuple[int, ...], th: Thresholds) -> list[tuple[int, ...]]:
     """`ranks` (the ranks everyone waits for) in groups that are late together: a rank joins a group
-    when the instances where it is among the last arrivers overlap the group's by at least
-    `lateness_together` (Jaccard): a slow node's ranks are late at the same collectives; two ranks late
-    at different ones (each its own cause, its own steps) are explained apart."""
-    rows = facts.late.filter(pl.col("rank").is_in(list(ranks)), "is_last")
-    last = {r: set(rows.filter(pl.col("rank") == r)["iid"].to_list()) for r in ranks}
+    when the instances where it is late (`lateness_late_share` of the last arrival's lateness) overlap the
+    group's by at least `lateness_together` (Jaccard): a slow node's ranks are late at the same collectives
+    (one of them last at each); two ranks late at different ones (each its own cause, its own steps) are
+    explained apart."""
+    late = lateness.late_at(facts.late, ranks, th.lateness_late_share)
     groups: list[tuple[list[int], set[int]]] = []
     for r in ranks:
         for members, iids in groups:
-            if len(last[r] & iids) >= th.lateness_together * len(last[r] | iids):
+            if lateness.overlaps(late[r], iids, th.lateness_together):
                 members.append(r)
-                iids |= last[r]
+                iids |= late[r]
                 break
         else:
-            groups.append(([r], set(last[r])))
+            groups.append(([r], set(late[r])))
     return [tuple(sorted(m)) for m, _ in groups]
 
 
@@ -282,35 +288,39 @@ def _explain(facts: Facts, late: Lateness, th: Thresholds, found: list[Finding])
         **partial,
     }
     if reason == "compute":
+        one = len(ranks) == 1
+        it, its = ("it", "its") if one else ("they", "their")
         why = (
-            f"; it arrives last at {nums['late_arrivals']} of {late.instances} collectives and causes "
-            f"{late.share:.0%} of {scope}; in its late steps it "
+            f"; {it} arrive{'s' if one else ''} last at {nums['late_arrivals']} of {late.instances} collectives and "
+            f"cause{'s' if one else ''} {late.share:.0%} of {scope}; in {its} late steps {it} "
             + (
-                f"runs {nums['ops_ratio']:.2f}x its peers' ops (more work)"
+                f"run{'s' if one else ''} {nums['ops_ratio']:.2f}x {its} peers' ops (more work)"
                 if nums["compute_kind"] == "more_ops"
-                else f"runs the same ops ({nums['ops_ratio']:.2f}x as many), each longer (a slower or throttled "
-                "device, or bigger inputs: an uneven shard or batch)"
+                else f"run{'s' if one else ''} the same ops ({nums['ops_ratio']:.2f}x as many), each longer (a slower "
+                "or throttled device, or bigger inputs: an uneven shard or batch)"
             )
             + note
         )
         more = {"reason": "compute", **waiting, **nums}
-        out = []
-        for f in found:  # the straggler rules' finding of a waited-for rank stands, with the why
-            if f.cause is Cause.COMPUTE_STRAGGLER and set(f.ranks) & set(ranks):
-                f = dataclasses.replace(f, summary=f.summary + why, evidence={**more, **f.evidence})
-            out.append(f)
-        named = {r for f in found if f.cause is Cause.COMPUTE_STRAGGLER for r in f.ranks}
         ratios = straggler.rank_step_ratios(facts.steps, th)
         kind = (
             "persistent"
             if len(steps) >= max(th.persistent_min_steps, th.lateness_persistent_share * n_steps) or n_steps == 1
             else "transient"
         )
-        for r in ranks:
-            if r in named:
-                continue
-            rows = ratios.filter(pl.col("rank") == r, pl.col("step").is_in(list(steps)))
-            f = straggler._finding(rows, r, kind, n_steps, confidence, **more)
+        if not one:  # late together (a slow node): one finding, priced as one, replacing the rules' per rank
+            rows = ratios.filter(pl.col("rank").is_in(list(ranks)), pl.col("step").is_in(list(steps)))
+            f = straggler._finding(rows, ranks, kind, n_steps, confidence, **more)
+            kept = [g for g in found if not (g.cause is Cause.COMPUTE_STRAGGLER and set(g.ranks) & set(ranks))]
+            return [*kept, dataclasses.replace(f, summary=f.summary + why)]
+        out = []
+        for f in found:  # the straggler rules' finding of a waited-for rank stands, with the why
+            if f.cause is Cause.COMPUTE_STRAGGLER and set(f.ranks) & set(ranks):
+                f = dataclasses.replace(f, summary=f.summary + why, evidence={**more, **f.evidence})
+            out.append(f)
+        if ranks[0] not in {r for f in found if f.cause is Cause.COMPUTE_STRAGGLER for r in f.ranks}:
+            rows = ratios.filter(pl.col("rank") == ranks[0], pl.col("step").is_in(list(steps)))
+            f = straggler._finding(rows, ranks, kind, n_steps, confidence, **more)
             out.append(dataclasses.replace(f, summary=f.summary + why))
         return out
     cause = Cause.INPUT_STRAGGLER if reason == "input" else Cause.HOST_STRAGGLER

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 import polars as pl
 
 from tracediag.analysis import Finding
-from tracediag.units import NS_PER_MS
+from tracediag.units import NS_PER_MS, rank_list
 
 if TYPE_CHECKING:
     from tracediag.detect.facts import Facts
@@ -85,35 +85,49 @@ def rank_step_ratios(steps: pl.DataFrame, th: Thresholds) -> pl.DataFrame:
 
 
 def _finding(
-    rows: pl.DataFrame, rank: int, kind: str, n_steps: int, confidence: float, **more_evidence: float
+    rows: pl.DataFrame, ranks: tuple[int, ...], kind: str, n_steps: int, confidence: float, **more_evidence: float
 ) -> Finding:
-    steps = tuple(sorted(rows["step"].to_list()))
+    """The finding of `ranks` (one, or a set late together: a slow node) from their `rank_step_ratios`
+    rows; per step the numbers of the set are its median ratio and its worst rank's loss and counts."""
+    per_step = (
+        rows.group_by("step")
+        .agg(
+            ratio=pl.col("ratio").median(),
+            lost_ns=pl.col("lost_ns").max(),
+            late_n=pl.col("late_n").max(),
+            coll_n=pl.col("coll_n").max(),
+        )
+        .sort("step")
+    )
+    steps = tuple(per_step["step"].to_list())
     ratio = rows["ratio"].median()
     peer_wait = rows["peer_wait_ns"].median()
     own_wait = rows["wait_ns"].median()
-    lost = int(rows["lost_ns"].sum())
+    one = len(ranks) == 1
+    who = f"rank {ranks[0]} computes" if one else f"{rank_list(ranks)} compute"
     summary = (
-        f"rank {rank} computes {ratio:.1f}x its peers' median on {len(steps)} of {n_steps} steps "
-        f"({kind}); the other ranks wait {peer_wait / NS_PER_MS:.1f} ms per step in collectives for it, "
-        f"it waits {own_wait / NS_PER_MS:.1f} ms"
+        f"{who} {ratio:.1f}x {'its' if one else 'their'} peers' median on {len(steps)} of {n_steps} steps "
+        f"({kind}{'' if one else ', late together'}); the other ranks wait {peer_wait / NS_PER_MS:.1f} ms per step "
+        f"in collectives for {'it' if one else 'them'}, {'it waits' if one else 'they wait'} "
+        f"{own_wait / NS_PER_MS:.1f} ms"
     )
     evidence = {
         "kind": kind,
         "compute_ratio_median": round(float(ratio), 3),
-        "compute_ratio_by_step": {str(s): round(float(r), 3) for s, r in rows.select("step", "ratio").iter_rows()},
+        "compute_ratio_by_step": {str(s): round(float(r), 3) for s, r in per_step.select("step", "ratio").iter_rows()},
         "compute_ms_median": round(float(rows["compute_ns"].median()) / NS_PER_MS, 3),
         "peer_compute_ms_median": round(float(rows["peer_compute_ns"].median()) / NS_PER_MS, 3),
         "peer_wait_ms_median": round(float(peer_wait) / NS_PER_MS, 3),
         "own_wait_ms_median": round(float(own_wait) / NS_PER_MS, 3),
-        "last_arrivals": int(rows["late_n"].sum()),
-        "collectives": int(rows["coll_n"].sum()),
+        "last_arrivals": int(per_step["late_n"].sum()),
+        "collectives": int(per_step["coll_n"].sum()),
         **more_evidence,
     }
     return Finding(
         cause="compute_straggler",
-        ranks=(rank,),
+        ranks=tuple(sorted(ranks)),
         steps=steps,
-        time_lost_ns=lost,
+        time_lost_ns=int(per_step["lost_ns"].sum()),
         confidence=confidence,
         summary=summary,
         evidence=evidence,
@@ -175,7 +189,7 @@ def detect(facts: Facts, *, thresholds: Thresholds, ratios: pl.DataFrame | None 
         confidence = max(strength, share) * share
         all_steps = round(float(med_ratio), 3)
         findings.append(
-            _finding(rows, rank, "persistent", n_steps, confidence, compute_ratio_median_all_steps=all_steps)
+            _finding(rows, (rank,), "persistent", n_steps, confidence, compute_ratio_median_all_steps=all_steps)
         )
     median_step = r.group_by("step").agg(pl.col("step_ns").first())["step_ns"].median()
     slow = pl.col("step_ns") >= th.straggler_slow_step * median_step
@@ -213,5 +227,5 @@ def detect(facts: Facts, *, thresholds: Thresholds, ratios: pl.DataFrame | None 
     for rank in sorted(transient["rank"].unique().to_list()):
         rows = transient.filter(pl.col("rank") == rank).sort("step")
         strength = min(1.0, (rows["ratio"].min() - 1) / (2 * (th.straggler_transient_ratio - 1)))
-        findings.append(_finding(rows, rank, "transient", n_steps, strength))
+        findings.append(_finding(rows, (rank,), "transient", n_steps, strength))
     return findings

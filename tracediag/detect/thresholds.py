@@ -138,8 +138,17 @@ class Thresholds:
     r 0.86; 0.5 leaves half the variance explained."""
     lateness_together: float = 0.5
     """Ranks everyone waits for are explained as one group (a slow node) when the collectives where each is
-    among the last arrivers overlap at least this much (Jaccard); apart, each is its own cause with its own
-    steps (two ranks late at different steps for different reasons)."""
+    late (`lateness_late_share`) overlap at least this much (Jaccard); apart, each is its own cause with its
+    own steps (two ranks late at different steps for different reasons)."""
+    lateness_late_share: float = 0.5
+    """A rank is *late* at a collective, for grouping, when it arrives at least this share of the last
+    arrival's lateness after the median arrival: of a slow node's ranks only one is last at each collective,
+    the others a few per cent earlier, all far behind the median."""
+    lateness_masked: int = 8
+    """When the ranks named explain less than `lateness_share` of the waiting counterfactually (had they
+    arrived with the others, the peers would still wait that much for the next latest: a slow node whose
+    slowest rank masks the others), the next latest ranks join them, at most this many (a node's GPUs),
+    until the set explains it."""
     lateness_share: float = 0.5
     """The ranks everyone waits for explain at least this share of all waiting in collectives
     (most of it: a set explaining less leaves most of the waiting to someone else)."""
