@@ -512,15 +512,65 @@ def _rest(
     head: bool,
 ) -> tuple[list[_Event] | native.Fed, dict[str, Any], bytes | None, bool]:
     """Decode everything not yet decoded as one document (the whole file when nothing was)."""
+    prefix = b"" if head else b"[" if is_array else b'{"traceEvents":['
+    _refuse_first_error(buf, prefix, path)
+    base = buf.consumed - len(prefix)  # the file offset of the document's first byte
     buf.fill(None)
-    with buf.opened(b"" if head else b"[" if is_array else b'{"traceEvents":[', buf.size, b"") as doc:
+    with buf.opened(prefix, buf.size, b"") as doc:
         fed = scanner.feed(doc, is_array, None, buf.rest())
         piece = None if fed is not None else bytes(doc)
     buf.release()
     if fed is not None:
         return fed, fed.top, None, is_array
-    events, top = _decode_doc(piece, path, is_array, warnings, skipped, repair=True, whole=head)
+    events, top = _decode_doc(piece, path, is_array, warnings, skipped, repair=True, whole=head, base=base)
     return events, top, piece, is_array
+
+
+_SKIM = msgspec.json.Decoder(msgspec.Raw)
+"""Checks JSON syntax without building a value (what `_first_error` needs)."""
+_AT_BYTE = re.compile(r"\s*\(byte (\d+)\)")
+_MALFORMED = "JSON is malformed: "
+
+
+def _refuse_first_error(buf: _Buffer, prefix: bytes, path: str) -> None:
+    """Before the rest of a file is read as one document: raise at its first invalid byte, read in
+    windows that double from what is held, so a bad file is read at most about twice as far as its
+    first error, never to its end (a 4 GB file of NUL bytes after `{"traceEvents": [` stops at byte
+    17, having read 8 MB). The last window, the file's end, is left to the decode itself."""
+    size = max(buf.size, CHUNK_BYTES)
+    while not buf.eof:
+        with buf.opened(prefix, buf.size, b"") as doc:
+            error = _first_error(doc)
+        if error is not None:
+            at, what = error
+            raise TraceError(path, f"invalid JSON at byte {buf.consumed - len(prefix) + at} ({what})")
+        size *= 2
+        buf.fill(size)
+
+
+def _first_error(window: memoryview) -> tuple[int, str] | None:
+    """(offset, problem) of the first byte where a JSON document beginning `window` is invalid, whatever
+    follows the window; None if none is. An error at the window's end (a token cut by it) is none, nor
+    a trailing comma (a file cut short after one is repaired)."""
+    try:
+        _SKIM.decode(window)
+    except msgspec.DecodeError as e:
+        text = str(e)
+        m = _AT_BYTE.search(text)
+        if m and int(m[1]) < len(window) and "trailing comma" not in text:
+            return int(m[1]), _AT_BYTE.sub("", text).removeprefix(_MALFORMED)
+    except RecursionError:
+        pass
+    return None
+
+
+def _json_error(error: str, base: int) -> str:
+    """The message of msgspec's error with its `(byte N)` (an offset in the decoded document) as the file's offset."""
+    text = error.removeprefix(_MALFORMED)
+    m = _AT_BYTE.search(text)
+    if m is None:
+        return f"invalid JSON ({text})"
+    return f"invalid JSON at byte {max(base + int(m[1]), 0)} ({_AT_BYTE.sub('', text)})"
 
 
 _LEADING_SPACE = re.compile(rb"[ \t\r\n]*")
@@ -541,6 +591,8 @@ class _Buffer:
         self.buf = bytearray(self.ROOM)
         self.lo = self.hi = self.ROOM
         self.eof = False
+        self.consumed = 0
+        """The bytes of the stream before `lo` (dropped)."""
 
     @property
     def size(self) -> int:
@@ -608,6 +660,7 @@ class _Buffer:
 
     def drop(self, n: int) -> None:
         self.lo += n
+        self.consumed += n
 
 
 class _Mapped(_Buffer):
@@ -618,6 +671,10 @@ class _Mapped(_Buffer):
         self.buf = mapped
         self.lo = self.hi = self.dropped = 0
         self.eof = False
+
+    @property
+    def consumed(self) -> int:
+        return self.lo
 
     def rest(self) -> int | None:
         return len(self.buf) - self.lo
@@ -657,12 +714,13 @@ def _decode_doc(
     *,
     repair: bool,
     whole: bool = False,
+    base: int = 0,
 ) -> tuple[list[_Event], dict[str, Any]]:
     """Events and top-level keys of one complete JSON document (the file, or a piece of it).
 
     `repair`: `doc` ends where the file ends, so a truncated end is repaired; otherwise msgspec's
     DecodeError propagates to the caller. `whole`: `doc` is the whole file, so an object without
-    `traceEvents` is not a trace.
+    `traceEvents` is not a trace. `base`: the file offset of `doc`'s first byte (for the error's offset).
     """
     try:
         try:
@@ -672,7 +730,7 @@ def _decode_doc(
         except msgspec.DecodeError as e:
             if not repair:
                 raise
-            parsed = _decode_truncated(doc, path, is_array, str(e), warnings, skipped)
+            parsed = _decode_truncated(doc, path, is_array, str(e), warnings, skipped, base)
     except RecursionError:
         raise TraceError(path, "JSON nested too deeply to decode (an event's args go 1,000 levels deep)") from None
     events, top = (parsed, {}) if is_array else (parsed.traceEvents, _top_dict(parsed))
@@ -726,7 +784,7 @@ def _decode_leniently(data: bytes, path: str, is_array: bool, skipped: dict[str,
 
 
 def _decode_truncated(
-    data: bytes, path: str, is_array: bool, error: str, warnings: list[str], skipped: dict[str, int]
+    data: bytes, path: str, is_array: bool, error: str, warnings: list[str], skipped: dict[str, int], base: int
 ) -> Any:
     """Read what is complete in a file cut short (the Chrome format allows a missing final `]`).
 
@@ -734,7 +792,7 @@ def _decode_truncated(
     under "truncated". Only files that end early are repaired; other JSON errors are reported.
     """
     if "truncated" not in error.lower() and "trailing comma" not in error.lower():
-        raise TraceError(path, f"invalid JSON ({error})")
+        raise TraceError(path, _json_error(error, base))
     closing = b"]" if is_array else b"]}"
     end = len(data)
     for _ in range(64):
@@ -753,7 +811,7 @@ def _decode_truncated(
         skipped["truncated"] = skipped.get("truncated", 0) + n_cut
         warnings.append(f"{ENDS_EARLY} ({error}); read the complete events, {n_cut} partial event cut")
         return parsed
-    raise TraceError(path, f"invalid JSON ({error}), and no complete event could be recovered")
+    raise TraceError(path, f"{_json_error(error, base)}, and no complete event could be recovered")
 
 
 def _exact_events(piece: bytes, is_array: bool, warnings: list[str]) -> list[Any] | None:

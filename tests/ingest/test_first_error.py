@@ -1,0 +1,119 @@
+"""A bad JSON trace is refused at its first invalid byte, with that byte's offset in the file, without
+reading (or gunzipping) the rest: a 4 GB sparse file of NUL bytes after `{"traceEvents": [` answers from
+its first windows, in bounded memory (issue 29: at 1 GB it read and copied the whole file, 2.1 GB)."""
+
+from __future__ import annotations
+
+import gzip
+import subprocess
+import sys
+import zlib
+from typing import TYPE_CHECKING
+
+import orjson
+import pytest
+from conftest import KINETO, ROOT
+
+from tracediag.errors import TraceError
+from tracediag.ingest import chrome
+from tracediag.ingest.read import read_file
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+A100 = KINETO / "hta_a100_nccl_rank0.json.gz"
+HEAD = b'{"traceEvents": ['
+
+
+def _sparse(path: Path, head: bytes, size: int) -> Path:
+    """`head`, then NUL bytes to `size`: a hole in the file, no disk."""
+    with path.open("wb") as f:
+        f.write(head)
+        f.truncate(size)
+    return path
+
+
+def _refused(path: Path) -> str:
+    with pytest.raises(TraceError) as caught:
+        read_file(path, default_rank=0)
+    return str(caught.value)
+
+
+def test_nul_bytes_after_the_events_bracket_are_refused_at_byte_17(tmp_path):
+    message = _refused(_sparse(tmp_path / "t.json", HEAD, 64 << 20))
+    assert message == f"{tmp_path / 't.json'}: invalid JSON at byte 17 (invalid character)"
+
+
+def test_the_offset_is_the_files_after_a_byte_order_mark_and_leading_space(tmp_path):
+    head = b"\xef\xbb\xbf  \n" + HEAD + b'{"ph": "X"}, ' + b"\x01"
+    message = _refused(_sparse(tmp_path / "t.json", head, 64 << 20))
+    assert message.endswith(f"invalid JSON at byte {len(head) - 1} (invalid character)")
+
+
+def test_an_error_pieces_into_a_real_trace_names_its_byte(tmp_path, monkeypatch):
+    """A real trace's events, read in pieces; a bad byte in the third piece, the rest a sparse hole: the
+    offset is that byte's, counted across the pieces already decoded (not from the piece's start)."""
+    monkeypatch.setattr(chrome, "CHUNK_BYTES", 1 << 16)
+    events = orjson.loads(gzip.decompress(A100.read_bytes()))["traceEvents"]
+    body = HEAD + b",".join(orjson.dumps(e) for e in events[:3000])
+    at = body.index(b'"ph"', 5 << 16)  # an event key in a later piece
+    bad = body[:at] + b"?" + body[at + 1 :]
+    path = _sparse(tmp_path / "t.json", bad, 1 << 30)
+    message = _refused(path)
+    assert message == f"""{path}: invalid JSON at byte {at} (expected '"')"""
+
+
+def test_the_whole_file_decode_names_the_file_offset_too(tmp_path):
+    """A small file read as one document: the offset counts the byte-order mark the reader skipped."""
+    text = b"\xef\xbb\xbf" + HEAD + b'{"ph": "X"} {"ph": "X"}]}'
+    (tmp_path / "t.json").write_bytes(text)
+    assert _refused(tmp_path / "t.json").endswith(
+        f"invalid JSON at byte {text.index(b'} {') + 2} (expected ',' or ']')"
+    )
+
+
+def test_a_gzipped_bad_file_is_not_gunzipped_to_its_end(tmp_path):
+    """300 MB of NUL bytes gzipped (300 KB): refused at byte 17 of its content, not after gunzipping
+    256 MB to hit the bomb cap (what reading it whole did)."""
+    packer = zlib.compressobj(1, zlib.DEFLATED, 31)
+    zeros = bytes(1 << 20)
+    parts = [packer.compress(HEAD)] + [packer.compress(zeros) for _ in range(300)] + [packer.flush()]
+    path = tmp_path / "t.json.gz"
+    path.write_bytes(b"".join(parts))
+    assert _refused(path) == f"{path}: invalid JSON at byte 17 (invalid character)"
+
+
+def test_a_file_cut_short_after_a_trailing_comma_is_still_repaired(tmp_path, monkeypatch):
+    """The first-error check leaves a trailing comma to the truncation repair (a file cut after `},`)."""
+    monkeypatch.setattr(chrome, "CHUNK_BYTES", 1 << 10)
+    events = orjson.loads(gzip.decompress(A100.read_bytes()))["traceEvents"][:200]
+    path = tmp_path / "t.json"
+    path.write_bytes(HEAD + b",".join(orjson.dumps(e) for e in events) + b",")
+    ft = read_file(path, default_rank=0)
+    assert ft.meta.events_in == len(events)
+
+
+_PEAK = """
+import resource, sys
+from tracediag.cli import cli
+try:
+    cli.main(sys.argv[1:])
+except SystemExit as e:
+    code = e.code
+print(code, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)
+"""
+
+
+@pytest.mark.parametrize("command", ["ingest", "analyze"])
+def test_a_4_gb_sparse_file_is_refused_in_bounded_memory(tmp_path, command):
+    """The CLI on a 4 GB sparse bad file in a fresh process: exit 2, one line naming the file and byte 17,
+    and a peak under 400 MB (reading it whole held it twice: 8 GB)."""
+    path = _sparse(tmp_path / "big.json", HEAD, 4 << 30)
+    args = [command, str(path)] + (["-o", str(tmp_path / "o.parquet")] if command == "ingest" else [])
+    done = subprocess.run(
+        [sys.executable, "-c", _PEAK, *args], capture_output=True, text=True, timeout=120, cwd=ROOT, check=False
+    )
+    code, peak_mb = map(int, done.stdout.split())
+    assert code == 2
+    assert done.stderr.strip().splitlines() == [f"Error: {path}: invalid JSON at byte 17 (invalid character)"]
+    assert peak_mb < 400, peak_mb
