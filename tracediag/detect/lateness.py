@@ -333,12 +333,14 @@ def _explain(facts: Facts, late: Lateness, th: Thresholds, found: list[Finding])
         "checkpoint": nums["checkpoint_ms"],
         "input": nums["input_excess_ms"],
     }[reason]
+    one = len(ranks) == 1
+    it, its = ("it", "its") if one else ("them", "their")
     summary = (
-        f"{_who(ranks)} arrive{'s' if len(ranks) == 1 else ''} last at {nums['late_arrivals']} of {late.instances} "
-        f"collectives and cause{'s' if len(ranks) == 1 else ''} {late.share:.0%} of {scope} (each other rank waits "
-        f"{waiting['peer_wait_ms_per_step']:.1f} ms per step for them); before those arrivals {REASON_WORDS[reason]}: "
+        f"{_who(ranks)} arrive{'s' if one else ''} last at {nums['late_arrivals']} of {late.instances} collectives "
+        f"and cause{'s' if one else ''} {late.share:.0%} of {scope} (each other rank waits "
+        f"{waiting['peer_wait_ms_per_step']:.1f} ms per step for {it}); before those arrivals {REASON_WORDS[reason]}: "
         f"{part:.1f} ms over {count(len(steps), 'step')} against a window {nums['window_excess_ms']:.1f} ms longer "
-        f"than its peers', its compute {nums['compute_ratio']:.2f}x theirs{note}"
+        f"than {its} peers', {its} compute {nums['compute_ratio']:.2f}x theirs{note}"
     )
     finding = Finding(
         cause=cause,
