@@ -67,3 +67,21 @@ def test_the_profile_as_written_still_predicts(runner, tmp_path: Path, profile) 
     result = runner.invoke(cli, [*PREDICT, "--profile", str(path)])
     assert result.exit_code == 0, result.output
     assert result.stdout.startswith("calibrated (trace of 4 file(s)): GEMM rate x")
+
+
+@pytest.mark.parametrize(
+    ("edit", "why"),
+    [
+        ({"intra_busbw_gbps": None}, "intra_link is calibrated but intra_busbw_gbps is missing"),
+        ({"calibrated": ["compute", "gpu"]}, "calibrated names 'gpu', not one of compute, hbm, intra_link, inter_link"),
+        ({"source": 5}, "source is int, not a string"),
+    ],
+)
+def test_a_profile_whose_parts_do_not_fit_names_the_file(runner, tmp_path: Path, profile, edit, why) -> None:
+    """Found by tests/fuzz: a calibrated link without its bandwidth crashed the prediction's first line
+    (exit 1, a traceback from `Profile.describe`); unknown parts were refused without the file's name."""
+    path = tmp_path / "edited.json"
+    path.write_bytes(orjson.dumps({**profile, "calibrated": ["compute", "hbm", "intra_link"], **edit}))
+    result = runner.invoke(cli, [*PREDICT, "--profile", str(path)])
+    assert result.exit_code == 2, result.output
+    assert result.stderr.strip().splitlines()[0] == f"Error: {path}: {why}"

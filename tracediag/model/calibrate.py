@@ -157,6 +157,25 @@ def _check_number(path: Path, key: str, value: Any, low: float, high: float) -> 
     raise SpecError(msg)
 
 
+_PART_NUMBER = {"intra_link": "intra_busbw_gbps", "inter_link": "inter_busbw_gbps"}
+
+
+def _check_parts(path: Path, data: dict[str, Any]) -> None:
+    """`SpecError` naming the file unless `source` and `device` are strings and every calibrated part is a
+    known one that has its number (a calibrated link without its bandwidth is no measurement)."""
+    for key in ("source", "device"):
+        if not isinstance(data.get(key), str):
+            msg = f"{shown(path)}: {key} is {type(data.get(key)).__name__}, not a string"
+            raise SpecError(msg)
+    for part in data["calibrated"]:
+        if part not in PARTS:
+            msg = f"{shown(path)}: calibrated names {part!r}, not one of {', '.join(PARTS)}"
+            raise SpecError(msg)
+        if part in _PART_NUMBER and data.get(_PART_NUMBER[part]) is None:
+            msg = f"{shown(path)}: {part} is calibrated but {_PART_NUMBER[part]} is missing"
+            raise SpecError(msg)
+
+
 def load_profile(path: str | Path) -> Profile:
     """Read a profile written by `Profile.save` (`tracediag calibrate -o`)."""
     path = Path(path)
@@ -172,6 +191,7 @@ def load_profile(path: str | Path) -> Profile:
             raise SpecError(msg)
         for key, (low, high) in _PROFILE_NUMBERS.items():
             _check_number(path, key, data.get(key), low, high)
+        _check_parts(path, data)
         return Profile(**data)
     except (OSError, orjson.JSONDecodeError, KeyError, TypeError, AttributeError) as e:
         msg = f"{path}: not a tracediag profile ({e})\n\nHint: write one with `tracediag calibrate -o`"
