@@ -75,3 +75,22 @@ def test_a_missing_late_rank_is_not_replaced_by_a_traced_one() -> None:
     assert a.lateness.reason.startswith("possibly untraced rank 1: 3 of 4 ranks traced")
     assert not [f for f in a.findings if f.cause in (Cause.HOST_STRAGGLER, Cause.COMPUTE_STRAGGLER)]
     assert "1 rank of world size 4 has no trace (1)" in " ".join(a.warnings)
+
+
+def test_ranks_imply_a_world_no_trace_states(tmp_path) -> None:
+    """Traces without distributedInfo, given as ranks 0 and 3: a world of at least 4, ranks 1 and 2 untraced."""
+    from conftest import FIXTURES
+
+    from tracediag.reduce import untraced_warning
+
+    src = (FIXTURES / "kineto" / "hta_backward_thread.json").read_bytes()
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    a.write_bytes(src)
+    b.write_bytes(src)
+    run = tracediag.load([a, b], rank_map={str(a): 0, str(b): 3})
+    assert [f.world_size for f in run.meta.files] == [None, None]
+    assert run.meta.world_size == 4
+    assert untraced_warning(run.meta) == (
+        "2 ranks of world size 4 have no trace (1, 2): waits are judged among the 2 traced; a rank they wait for "
+        "may be untraced",
+    )

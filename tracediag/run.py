@@ -58,9 +58,10 @@ class RunMeta:
 
     @property
     def world_size(self) -> int:
-        """The job's world size as the traces state it, else the number of ranks read."""
+        """The job's world size as the traces state it, else the ranks read imply (the highest rank + 1: ranks
+        0, 1, 3 are of a world of at least 4)."""
         stated = [f.world_size for f in self.files if f.world_size]
-        return max([*stated, len(self.files)]) if self.files else 0
+        return max([*stated, len(self.files), *(f.rank + 1 for f in self.files)]) if self.files else 0
 
     @property
     def events_in(self) -> int:
