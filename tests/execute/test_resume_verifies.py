@@ -48,6 +48,27 @@ def test_damaged_summaries_are_redone_with_a_warning_naming_them(runner, tmp_pat
     assert warned[0].endswith("; redone")
 
 
+def test_a_summary_that_reads_with_other_columns_is_redone(runner, tmp_path: Path) -> None:
+    """Found by benchmarks/fuzz_campaign.py: a byte flipped in a column name of one rank's table still read
+    back alone, so the summary was reused, and concatenating the ranks failed (SchemaError, exit 1)."""
+    import polars as pl
+
+    out = tmp_path / "out"
+    first = _analyze(runner, out)
+    assert first.exit_code == 0, first.output
+    table = out / "ranks" / "rank=00002" / "replay_sync.parquet"
+    pl.read_parquet(table).rename({"bytes": "byte]"}).write_parquet(table)
+    with pytest.warns(UserWarning, match="does not read back") as caught:
+        again = _analyze(runner, out, "--resume")
+    assert again.exit_code == 0, again.output
+    assert again.stdout == first.stdout
+    warned = [str(w.message) for w in caught if "does not read back" in str(w.message)]
+    assert warned == [
+        f"tracediag: {out / 'ranks' / 'rank=00002'}: a previous run's summary does not read back "
+        "(ValueError: replay_sync.parquet has other columns than a summary's); redone"
+    ]
+
+
 @pytest.mark.filterwarnings("error::UserWarning")
 def test_intact_summaries_are_reused_without_a_warning(runner, tmp_path: Path) -> None:
     out = tmp_path / "out"

@@ -117,3 +117,16 @@ def test_a_4_gb_sparse_file_is_refused_in_bounded_memory(tmp_path, command):
     assert code == 2
     assert done.stderr.strip().splitlines() == [f"Error: {path}: invalid JSON at byte 17 (invalid character)"]
     assert peak_mb < 400, peak_mb
+
+
+@pytest.mark.parametrize(
+    ("doc", "what"), [(b'"B"\n', "a string"), (b"5", "a number"), (b"null", "null"), (b"true", "true or false")]
+)
+@pytest.mark.parametrize("scanner", [True, False])
+def test_a_json_scalar_is_not_a_trace(monkeypatch, doc, what, scanner):
+    """Found by tests/fuzz/atheris_chromescan.py: `decode` of a JSON string raised AttributeError (the
+    lenient path took any non-array document for an object); the CLI's sniffing hid it, the decoder did not."""
+    if not scanner:
+        monkeypatch.setattr(chrome.native, "_chromescan", None)
+    with pytest.raises(TraceError, match=f"^t.json: not a trace: the JSON is {what}, not an object or an array$"):
+        chrome.decode(doc, "t.json")

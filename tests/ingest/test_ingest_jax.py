@@ -113,6 +113,23 @@ def test_corrupt_xplane_is_a_warning_not_an_error(tmp_path: Path) -> None:
     assert any("x.xplane.pb could not be read" in w for w in ft.meta.warnings)
 
 
+@pytest.mark.parametrize(
+    ("xplane", "why"),
+    [
+        (b"\x08\x05", "a plane is a number where a message goes"),  # XSpace.planes as a varint
+        (b"\x0a\x06\x10\x80\x80\x80\x80\x40", "a plane's name is a number where a message goes"),  # name = 2**46
+    ],
+)
+def test_an_xplane_field_of_the_wrong_wire_type_is_a_warning(tmp_path: Path, xplane: bytes, why: str) -> None:
+    """Found by benchmarks/fuzz_campaign.py: a damaged xplane beside a real trace was an internal error
+    (TypeError: len() of an int); a plane's name as a varint of 2**46 asked `bytes()` for 64 TB."""
+    shutil.copy(CPU2DEV, tmp_path / "x.trace.json.gz")
+    (tmp_path / "x.xplane.pb").write_bytes(xplane)
+    ft = read_file(tmp_path / "x.trace.json.gz", default_rank=0)
+    assert ft.meta.time_base == "relative"
+    assert f"x.xplane.pb could not be read ({why}); times are relative" in ft.meta.warnings
+
+
 def test_perfetto_and_trace_json_give_the_same_table() -> None:
     a = read_file(CPU2DEV, default_rank=0).events.sort("ts", "tid", "name", "dur")
     b = read_file(JAX / "gen_jax0.10.2_cpu2dev.perfetto_trace.json.gz", default_rank=0).events

@@ -10,6 +10,7 @@ replay's timeline pieces and sync ends per rank), not with the traces.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import shutil
@@ -176,6 +177,16 @@ def batches(tasks: list[RankTask], workers: int, files_per_task: int = 0) -> lis
     return out + ([group] if group else [])
 
 
+@functools.cache
+def _summary_schemas() -> dict[str, pl.Schema]:
+    """The schema of each summary table: the same for every rank (their summaries concatenate), so that of
+    the summary of no events."""
+    from tracediag.derive.per_rank import rank_tables
+    from tracediag.schema import empty_events
+
+    return {name: table.schema for name, table in rank_tables(empty_events()).tables().items()}
+
+
 def _finished(task: RankTask) -> dict[str, Any] | None:
     """The manifest row a previous run left for `task`, when it is still valid (same file, same options)."""
     try:
@@ -188,7 +199,11 @@ def _finished(task: RankTask) -> dict[str, Any] | None:
         return None
     folder = rank_dir(task.out, row["rank"])
     try:  # the tables it stands for must read whole: a damaged or truncated one would fail the analysis later
-        RankSummary.read(folder, task.storage_options)
+        tables = RankSummary.read(folder, task.storage_options).tables()
+        wrong = next((n for n, t in tables.items() if t.schema != _summary_schemas()[n]), None)
+        if wrong is not None:  # damage that still decodes (a column's name or type): the ranks would not concat
+            msg = f"{wrong}.parquet has other columns than a summary's"
+            raise ValueError(msg)
         if task.keep_events:
             read_parquet(join(task.out, "events", f"rank={row['rank']:05d}.parquet"), task.storage_options)
     except Exception as e:  # any failure to read it back means: summarise the file again

@@ -751,12 +751,17 @@ def _peek_keys(data: bytes) -> set[str]:
     return set(loaded) if isinstance(loaded, dict) else set()
 
 
+_JSON_TYPES = {str: "a string", int: "a number", float: "a number", bool: "true or false", type(None): "null"}
+
+
 def _decode_leniently(data: bytes, path: str, is_array: bool, skipped: dict[str, int]) -> Any:
     """Slow path for valid JSON with wrong-typed parts: keep each event that converts, count the rest."""
     try:
         loaded = orjson.loads(data)
     except orjson.JSONDecodeError as e:
         raise TraceError(path, f"invalid JSON ({e})") from None
+    if not is_array and not isinstance(loaded, dict):
+        raise NotATraceError(path, f"not a trace: the JSON is {_JSON_TYPES[type(loaded)]}, not an object or an array")
     raw_events = loaded if is_array else loaded.get("traceEvents")
     if not isinstance(raw_events, list):
         raise NotATraceError(path, "not a trace: `traceEvents` is not a list")

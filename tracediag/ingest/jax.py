@@ -296,7 +296,7 @@ def profile_span_ns(xplane: Path) -> tuple[int, int] | None:
     for field, plane in _fields(memoryview(data)):
         if field != 1:
             continue
-        stats = _task_environment_stats(plane)
+        stats = _task_environment_stats(_message(plane, "a plane"))
         if stats is not None:
             start, stop = stats.get("profile_start_time"), stats.get("profile_stop_time")
             return (start, stop) if start and stop else None
@@ -308,18 +308,19 @@ def _task_environment_stats(plane: memoryview) -> dict[str, int] | None:
     names: dict[int, str] = {}
     values: dict[int, int] = {}
     for field, value in _fields(plane):
-        if field == 2 and bytes(value) != b"Task Environment":
+        if field == 2 and bytes(_message(value, "a plane's name")) != b"Task Environment":
             return None
         if field == 5:  # map<int64, XStatMetadata>: entry {1: key, 2: {1: id, 2: name}}
-            entry = dict(_fields(value))
-            meta = dict(_fields(entry.get(2, memoryview(b""))))
+            entry = dict(_fields(_message(value, "a stat's metadata")))
+            meta = dict(_fields(_message(entry.get(2, memoryview(b"")), "a stat's metadata")))
             if 2 in meta:
-                names[entry.get(1, meta.get(1, 0))] = bytes(meta[2]).decode("utf-8", "replace")
+                key = _number(entry.get(1, meta.get(1, 0)), "a stat's id")
+                names[key] = bytes(_message(meta[2], "a stat's name")).decode("utf-8", "replace")
         elif field == 6:  # XStat {1: metadata_id, 3: uint64, 4: int64}
-            stat = dict(_fields(value))
+            stat = dict(_fields(_message(value, "a stat")))
             number = stat.get(4, stat.get(3))
             if isinstance(number, int):
-                values[stat.get(1, 0)] = number - (1 << 64) if number >= 1 << 63 else number
+                values[_number(stat.get(1, 0), "a stat's id")] = number - (1 << 64) if number >= 1 << 63 else number
     return {names[k]: v for k, v in values.items() if k in names}
 
 
@@ -344,6 +345,23 @@ def _fields(buf: memoryview) -> Iterator[tuple[int, int | memoryview]]:
         else:
             msg = f"unsupported protobuf wire type {wire}"
             raise ValueError(msg)
+
+
+def _message(value: int | memoryview, what: str) -> memoryview:
+    """A length-delimited field's bytes; a varint where the schema has a message is a damaged file (taken as
+    its length, `bytes(value)` would allocate that many bytes)."""
+    if isinstance(value, int):
+        msg = f"{what} is a number where a message goes"
+        raise ValueError(msg)
+    return value
+
+
+def _number(value: int | memoryview, what: str) -> int:
+    """A varint field's value; bytes where the schema has a number are a damaged file."""
+    if not isinstance(value, int):
+        msg = f"{what} is bytes where a number goes"
+        raise ValueError(msg)
+    return value
 
 
 def _varint(buf: memoryview, i: int) -> tuple[int, int]:
