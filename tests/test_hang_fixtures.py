@@ -19,6 +19,7 @@ EXPECTED = {
     "mismatched_dtypes": ("desync", (3,), "0", 4, "all_reduce", "dtypes", ()),
     "host_stuck": ("hang", (2,), "0", 25, "all_reduce", "missing_rank", (0, 1, 3)),
     "host_stuck_json": ("hang", (2,), "0", 25, "all_reduce", "missing_rank", (0, 1, 3)),
+    "host_stuck_traced": ("hang", (2,), "0", 9, "all_reduce", "missing_rank", (0, 1, 3)),
     "killed": ("undecided", (3,), "0", 4, "all_reduce", None, (0, 1, 2)),
     "p2p_unmatched": ("hang", (0,), "0", 2, "all_reduce", "missing_rank", (1, 2, 3)),
     "two_groups": ("hang", (1,), "1", 3, "all_reduce", "missing_rank", (0,)),

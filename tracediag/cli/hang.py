@@ -18,11 +18,25 @@ from tracediag.output import refuse_inputs, write_atomic
 @click.option("-o", "--output", type=FilePath(dir_okay=False), help="Write the report to this file.")
 @click.option("--world-size", type=click.IntRange(min=1), help="The job's number of ranks, if no dump says it.")
 @click.option("--rank-from-filename", metavar="REGEX", help="Regex whose first group is a dump's rank.")
+@click.option(
+    "--traces",
+    "traces",
+    multiple=True,
+    metavar="KINETO",
+    help="A profiler (Kineto JSON) trace of the same job, or a directory or glob of them (repeatable): joined to "
+    "the dumps to say what the late rank's host did.",
+)
 def hang(
-    dumps: tuple[str, ...], fmt: str, output: str | None, world_size: int | None, rank_from_filename: str | None
+    dumps: tuple[str, ...],
+    fmt: str,
+    output: str | None,
+    world_size: int | None,
+    rank_from_filename: str | None,
+    traces: tuple[str, ...],
 ) -> None:
     """Read PyTorch Flight Recorder dumps (one per rank: files, directories, globs, URLs) and say which
-    rank broke the collective order and who waits for whom.
+    rank broke the collective order and who waits for whom; with --traces, what the late rank's host was
+    doing after its last completed collective.
 
     Exit status: 0 consistent, 3 a hang or desync found, 2 bad input.
     """
@@ -30,7 +44,12 @@ def hang(
     from tracediag.report.hang_report import render_hang_page, render_hang_text
 
     try:
-        report = run_hang(list(dumps), world_size=world_size, rank_from_filename=rank_from_filename)
+        report = run_hang(
+            list(dumps),
+            world_size=world_size,
+            rank_from_filename=rank_from_filename,
+            traces=list(traces) if traces else None,
+        )
     except TracediagError as e:
         raise InputError(str(e).replace("\n\n", " ").replace("\n", " ")) from None
     except re.error as e:
@@ -44,7 +63,7 @@ def hang(
         text = render_hang_text(report)
     if output:
         try:
-            refuse_inputs(output, list(dumps), "-o")
+            refuse_inputs(output, [*dumps, *traces], "-o")
             write_atomic(output, (text + "\n").encode())
         except TracediagError as e:
             raise InputError(str(e)) from None

@@ -25,6 +25,7 @@ def hang(
     max_bytes: int = MAX_DUMP_BYTES,
     max_entries: int = MAX_ENTRIES,
     jobs: int = 0,
+    traces: str | Path | Iterable[str | Path] | None = None,
 ) -> HangReport:
     """Read a job's Flight Recorder dumps and say who broke the collective order.
 
@@ -41,6 +42,10 @@ def hang(
         Object-store options; the reader's limits (`ingest.flight.MAX_DUMP_BYTES`, `MAX_ENTRIES`).
     jobs
         Processes reading dumps, this one included (0: one per CPU from 128 dumps on).
+    traces
+        Profiler (Kineto JSON) traces of the same job: files, directories, globs or URLs, one per rank.
+        Each is joined to its rank's dump (by sequence id, else by time: `desync.join`) and the culprit's
+        host operators after its last completed collective are reported (`activity`, the sentence).
 
     Returns
     -------
@@ -51,7 +56,7 @@ def hang(
     Raises
     ------
     TracediagError
-        A file is not a readable dump (one line naming it), or two dumps claim one rank.
+        A file is not a readable dump or trace (one line naming it), or two dumps (traces) claim one rank.
     """
     srcs = [sources] if isinstance(sources, str | Path) else list(sources)
     dumps = read_dumps(
@@ -62,4 +67,9 @@ def hang(
         max_entries=max_entries,
         jobs=jobs,
     )
-    return analyze_dumps(dumps, world_size=world_size)
+    report = analyze_dumps(dumps, world_size=world_size)
+    if traces is None:
+        return report
+    from tracediag.desync.join import join_traces, read_job_traces
+
+    return join_traces(report, dumps, read_job_traces(traces, storage_options))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-SCHEMA = "tracediag.hang/1"
+SCHEMA = "tracediag.hang/2"
 """The ``schema`` of the JSON document (docs/hang.md); bumped when a field changes meaning."""
 
 Kind = Literal["missing_rank", "op", "sizes", "dtypes", "membership", "p2p_unmatched"]
@@ -109,6 +109,62 @@ class LateFrames:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class RankJoin:
+    """How one rank's profiler trace was joined to its dump (`desync.join`)."""
+
+    rank: int
+    trace: str
+    method: Literal["seq", "time", "none"]
+    """``seq``: by process group and sequence id; ``time``: by the entry's creation time inside a trace
+    call of its op; ``none``: not joined (`why`)."""
+    matched: int
+    """Dump collectives matched to a trace call."""
+    dump_entries: int
+    """The rank's collective entries in its dump."""
+    trace_calls: int
+    """The trace's collective calls."""
+    offset_ns: int | None = None
+    """Median of trace time minus the entry's creation time over the matched pairs."""
+    why: str | None = None
+    """Why not joined, or what to know about the join (a clock far off the dump's)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HostOp:
+    """A top-level host operator or annotation on the thread that calls the collectives."""
+
+    name: str
+    kind: str
+    ts: int
+    """Start, on the trace's clock (ns)."""
+    dur_ns: int
+    inside_ns: int
+    """The part of it inside the window after the last completed collective."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HostActivity:
+    """What a late rank's host did after its last completed collective, from its profiler trace."""
+
+    rank: int
+    trace: str
+    pg_name: str
+    after_seq: int
+    """The last completed collective (the dump's), joined in the trace: the window starts at its end."""
+    window_start: int
+    """On the trace's clock (ns)."""
+    window_ns: int
+    until: Literal["next_collective", "trace_end"]
+    """Where the window ends: the rank's next collective call in the trace, or the end of its trace."""
+    method: Literal["seq", "time"]
+    """How its trace was joined to its dump (`RankJoin.method`)."""
+    busy_ns: int
+    """Top-level host time inside the window (the rest: idle, or work the profiler did not record)."""
+    ops: tuple[HostOp, ...] = ()
+    """Longest (inside the window) first, at most 5."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class HangReport:
     """The answer of `tracediag.hang`: one sentence, the culprit, and every group's table."""
 
@@ -124,6 +180,10 @@ class HangReport:
     """Ranks of the job (listed in a group, below the highest rank, or under ``world_size``) with no dump."""
     groups: tuple[GroupReport, ...]
     frames: tuple[LateFrames, ...] = ()
+    joins: tuple[RankJoin, ...] = ()
+    """One per profiler trace given (`tracediag.hang(..., traces=...)`), by rank."""
+    activity: tuple[HostActivity, ...] = ()
+    """Per culprit rank whose trace joined: its host after its last completed collective."""
     notes: tuple[str, ...] = ()
     skipped: dict[str, int] = field(default_factory=dict)
 

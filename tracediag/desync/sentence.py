@@ -58,6 +58,29 @@ def _where(report: HangReport, ranks: tuple[int, ...]) -> str:
     return ""
 
 
+def seconds(ns: int) -> str:
+    """A duration as people read it: ``7.00 s``, ``12.3 ms``, ``40 µs``."""
+    return f"{ns / 1e9:,.2f} s" if ns >= 1e9 else f"{ns / 1e6:,.1f} ms" if ns >= 1e6 else f"{ns / 1e3:,.0f} µs"
+
+
+def host_text(report: HangReport, ranks: tuple[int, ...]) -> str:
+    """``; rank 2's host is in `save_checkpoint` (7.00 s of the 7.00 s ...)``, from the joined traces."""
+    parts = []
+    for a in report.activity:
+        if a.rank not in ranks:
+            continue
+        until = "its next collective call" if a.until == "next_collective" else "the end of its trace"
+        window = f"the {seconds(a.window_ns)} from the end of #{a.after_seq} to {until}"
+        how = f"profiler trace joined by {'sequence id' if a.method == 'seq' else 'time'}"
+        if a.ops:
+            parts.append(
+                f"rank {a.rank}'s host is in `{a.ops[0].name}` ({seconds(a.ops[0].inside_ns)} of {window}; {how})"
+            )
+        else:
+            parts.append(f"rank {a.rank}'s host ran no recorded operator in {window} ({how})")
+    return "".join(f"; {p}" for p in parts)
+
+
 def _waiting(g: GroupReport) -> str:
     parts: dict[tuple[int | None, str | None], list[int]] = {}
     for s in g.states:
@@ -130,6 +153,7 @@ def sentence_for(report: HangReport, cause: GroupReport | None) -> str:
             text += f"; {_who(waiting)} {'has' if len(waiting) == 1 else 'have'} been waiting in it"
         if lasts:
             text += f"; {lasts}"
+        text += host_text(report, late)
         if g.no_dump_ranks:
             text += f"; {_who(g.no_dump_ranks)} wrote no dump"
         return text + _where(report, late) + "."

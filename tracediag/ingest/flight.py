@@ -42,6 +42,11 @@ about 1 MB (torch memoises repeated strings); 64 MB holds ~100,000 entries, and 
 ~1 GB of Python objects."""
 MAX_ENTRIES = 100_000
 """Most entries kept per dump (the newest ones: a hang is at the end); the rest are counted skips."""
+EXPAND_FACTOR = 8
+EXPAND_SLACK = 1 << 20
+"""A pickle's entries may expand to at most EXPAND_FACTOR x its size + EXPAND_SLACK values (list items and
+string characters) once shared (memoised) lists and strings are copied out, on either path: the C
+scanner's cap (`_frscan.c`) and `_expansion_cap` on the unpickler's."""
 
 _FRAME = pl.Struct({"name": pl.Utf8, "filename": pl.Utf8, "line": pl.Int64})
 _RAW: dict[str, pl.DataType] = {
@@ -400,10 +405,43 @@ def _raw_table(dicts: list[dict], skipped: Counter[str]) -> pl.DataFrame:
         return pl.read_json(io.BytesIO(orjson.dumps(_cleaned(dicts, skipped))), schema=_FIELDS)
 
 
+def _expansion_cap(dicts: list[dict], cap: int, path: str) -> None:
+    """Refuse entries whose values, written out as `_raw_table` and `_frame_table` write them (every
+    field of every entry, each distinct frames list once), would exceed `cap` list items and string
+    characters: a pickle's memo lets one list or string be referenced by every entry (a pickle bomb).
+    The walk stops at the cap, so it costs at most `cap` steps."""
+    left = cap
+    seen_frames: set[int] = set()
+    stack: list[object] = []
+    for e in dicts:
+        for k, v in e.items():
+            if k == "frames":
+                if id(v) in seen_frames:
+                    continue
+                seen_frames.add(id(v))
+            stack.append(v)
+        while stack:
+            v = stack.pop()
+            if type(v) is str or type(v) is bytes:
+                left -= len(v) + 1
+            elif type(v) in (list, tuple):
+                left -= len(v) + 1
+                stack.extend(v)
+            elif type(v) is dict:
+                left -= len(v) + 1
+                stack.extend(v.values())
+            else:
+                left -= 1
+            if left < 0:
+                msg = f"its shared lists and strings expand to over {cap} values (a pickle bomb); not read"
+                raise TraceError(path, msg)
+
+
 def _entries(
-    raw: object, rank: int, path: str, max_entries: int, skipped: Counter[str]
+    raw: object, rank: int, path: str, max_entries: int, skipped: Counter[str], cap: int | None = None
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """The raw entry fields (`_FIELDS`, `stack_id`) and stacks of a dump loaded as Python objects."""
+    """The raw entry fields (`_FIELDS`, `stack_id`) and stacks of a dump loaded as Python objects;
+    `cap`: the most values they may expand to (`_expansion_cap`; None for JSON, whose text is every value)."""
     if raw is None:
         raw = []
     if not isinstance(raw, list):
@@ -414,6 +452,8 @@ def _entries(
     if len(dicts) > max_entries:
         skipped[f"entries past the newest {max_entries:,}"] += len(dicts) - max_entries
         dicts = dicts[-max_entries:]
+    if cap is not None:
+        _expansion_cap(dicts, cap, path)
     dicts = [dict(e) for e in dicts] if len(set(map(id, dicts))) < len(dicts) else dicts  # shared: pop per copy
     stack_ids, stacks = _frame_table(dicts, rank, skipped)
     return _raw_table(dicts, skipped).with_columns(pl.Series("stack_id", stack_ids, dtype=pl.Int32)), stacks
@@ -560,6 +600,7 @@ def _read_piece(
     pattern = _rank_pattern(rank_from_filename)
     data = _read_bytes(path, max_bytes, storage_options)
     doc, fmt, scanned = _parse(data, path, max_entries)
+    cap = EXPAND_FACTOR * len(data) + EXPAND_SLACK if fmt == "pickle" else None
     del data
     rank = _rank(doc, path, pattern)
     skipped: Counter[str] = Counter()
@@ -567,7 +608,7 @@ def _read_piece(
     if scanned is not None:
         raw, stacks = _scanned_entries(scanned, rank, max_entries, skipped)
     else:
-        raw, stacks = _entries(doc.get("entries"), rank, path, max_entries, skipped)
+        raw, stacks = _entries(doc.get("entries"), rank, path, max_entries, skipped, cap)
         raw = raw.with_columns(pl.lit(rank, pl.Int32).alias("rank"))
     doc.pop("entries", None)
     version = doc.get("version")

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from tracediag.desync.sentence import group_label, ranks_text, user_frame
+from tracediag.desync.sentence import group_label, ranks_text, seconds, user_frame
 from tracediag.report.figures import esc
 
 if TYPE_CHECKING:
-    from tracediag.desync.result import Frame, GroupReport, HangReport, RankState
+    from tracediag.desync.result import Frame, GroupReport, HangReport, HostActivity, RankJoin, RankState
 
 _MAX_FRAMES = 12
 
@@ -37,6 +37,37 @@ def _group_head(g: GroupReport) -> str:
 def _frame_line(f: Frame) -> str:
     line = f":{f.line}" if f.line is not None else ""
     return f"{f.name}  {f.filename}{line}"
+
+
+def _join_cells(j: RankJoin) -> tuple[str, ...]:
+    method = {"seq": "sequence id", "time": "time", "none": "not joined"}[j.method]
+    offset = "-" if j.offset_ns is None else ("-" if j.offset_ns < 0 else "+") + seconds(abs(j.offset_ns))
+    return (str(j.rank), method, f"{j.matched}/{j.dump_entries}", str(j.trace_calls), offset, j.trace)
+
+
+def _activity_head(a: HostActivity) -> str:
+    until = "its next collective call" if a.until == "next_collective" else "the end of its trace"
+    return (
+        f"host of rank {a.rank} from the end of #{a.after_seq} (group {a.pg_name}) to {until}: "
+        f"{seconds(a.window_ns)}, {seconds(a.busy_ns)} in top-level host ops; longest first:"
+    )
+
+
+def _trace_lines(report: HangReport) -> list[str]:
+    if not report.joins:
+        return []
+    lines = ["profiler traces joined to the dumps:"]
+    lines.append(f"  {'rank':<6}{'joined by':<14}{'matched':<10}{'calls':<8}{'offset':<12}trace")
+    for j in report.joins:
+        rank, method, matched, calls, offset, trace = _join_cells(j)
+        lines.append(f"  {rank:<6}{method:<14}{matched:<10}{calls:<8}{offset:<12}{trace}")
+    lines.append("")
+    for a in report.activity:
+        lines.append(_activity_head(a))
+        for op in a.ops:
+            lines.append(f"  {seconds(op.inside_ns):>10}  {op.name}  ({op.kind})")
+        lines.append("")
+    return lines
 
 
 def render_hang_text(report: HangReport) -> str:
@@ -73,6 +104,7 @@ def render_hang_text(report: HangReport) -> str:
         if len(lf.frames) > _MAX_FRAMES:
             lines.append(f"    ... {len(lf.frames) - _MAX_FRAMES} more")
         lines.append("")
+    lines += _trace_lines(report)
     for note in report.notes:
         lines.append(f"note: {note}")
     if report.skipped:
@@ -102,6 +134,15 @@ def render_hang_html(report: HangReport) -> str:
     for lf in report.frames:
         frames = "".join(f"<li>{esc(_frame_line(f))}</li>" for f in lf.frames[:_MAX_FRAMES])
         parts.append(f"<p>stack of rank {lf.rank} ({esc(lf.op)} #{lf.seq_id}):</p><ol>{frames}</ol>")
+    if report.joins:
+        parts.append("<h3>Profiler traces joined to the dumps</h3><table><tr><th>rank</th><th>joined by</th>")
+        parts.append("<th>matched</th><th>calls</th><th>offset</th><th>trace</th></tr>")
+        for j in report.joins:
+            parts.append("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in _join_cells(j)) + "</tr>")
+        parts.append("</table>")
+    for a in report.activity:
+        ops = "".join(f"<li>{esc(seconds(op.inside_ns))} {esc(op.name)} ({esc(op.kind)})</li>" for op in a.ops)
+        parts.append(f"<p>{esc(_activity_head(a))}</p><ol>{ops}</ol>")
     parts.extend(f"<p class='note'>{esc(n)}</p>" for n in report.notes)
     parts.append("</section>")
     return "".join(parts)
