@@ -199,8 +199,9 @@ def host_activity(
     rank: int, trace: FileTrace, pairs: pl.DataFrame, pg_name: str, after_seq: int | None, method: str
 ) -> HostActivity | None:
     """What the rank's host did after collective `after_seq` of `pg_name` (joined in `pairs`): the
-    top-level host operators of the calling thread in the window up to the next collective call (or the
-    trace's end), longest first; None when that collective is not joined."""
+    top-level host operators of the calling thread (where the calls are communication events, the host
+    thread with the most operator time) in the window up to the next collective call (or the trace's
+    end), longest first; None when that collective is not joined."""
     if after_seq is None:
         return None
     hit = pairs.filter((pl.col("pg_name") == pg_name) & (pl.col("dump_seq") == after_seq))
@@ -211,6 +212,8 @@ def host_activity(
     calls = trace_calls(ev)
     later = calls.filter(pl.col("ts") >= start)
     host = ev.filter((pl.col("device") < 0) & pl.col("kind").cast(pl.String).is_in(list(HOST_KINDS)))
+    if not host.filter(pl.col("tid") == tid).height and host.height:  # joined on a communication thread
+        tid = host.group_by("tid").agg(pl.col("dur").sum()).sort("dur", "tid", descending=[True, False])["tid"][0]
     if later.height:
         stop, until = int(later["ts"][0]), "next_collective"
     else:

@@ -412,29 +412,39 @@ def _expansion_cap(dicts: list[dict], cap: int, path: str) -> None:
     The walk stops at the cap, so it costs at most `cap` steps."""
     left = cap
     seen_frames: set[int] = set()
-    stack: list[object] = []
+    todo: list[object] = []
     for e in dicts:
-        for k, v in e.items():
-            if k == "frames":
-                if id(v) in seen_frames:
-                    continue
-                seen_frames.add(id(v))
-            stack.append(v)
-        while stack:
-            v = stack.pop()
-            if type(v) is str or type(v) is bytes:
-                left -= len(v) + 1
-            elif type(v) in (list, tuple):
-                left -= len(v) + 1
-                stack.extend(v)
-            elif type(v) is dict:
-                left -= len(v) + 1
-                stack.extend(v.values())
+        frames = e.get("frames")
+        if frames is not None:
+            if id(frames) in seen_frames:
+                todo.extend(v for k, v in e.items() if k != "frames")
             else:
-                left -= 1
+                seen_frames.add(id(frames))
+                todo.extend(e.values())
+        else:
+            todo.extend(e.values())
+        while todo:
+            v = todo.pop()
+            t = type(v)
+            if t is dict:
+                v = v.values()
+            elif t is not list and t is not tuple:
+                left -= len(v) + 1 if t is str or t is bytes else 1
+                continue
+            left -= len(v) + 1
+            for x in v:  # scalars here, containers later: most values are scalars
+                tx = type(x)
+                if tx is str:
+                    left -= len(x) + 1
+                elif tx is list or tx is tuple or tx is dict:
+                    todo.append(x)
+                else:
+                    left -= 1
             if left < 0:
-                msg = f"its shared lists and strings expand to over {cap} values (a pickle bomb); not read"
-                raise TraceError(path, msg)
+                break
+        if left < 0:
+            msg = f"its shared lists and strings expand to over {cap} values (a pickle bomb); not read"
+            raise TraceError(path, msg)
 
 
 def _entries(
