@@ -69,6 +69,18 @@ def test_without_traces_nothing_changes():
     assert "host is in" not in r.sentence
 
 
+def test_other_files_of_a_trace_directory_are_skipped_and_counted(tmp_path):
+    for name in ("rank_0.pt.trace.json", "rank_2.pt.trace.json"):
+        (tmp_path / name).write_bytes((TRACES / name).read_bytes())
+    (tmp_path / "README.md").write_text("notes")
+    r = tracediag.hang(DUMPS, traces=tmp_path)
+    assert [j.rank for j in r.joins] == [0, 2]
+    assert (
+        "profiler traces: 2 read, 2 joined to their dumps (by sequence id: 0, by time: 2), 0 not joined; "
+        "1 other file of the trace directories skipped"
+    ) in r.notes
+
+
 def test_dumps_without_traces_are_named():
     r = tracediag.hang(DUMPS, traces=[TRACES / "rank_0.pt.trace.json", TRACES / "rank_2.pt.trace.json"])
     assert [j.rank for j in r.joins] == [0, 2]

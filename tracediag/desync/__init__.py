@@ -72,4 +72,5 @@ def hang(
         return report
     from tracediag.desync.join import join_traces, read_job_traces
 
-    return join_traces(report, dumps, read_job_traces(traces, storage_options))
+    found, not_traces = read_job_traces(traces, storage_options)
+    return join_traces(report, dumps, found, not_traces)

@@ -245,7 +245,7 @@ def host_activity(
     )
 
 
-def join_traces(report: HangReport, dumps: FlightDumps, traces: list[FileTrace]) -> HangReport:
+def join_traces(report: HangReport, dumps: FlightDumps, traces: list[FileTrace], not_traces: int = 0) -> HangReport:
     """`report` with each trace joined to its rank's dump (`joins`), the culprits' host after their last
     completed collective (`activity`), the sentence saying it, and a note per trace not joined, per
     dumped rank without a trace, and of the join counts."""
@@ -304,18 +304,34 @@ def join_traces(report: HangReport, dumps: FlightDumps, traces: list[FileTrace])
     notes.append(
         f"profiler traces: {len(joins)} read, {how['seq'] + how['time']} joined to their dumps "
         f"(by sequence id: {how['seq']}, by time: {how['time']}), {how['none']} not joined"
+        + (
+            f"; {not_traces} other file{'s' if not_traces > 1 else ''} of the trace directories skipped"
+            if not_traces
+            else ""
+        )
     )
     joined = replace(report, joins=tuple(joins), activity=tuple(activity), notes=tuple(notes))
     return replace(joined, sentence=sentence_for(joined, cause))
 
 
-def read_job_traces(sources: str | Path | Iterable[str | Path], storage_options: dict | None = None) -> list[FileTrace]:
-    """Every profiler trace the sources name (files, directories searched recursively, globs, URLs)."""
+TRACE_SUFFIXES = (".json", ".json.gz")
+"""The files a trace directory is searched for (Kineto exports: ``*.pt.trace.json[.gz]``)."""
+
+
+def read_job_traces(
+    sources: str | Path | Iterable[str | Path], storage_options: dict | None = None
+) -> tuple[list[FileTrace], int]:
+    """Every profiler trace the sources name (files; directories searched recursively for `TRACE_SUFFIXES`;
+    globs; URLs), and how many other files the directories held (skipped)."""
     from tracediag.ingest.flight import resolve_dump_paths
     from tracediag.ingest.read import read_traces
 
     srcs = [sources] if isinstance(sources, str | Path) else list(sources)
     out: list[FileTrace] = []
-    for path, _ in resolve_dump_paths([str(s) for s in srcs], storage_options):
+    skipped = 0
+    for path, in_directory in resolve_dump_paths([str(s) for s in srcs], storage_options):
+        if in_directory and not path.endswith(TRACE_SUFFIXES):
+            skipped += 1
+            continue
         out.extend(read_traces(path, storage_options=storage_options))
-    return out
+    return out, skipped
