@@ -244,3 +244,18 @@ def test_shared_sizes_under_the_cap_still_read_on_the_python_path(tmp_path, monk
     path.write_bytes(pickle.dumps({"version": "2.10", "pg_config": {}, "entries": entries}, protocol=4))
     d = flight.read_dump(str(path))
     assert d.entries["input_sizes"].to_list() == [[[4]]] * 100
+
+
+def test_html_escapes_the_trace_op_names(tmp_path):
+    doc = orjson.loads((TRACES / "rank_2.pt.trace.json").read_bytes())
+    for e in doc["traceEvents"]:
+        if e.get("name") == "save_checkpoint":
+            e["name"] = "<script>save</script>"
+    trace = tmp_path / "rank_2.pt.trace.json"
+    trace.write_bytes(orjson.dumps(doc))
+    out = tmp_path / "hang.html"
+    result = CliRunner().invoke(cli, ["hang", str(DUMPS), "--traces", str(trace), "--format", "html", "-o", str(out)])
+    assert result.exit_code == 3
+    page = out.read_text()
+    assert "&lt;script&gt;save&lt;/script&gt;" in page
+    assert "<script>save" not in page
