@@ -78,6 +78,9 @@ def test_one_input(data: bytes) -> None:
     assert scanned[1].skipped == decoded[1].skipped
 
 
+ABSOLUTE_PATH = re.compile(rb"/(?:tmp|home|root|work)/")
+
+
 def make_seeds(folder: Path) -> None:
     """The corpus's seeds: the first events of each real Kineto and JAX fixture (Object and Array form, a
     cut copy), each under 4 KB."""
@@ -102,9 +105,10 @@ def make_seeds(folder: Path) -> None:
                 break
             kept.append(e)
         name = path.name.removesuffix(".gz").removesuffix(".json")
-        whole = orjson.dumps({**top, "traceEvents": kept})
+        # the traces' own paths (a profiler's /tmp files) would read as paths of a developer machine
+        whole = ABSOLUTE_PATH.sub(b"/var/", orjson.dumps({**top, "traceEvents": kept}))
         (folder / f"{name}.json").write_bytes(whole)
-        (folder / f"{name}.array.json").write_bytes(orjson.dumps(kept))
+        (folder / f"{name}.array.json").write_bytes(ABSOLUTE_PATH.sub(b"/var/", orjson.dumps(kept)))
         (folder / f"{name}.cut.json").write_bytes(whole[: len(whole) * 2 // 3])
 
 

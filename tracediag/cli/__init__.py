@@ -30,7 +30,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "hang": (
         "tracediag.cli.hang",
         "Read PyTorch Flight Recorder dumps (one per rank: files, directories, globs, URLs) and say which "
-        "rank broke the collective order and who waits for whom.",
+        "rank broke the collective order and who waits for whom; with --traces, what the late rank's host was "
+        "doing after its last completed collective.",
     ),
     "ingest": (
         "tracediag.cli.ingest",
