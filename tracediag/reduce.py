@@ -274,6 +274,15 @@ def reduce_files(
     return out
 
 
+def ignored_warning(meta: RunMeta) -> tuple[str, ...]:
+    """One line counting the files found in the input directories that are not traces (a manifest, a
+    README), with the first and its reason: skipped, never dropped without a word."""
+    if not meta.ignored:
+        return ()
+    more = f" and {len(meta.ignored) - 1} more" if len(meta.ignored) > 1 else ""
+    return (f"{count(len(meta.ignored), 'file')} in the directories ignored (not traces: {meta.ignored[0]}{more})",)
+
+
 def untraced_warning(meta: RunMeta) -> tuple[str, ...]:
     """One line naming the ranks of the stated world size that have no trace (none when every rank has one):
     who waits for whom is then judged among the traced ranks only."""
@@ -318,7 +327,7 @@ def reduce(
             f"warm-up (every rank at least {th.warmup_ratio}x its later steps, its waits for peers left out): "
             "shown, left out of the diagnosis",
         )
-    warnings += untraced_warning(meta)
+    warnings += untraced_warning(meta) + ignored_warning(meta)
     # priced on the steps the diagnosis read (warm-up left out), as every what-if in the output
     findings, whatif = price(findings, diagnosed, graph_of(diagnosed, derived.replay), thresholds=th)
     kernels = derived.kernels

@@ -30,10 +30,9 @@ from tracediag.model.calibrate import (
 )
 from tracediag.model.predict import predict as run_predict
 from tracediag.output import write_atomic
-from tracediag.reduce import analyze
+from tracediag.reduce import analyze, ignored_warning
 from tracediag.report.model_text import calibration_text
 from tracediag.run import resolve_paths
-from tracediag.units import count
 
 _NOT_SHARED = {"fmt", "output", "profile_path"}
 _MEASURES = {
@@ -103,12 +102,8 @@ def calibrate(paths: tuple[str, ...], output: Path, **kw: Any) -> None:
         # traces is skipped as analyze and ingest skip it, and said so
         read = {f.path for f in run.meta.files} | {w for f in run.meta.files for w in f.windows}
         files = [f for f in files if f in read]
-        if run.meta.ignored:
-            click.echo(
-                f"warning: {count(len(run.meta.ignored), 'file')} in the directories ignored "
-                f"(not traces: {run.meta.ignored[0]}{' and more' if len(run.meta.ignored) > 1 else ''})",
-                err=True,
-            )
+        for line in ignored_warning(run.meta):
+            click.echo(f"warning: {line}", err=True)
         try:
             result = analyze(run)
         except (TracediagError, ValueError) as e:
