@@ -212,3 +212,19 @@ def test_a_float_option_that_is_not_finite_is_refused_naming_it(runner, args):
     assert result.exit_code == 2
     assert f"Invalid value for '{args[-2]}'" in result.output
     assert "not a finite number" in result.output
+
+
+@pytest.mark.parametrize(
+    ("split", "said"),
+    [
+        (["--tp", "1", "--pp", "1", "--dp", "8"], "1 micro-batch in flight"),
+        (["--tp", "2", "--pp", "4", "--dp", "1"], "4 micro-batches in flight"),
+    ],
+)
+def test_micro_batches_in_flight_agree_in_number(runner, split, said):
+    """1F1B holds as many micro-batches as stages on the first stage: one without a pipeline, four with four
+    stages; the count reads "1 micro-batch", not "1.0 micro-batches"."""
+    args = ["predict", "--model", "llama3.1-8b", "--gpus", "8", "--gpu", "a100-80gb", "--seq-len", "2048"]
+    result = runner.invoke(cli, [*args, "--global-batch", "16", "--micro-batch", "1", *split])
+    assert result.exit_code == 0, result.output
+    assert f"; {said})" in result.output

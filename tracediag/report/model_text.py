@@ -20,6 +20,13 @@ if TYPE_CHECKING:
 GIB = 2**30
 
 
+def _in_flight(n: float) -> str:
+    """Micro-batches held at once: whole ones counted ("1 micro-batch", "4 micro-batches"), a fraction kept."""
+    if n == int(n):
+        return count(int(n), "micro-batch", "micro-batches")
+    return f"{n:.1f} micro-batches"
+
+
 def _gib(x: float) -> str:
     return f"{x / GIB:7.1f} GiB"
 
@@ -38,7 +45,7 @@ def render_prediction(p: Prediction) -> str:
         lines.append(f"  {name:<12}{_gib(getattr(mem, name))}")
     lines += [
         f"  {'total':<12}{_gib(mem.total)} of {_gib(mem.capacity).strip()} "
-        f"(headroom {_gib(mem.headroom).strip()}; {mem.in_flight_micro_batches:.1f} micro-batches in flight)",
+        f"(headroom {_gib(mem.headroom).strip()}; {_in_flight(mem.in_flight_micro_batches)} in flight)",
         "",
         f"step time {t.step_time_s:.3f} s ({count(t.micro_batches, 'micro-batch', 'micro-batches')} per pipeline)",
     ]
