@@ -10,14 +10,11 @@ import subprocess
 import sys
 import textwrap
 
-import polars as pl
 import pytest
-from conftest import FIXTURES, ROOT
+from conftest import ROOT
 
 import tracediag
-from tracediag.errors import TracediagError
 from tracediag.ingest.workers import _Worker, map_in_workers
-from tracediag.run import Run
 
 RUN = "fixtures/runs/straggler_persistent/"
 
@@ -200,19 +197,3 @@ def test_workers_share_the_cpus_among_their_polars_threads(monkeypatch):
         assert worker.call(os.getenv, "POLARS_MAX_THREADS") == "3"
     finally:
         worker.close()
-
-
-@pytest.mark.parametrize("bad", [None, 7, "run/", pl.DataFrame({"x": [1]})], ids=["None", "int", "str", "frame"])
-def test_analyze_with_no_run_is_a_type_error_naming_the_argument(bad):
-    with pytest.raises(
-        TypeError, match=r"^tracediag.analyze: run must be a tracediag.Run \(from tracediag.load\), not "
-    ):
-        tracediag.analyze(bad)
-
-
-def test_a_run_whose_events_lack_the_table_columns_names_them():
-    """A real run with `ts` and `dur` dropped: the columns it lacks, one line, not polars' ColumnNotFoundError."""
-    run = tracediag.load(FIXTURES / "runs" / "healthy_ddp", jobs=1)
-    broken = Run(events=run.events.drop("ts", "dur"), meta=run.meta)
-    with pytest.raises(TracediagError, match=r"run.events lacks the event-table columns ts, dur \("):
-        tracediag.analyze(broken)

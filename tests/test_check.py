@@ -17,6 +17,7 @@ from tracediag.model.specs import Split, Training, resolve_device, resolve_model
 from tracediag.model.stack import resolve_engine
 from tracediag.observed_vs_predicted import NOT_VISIBLE, check, group_kind
 from tracediag.run import Run, RunMeta
+from tracediag.schema import conform
 
 MS = 1_000_000
 RUNS = Path(__file__).parent.parent / "fixtures" / "runs"
@@ -61,7 +62,7 @@ def _coll(group, op, n_ranks, *, seq=0, busbw=100.0, skew_ms=1, transfer_ms=4):
 
 def _run(groups: list[ProcessGroup], *, device: bool = True) -> Run:
     """A run whose only content that `check` reads: process groups and whether events sit on a device."""
-    events = pl.DataFrame({"device": [0 if device else -1]}, schema={"device": pl.Int16()})
+    events = conform(pl.DataFrame({"device": [0 if device else -1], "ts": [0], "dur": [1]}))
     meta = RunMeta(files=(FileMeta(path="rank0.json", format="kineto", rank=0, process_groups=tuple(groups)),))
     return Run(events=events, meta=meta)
 

@@ -15,12 +15,13 @@ from typing import Any
 
 import polars as pl
 
+from tracediag.api_types import CheckedEnumType, checked
 from tracediag.check_result import Check
 
 SCHEMA_VERSION = "1.8"
 
 
-class Cause(StrEnum):
+class Cause(StrEnum, metaclass=CheckedEnumType):
     """What a finding names; the JSON carries the value (``"comm_bound"``), and a `Cause` compares
     equal to it."""
 
@@ -164,6 +165,7 @@ def _thaw(value: Any) -> Any:
     return value
 
 
+@checked
 @dataclass(frozen=True, slots=True)
 class Finding:
     """One diagnosed cause, with the numbers that decided it. Complete when built: `cause` must be a
@@ -437,6 +439,7 @@ class WhatIf:
         )
 
 
+@checked
 @dataclass(frozen=True)
 class Analysis:
     """Everything `tracediag analyze` found in a run."""

@@ -7,6 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from tracediag.api_types import checked
+
 LABELS = {
     "step_time": "step time",
     "compute": "compute",
@@ -174,6 +176,7 @@ class CheckedPlan:
         )
 
 
+@checked
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Check:
     """Observed against predicted (`Analysis.check`; the JSON `check` section is `to_dict`)."""

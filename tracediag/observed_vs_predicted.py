@@ -13,15 +13,16 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
+from tracediag.analysis import Analysis
+from tracediag.api_types import checked
 from tracediag.check_result import LABELS, Check, CheckedPlan, Component, LinkCheck
+from tracediag.model.predict import Prediction
+from tracediag.run import Run
 from tracediag.units import MS_PER_S, NS_PER_S, format_ms
 
 if TYPE_CHECKING:
-    from tracediag.analysis import Analysis
     from tracediag.ingest.trace import ProcessGroup
-    from tracediag.model.predict import Prediction
     from tracediag.model.specs import Split
-    from tracediag.run import Run
 
 KINDS: tuple[str, ...] = ("tp", "cp", "ep", "dp", "pp")
 """Collective kinds, as the model names them (its `link_busbw` keys)."""
@@ -47,6 +48,7 @@ P2P_COLUMN = "exposed_p2p_ns"
 _DESC_KIND = re.compile(r"(?<![a-z])(tp|cp|ep|dp|pp)(?![a-z])")
 
 
+@checked
 def check(analysis: Analysis, prediction: Prediction, *, run: Run | None = None) -> Check:
     """Compare a run's analysis with the prediction for its split.
 

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 import polars as pl
 
 from tracediag.analysis import COLLECTIVE_SCHEMA, STEP_SCHEMA, Analysis
+from tracediag.api_types import checked
 from tracediag.causes import detect_all, price
 from tracediag.derive.collectives import align_and_match, plausible_matches, summarize_instances, wait_per_step
 from tracediag.derive.kernels import TOP_STORED, by_category, kernel_view
@@ -30,7 +31,6 @@ from tracediag.detect.warmup import warmup_steps, without_steps
 from tracediag.errors import NoStepsError, TracediagError, shown
 from tracediag.run import Run, RunMeta
 from tracediag.same_run import check_problems, check_same_run, run_problems
-from tracediag.schema import EVENT_SCHEMA
 from tracediag.units import count, noun
 from tracediag.whatif import ReplayInputs, graph_of
 
@@ -160,6 +160,7 @@ def facts_from_tables(
     )
 
 
+@checked
 def analyze(
     run: Run,
     *,
@@ -186,6 +187,8 @@ def analyze(
 
     Raises
     ------
+    TypeError
+        An argument of the wrong type (`run` not a `Run`, ...), in one line naming it (`api_types.checked`).
     MixedRunError
         The files are not ranks of one run (world sizes, devices, backends, time spans, collectives).
     NoStepsError
@@ -196,26 +199,6 @@ def analyze(
     return analyze_files(
         run, step_regex=step_regex, link_gbps=link_gbps, thresholds=thresholds, allow_mixed=allow_mixed
     )[0][1]
-
-
-def checked_run(run: object, caller: str) -> Run:
-    """`run` when it is a `Run` whose events have every event-table column (`schema.EVENT_SCHEMA`); else a
-    one-line `TypeError` (not a Run) or `TracediagError` (the columns it lacks) naming the argument: the
-    API's boundary, so that a wrong argument is never an `AttributeError` from deep inside."""
-    if not isinstance(run, Run):
-        msg = f"{caller}: run must be a tracediag.Run (from tracediag.load), not {type(run).__name__}"
-        raise TypeError(msg)
-    if not isinstance(run.events, pl.DataFrame):
-        msg = f"{caller}: run.events must be a polars DataFrame, not {type(run.events).__name__}"
-        raise TypeError(msg)
-    missing = [c for c in EVENT_SCHEMA if c not in run.events.columns]
-    if missing:
-        msg = (
-            f"{caller}: run.events lacks the event-table columns {', '.join(missing)} (docs/event-table.md; "
-            "tracediag.load builds them)"
-        )
-        raise TracediagError(msg)
-    return run
 
 
 def analyze_files(
@@ -229,7 +212,6 @@ def analyze_files(
 ) -> list[tuple[str, Analysis]]:
     """`analyze`, or with `per_file` (``--allow-mixed``) one analysis per file when the files are
     not ranks of one run: `reduce_files` of the run's `RankSummary`. Raises as `analyze`."""
-    checked_run(run, "tracediag.analyze")
     if link_gbps is not None and not (isinstance(link_gbps, (int, float)) and 0 < link_gbps < math.inf):
         msg = f"link_gbps must be a finite number of GB/s above 0, got {link_gbps!r}"
         raise ValueError(msg)

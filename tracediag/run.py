@@ -18,6 +18,7 @@ import msgspec
 import orjson
 import polars as pl
 
+from tracediag.api_types import checked, event_table
 from tracediag.errors import NotATraceError, OutputError, RankError, TracediagError, TraceError, one_line, shown
 from tracediag.ingest import timeline
 from tracediag.ingest.commkernel import check_comm_kernel, mark_comm_kernels
@@ -41,6 +42,7 @@ TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".sqlite.gz", ".nsys-rep")
 PARQUET_META_KEY = b"tracediag.run"
 
 
+@checked
 @dataclass(frozen=True, slots=True)
 class RunMeta:
     """What the files of a run said about themselves, and what reading them skipped or failed."""
@@ -113,12 +115,18 @@ class RunMeta:
         return cls(files=tuple(files), errors=tuple(d.get("errors", ())), ignored=tuple(d.get("ignored", ())))
 
 
+@checked
 @dataclass(frozen=True)
 class Run:
-    """All ranks' events (the `schema.EVENT_SCHEMA` table, sorted by rank then ts) and metadata."""
+    """All ranks' events (the `schema.EVENT_SCHEMA` table, sorted by rank then ts) and metadata. Built only
+    from an event table: one without its columns, or with one of another dtype, is a one-line
+    `TracediagError` (`api_types.event_table`), so every later stage may rely on them."""
 
     events: pl.DataFrame
     meta: RunMeta = field(default_factory=RunMeta)
+
+    def __post_init__(self) -> None:
+        event_table("tracediag.Run", "events", self.events)
 
     def save(self, path: str | Path) -> None:
         """Write events and metadata to one Parquet file (`load(path)` reads it back exactly).
@@ -264,6 +272,7 @@ def _read_one(args: ReadTask) -> list[FileTrace] | tuple[str, bool]:
         return f"{shown(path)}: internal error while reading ({why}); please report it", False
 
 
+@checked
 def load(
     sources: str | Path | Sequence[str | Path],
     *,
@@ -301,7 +310,7 @@ def load(
         raise TracediagError(str(e)) from None
     resolved = resolve_inputs(sources, storage_options)
     if not resolved:
-        msg = "no trace files given"
+        msg = "tracediag.load: `sources` names no trace file"
         raise TracediagError(msg)
     one = resolved[0].path
     if (

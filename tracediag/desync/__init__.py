@@ -3,19 +3,19 @@ that broke the collective order named (`tracediag hang`, docs/hang.md)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+from tracediag.api_types import checked
 from tracediag.desync.analyze import analyze_dumps
 from tracediag.desync.result import HangReport
+from tracediag.errors import TracediagError
 from tracediag.ingest.flight import MAX_DUMP_BYTES, MAX_ENTRIES, read_dumps
-
-if TYPE_CHECKING:
-    from collections.abc import Iterable
 
 __all__ = ["HangReport", "analyze_dumps", "hang"]
 
 
+@checked
 def hang(
     sources: str | Path | Iterable[str | Path],
     *,
@@ -55,10 +55,15 @@ def hang(
 
     Raises
     ------
+    TypeError
+        An argument of the wrong type, in one line naming it (`api_types.checked`).
     TracediagError
         A file is not a readable dump or trace (one line naming it), or two dumps (traces) claim one rank.
     """
     srcs = [sources] if isinstance(sources, str | Path) else list(sources)
+    if not srcs:
+        msg = "tracediag.hang: `sources` names no dump file"
+        raise TracediagError(msg)
     dumps = read_dumps(
         [str(s) for s in srcs],
         rank_from_filename=rank_from_filename,

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+from tracediag.api_types import checked
+
 SCHEMA = "tracediag.hang/2"
 """The ``schema`` of the JSON document (docs/hang.md); bumped when a field changes meaning."""
 
@@ -164,6 +166,7 @@ class HostActivity:
     """Longest (inside the window) first, at most 5."""
 
 
+@checked
 @dataclass(frozen=True, slots=True, kw_only=True)
 class HangReport:
     """The answer of `tracediag.hang`: one sentence, the culprit, and every group's table."""

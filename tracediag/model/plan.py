@@ -17,21 +17,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from tracediag.api_types import checked
 from tracediag.errors import SpecError
 from tracediag.model.ceilings import above_ceiling, ceiling_for, describe
 from tracediag.model.emit import unsupported, unsupported_recompute
 from tracediag.model.flops import model_flops
 from tracediag.model.memory import memory_per_device
 from tracediag.model.predict import Prediction, predict
-from tracediag.model.specs import RECOMPUTE_MODES, Split, Training, check_split, stage_layers
-from tracediag.model.stack import assumptions, conservative
+from tracediag.model.specs import RECOMPUTE_MODES, DeviceSpec, ModelSpec, Split, Training, check_split, stage_layers
+from tracediag.model.stack import Engine, assumptions, conservative
 from tracediag.model.time import step_time
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
 
-    from tracediag.model.specs import DeviceSpec, ModelSpec
-    from tracediag.model.stack import Engine
 
 MAX_VPP = 8
 """Largest interleaving depth searched."""
@@ -361,6 +360,7 @@ def _rank_time(
     return lambda split, train: max(floor, step_time(model, device, split, train, engine).step_time_s)
 
 
+@checked
 def plan(
     model: ModelSpec,
     device: DeviceSpec,

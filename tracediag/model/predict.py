@@ -10,6 +10,7 @@ from typing import Any
 
 import orjson
 
+from tracediag.api_types import checked
 from tracediag.errors import SpecError, shown
 from tracediag.model.flops import layer_forward_flops, model_flops, param_count
 from tracediag.model.memory import MemoryBreakdown, memory_per_device
@@ -127,6 +128,7 @@ def executed_flops(model: ModelSpec, training: Training, engine: Engine) -> floa
     return done
 
 
+@checked
 def predict(
     model: ModelSpec,
     device: DeviceSpec,
@@ -177,6 +179,7 @@ def _build(cls: type, data: dict[str, Any]) -> Any:
     return cls(**{k: v for k, v in data.items() if k in fields})
 
 
+@checked
 def load_prediction(path: str | Path) -> Prediction:
     """Read a prediction saved by `Prediction.save` (`tracediag predict -o`).
 
@@ -185,11 +188,16 @@ def load_prediction(path: str | Path) -> Prediction:
     """
     path = Path(path)
     try:
-        data = orjson.loads(path.read_bytes())
+        raw = path.read_bytes()
+    except OSError as e:
+        msg = f"{shown(path)}: cannot read the prediction ({e.strerror or e})"
+        raise SpecError(msg) from None
+    try:
+        data = orjson.loads(raw)
         inputs = data["inputs"]
         version = data["schema_version"]
-    except (OSError, orjson.JSONDecodeError, KeyError, TypeError) as e:
-        msg = f"{path}: not a tracediag prediction ({e})\n\nHint: write one with `tracediag predict -o`"
+    except (orjson.JSONDecodeError, KeyError, TypeError) as e:
+        msg = f"{shown(path)}: not a tracediag prediction ({e})\n\nHint: write one with `tracediag predict -o`"
         raise SpecError(msg) from e
     if version != SCHEMA_VERSION:
         msg = f"{path}: prediction schema_version {version}, expected {SCHEMA_VERSION}"

@@ -13,11 +13,16 @@ each, with a reason) and never stop the watch.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from tracediag.api_types import checked
 from tracediag.derive.summary import concat
+from tracediag.detect import Thresholds
 from tracediag.errors import TracediagError, one_line, shown
+from tracediag.model.predict import Prediction
 from tracediag.observed_vs_predicted import check
 from tracediag.reduce import reduce
 from tracediag.run import RunMeta, rank_resolver
@@ -28,13 +33,8 @@ from tracediag.watching.state import State, load_state, save_state
 from tracediag.watching.windows import Grouper, Pending
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator, Mapping
-    from pathlib import Path
-
     from tracediag.analysis import Analysis
-    from tracediag.detect import Thresholds
     from tracediag.ingest.trace import FileTrace
-    from tracediag.model.predict import Prediction
 
 
 @dataclass(frozen=True, slots=True)
@@ -272,6 +272,7 @@ def _median(values: list[float]) -> float | None:
     return s[mid] if len(s) % 2 else (s[mid - 1] + s[mid]) / 2
 
 
+@checked
 def watch(
     location: str | Path,
     *,
@@ -325,7 +326,8 @@ def watch(
         The job's `Prediction` (`tracediag.predict`, or a plan saved by `tracediag predict -o`): each
         window then carries its observed MFU against it (`Window.mfu`), as `analyze --plan` computes it.
 
-    Raises `TracediagError` only for bad arguments or a damaged state file.
+    Raises `TypeError` (an argument of the wrong type, `api_types.checked`) or `TracediagError` (a bad
+    value, a damaged state file) at the call, before the first window; nothing after.
     """
     if poll_seconds <= 0 or window_timeout < 0:
         msg = "poll_seconds must be above 0 and window_timeout 0 or more"
@@ -346,6 +348,13 @@ def watch(
         on_notice=on_notice,
         prediction=prediction,
     )
+    return _windows(watcher, poll_seconds=poll_seconds, once=once, max_windows=max_windows, stop=stop)
+
+
+def _windows(
+    watcher: Watcher, *, poll_seconds: float, once: bool, max_windows: int | None, stop: Stop | None
+) -> Iterator[Window]:
+    """`watch`'s windows, as the watcher finds them; `watch` checked its arguments when it was called."""
     yielded = 0
     while True:
         if stop is not None and stop.is_set():

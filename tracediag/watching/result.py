@@ -8,15 +8,14 @@ record and `from_dict` reads it back (docs/watch.md).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import polars as pl
 
 from tracediag.analysis import Analysis, Finding
-
-if TYPE_CHECKING:
-    from collections.abc import Mapping
+from tracediag.api_types import checked
 
 RECORD_VERSION = "1.0"
 
@@ -65,6 +64,7 @@ class Change:
         )
 
 
+@checked
 @dataclass(frozen=True)
 class Window:
     """One profiler window of the job, analysed (see the module docstring)."""

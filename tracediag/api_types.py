@@ -1,0 +1,293 @@
+"""The public API's boundary: what a caller passes is checked once, where it comes in.
+
+Each public function and class is `checked`: at every call its arguments are matched against the type
+hints it is declared with (the hints are the contract: nothing is declared twice), and one of the wrong
+type is a one-line `TypeError` naming the argument and what was given, before any work, never an
+`AttributeError` or a polars error from deep inside. The event table's contract (`schema.EVENT_SCHEMA`,
+docs/event-table.md) is checked in one place, `event_table`, when a `Run` is built.
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+import inspect
+import numbers
+import os
+import types
+import typing
+from collections import abc
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from tracediag.errors import TracediagError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    import polars as pl
+
+T = TypeVar("T")
+
+_NOT_ITEMS = (str, bytes, bytearray, memoryview, abc.Mapping)
+"""Never a collection of paths or values at this API, though Python iterates them (a str by letter)."""
+
+
+def checked(target: T) -> T:
+    """`target`, a public function or class, with its arguments checked against its type hints at each call
+    (a class: its constructor's)."""
+    if isinstance(target, type):
+        init = target.__init__
+        check = _Check(f"tracediag.{target.__name__}", target, inspect.signature(target))
+
+        @functools.wraps(init)
+        def __init__(self: object, *args: object, **kwargs: object) -> None:
+            check(args, kwargs)
+            init(self, *args, **kwargs)
+
+        target.__init__ = __init__
+        return target
+    check = _Check(f"tracediag.{target.__name__}", target, inspect.signature(target))
+
+    @functools.wraps(target)
+    def call(*args: object, **kwargs: object) -> object:
+        check(args, kwargs)
+        return target(*args, **kwargs)
+
+    return call  # type: ignore[return-value]
+
+
+class CheckedEnumType(enum.EnumType):
+    """The metaclass of a public enum: its call with a value of another type than its members' (``Cause(7)``)
+    is `checked`'s one-line `TypeError`, not a lookup that compares the value with each member (a polars
+    DataFrame answers ``==`` with a frame); an unknown value of the right type stays the enum's `ValueError`."""
+
+    def __call__(cls, value: object, *args: Any, **kwargs: Any) -> Any:
+        """The member `value` names (the enum's own call: with more arguments, its functional API)."""
+        if not args and not kwargs and cls._member_map_ and not _compiled(cls)(value):
+            caller = f"tracediag.{cls.__name__}"
+            raise wrong_type(caller, "value", _describe(cls), value)
+        return super().__call__(value, *args, **kwargs)
+
+
+def wrong_type(caller: str, name: str, expected: str, value: object) -> TypeError:
+    """The one-line error for argument `name` of `caller` given `value`, where `expected` was asked."""
+    return TypeError(f"{caller}: `{name}` must be {expected}; got {_given(value)}")
+
+
+def event_table(caller: str, name: str, events: object) -> pl.DataFrame:
+    """`events` if it is an event table: a polars DataFrame with every `schema.EVENT_SCHEMA` column, of its
+    dtype (others may follow); else a one-line `TypeError` (not a DataFrame) or `TracediagError` (the
+    columns it lacks, those of another dtype) naming the argument."""
+    import polars as pl  # here: the modules that declare the API import no polars (`tracediag analyze --help`)
+
+    from tracediag.schema import EVENT_SCHEMA
+
+    if not isinstance(events, pl.DataFrame):
+        raise wrong_type(caller, name, "an event table (a polars DataFrame)", events)
+    have = events.schema
+    missing = [c for c in EVENT_SCHEMA if c not in have]
+    if missing:
+        msg = (
+            f"{caller}: `{name}` lacks the event-table columns {', '.join(missing)} "
+            "(docs/event-table.md; tracediag.load builds them)"
+        )
+        raise TracediagError(msg)
+    other = [f"{c} is {have[c]}, not {dtype}" for c, dtype in EVENT_SCHEMA.items() if have[c] != dtype]
+    if other:
+        msg = (
+            f"{caller}: `{name}` has event-table columns of another dtype: {'; '.join(other)} "
+            "(docs/event-table.md; tracediag.schema.conform casts a table to it)"
+        )
+        raise TracediagError(msg)
+    return events
+
+
+class _Check:
+    """The argument check of one public callable. Its hints are resolved and compiled into one test per
+    parameter at the first call: they may name classes defined after it."""
+
+    def __init__(self, caller: str, target: object, signature: inspect.Signature) -> None:
+        self.caller, self.target, self.signature = caller, target, signature
+        params = list(signature.parameters.values())
+        self.positional = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        self.var_positional = next((p.name for p in params if p.kind is p.VAR_POSITIONAL), None)
+        self.var_keyword = next((p.name for p in params if p.kind is p.VAR_KEYWORD), None)
+        self.keywords = {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+        self.required = {
+            p.name for p in params if p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+        }
+        self.hints: dict[str, Any] = {}
+        self.tests: dict[str, Callable[[object], bool]] | None = None
+
+    def __call__(self, args: tuple[object, ...], kwargs: dict[str, object]) -> None:
+        if self.tests is None:
+            self.hints = typing.get_type_hints(self.target)
+            names = [*self.positional, *self.keywords, self.var_positional, self.var_keyword]
+            self.tests = {n: _compiled(self.hints.get(n, Any)) for n in names if n is not None}
+        given = self.positional[: len(args)]
+        if (
+            (len(args) > len(given) and self.var_positional is None)
+            or not self.required <= {*given, *kwargs}
+            or (self.var_keyword is None and not kwargs.keys() <= self.keywords)
+            or not kwargs.keys().isdisjoint(given)
+        ):
+            self._refuse_binding(args, kwargs)
+        tests = self.tests
+        for name, value in zip(given, args):
+            if not tests[name](value):
+                raise wrong_type(self.caller, name, _describe(self.hints[name]), value)
+        for value in args[len(given) :]:
+            if not tests[self.var_positional](value):
+                raise wrong_type(self.caller, self.var_positional, _describe(self.hints[self.var_positional]), value)
+        for name, value in kwargs.items():
+            key = name if name in tests else self.var_keyword
+            if not tests[key](value):
+                raise wrong_type(self.caller, name, _describe(self.hints[key]), value)
+
+    def _refuse_binding(self, args: tuple[object, ...], kwargs: dict[str, object]) -> None:
+        """A missing, extra or doubled argument: Python's words for it, with the caller's name."""
+        try:
+            self.signature.bind(*args, **kwargs)
+        except TypeError as e:
+            msg = f"{self.caller}: {e}"
+            raise TypeError(msg) from None
+
+
+def _anything(value: object) -> bool:
+    return True
+
+
+@functools.cache
+def _compiled(hint: Any) -> Callable[[object], bool]:
+    """The test of whether a value is of the type `hint` names (a container: its items too)."""
+    if hint is Any or isinstance(hint, TypeVar):
+        return _anything
+    if hint is None or hint is type(None):
+        return lambda v: v is None
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is typing.Union or origin is types.UnionType:
+        parts = tuple(_compiled(a) for a in args)
+        return lambda v: any(part(v) for part in parts)
+    if origin is typing.Literal:
+        return lambda v: any(type(v) is type(a) and v == a for a in args)
+    if origin is None:
+        return _instance_of(hint)
+    if origin is abc.Callable:
+        return callable
+    if origin is tuple:
+        if len(args) == 2 and args[1] is Ellipsis:
+            item = _compiled(args[0])
+            return lambda v: isinstance(v, tuple | list) and all(map(item, v))
+        items = tuple(_compiled(a) for a in args)
+        return lambda v: (
+            isinstance(v, tuple | list)
+            and (not items or (len(v) == len(items) and all(t(x) for t, x in zip(items, v))))
+        )
+    if not isinstance(origin, type):
+        return _anything  # a form typing cannot check at run time: left to the code
+    if origin is type:
+        return lambda v: isinstance(v, type)
+    if issubclass(origin, abc.Mapping):
+        key, item = (_compiled(a) for a in (args or (Any, Any)))
+        if key is _anything and item is _anything:
+            return lambda v: isinstance(v, abc.Mapping)
+        return lambda v: isinstance(v, abc.Mapping) and all(key(k) and item(x) for k, x in v.items())
+    if issubclass(origin, abc.Iterator):
+        return lambda v: isinstance(v, abc.Iterator)
+    if issubclass(origin, abc.Iterable):
+        item = _compiled(args[0]) if args else _anything
+        # items are checked where that consumes nothing: a generator is taken as it is
+        return lambda v: (
+            not isinstance(v, _NOT_ITEMS)
+            and isinstance(v, origin)
+            and (isinstance(v, abc.Iterator) or item is _anything or all(map(item, v)))
+        )
+    return lambda v: isinstance(v, origin)
+
+
+def _instance_of(cls: Any) -> Callable[[object], bool]:
+    """`isinstance`, as an annotation means it: an int is a number, a bool is no count, a path is any
+    `os.PathLike`, an enum's value stands for its member, a protocol is matched by its methods."""
+    if not isinstance(cls, type):
+        return _anything  # a name typing cannot check (a NewType, a ParamSpec): left to the code
+    if cls is bool:
+        return lambda v: isinstance(v, bool)
+    if cls is int:
+        return lambda v: isinstance(v, numbers.Integral) and not isinstance(v, bool)
+    if cls is float:
+        return lambda v: isinstance(v, numbers.Real) and not isinstance(v, bool)
+    if issubclass(cls, os.PathLike):
+        return lambda v: isinstance(v, os.PathLike)
+    if issubclass(cls, enum.Enum):
+        kinds = (cls, *{type(m.value) for m in cls})
+        return lambda v: isinstance(v, kinds)
+    if getattr(cls, "_is_protocol", False):
+        methods = [m for m in vars(cls) if not m.startswith("_")]
+        return lambda v: all(callable(getattr(v, m, None)) for m in methods)
+    return lambda v: isinstance(v, cls)
+
+
+def _describe(hint: Any) -> str:
+    """What `hint` asks for, in words: 'a str, a path or a list of str or path'."""
+    if hint is None or hint is type(None):
+        return "None"
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is typing.Union or origin is types.UnionType:
+        words = [_describe(a) for a in args]
+        return ", ".join(words[:-1]) + " or " + words[-1]
+    if origin is typing.Literal:
+        return "one of " + ", ".join(repr(a) for a in args)
+    if origin is None:
+        return _article(_noun(hint))
+    if origin is abc.Callable:
+        return "a callable"
+    if isinstance(origin, type) and issubclass(origin, abc.Mapping):
+        key, item = args or (Any, Any)
+        return f"a mapping of {_noun(key)} to {_noun(item)}"
+    if isinstance(origin, type) and issubclass(origin, abc.Iterable):
+        return f"a list of {_noun(args[0])}" if args else "a list"
+    return _article(_noun(origin))
+
+
+_NOUNS = {bool: "True or False", int: "int", float: "number", str: "str"}
+
+
+def _noun(hint: Any) -> str:
+    """`hint` as a bare noun ('int', 'str or path')."""
+    if hint is None or hint is type(None):
+        return "None"
+    if hint is Any:
+        return "anything"
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is typing.Union or origin is types.UnionType:
+        return " or ".join(_noun(a) for a in args)
+    if origin is not None:
+        return _describe(hint)
+    if hint in _NOUNS:
+        return _NOUNS[hint]
+    if isinstance(hint, type) and issubclass(hint, os.PathLike):
+        return "path"
+    if isinstance(hint, type) and issubclass(hint, enum.Enum):
+        return f"{hint.__name__} (or its value)"
+    if getattr(hint, "__module__", "").startswith("polars."):
+        return f"polars {hint.__name__}"
+    return getattr(hint, "__name__", str(hint))
+
+
+def _article(noun: str) -> str:
+    if noun in ("None", "anything", "True or False") or noun.startswith(("a ", "an ")):
+        return noun
+    return ("an " if noun[0] in "aeiouAEIOU" else "a ") + noun
+
+
+def _given(value: object) -> str:
+    """What was given, in one short phrase: its type, and a container's item types."""
+    if value is None:
+        return "None"
+    name = type(value).__name__
+    if isinstance(value, list | tuple | set | frozenset):
+        if not value:
+            return f"an empty {name}"
+        items = sorted({type(v).__name__ for v in value})
+        return f"a {name} of {', '.join(items[:3])}{', ...' if len(items) > 3 else ''}"
+    return name
