@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 import pytest
-from conftest import FIXTURES
+from conftest import FIXTURES, ROOT
 
 import tracediag
 from tracediag.errors import TracediagError, shown
@@ -380,3 +380,18 @@ def test_the_message_says_what_was_asked_and_given():
         tracediag.load([1, 2])
     with pytest.raises(TypeError, match=r"^tracediag.Finding: `ranks` must be a list of int; got a tuple of str$"):
         tracediag.Finding(cause="healthy", ranks=("0",), steps=(), time_lost_ns=0, confidence=1.0, summary="")
+
+
+def test_the_messages_api_md_shows_are_the_real_ones():
+    """docs/api.md's examples of the message, each made here by the call it describes."""
+    doc = (ROOT / "docs" / "api.md").read_text()
+    calls = [
+        lambda: tracediag.analyze(pl.DataFrame({"x": [1]})),
+        lambda: tracediag.load(b"rank0.json"),
+        lambda: tracediag.Finding(cause="healthy", ranks=("0",), steps=(), time_lost_ns=0, confidence=1.0, summary=""),
+        lambda: tracediag.load(),
+    ]
+    for call in calls:
+        with pytest.raises(TypeError) as e:
+            call()
+        assert f"\n{e.value}\n" in doc
