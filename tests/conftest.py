@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -26,6 +28,19 @@ LOAD_PENDING: dict[str, str] = {}
 def loadable_runs() -> list[Path]:
     """Every run folder of fixtures/runs with a manifest, less those in `LOAD_PENDING`."""
     return sorted(p.parent for p in RUNS.glob("*/manifest.json") if p.parent.name not in LOAD_PENDING)
+
+
+TORCH_PYTHON = "TRACEDIAG_TORCH_PYTHON"
+"""A Python with torch 2.13 for the tests that run real torch (torchfrtrace, the live watch job); torch is
+never a dependency of tracediag, so .ci/run installs it in a venv of its own and names it here."""
+
+
+def torch_python() -> str | None:
+    """An interpreter with torch: this one, or the one $TRACEDIAG_TORCH_PYTHON names."""
+    if importlib.util.find_spec("torch") is not None:
+        return sys.executable
+    other = os.environ.get(TORCH_PYTHON)
+    return other if other and Path(other).is_file() else None
 
 
 REQUIRE_SHARED = "TRACEDIAG_REQUIRE_SHARED"

@@ -11,9 +11,7 @@ docs/hang.md.
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import os
 import pickle
 import re
 import subprocess
@@ -24,21 +22,13 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from conftest import FIXTURES
+from conftest import FIXTURES, torch_python
 
 import tracediag
 from tracediag.ingest.safepickle import load_plain
 
 HANG = FIXTURES / "hang"
 PICKLED = sorted(p.parent.name for p in HANG.glob("*/nccl_trace_rank_0"))
-
-
-def torch_python() -> str | None:
-    """An interpreter with torch: this one, or $TRACEDIAG_TORCH_PYTHON."""
-    if importlib.util.find_spec("torch") is not None:
-        return sys.executable
-    other = os.environ.get("TRACEDIAG_TORCH_PYTHON")
-    return other if other and Path(other).is_file() else None
 
 
 @dataclass(frozen=True)

@@ -18,31 +18,15 @@ import sys
 
 import orjson
 import pytest
-from conftest import FIXTURES, ROOT
+from conftest import FIXTURES, ROOT, torch_python
 
 SCRIPT = FIXTURES / "watch" / "make_watch_run.py"
-
-
-def torch_python() -> str | None:
-    if os.environ.get("TORCH_PYTHON"):
-        return os.environ["TORCH_PYTHON"]
-    try:
-        import torch  # noqa: F401
-
-        return sys.executable
-    except ImportError:
-        pass
-    for folder in ROOT.parents:
-        candidate = folder / "torchvenv" / "bin" / "python"
-        if candidate.exists():
-            return str(candidate)
-    return None
 
 
 def test_the_watcher_beside_a_real_job_reports_the_straggler_from_its_first_window(tmp_path):
     python = torch_python()
     if python is None:
-        pytest.skip("no torch: set TORCH_PYTHON to a Python with torch 2.13 to run the live job")
+        pytest.skip("no torch: set TRACEDIAG_TORCH_PYTHON to a Python with torch 2.13 to run the live job")
     job = tmp_path / "job"
     job.mkdir()
     jsonl = tmp_path / "windows.jsonl"
