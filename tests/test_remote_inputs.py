@@ -74,7 +74,7 @@ def on_disk(tmp_path_factory):
 
 def test_file_url_run_equals_the_files_on_disk_with_local_executor(on_disk, tmp_path):
     disk, disk_s = on_disk
-    url, url_s = analyze_ranks(f"file://{RUN}/*.json.gz", out=str(tmp_path / "url"), executor="local", workers=2)
+    url, url_s = analyze_ranks(f"file://{RUN}", out=str(tmp_path / "url"), executor="local", workers=2)
     assert _renamed(url.to_dict(), "file://", "") == disk.to_dict()
     for name, frame in disk_s.summary().tables().items():
         assert_frame_equal(url_s.summary().tables()[name], frame)
@@ -276,7 +276,7 @@ def _set_auth(endpoint: str, count: str) -> None:
 def test_s3_run_equals_the_files_on_disk_in_memory_and_with_local_executor(s3, on_disk):
     opts, base, _, _ = s3
     disk = tracediag.load(RUN, jobs=1)
-    url = tracediag.load(f"{base}/run/*.json.gz", jobs=1, storage_options=opts)
+    url = tracediag.load(f"{base}/run/", jobs=1, storage_options=opts)
     assert_frame_equal(url.events, disk.events)
     want = tracediag.analyze(disk).to_dict()
     assert _renamed(tracediag.analyze(url).to_dict(), f"{base}/run/", f"{RUN}/") == want

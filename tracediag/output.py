@@ -24,7 +24,8 @@ if TYPE_CHECKING:
 def refuse_inputs(output: str | Path, inputs: Iterable[str | Path], option: str) -> None:
     """`OutputError` when `output` is one of `inputs`: the same resolved path or URL (``file://``
     and a plain path, ``gs://`` and ``gcs://`` name one place), or the same file (inode) under
-    another name (a hard or symbolic link)."""
+    another name (a hard or symbolic link); or, local, when it could not be written (`check_writable`).
+    Every command calls it on its outputs before reading an input."""
     try:
         out_st = None if is_remote(output) else os.stat(output)
     except OSError:
@@ -39,6 +40,8 @@ def refuse_inputs(output: str | Path, inputs: Iterable[str | Path], option: str)
         if same:
             msg = f"{shown(output)}: {option} names an input file; refusing to overwrite it"
             raise OutputError(msg)
+    if not is_remote(output):
+        check_writable(output)
 
 
 OUT_PARTS = ("ranks", "events", "done", "attempts", "manifest.parquet")
@@ -56,13 +59,11 @@ def refuse_inputs_under(out: str, inputs: Iterable[str | Path], option: str) -> 
             raise OutputError(msg)
 
 
-def write_atomic(path: str | Path, write: Callable[[BinaryIO], object] | bytes) -> None:
-    """Write `path` through a temporary file in its folder, renamed over it when complete.
-
-    `write` is the bytes, or a function writing to the open file. The target, when it exists,
-    must be a regular file (a device, a FIFO or a directory is never replaced); it keeps its mode.
-    Raises `OutputError` with one line naming the file.
-    """
+def check_writable(path: str | Path) -> os.stat_result | None:
+    """The stat of the local file `path` will replace (None when it does not exist yet), or `OutputError`
+    when `write_atomic` could not write it: not a regular file (a device, a FIFO, a directory), or no such
+    folder. Commands call it on their outputs before the work, so a bad output costs no analysis and prints
+    nothing partial."""
     path = Path(path)
     try:
         st = os.stat(path)
@@ -74,10 +75,22 @@ def write_atomic(path: str | Path, write: Callable[[BinaryIO], object] | bytes) 
     if st is not None and not stat.S_ISREG(st.st_mode):
         msg = f"{shown(path)}: exists and is not a regular file; refusing to replace it"
         raise OutputError(msg)
-    folder = path.parent
-    if not folder.is_dir():
-        msg = f"{shown(path)}: cannot write, no such folder {shown(folder)}"
+    if not path.parent.is_dir():
+        msg = f"{shown(path)}: cannot write, no such folder {shown(path.parent)}"
         raise OutputError(msg)
+    return st
+
+
+def write_atomic(path: str | Path, write: Callable[[BinaryIO], object] | bytes) -> None:
+    """Write `path` through a temporary file in its folder, renamed over it when complete.
+
+    `write` is the bytes, or a function writing to the open file. The target, when it exists,
+    must be a regular file (a device, a FIFO or a directory is never replaced); it keeps its mode.
+    Raises `OutputError` with one line naming the file.
+    """
+    path = Path(path)
+    st = check_writable(path)
+    folder = path.parent
     try:
         fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tracediag-", suffix=".tmp")
     except OSError as e:

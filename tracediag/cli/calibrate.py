@@ -29,7 +29,7 @@ from tracediag.model.calibrate import (
     step_time_from_measure,
 )
 from tracediag.model.predict import predict as run_predict
-from tracediag.output import write_atomic
+from tracediag.output import refuse_inputs, write_atomic
 from tracediag.reduce import analyze, ignored_warning
 from tracediag.report.model_text import calibration_text
 from tracediag.run import resolve_paths
@@ -94,9 +94,10 @@ def calibrate(paths: tuple[str, ...], output: Path, **kw: Any) -> None:
     has_model = kw["model_name"] is not None or kw["layers"] is not None
     if paths:
         files = resolve_paths(paths)
-        if output.resolve() in {Path(f).resolve() for f in files}:
-            msg = f"{output}: is one of the input traces; choose another -o"
-            raise InputError(msg)
+        try:
+            refuse_inputs(output, files, "-o")
+        except TracediagError as e:
+            raise InputError(str(e)) from None
         run = load_traces(paths, 0, None, ())
         # the GEMM table reads the files the run was read from: a manifest or README beside the
         # traces is skipped as analyze and ingest skip it, and said so
