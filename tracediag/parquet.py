@@ -12,6 +12,7 @@ import uuid
 from typing import Any
 
 import polars as pl
+from polars.exceptions import PanicException
 
 
 def is_url(location: str) -> bool:
@@ -44,4 +45,9 @@ def read_parquet(src: str | list[str], storage_options: dict[str, Any] | None = 
     if isinstance(src, list) and not src:
         msg = "no files to read"
         raise ValueError(msg)
-    return pl.read_parquet(src, storage_options=storage_options) if storage_options else pl.read_parquet(src)
+    try:
+        return pl.read_parquet(src, storage_options=storage_options) if storage_options else pl.read_parquet(src)
+    except PanicException as e:  # a BaseException: damaged bytes can trip polars' decoder asserts
+        where = src if isinstance(src, str) else ", ".join(src[:2]) + (" ..." if len(src) > 2 else "")
+        msg = f"{where}: damaged Parquet (the decoder failed: {str(e).splitlines()[0][:160]})"
+        raise ValueError(msg) from None

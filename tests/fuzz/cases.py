@@ -231,7 +231,14 @@ def inputs(case: Case) -> list[Path]:
 
 
 def run(case: Case) -> Outcome:
-    result = CliRunner().invoke(cli, case.args)
+    """The CLI on `case`, in process. What click's runner lets through (a BaseException such as a Rust
+    panic in polars) is an outcome too: exit 1 with a traceback, so the invariant reports it."""
+    try:
+        result = CliRunner().invoke(cli, case.args)
+    except BaseException as e:  # the fuzzer sees everything
+        if isinstance(e, KeyboardInterrupt):
+            raise
+        return Outcome(case, 1, f"Traceback: {type(e).__name__}: {str(e)[:200]}")
     return Outcome(case, result.exit_code, result.output)
 
 
@@ -245,7 +252,8 @@ def problems(outcome: Outcome) -> list[str]:
         found.append("a traceback or internal error")
     if outcome.exit_code == 2:
         errors = [line for line in out.splitlines() if line.startswith("Error:")]
-        names = (shown(case.mutated), shown(case.mutated.parent))
+        # a message naming several files names each by the end of its path that tells them apart
+        names = (shown(case.mutated), shown(case.mutated.parent), f"{case.mutated.parent.name}/{case.mutated.name}")
         if len(errors) != 1:
             found.append(f"{len(errors)} error lines")
         elif not any(n in errors[0] for n in names):

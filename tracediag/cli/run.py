@@ -77,6 +77,10 @@ def run(command: click.Command) -> NoReturn:
             code = _internal(e)
     except Exception as e:
         code = _internal(e)
+    except BaseException as e:  # a Rust panic in polars is a BaseException: one line too, never a traceback
+        if type(e).__name__ != "PanicException":
+            raise
+        code = _internal(e)  # type: ignore[arg-type]
     sys.exit(code)
 
 

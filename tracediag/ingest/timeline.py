@@ -162,7 +162,7 @@ def _read_table(path: str, source: str | Path | bytes, fmt: str) -> pl.DataFrame
         dtypes = {c: pl.Int64 for c in INT_COLUMNS} | {c: pl.Float64 for c in FLOAT_COLUMNS}
         dtypes |= {c: pl.String for c in STRING_COLUMNS}
         return pl.read_csv(src, schema_overrides={c: t for c, t in dtypes.items() if c in header})
-    except pl.exceptions.PolarsError as e:
+    except (pl.exceptions.PolarsError, pl.exceptions.PanicException) as e:
         raise TraceError(path, f"cannot read the {_FORMAT_NAMES[fmt]} op-timeline table ({_why(e)})") from None
     except OSError as e:
         raise TraceError(path, f"cannot read file ({e.strerror or e})") from None
