@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import os
+import stat
 import warnings
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -22,14 +23,14 @@ from tracediag.api_types import checked, event_table
 from tracediag.errors import NotATraceError, OutputError, RankError, TracediagError, TraceError, one_line, shown
 from tracediag.ingest import timeline
 from tracediag.ingest.commkernel import check_comm_kernel, mark_comm_kernels
-from tracediag.ingest.read import read_traces
+from tracediag.ingest.read import SMALL_FILE_BYTES, read_small, read_traces
 from tracediag.ingest.remote import expand, filesystem, is_remote, location_key, read_prefix
 from tracediag.ingest.sniff import is_stream, sniff
 from tracediag.ingest.trace import FileMeta, FileTrace, ProcessGroup
 from tracediag.ingest.workers import forked_after_import, map_in_workers
 from tracediag.output import write_atomic
 from tracediag.schema import EVENT_SCHEMA, MAX_RANK, OPTIONAL_COLUMNS, conform, empty_events
-from tracediag.vocab import user_regex
+from tracediag.vocab import UserRegex, user_regex
 
 FORK_WARNING = (
     "tracediag: this process was forked from one that had imported tracediag; if that process ran polars "
@@ -150,7 +151,7 @@ class Run:
 RankResolver = Callable[[str], "int | None"]
 
 
-def rank_resolver(*, rank_from_filename: str | None = None, rank_map: dict[str, int] | None = None) -> RankResolver:
+def rank_resolver(*, rank_from_filename: str | None = None, rank_map: dict[str, int] | None = None) -> _Resolver:
     """A function from a file path to the rank the user assigned it (None: let the file say).
 
     `rank_map` keys match a full path or a base name; `rank_from_filename` is a regex whose first
@@ -167,22 +168,43 @@ def rank_resolver(*, rank_from_filename: str | None = None, rank_map: dict[str, 
             msg = f"--rank {shown(key)}={value!r}: a rank is a whole number in 0..{MAX_RANK:,}"
             raise RankError(msg)
 
-    def resolve(path: str) -> int | None:
-        for key in (path, os.path.basename(path)):
-            if key in mapping:
-                return mapping[key]
-        if pattern is None:
-            return None
-        text = pattern.first_group([os.path.basename(path)])[0]
-        if text is None:
-            msg = f"{shown(path)}: --rank-from-filename {pattern.pattern!r} does not match the file name"
-            raise RankError(msg)
-        if not (text.isascii() and text.isdigit()) or int(text) > MAX_RANK:
-            msg = f"{shown(path)}: --rank-from-filename matched {text!r}, not a rank in 0..{MAX_RANK:,}"
-            raise RankError(msg)
-        return int(text)
+    return _Resolver(pattern, mapping)
 
-    return resolve
+
+class _Resolver:
+    """`rank_resolver`'s function; `many` resolves many paths with one regex search over their names."""
+
+    def __init__(self, pattern: UserRegex | None, mapping: dict[str, int]) -> None:
+        self.pattern = pattern
+        self.mapping = mapping
+
+    def __call__(self, path: str) -> int | None:
+        rank = self.many([path])[0]
+        if isinstance(rank, RankError):
+            raise rank
+        return rank
+
+    def many(self, paths: list[str]) -> list[int | RankError | None]:
+        """Each path's rank, None (let the file say) or the `RankError` that `__call__` raises for it."""
+        out: list[int | RankError | None] = []
+        names = [os.path.basename(p) for p in paths]
+        searched = [p for p, name in zip(paths, names) if p not in self.mapping and name not in self.mapping]
+        pattern = self.pattern
+        found = dict(zip(searched, pattern.first_group([os.path.basename(p) for p in searched]))) if pattern else {}
+        for path, name in zip(paths, names):
+            if path in self.mapping or name in self.mapping:
+                out.append(self.mapping[path if path in self.mapping else name])
+            elif pattern is None:
+                out.append(None)
+            elif (text := found[path]) is None:
+                msg = f"{shown(path)}: --rank-from-filename {pattern.pattern!r} does not match the file name"
+                out.append(RankError(msg))
+            elif not (text.isascii() and text.isdigit()) or int(text) > MAX_RANK:
+                msg = f"{shown(path)}: --rank-from-filename matched {text!r}, not a rank in 0..{MAX_RANK:,}"
+                out.append(RankError(msg))
+            else:
+                out.append(int(text))
+        return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -325,14 +347,13 @@ def load(
     default_rank = 0 if len(resolved) == 1 else None
     tasks: list[ReadTask] = []
     results: dict[str, list[FileTrace] | tuple[str, bool]] = {}
-    for f in resolved:
-        try:
-            tasks.append((f.path, resolve(f.path), default_rank, storage_options))
-        except RankError as e:
-            if not f.in_directory:
-                results[f.path] = (str(e), False)
-            else:  # maybe not a trace at all (a manifest beside the traces): let reading decide
-                tasks.append((f.path, None, default_rank, storage_options))
+    for f, rank in zip(resolved, resolve.many([f.path for f in resolved])):
+        if not isinstance(rank, RankError):
+            tasks.append((f.path, rank, default_rank, storage_options))
+        elif not f.in_directory:
+            results[f.path] = (str(rank), False)
+        else:  # maybe not a trace at all (a manifest beside the traces): let reading decide
+            tasks.append((f.path, None, default_rank, storage_options))
     results.update(zip([t[0] for t in tasks], _map_files(tasks, jobs, on_file_done)))
     traces, errors, ignored = [], [], []
     for f in resolved:
@@ -373,15 +394,69 @@ def _map_files(
     jobs = min(jobs if jobs > 0 else _paying_jobs(tasks), cores, len(tasks))
     if any(is_stream(t[0]) for t in tasks):
         jobs = 1  # a pipe (`<(zcat ...)`) is this process's own: a worker cannot open it
+    groups = _groups(tasks, jobs)
     if jobs <= 1:
         results: list[list[FileTrace] | tuple[str, bool]] = []
-        for task in tasks:
-            results.append(_read_one(task))
+        for group in groups:
+            results.extend(_read_group(group))
             if on_file_done:
-                on_file_done(task[0])
+                for task in group:
+                    on_file_done(task[0])
         return results
-    done = (lambda i: on_file_done(tasks[i][0])) if on_file_done else None
-    return map_in_workers(_read_one, tasks, jobs, crashed=_crashed, on_done=done, in_caller=True)
+    done = (lambda i: [on_file_done(task[0]) for task in groups[i]]) if on_file_done else None
+    read = map_in_workers(_read_group, groups, jobs, crashed=_group_crashed, on_done=done, in_caller=True)
+    return [result for group in read for result in group]
+
+
+SMALL_GROUP = 256
+"""Small local files are read this many at a time (`ingest.read.read_small`): a polars call costs about
+0.1 ms whatever its rows, and reading a 3k-event Kineto window alone makes a hundred of them."""
+
+
+def _groups(tasks: list[ReadTask], jobs: int) -> list[list[ReadTask]]:
+    """The tasks in groups, in order: runs of small local files together (at most `SMALL_GROUP`, fewer so
+    that each of `jobs` processes gets a few groups), every other file alone."""
+    size = max(8, min(SMALL_GROUP, len(tasks) // (4 * jobs) if jobs > 1 else SMALL_GROUP))
+    groups: list[list[ReadTask]] = []
+    run: list[ReadTask] = []
+    for task in tasks:
+        if _is_small(task[0]):
+            run.append(task)
+            if len(run) == size:
+                groups.append(run)
+                run = []
+            continue
+        if run:
+            groups.append(run)
+            run = []
+        groups.append([task])
+    if run:
+        groups.append(run)
+    return groups
+
+
+def _is_small(path: str) -> bool:
+    """A local regular file that `read_small` may read with others (it checks its content itself)."""
+    if is_remote(path):
+        return False
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return False
+    return stat.S_ISREG(st.st_mode) and st.st_size <= SMALL_FILE_BYTES
+
+
+def _read_group(group: list[ReadTask]) -> list[list[FileTrace] | tuple[str, bool]]:
+    """`_read_one` of each task; small files read together (`read_small`), those it leaves read alone."""
+    if len(group) == 1:
+        return [_read_one(group[0])]
+    try:
+        together = read_small([task[:3] for task in group])
+    except Exception:  # a bug of the batch must not cost a file: each is read alone, as ever
+        if os.environ.get("TRACEDIAG_DEBUG"):
+            raise
+        together = [None] * len(group)
+    return [_read_one(task) if read is None else read for task, read in zip(group, together)]
 
 
 WORKER_BYTES = 384 << 20
@@ -411,8 +486,8 @@ def _paying_jobs(tasks: list[ReadTask]) -> int:
     return max(1, total // WORKER_BYTES)
 
 
-def _crashed(task: ReadTask, why: str) -> tuple[str, bool]:
-    return f"{shown(task[0])}: {why} while reading it (out of memory?)", False
+def _group_crashed(group: list[ReadTask], why: str) -> list[tuple[str, bool]]:
+    return [(f"{shown(task[0])}: {why} while reading it (out of memory?)", False) for task in group]
 
 
 RANK_HINT = "give ranks explicitly with --rank-from-filename REGEX or --rank FILE=N"

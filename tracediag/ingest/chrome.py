@@ -11,6 +11,7 @@ time units, B/E pairing and the rule that every input event is a row or a counte
 
 from __future__ import annotations
 
+import itertools
 import mmap
 import re
 from collections import Counter
@@ -299,6 +300,93 @@ def decode(source: bytes | Iterable[bytes] | mmap.mmap, path: str) -> Decoded:
     return decoded
 
 
+SMALL_BYTES = 2 * CHUNK_BYTES
+"""A document below this size is decoded whole by `decode` (one piece): `decode_small` may read it with others."""
+
+
+@dataclass
+class Batch:
+    """Small files decoded together (`decode_small`): one set of columns, a `file` column (UInt32, the
+    file's index in the batch) on `slices` and `metadata`; `order` runs on across the files (each
+    file's rows keep their own order, from `first_order[i]`). The per-file parts of `Decoded` are lists."""
+
+    decoded: Decoded
+    """The files' columns together (its `top`, `events_in`, `skipped` and `warnings` are unused)."""
+    files: list[int]
+    """The batch indices of the files read (the others, declined, read alone as before)."""
+    first_order: list[int]
+    """By file read: the batch `order` of its first row (its own order is 0 there)."""
+    tops: list[dict[str, Any]]
+    events_in: list[int]
+    skipped: list[dict[str, int]]
+
+    def without(self, drop: set[int]) -> Batch:
+        """The batch less the files of batch indices `drop` (their rows, metadata and rare args)."""
+        if not drop & set(self.files):
+            return self
+        dec = self.decoded
+        keep = [k for k, f in enumerate(self.files) if f not in drop]
+        kept_file = ~pl.col("file").is_in(sorted(drop))
+        slices = dec.slices.filter(kept_file)
+        orders = slices.get_column("order")
+        rare = tuple(t.filter(pl.col("order").is_in(orders.implode())) for t in dec.rare)
+        return Batch(
+            Decoded(slices, rare, dec.metadata.filter(kept_file), {}, 0, {}),
+            *([column[k] for k in keep] for column in (self.files, self.first_order, self.tops)),
+            *([column[k] for k in keep] for column in (self.events_in, self.skipped)),
+        )
+
+
+def decode_small(docs: list[bytes]) -> tuple[Batch | None, list[int]]:
+    """Decode many small whole documents (each a file's content, under `SMALL_BYTES`, starting with `{` or
+    `[`) as `decode` decodes each, into one set of columns; and the indices of the documents declined (to
+    be read alone by `decode`, as ever): those the C scanner does not read, Object forms without
+    `traceEvents`, files without rows, and files with B/E or other non-X rows, or without usable times.
+    No batch (None) where every document was declined.
+
+    Each file's slices, rare args and metadata equal `decode`'s of it alone (tests/ingest/test_small_batch.py).
+    """
+    scanner = native.Scanner(SCANNED_ROWS)
+    declined: list[int] = []
+    files, first_order, row_counts, tops, events_in, skipped = [], [], [], [], [], []
+    for i, doc in enumerate(docs):
+        is_array = doc[:1] == b"["
+        if not is_array and b'"traceEvents"' not in doc:
+            declined.append(i)
+            continue
+        start = scanner.next_order
+        fed = scanner.feed(doc, is_array, None, len(doc))
+        if fed is None or not fed.rows:  # no row at all: `decode` types its empty columns otherwise
+            declined.append(i)
+            continue
+        files.append(i)
+        first_order.append(start)
+        row_counts.append(fed.rows)
+        tops.append({k: v for k, v in fed.top.items() if v is not None})
+        events_in.append(fed.n_events)
+        skipped.append(dict(fed.skipped))
+    if not files:
+        return None, declined
+    taken = scanner.take()
+    slot = pl.Series("file", files, dtype=pl.UInt32)
+    at = pl.Series([0, *itertools.accumulate(row_counts)][:-1], dtype=pl.UInt32)
+    rows = pl.int_range(taken.height, eager=True, dtype=pl.UInt32)
+    taken = taken.with_columns(file=slot.gather(at.search_sorted(rows, side="right") - 1))
+    bases: list[pl.DataFrame] = []
+    metas: list[pl.DataFrame] = []
+    rare_args = _RareArgs()
+    _add_taken(taken, scanner.strings, bases, metas, rare_args, {})  # metadata counted by file below
+    frame = bases[0]
+    metadata = metas[0] if metas else _metadata_frame([]).with_columns(file=pl.lit(0, dtype=pl.UInt32)).clear()
+    rare = rare_args.frames()
+    index = {f: k for k, f in enumerate(files)}
+    for f, n in metadata.group_by("file").len().iter_rows():
+        skipped[index[f]]["metadata"] = n
+    batch = Batch(Decoded(frame, rare, metadata, {}, 0, {}), files, first_order, tops, events_in, skipped)
+    odd = frame.filter(pl.col("ph").ne_missing("X") | _BAD_SLICE).get_column("file").unique().to_list()
+    return batch.without(set(odd)), sorted([*declined, *odd])
+
+
 _BASE_COLUMNS = ("ph", "cat", "name", "pid", "tid", "pid_str", "ts", "dur", "order", "a_external_id", "a_correlation")
 _META_COLUMNS = ("name", "pid", "pid_str", "tid", "label", "labels")
 
@@ -318,7 +406,20 @@ def _add_scanned(
     are kept the batch alive until the pieces were joined, and the next batches then faulted in fresh
     pages (measured: more CPU than the query saves). The metadata query runs only on a batch with `M`
     rows, and a tier whose rule is "no category" only where some row lacks one."""
-    taken = scanner.take()
+    _add_taken(scanner.take(), scanner.strings, bases, metas, rare, skipped)
+
+
+def _add_taken(
+    taken: pl.DataFrame,
+    strings: pl.Series,
+    bases: list[pl.DataFrame],
+    metas: list[pl.DataFrame],
+    rare: _RareArgs,
+    skipped: dict[str, int],
+) -> None:
+    """`_add_scanned` of the rows `taken` from a scanner (`strings`: its `Scanner.strings`); a `file`
+    column (`decode_small`) stays on the base and metadata frames."""
+    extra = ["file"] if "file" in taken.columns else []
     has_meta = bool(taken.height) and taken.get_column("order").min() < 0  # `M` rows have order -1
     rows = taken.lazy()
     kept = pl.col("order") >= 0
@@ -326,7 +427,7 @@ def _add_scanned(
     # each query selects its columns before it filters: a filter shared by all would be computed once
     # over every column (common subplans are cached), a copy of the whole batch
     base = rows.select(
-        *_BASE_COLUMNS[:-2], a_external_id=pl.col("external_id"), a_correlation=pl.col("correlation")
+        *_BASE_COLUMNS[:-2], *extra, a_external_id=pl.col("external_id"), a_correlation=pl.col("correlation")
     ).filter(kept)
     tiers: list[pl.LazyFrame | pl.DataFrame] = [
         _no_rows(taken, fields)
@@ -334,12 +435,12 @@ def _add_scanned(
         else rows.select("order", "ph", "cat", "name", "has_args", *fields)
         .filter(kept & pl.col("has_args") & mask)
         .select("order", *(pl.col(f).alias(f"a_{f}") for f in fields))
-        for mask, (rule, fields) in zip(_tier_masks(taken, scanner.strings), _ARG_TIERS)
+        for mask, (rule, fields) in zip(_tier_masks(taken, strings), _ARG_TIERS)
     ]
     queries = [base, *(t for t in tiers if isinstance(t, pl.LazyFrame))]
     if has_meta:
         queries.append(
-            rows.select(*_META_COLUMNS, "order")
+            rows.select(*_META_COLUMNS, *extra, "order")
             .filter(~kept)
             .drop("order")
             .with_columns(pl.col("name").cast(pl.String))

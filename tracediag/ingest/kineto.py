@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 import polars as pl
 
+from tracediag.errors import RankError, TraceError
 from tracediag.ingest.trace import FileMeta, FileTrace, ProcessGroup
 from tracediag.schema import MAX_NS, CollOp, Kind, check_base_ns, check_rank, conform, shifted
 from tracediag.vocab import (
@@ -31,7 +32,7 @@ from tracediag.vocab import (
 )
 
 if TYPE_CHECKING:
-    from tracediag.ingest.chrome import Decoded
+    from tracediag.ingest.chrome import Batch, Decoded
 
 EPOCH_FLOOR_NS = 10**17
 """Times above this (1973) are taken as Unix-epoch ns; below, the trace is relative."""
@@ -157,19 +158,28 @@ def _absolute_times(dec: Decoded, path: str, warnings: list[str]) -> tuple[pl.Da
     if slices.height and _median_past_floor(slices["ts"]):
         return slices, "epoch"
     if slices.height:
-        warnings.append("times are relative (no baseTimeNanoseconds): not comparable across hosts")
+        warnings.append(_RELATIVE)
     return slices, "relative"
+
+
+_RELATIVE = "times are relative (no baseTimeNanoseconds): not comparable across hosts"
 
 
 def _median_past_floor(ts: pl.Series) -> bool:
     """Whether the median time is above `EPOCH_FLOOR_NS`; told by the extremes when all times lie
     well on one side of it (the usual case: a median costs a selection over every row)."""
-    lo, hi = ts.min(), ts.max()
+    return _past_floor(ts.min(), ts.max(), ts)
+
+
+def _past_floor(lo: int | None, hi: int | None, median: pl.Series | float | None) -> bool:
+    """`_median_past_floor` from the extremes, and the median (or the times, to take it from when needed)."""
     if lo is not None and lo > EPOCH_FLOOR_NS + 1024:  # the margin covers the median's float rounding
         return True
     if hi is not None and hi < EPOCH_FLOOR_NS - 1024:
         return False
-    return (ts.median() or 0) > EPOCH_FLOOR_NS
+    if isinstance(median, pl.Series):
+        median = median.median()
+    return (median or 0) > EPOCH_FLOOR_NS
 
 
 def _with_args(dec: Decoded, frame: pl.DataFrame, *fields: str) -> pl.DataFrame:
@@ -342,19 +352,20 @@ _COLL_ARGS = [
 ]
 
 
-def _fill_collectives(ev: pl.DataFrame, dec: Decoded, warnings: list[str]) -> pl.DataFrame:
+def _fill_collectives(ev: pl.DataFrame, dec: Decoded, warnings: list[str], keys: tuple[str, ...] = ()) -> pl.DataFrame:
     """Collective columns, computed on the few rows that can be collectives (comm kind or a
     collective's host-side name); the other rows keep them null. A column with no value at all is
     left out: `conform` adds it as nulls.
 
     Only the columns the rules read are taken to those rows, their rare args joined in the same
     query, and the results placed by `scatter` and `hstack`: each polars call costs about as much
-    as these rows, so the calls are kept few."""
+    as these rows, so the calls are kept few. `keys`: columns telling the files of a batch apart
+    (`to_events_small`), joined on too; `warnings` then gets (file, warning) pairs."""
     idx = ev.select(pl.arg_where((pl.col("kind") == "comm") | (pl.col("_host_collective") == 1))).to_series()
     if idx.is_empty():
         return ev
     rows = ev.lazy().select(
-        *(pl.col(c).gather(idx) for c in _COLL_INPUT), name=pl.col("name").gather(idx).cast(pl.String)
+        *(pl.col(c).gather(idx) for c in (*_COLL_INPUT, *keys)), name=pl.col("name").gather(idx).cast(pl.String)
     )
     for tier in dec.rare:
         wanted = [f for f in _COLL_EXTRA if f in tier.columns]
@@ -362,17 +373,18 @@ def _fill_collectives(ev: pl.DataFrame, dec: Decoded, warnings: list[str]) -> pl
             rows = rows.with_columns(pl.lit(None, dtype=tier.schema[f]).alias(f) for f in wanted)
         elif wanted:  # as `Decoded.with_args`: each row's `order` is unique, so a left join keeps the rows
             rows = rows.join(tier.lazy().select("order", *wanted), on="order", how="left", maintain_order="left")
-    coll = _collective_columns(rows.collect(engine="in-memory", optimizations=_NO_REWRITES), warnings)
+    coll = _collective_columns(rows.collect(engine="in-memory", optimizations=_NO_REWRITES), warnings, keys)
     columns = []
     for c in COLL_COLUMNS:
         values = coll.get_column(c)
         if values.null_count() < coll.height:
             values = values.cast(CollOp) if c == "coll_op" else values  # here, on a few rows, not in `conform`
             columns.append(_nulls(c, values.dtype, ev.height).scatter(idx, values))
-    return _op_from_launch(ev.hstack(columns))  # the args and helper columns stay: `conform` keeps only the table's
+    # the args and helper columns stay: `conform` keeps only the table's
+    return _op_from_launch(ev.hstack(columns), keys)
 
 
-def _op_from_launch(ev: pl.DataFrame) -> pl.DataFrame:
+def _op_from_launch(ev: pl.DataFrame, keys: tuple[str, ...] = ()) -> pl.DataFrame:
     """Communication kernels whose name says no operation (NCCL's ``ncclKernel_SendRecv_…`` runs the
     peer exchanges of an all_to_all) get the operation of the host collective their launch ran inside
     (``c10d::alltoall_base_`` / ``nccl:all_to_all`` around the ``cudaLaunchKernel`` of the same
@@ -385,7 +397,7 @@ def _op_from_launch(ev: pl.DataFrame) -> pl.DataFrame:
         return ev
     launches = (
         ev.filter(pl.col("kind") == "runtime", pl.col("correlation").is_in(kernels["correlation"].implode()))
-        .select("correlation", "pid", "tid", "ts")
+        .select(*keys, "correlation", "pid", "tid", "ts")
         .sort("ts")
     )
     named = (
@@ -394,19 +406,19 @@ def _op_from_launch(ev: pl.DataFrame) -> pl.DataFrame:
             pl.col("coll_op").is_not_null(),
             pl.col("coll_op") != "other",
         )
-        .select("pid", "tid", "ts", _end=pl.col("ts") + pl.col("dur"), _op="coll_op")
+        .select(*keys, "pid", "tid", "ts", _end=pl.col("ts") + pl.col("dur"), _op="coll_op")
         .sort("ts")
     )
     found = (
-        launches.join_asof(named, on="ts", by=["pid", "tid"], strategy="backward", check_sortedness=False)
+        launches.join_asof(named, on="ts", by=[*keys, "pid", "tid"], strategy="backward", check_sortedness=False)
         .filter(pl.col("ts") <= pl.col("_end"))
-        .select("correlation", "_op")
-        .unique("correlation", keep="first")
+        .select(*keys, "correlation", "_op")
+        .unique([*keys, "correlation"], keep="first")
     )
     if not found.height:
         return ev
     return (
-        ev.join(found, on="correlation", how="left", maintain_order="left")
+        ev.join(found, on=[*keys, "correlation"], how="left", maintain_order="left")
         .with_columns(
             coll_op=pl.when(vague & pl.col("_op").is_not_null()).then(pl.col("_op")).otherwise(pl.col("coll_op"))
         )
@@ -446,7 +458,7 @@ def _nulls(name: str, dtype: pl.DataType, n: int) -> pl.Series:
 COLL_COLUMNS = ("coll_op", "coll_bytes", "coll_group", "coll_group_size", "coll_seq", "coll_peer")
 
 
-def _collective_columns(ev: pl.DataFrame, warnings: list[str] | None = None) -> pl.DataFrame:
+def _collective_columns(ev: pl.DataFrame, warnings: list | None = None, keys: tuple[str, ...] = ()) -> pl.DataFrame:
     """Collective columns from the row's own args, else from its `record_param_comms` CPU op.
 
     One query (the rows are few: its cost is per operation, not per row), in memory and as
@@ -456,28 +468,30 @@ def _collective_columns(ev: pl.DataFrame, warnings: list[str] | None = None) -> 
     params = (
         ev.lazy()
         .filter((pl.col("name") == "record_param_comms") & pl.col("external_id").is_not_null())
-        .select("external_id", *_COLL_ARGS)
-        .unique("external_id", keep="first")
+        .select(*keys, "external_id", *_COLL_ARGS)
+        .unique([*keys, "external_id"], keep="first")
         .rename({c: f"{c}_op" for c in _COLL_ARGS})
     )
     ev = (
         ev.lazy()
         .with_columns(_link=pl.when(pl.col("kind") == "comm").then(pl.col("external_id")))
-        .join(params, left_on="_link", right_on="external_id", how="left", maintain_order="left")
+        .join(params, left_on=[*keys, "_link"], right_on=[*keys, "external_id"], how="left", maintain_order="left")
         .with_columns(_ARGS_OR_OPS)
         .drop("_link", *(f"{c}_op" for c in _COLL_ARGS))
-        .with_columns(coll_op=_coll_ops(ev), **_COLL_RULES)
+        .with_columns(coll_op=_coll_ops(ev), **_COLL_RULES, _huge=_HUGE.sum().over(keys) if keys else _HUGE.sum())
         .with_columns(coll_peer=_PEER)
         .with_columns(_gloo=_GLOO_SHAPES, _p2p=_P2P_INPUTS, _peer_wanted=_NEEDS_PEER.any())
         .collect(engine="in-memory", optimizations=_NO_REWRITES)
     )
-    n_huge = ev["_huge"][0] if ev.height else 0
-    if n_huge and warnings is not None:
-        warnings.append(f"{n_huge:,} collectives with an element count out of range (0..2^58); bytes left unknown")
+    huge = ev.filter(pl.col("_huge") > 0).unique(list(keys), keep="first", maintain_order=True) if keys else ev.head(1)
+    for *at, n_huge in huge.select(*keys, "_huge").iter_rows():
+        if n_huge and warnings is not None:
+            text = f"{n_huge:,} collectives with an element count out of range (0..2^58); bytes left unknown"
+            warnings.append((*at, text) if keys else text)
     peer_wanted = ev.height and ev["_peer_wanted"][0]
     ev = _from_recorded_shapes(ev)
     if peer_wanted:  # recorded inputs only give peers: the rows that want one are fewer after, never more
-        ev = _peer_from_enclosing_op(ev)
+        ev = _peer_from_enclosing_op(ev, keys)
     for helper in ("_huge", "_gloo", "_p2p", "_peer_wanted"):
         ev.drop_in_place(helper)
     return ev
@@ -518,8 +532,9 @@ _COLL_RULES: dict[str, pl.Expr] = {
     "coll_group": pl.coalesce("a_pg_name", pl.col("a_pg_id").cast(pl.String)),
     "coll_group_size": pl.col("a_group_size"),
     "coll_seq": pl.col("a_seq"),
-    "_huge": (_NELEMS.is_not_null() & ~_FITS).sum(),
 }
+_HUGE = _NELEMS.is_not_null() & ~_FITS
+"""A collective whose element count is out of range (its bytes left unknown, counted in a warning)."""
 _PEER = (
     pl.when(pl.col("coll_op") == "send")
     .then(pl.col("a_dst_rank"))
@@ -561,7 +576,7 @@ def _from_recorded_shapes(ev: pl.DataFrame) -> pl.DataFrame:
     return ev
 
 
-def _peer_from_enclosing_op(ev: pl.DataFrame) -> pl.DataFrame:
+def _peer_from_enclosing_op(ev: pl.DataFrame, keys: tuple[str, ...] = ()) -> pl.DataFrame:
     """Give a `gloo:send`/`gloo:recv` the peer of the `c10d::send`/`recv_` op that encloses it."""
     p2p_op = pl.col("coll_op").is_in(["send", "recv"])
     needs = _NEEDS_PEER
@@ -569,15 +584,15 @@ def _peer_from_enclosing_op(ev: pl.DataFrame) -> pl.DataFrame:
         return ev
     ops = (
         ev.filter((pl.col("kind") == "cpu_op") & p2p_op & pl.col("coll_peer").is_not_null())
-        .select("pid", "tid", "ts", op_end=pl.col("ts") + pl.col("dur"), op_peer="coll_peer", op_kind="coll_op")
+        .select(*keys, "pid", "tid", "ts", op_end=pl.col("ts") + pl.col("dur"), op_peer="coll_peer", op_kind="coll_op")
         .sort("ts")
     )
     ev = ev.with_row_index("_row")
     found = (
         ev.filter(needs)
-        .select("_row", "pid", "tid", "ts", "coll_op")
+        .select("_row", *keys, "pid", "tid", "ts", "coll_op")
         .sort("ts")
-        .join_asof(ops, on="ts", by=["pid", "tid"], strategy="backward", check_sortedness=False)
+        .join_asof(ops, on="ts", by=[*keys, "pid", "tid"], strategy="backward", check_sortedness=False)
         .filter((pl.col("ts") <= pl.col("op_end")) & (pl.col("coll_op") == pl.col("op_kind")))
         .select("_row", "op_peer")
     )
@@ -645,3 +660,114 @@ def _device_names(props: Any) -> tuple[str, ...]:
     if not isinstance(props, list):
         return ()
     return tuple(str(p["name"]) for p in props if isinstance(p, dict) and "name" in p)
+
+
+def to_events_small(
+    batch: Batch, paths: list[str], ranks: list[int | None], default_ranks: list[int | None]
+) -> dict[int, FileTrace]:
+    """`to_events` of each file of a `chrome.decode_small` batch, by batch index (`paths`, `ranks`,
+    `default_ranks`: by batch index, as `to_events` takes them), equal to it file by file once in time
+    order (each file's events come sorted by `ts`, ties in file order, as `run.load` sorts them): the
+    per-file work is done once, as expressions over the batch's columns grouped by `file`.
+
+    A file is left out where `to_events` of it alone raises (a rank or a time base it refuses: read alone,
+    it says so), and every file is where `conform` would drop or narrow rows (rare: read alone, each
+    counts its own)."""
+    warnings: dict[int, list[str]] = {f: [] for f in batch.files}
+    infos, rank_of, base_of = {}, {}, {}
+    for f, top in zip(batch.files, batch.tops):
+        info = top.get("distributedInfo")
+        infos[f] = info if isinstance(info, dict) else {}
+        file_rank = _int_or_none(infos[f].get("rank"))
+        try:
+            rank = resolve_rank(
+                paths[f],
+                given=ranks[f],
+                named=() if file_rank is None else (file_rank,),
+                source="distributedInfo.rank",
+                default=default_ranks[f],
+                missing="no distributedInfo.rank",
+                warnings=warnings[f],
+            )
+            rank_of[f] = check_rank(rank, paths[f])
+            base = _int_or_none(top.get("baseTimeNanoseconds"))
+            base_of[f] = None if base is None else check_base_ns(base, paths[f], "baseTimeNanoseconds")
+        except (RankError, TraceError):
+            continue
+    batch = batch.without(set(batch.files) - set(rank_of))
+    if not batch.files:
+        return {}
+    dec = batch.decoded
+    slices, time_bases = _absolute_times_small(dec.slices, base_of, warnings)
+    events = _classify(_with_args(dec, slices, "a_device", "a_stream"), _rows_named(dec, slices))
+    found: list[tuple[int, str]] = []
+    events = _fill_collectives(events, dec, found, keys=("file",))  # type: ignore[arg-type]
+    for f, text in found:
+        warnings[f].append(text)
+    events = _fill_sequences(events, dec)
+    file = events.get_column("file")
+    rank = pl.Series("rank", [rank_of.get(f) for f in range(max(batch.files) + 1)], dtype=pl.Int32).gather(file)
+    counted: dict[str, int] = {}
+    narrowed: list[str] = []
+    events = conform(events.hstack([rank]), skipped=counted, warnings=narrowed)
+    if counted or narrowed or not file.is_sorted():
+        return {}
+    # each file's rows in time order (ties in file order), as `run.load` orders a file's: one sort, not one a file
+    events = events.with_columns(file).sort("file", "ts", maintain_order=True).drop("file")
+    out = {}
+    start = 0
+    counts = dict(file.value_counts().iter_rows())
+    for f, top, events_in, skipped in zip(batch.files, batch.tops, batch.events_in, batch.skipped):
+        height = counts.get(f, 0)
+        info = infos[f]
+        meta = FileMeta(
+            path=paths[f],
+            format="kineto",
+            rank=rank_of[f],
+            world_size=_small_int(info.get("world_size")),
+            backend=info.get("backend") if isinstance(info.get("backend"), str) else None,
+            process_groups=_process_groups(info),
+            time_base=time_bases[f],
+            devices=_device_names(top.get("deviceProperties")),
+            events_in=events_in,
+            skipped=dict(sorted(skipped.items())),
+            warnings=tuple(warnings[f]),
+        )
+        out[f] = FileTrace(events=events.slice(start, height).with_columns(_SORTED_TS), meta=meta)
+        start += height
+    return out
+
+
+_SORTED_TS = pl.col("ts").set_sorted()
+"""Tells `run.load`'s sort of a file's events (by `ts`) that they are sorted already."""
+
+
+def _absolute_times_small(
+    slices: pl.DataFrame, base_of: dict[int, int | None], warnings: dict[int, list[str]]
+) -> tuple[pl.DataFrame, dict[int, str]]:
+    """`_absolute_times` of each file of a batch (`slices` with `file`; `base_of`: each file's
+    `baseTimeNanoseconds`, checked), and each file's time base; a relative file's warning goes to `warnings`."""
+    time_bases = {f: "epoch" for f, base in base_of.items() if base is not None}
+    if time_bases:
+        top = max(base_of) + 1
+        b = pl.Series([base_of.get(f) for f in range(top)], dtype=pl.Int64).gather(slices.get_column("file"))
+        ts = pl.col("ts")
+        # `schema.shifted` with a base per row (0 <= base <= MAX_NS: the bounds are in range)
+        slices = slices.with_columns(
+            ts=pl.when(b.is_null()).then(ts).when(ts.is_between(-MAX_NS - b, MAX_NS - b)).then(ts + b)
+        )
+    unbased = [f for f, base in base_of.items() if base is None]
+    if unbased:
+        stats = (
+            slices.filter(pl.col("file").is_in(unbased))
+            .group_by("file")
+            .agg(lo=pl.col("ts").min(), hi=pl.col("ts").max(), median=pl.col("ts").median())
+        )
+        for f, lo, hi, median in stats.iter_rows():
+            if _past_floor(lo, hi, median):
+                time_bases[f] = "epoch"
+            else:
+                warnings[f].append(_RELATIVE)
+    for f in unbased:
+        time_bases.setdefault(f, "relative")  # a file without slices says nothing
+    return slices, time_bases
