@@ -3,8 +3,9 @@
 Each public function and class is `checked`: at every call its arguments are matched against the type
 hints it is declared with (the hints are the contract: nothing is declared twice), and one of the wrong
 type is a one-line `TypeError` naming the argument and what was given, before any work, never an
-`AttributeError` or a polars error from deep inside. The event table's contract (`schema.EVENT_SCHEMA`,
-docs/event-table.md) is checked in one place, `event_table`, when a `Run` is built.
+`AttributeError` or a polars error from deep inside. A table's columns and dtypes are declared in its hint
+(`Table`: the event table's, `schema.EventTable`, is checked in one place, when a `Run` is built), and a
+frame without them is a one-line `TracediagError` naming what it lacks.
 """
 
 from __future__ import annotations
@@ -14,17 +15,17 @@ import functools
 import inspect
 import numbers
 import os
+import sys
 import types
 import typing
 from collections import abc
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from tracediag.errors import TracediagError
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
-    import polars as pl
+    from collections.abc import Callable, Mapping
 
 T = TypeVar("T")
 
@@ -37,7 +38,7 @@ def checked(target: T) -> T:
     (a class: its constructor's)."""
     if isinstance(target, type):
         init = target.__init__
-        check = _Check(f"tracediag.{target.__name__}", target, inspect.signature(target))
+        check = _Check(target, inspect.signature(target))
 
         @functools.wraps(init)
         def __init__(self: object, *args: object, **kwargs: object) -> None:
@@ -46,7 +47,7 @@ def checked(target: T) -> T:
 
         target.__init__ = __init__
         return target
-    check = _Check(f"tracediag.{target.__name__}", target, inspect.signature(target))
+    check = _Check(target, inspect.signature(target))
 
     @functools.wraps(target)
     def call(*args: object, **kwargs: object) -> object:
@@ -64,9 +65,19 @@ class CheckedEnumType(enum.EnumType):
     def __call__(cls, value: object, *args: Any, **kwargs: Any) -> Any:
         """The member `value` names (the enum's own call: with more arguments, its functional API)."""
         if not args and not kwargs and cls._member_map_ and not _compiled(cls)(value):
-            caller = f"tracediag.{cls.__name__}"
-            raise wrong_type(caller, "value", _describe(cls), value)
+            raise wrong_type(public_name(cls), "value", _describe(cls), value)
         return super().__call__(value, *args, **kwargs)
+
+
+def public_name(target: Any) -> str:
+    """How a message names `target`: ``tracediag.load`` for a name of the package's `__all__`, else where
+    it is defined (``tracediag.model.specs.Split``). The package is looked up, not imported (it is the last
+    stage, docs/architecture.md): it was imported before any of its modules."""
+    package = sys.modules["tracediag"]
+    public = getattr(package, target.__name__, None) if target.__name__ in package.__all__ else None
+    if public is not None and (public is target or getattr(public, "__wrapped__", None) is target):
+        return f"tracediag.{target.__name__}"
+    return f"{target.__module__}.{target.__qualname__}"
 
 
 def wrong_type(caller: str, name: str, expected: str, value: object) -> TypeError:
@@ -74,40 +85,40 @@ def wrong_type(caller: str, name: str, expected: str, value: object) -> TypeErro
     return TypeError(f"{caller}: `{name}` must be {expected}; got {_given(value)}")
 
 
-def event_table(caller: str, name: str, events: object) -> pl.DataFrame:
-    """`events` if it is an event table: a polars DataFrame with every `schema.EVENT_SCHEMA` column, of its
-    dtype (others may follow); else a one-line `TypeError` (not a DataFrame) or `TracediagError` (the
-    columns it lacks, those of another dtype) naming the argument."""
-    import polars as pl  # here: the modules that declare the API import no polars (`tracediag analyze --help`)
+@dataclass(frozen=True, eq=False)
+class Table:
+    """The contract of a table argument, declared in its hint: ``Annotated[pl.DataFrame, Table(...)]``
+    (`schema.EventTable`, `ingest.gemms.GemmTable`). A frame without some of `schema`'s columns, or with one
+    of another dtype, is a one-line `TracediagError` that names them (more columns may follow)."""
 
-    from tracediag.schema import EVENT_SCHEMA
+    what: str
+    """The table's name in a message: 'event-table'."""
+    schema: Mapping[str, Any]
+    """Column name -> polars dtype."""
+    source: str
+    """Where such a table comes from, said after the problem: 'tracediag.load builds it'."""
 
-    if not isinstance(events, pl.DataFrame):
-        raise wrong_type(caller, name, "an event table (a polars DataFrame)", events)
-    have = events.schema
-    missing = [c for c in EVENT_SCHEMA if c not in have]
-    if missing:
-        msg = (
-            f"{caller}: `{name}` lacks the event-table columns {', '.join(missing)} "
-            "(docs/event-table.md; tracediag.load builds them)"
-        )
-        raise TracediagError(msg)
-    other = [f"{c} is {have[c]}, not {dtype}" for c, dtype in EVENT_SCHEMA.items() if have[c] != dtype]
-    if other:
-        msg = (
-            f"{caller}: `{name}` has event-table columns of another dtype: {'; '.join(other)} "
-            "(docs/event-table.md; tracediag.schema.conform casts a table to it)"
-        )
-        raise TracediagError(msg)
-    return events
+    def check(self, caller: str, name: str, frame: object) -> None:
+        """Raise if `frame` (a polars DataFrame; anything else was refused by its type) breaks the contract."""
+        have = getattr(frame, "schema", None)
+        if have is None:
+            return
+        missing = [c for c in self.schema if c not in have]
+        if missing:
+            msg = f"{caller}: `{name}` lacks the {self.what} columns {', '.join(missing)} ({self.source})"
+            raise TracediagError(msg)
+        other = [f"{c} is {have[c]}, not {dtype}" for c, dtype in self.schema.items() if have[c] != dtype]
+        if other:
+            msg = f"{caller}: `{name}` has {self.what} columns of another dtype: {'; '.join(other)} ({self.source})"
+            raise TracediagError(msg)
 
 
 class _Check:
     """The argument check of one public callable. Its hints are resolved and compiled into one test per
     parameter at the first call: they may name classes defined after it."""
 
-    def __init__(self, caller: str, target: object, signature: inspect.Signature) -> None:
-        self.caller, self.target, self.signature = caller, target, signature
+    def __init__(self, target: Any, signature: inspect.Signature) -> None:
+        self.target, self.signature = target, signature
         params = list(signature.parameters.values())
         self.positional = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
         self.var_positional = next((p.name for p in params if p.kind is p.VAR_POSITIONAL), None)
@@ -118,12 +129,11 @@ class _Check:
         }
         self.hints: dict[str, Any] = {}
         self.tests: dict[str, Callable[[object], bool]] | None = None
+        self.tables: dict[str, list[Table]] = {}
 
     def __call__(self, args: tuple[object, ...], kwargs: dict[str, object]) -> None:
         if self.tests is None:
-            self.hints = typing.get_type_hints(self.target)
-            names = [*self.positional, *self.keywords, self.var_positional, self.var_keyword]
-            self.tests = {n: _compiled(self.hints.get(n, Any)) for n in names if n is not None}
+            self._compile()
         given = self.positional[: len(args)]
         if (
             (len(args) > len(given) and self.var_positional is None)
@@ -132,25 +142,37 @@ class _Check:
             or not kwargs.keys().isdisjoint(given)
         ):
             self._refuse_binding(args, kwargs)
-        tests = self.tests
-        for name, value in zip(given, args):
-            if not tests[name](value):
-                raise wrong_type(self.caller, name, _describe(self.hints[name]), value)
-        for value in args[len(given) :]:
-            if not tests[self.var_positional](value):
-                raise wrong_type(self.caller, self.var_positional, _describe(self.hints[self.var_positional]), value)
-        for name, value in kwargs.items():
-            key = name if name in tests else self.var_keyword
-            if not tests[key](value):
-                raise wrong_type(self.caller, name, _describe(self.hints[key]), value)
+        pairs = [*zip(given, args), *((self.var_positional, v) for v in args[len(given) :])]
+        pairs += [(n if n in self.tests else self.var_keyword, v) for n, v in kwargs.items()]
+        for name, value in pairs:
+            if not self.tests[name](value):
+                raise wrong_type(public_name(self.target), name, _describe(self.hints.get(name, Any)), value)
+            for table in self.tables.get(name, ()):
+                table.check(public_name(self.target), name, value)
+
+    def _compile(self) -> None:
+        self.hints = typing.get_type_hints(self.target, include_extras=True)
+        names = [*self.positional, *self.keywords, self.var_positional, self.var_keyword]
+        self.tables = {n: _tables(h) for n, h in self.hints.items() if _tables(h)}
+        self.tests = {n: _compiled(self.hints.get(n, Any)) for n in names if n is not None}
 
     def _refuse_binding(self, args: tuple[object, ...], kwargs: dict[str, object]) -> None:
         """A missing, extra or doubled argument: Python's words for it, with the caller's name."""
         try:
             self.signature.bind(*args, **kwargs)
         except TypeError as e:
-            msg = f"{self.caller}: {e}"
+            msg = f"{public_name(self.target)}: {e}"
             raise TypeError(msg) from None
+
+
+def _tables(hint: Any) -> list[Table]:
+    """The `Table` contracts `hint` declares (``Annotated[pl.DataFrame, Table(...)]``, or ``... | None``)."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is typing.Annotated:
+        return [m for m in hint.__metadata__ if isinstance(m, Table)]
+    if origin is typing.Union or origin is types.UnionType:
+        return [t for a in args for t in _tables(a)]
+    return []
 
 
 def _anything(value: object) -> bool:
@@ -165,6 +187,8 @@ def _compiled(hint: Any) -> Callable[[object], bool]:
     if hint is None or hint is type(None):
         return lambda v: v is None
     origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is typing.Annotated:
+        return _compiled(args[0])
     if origin is typing.Union or origin is types.UnionType:
         parts = tuple(_compiled(a) for a in args)
         return lambda v: any(part(v) for part in parts)
@@ -232,6 +256,9 @@ def _describe(hint: Any) -> str:
     if hint is None or hint is type(None):
         return "None"
     origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is typing.Annotated:
+        tables = _tables(hint)
+        return f"{_article(tables[0].what.replace('-', ' '))} (a polars DataFrame)" if tables else _describe(args[0])
     if origin is typing.Union or origin is types.UnionType:
         words = [_describe(a) for a in args]
         return ", ".join(words[:-1]) + " or " + words[-1]
@@ -259,6 +286,8 @@ def _noun(hint: Any) -> str:
     if hint is Any:
         return "anything"
     origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is typing.Annotated:
+        return _noun(args[0])
     if origin is typing.Union or origin is types.UnionType:
         return " or ".join(_noun(a) for a in args)
     if origin is not None:

@@ -19,7 +19,7 @@ import msgspec
 import orjson
 import polars as pl
 
-from tracediag.api_types import checked, event_table
+from tracediag.api_types import checked
 from tracediag.errors import NotATraceError, OutputError, RankError, TracediagError, TraceError, one_line, shown
 from tracediag.ingest import timeline
 from tracediag.ingest.commkernel import check_comm_kernel, mark_comm_kernels
@@ -29,7 +29,7 @@ from tracediag.ingest.sniff import is_stream, sniff
 from tracediag.ingest.trace import FileMeta, FileTrace, ProcessGroup
 from tracediag.ingest.workers import forked_after_import, map_in_workers
 from tracediag.output import write_atomic
-from tracediag.schema import EVENT_SCHEMA, MAX_RANK, OPTIONAL_COLUMNS, conform, empty_events
+from tracediag.schema import EVENT_SCHEMA, MAX_RANK, OPTIONAL_COLUMNS, EventTable, conform, empty_events
 from tracediag.vocab import UserRegex, user_regex
 
 FORK_WARNING = (
@@ -120,14 +120,11 @@ class RunMeta:
 @dataclass(frozen=True)
 class Run:
     """All ranks' events (the `schema.EVENT_SCHEMA` table, sorted by rank then ts) and metadata. Built only
-    from an event table: one without its columns, or with one of another dtype, is a one-line
-    `TracediagError` (`api_types.event_table`), so every later stage may rely on them."""
+    from an event table (`schema.EventTable`): one without its columns, or with one of another dtype, is a
+    one-line `TracediagError`, so every later stage may rely on them."""
 
-    events: pl.DataFrame
+    events: EventTable
     meta: RunMeta = field(default_factory=RunMeta)
-
-    def __post_init__(self) -> None:
-        event_table("tracediag.Run", "events", self.events)
 
     def save(self, path: str | Path) -> None:
         """Write events and metadata to one Parquet file (`load(path)` reads it back exactly).

@@ -7,8 +7,11 @@ allows it). Every reader returns exactly these columns in this order and with th
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import polars as pl
 
+from tracediag.api_types import Table
 from tracediag.errors import TraceError
 
 KINDS: tuple[str, ...] = (
@@ -96,6 +99,18 @@ SKIP_REASONS: tuple[str, ...] = (
     "other_phase",  # any other phase value
 )
 """Reasons an input event does not become a row; every input event is a row or counted under one."""
+
+
+EventTable = Annotated[
+    pl.DataFrame,
+    Table(
+        "event-table",
+        EVENT_SCHEMA,
+        "docs/event-table.md: tracediag.load builds them, tracediag.schema.conform casts to them",
+    ),
+]
+"""The hint of an argument that must be an event table (`Run.events`): `api_types.checked` refuses a frame
+without every `EVENT_SCHEMA` column of its dtype, in one line naming them."""
 
 
 OPTIONAL_COLUMNS: frozenset[str] = frozenset({"seq_sq"})
