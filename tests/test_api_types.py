@@ -1,14 +1,17 @@
-"""The public API's boundary (issue 29 item 4): every name of `tracediag.__all__` refuses an argument of the
-wrong type in one line that names it (`TypeError`), or the input (`TracediagError`), before any work; never
-an AttributeError, a KeyError or a polars error from inside. Valid calls on real fixtures still work.
+"""The public API's boundary (issue 29 item 4): every name of `tracediag.__all__`, and every function and
+class docs/api.md documents, refuses an argument of the wrong type in one line that names it (`TypeError`),
+or the input (`TracediagError`), before any work; never an AttributeError, a KeyError or a polars error from
+inside. Valid calls on real fixtures still work.
 
-The cases enumerate `tracediag.__all__` itself, and every parameter of each signature: a public name or
-parameter without a case here fails."""
+The cases enumerate `tracediag.__all__` and the names docs/api.md documents, and every parameter of each
+signature: a public name or parameter without a case here fails."""
 
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import inspect
+import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -18,6 +21,9 @@ from conftest import FIXTURES, ROOT
 
 import tracediag
 from tracediag.errors import TracediagError, shown
+from tracediag.ingest.flight import read_dumps
+from tracediag.ingest.gemms import gemm_table
+from tracediag.model.calibrate import calibrate_from_step_time
 from tracediag.model.specs import Split, Training, resolve_device, resolve_model
 from tracediag.model.stack import resolve_engine
 
@@ -27,6 +33,7 @@ if TYPE_CHECKING:
 
 RUN = FIXTURES / "runs" / "healthy_ddp"
 DUMPS = FIXTURES / "hang" / "host_stuck"
+GEMM_RUN = FIXTURES / "model_runs" / "transformer_dp4"  # a GPU run profiled with its GEMMs' shapes
 WATCHED = FIXTURES / "watch" / "straggler_from3"
 MISSING = "no/such/dir/rank0.json"
 
@@ -45,6 +52,10 @@ class Real:
     hang: tracediag.HangReport
     window: tracediag.Window
     plan_path: Path
+    profile: Any
+    profile_path: Path
+    gemms: pl.DataFrame
+    dumps: Any
     model: Any = field(default_factory=lambda: resolve_model("tiny"))
     device: Any = field(default_factory=lambda: resolve_device("a100-80gb"))
     engine: Any = field(default_factory=lambda: resolve_engine("megatron-core"))
@@ -56,8 +67,13 @@ def real(tmp_path_factory) -> Real:
     analysis = tracediag.analyze(run)
     model, device, engine = resolve_model("tiny"), resolve_device("a100-80gb"), resolve_engine("megatron-core")
     prediction = tracediag.predict(model, device, Split(dp=4), Training(seq_len=512, global_batch=16), engine)
-    plan_path = tmp_path_factory.mktemp("api_types") / "plan.json"
+    folder = tmp_path_factory.mktemp("api_types")
+    plan_path, profile_path = folder / "plan.json", folder / "profile.json"
     prediction.save(plan_path)
+    profile = calibrate_from_step_time(
+        model, device, prediction.split, prediction.training, engine, step_time_s=2 * prediction.step_time_s
+    )
+    profile.save(profile_path)
     (window,) = list(tracediag.watch(WATCHED, once=True, poll_seconds=0.01, max_windows=1))
     return Real(
         run=run,
@@ -67,6 +83,10 @@ def real(tmp_path_factory) -> Real:
         hang=tracediag.hang(DUMPS),
         window=window,
         plan_path=plan_path,
+        profile=profile,
+        profile_path=profile_path,
+        gemms=gemm_table(sorted(str(p) for p in GEMM_RUN.glob("*.json.gz"))),
+        dumps=read_dumps(str(DUMPS)),
     )
 
 
@@ -276,19 +296,113 @@ CASES: dict[str, Case] = {
 }
 
 
+SPEC_NAME = "missing"  # a name of no engine or device: the model's SpecError, with its hint of the names
+MODEL = "tracediag.model"
+
+DOCUMENTED: dict[str, Case] = {
+    "tracediag.compare.compare": Case(lambda r: {"base": r.analysis, "new": r.analysis}),
+    "tracediag.execute.driver.analyze_ranks": Case(
+        lambda r: {"sources": RUN},
+        {"sources": PATHS, "out": OPT_STR, "step_regex": OPT_STR, "link_gbps": OPT_NUM},
+    ),
+    "tracediag.execute.driver.analyze_ranks_per_file": Case(
+        lambda r: {"sources": RUN},
+        {"sources": PATHS, "out": OPT_STR, "step_regex": OPT_STR, "link_gbps": OPT_NUM},
+    ),
+    "tracediag.desync.analyze_dumps": Case(lambda r: {"dumps": r.dumps}, {"world_size": OPT_INT}),
+    "tracediag.ingest.flight.read_dumps": Case(
+        lambda r: {"sources": str(DUMPS)},
+        {
+            "sources": PATHS,
+            "rank_from_filename": OPT_STR,
+            "storage_options": OPT_MAP,
+            "max_bytes": "int",
+            "max_entries": "int",
+            "jobs": "int",
+        },
+    ),
+    "tracediag.ingest.gemms.gemm_table": Case(lambda r: {"paths": []}, {"paths": "empty"}),
+    "tracediag.same_run.split_by_file": Case(lambda r: {"run": r.run}),
+    "tracediag.schema.conform": Case(
+        lambda r: {"df": r.run.events},
+        # any frame is conformed: missing columns become nulls, rows without a usable ts/dur are counted
+        {"df": "frame ts_str", "skipped": OPT_MAP, "warnings": "None empty"},
+    ),
+    f"{MODEL}.stack.resolve_engine": Case(lambda r: {"name": "megatron-core"}, {"name": SPEC_NAME}),
+    f"{MODEL}.specs.resolve_device": Case(lambda r: {"name": "a100-80gb"}, {"name": SPEC_NAME}),
+    f"{MODEL}.specs.resolve_model": Case(lambda r: {"name_or_path": "tiny"}),
+    f"{MODEL}.specs.Split": Case(lambda r: {}, {k: "int" for k in ("tp", "pp", "dp", "cp", "ep", "vpp", "zero")}),
+    f"{MODEL}.specs.Training": Case(
+        lambda r: {"seq_len": 512, "global_batch": 16},
+        {"seq_len": "int", "global_batch": "int", "micro_batch": "int", "grad_bytes": "int"},
+    ),
+    f"{MODEL}.calibrate.apply_profile": Case(lambda r: {"device": r.device, "profile": r.profile}),
+    f"{MODEL}.calibrate.calibrate_from_step_time": Case(
+        lambda r: {
+            "model": r.model,
+            "device": r.device,
+            "split": r.prediction.split,
+            "training": r.prediction.training,
+            "engine": r.engine,
+            "step_time_s": 0.05,
+        },
+        {"step_time_s": NUM, "gpus": OPT_INT, "source": "missing"},
+    ),
+    f"{MODEL}.calibrate.load_profile": Case(lambda r: {"path": r.profile_path}, {"path": PATHS}),
+    f"{MODEL}.calibrate.calibrate_from_trace": Case(
+        lambda r: {"gemms": r.gemms, "analysis": r.analysis, "device": r.device, "engine": r.engine},
+        {"groups": OPT_MAP, "model": "None", "split": "None", "training": "None"},
+    ),
+}
+"""The functions and classes docs/api.md documents beyond `tracediag.__all__`, by the path it gives them."""
+CASES.update(DOCUMENTED)
+
+
+def documented_api() -> set[str]:
+    """What docs/api.md documents beyond `tracediag.__all__`: the functions and classes its examples
+    import, those it names in full (`tracediag.same_run.split_by_file`), and the calls it shows of a name
+    of a module an example imports (`calibrate_from_trace(...)`)."""
+    text = (ROOT / "docs" / "api.md").read_text()
+    found, modules = set(), set()
+    for module, names in re.findall(r"^from (tracediag[\w.]*) import ([\w, ]+)$", text, flags=re.M):
+        modules.add(module)
+        found |= {f"{module}.{n.strip()}" for n in names.split(",")}
+    found |= set(re.findall(r"\btracediag(?:\.\w+)+", text))
+    found |= {f"{m}.{call}" for call in re.findall(r"`(\w+)\(", text) for m in modules}
+    return {name for name in found if _is_api(name)} - {f"tracediag.{n}" for n in tracediag.__all__}
+
+
+def _is_api(name: str) -> bool:
+    module, _, attr = name.rpartition(".")
+    try:
+        obj = getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError):
+        return False
+    return callable(obj) and not inspect.ismodule(obj)
+
+
+def _target(name: str) -> Any:
+    if "." not in name:
+        return getattr(tracediag, name)
+    module, _, attr = name.rpartition(".")
+    return getattr(importlib.import_module(module), attr)
+
+
 def _params(name: str) -> list[str]:
     case = CASES.get(name)
     if case is not None and case.params is not None:
         return list(case.params)
-    sig = inspect.signature(getattr(tracediag, name))
+    sig = inspect.signature(_target(name))
     return [p.name for p in sig.parameters.values() if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
 
 
-PROBES = [(name, param) for name in sorted(set(tracediag.__all__) - ERRORS) for param in _params(name)]
+PROBES = [
+    (name, param) for name in sorted(set(tracediag.__all__) - ERRORS | set(DOCUMENTED)) for param in _params(name)
+]
 
 
 def test_every_public_name_has_a_case():
-    assert set(tracediag.__all__) - ERRORS == set(CASES)
+    assert set(tracediag.__all__) - ERRORS | documented_api() == set(CASES)
     for name, case in CASES.items():
         assert set(case.accepts) <= set(_params(name)), f"{name}: accepts names no parameter"
 
@@ -297,7 +411,7 @@ def test_every_public_name_has_a_case():
 def test_a_wrong_argument_is_one_line_naming_it(real, name, param):
     case = CASES[name]
     accepted = case.accepts.get(param, "").split()
-    target = getattr(tracediag, name)
+    target = _target(name)
     failures = []
     for bad_id, bad in _bad(real).items():
         if bad_id in accepted:
@@ -308,7 +422,7 @@ def test_a_wrong_argument_is_one_line_naming_it(real, name, param):
         except (TypeError, TracediagError) as e:
             message = str(e)
             named = f"`{param}`" in message or (bad_id == "missing" and MISSING in message)
-            if type(e) is TypeError and not message.startswith(f"tracediag.{name}: "):
+            if type(e) is TypeError and not _names(message.split(": ")[0], target):
                 failures.append(f"{bad_id}: a TypeError from inside ({message})")
             elif "\n" in message or not named:
                 failures.append(f"{bad_id}: {message!r} is not one line naming `{param}`")
@@ -316,7 +430,16 @@ def test_a_wrong_argument_is_one_line_naming_it(real, name, param):
             failures.append(f"{bad_id}: {type(e).__name__}: {e}")
         else:
             failures.append(f"{bad_id}: accepted ({type(out).__name__})")
-    assert not failures, f"tracediag.{name}({param}=...): " + "; ".join(failures)
+    assert not failures, f"{name}({param}=...): " + "; ".join(failures)
+
+
+def _names(prefix: str, target: object) -> bool:
+    """Whether a message's `prefix` is the path of `target` (the function as its module holds it)."""
+    try:
+        named = _target(prefix.removeprefix("tracediag.") if prefix.count(".") == 1 else prefix)
+    except (ImportError, AttributeError, ValueError):
+        return False
+    return named is target or getattr(named, "__wrapped__", None) is getattr(target, "__wrapped__", target)
 
 
 @pytest.mark.parametrize("name", sorted(ERRORS))
@@ -342,6 +465,32 @@ def test_the_valid_calls_give_the_real_results(real):
     assert real.window.ranks == (0, 1, 2, 3)
     assert tracediag.load_prediction(real.plan_path) == real.prediction
     assert tracediag.Cause("comm_bound") is tracediag.Cause.COMM_BOUND
+
+
+def test_the_documented_calls_give_the_real_results(real):
+    """docs/api.md's functions beyond `__all__`, through their checked entry points, on the real fixtures."""
+    assert _target("tracediag.compare.compare")(real.analysis, real.analysis).step_time_delta_ns == 0
+    assert _target("tracediag.desync.analyze_dumps")(real.dumps).culprit_ranks == (2,)
+    parts = _target("tracediag.same_run.split_by_file")(real.run)
+    assert [run.meta.ranks for _, run in parts] == [[0], [1], [2], [3]]
+    assert _target("tracediag.schema.conform")(real.run.events).equals(real.run.events)
+    assert real.gemms["path"].n_unique() == 4
+    gemm_analysis = tracediag.analyze(tracediag.load(GEMM_RUN, jobs=1))
+    calibrate_from_trace = _target(f"{MODEL}.calibrate.calibrate_from_trace")
+    profile = calibrate_from_trace(real.gemms, gemm_analysis, real.device, real.engine)
+    assert "compute" in profile.calibrated
+    assert _target(f"{MODEL}.calibrate.load_profile")(real.profile_path) == real.profile
+    applied = _target(f"{MODEL}.calibrate.apply_profile")(real.device, real.profile)
+    assert applied.gemm_efficiency == pytest.approx(real.device.gemm_efficiency * real.profile.compute_scale)
+    assert _target(f"{MODEL}.specs.Split")(dp=4, tp=2).gpus == 8
+
+
+def test_a_gemm_table_without_its_columns_names_them(real):
+    calibrate_from_trace = _target(f"{MODEL}.calibrate.calibrate_from_trace")
+    with pytest.raises(
+        TracediagError, match=r"^tracediag.model.calibrate.calibrate_from_trace: `gemms` lacks the GEMM"
+    ):
+        calibrate_from_trace(real.gemms.drop("seconds"), real.analysis, real.device, real.engine)
 
 
 @pytest.mark.parametrize("name", ["Run", "RunMeta", "Analysis", "Finding", "Check", "HangReport", "Window"])

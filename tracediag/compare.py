@@ -27,6 +27,7 @@ from typing import Any
 import polars as pl
 
 from tracediag.analysis import Analysis, Cause
+from tracediag.api_types import checked
 from tracediag.derive.kernels import TOP_STORED
 from tracediag.kernel_names import short_names
 from tracediag.units import NS_PER_MS, format_ms
@@ -153,6 +154,7 @@ def _kernel_changes(base: Analysis, new: Analysis) -> list[dict[str, Any]]:
     return sorted(out, key=lambda c: -abs(c["delta_ns"]))
 
 
+@checked
 def compare(base: Analysis, new: Analysis) -> Comparison:
     """What changed from `base` to `new` (see the module docstring)."""
     pb, pn = _breakdown(base), _breakdown(new)

@@ -15,6 +15,7 @@ import re
 
 import polars as pl
 
+from tracediag.api_types import checked
 from tracediag.errors import MixedRunError, shown
 from tracediag.run import Run, RunMeta
 from tracediag.units import NS_PER_S
@@ -145,6 +146,7 @@ def check_same_run(run: Run) -> pl.DataFrame | None:
     return extents
 
 
+@checked
 def split_by_file(run: Run) -> list[tuple[str, Run]]:
     """One run per file (its rank's events and metadata), in rank order."""
     out = []

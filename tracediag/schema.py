@@ -11,7 +11,7 @@ from typing import Annotated
 
 import polars as pl
 
-from tracediag.api_types import Table
+from tracediag.api_types import Table, checked
 from tracediag.errors import TraceError
 
 KINDS: tuple[str, ...] = (
@@ -113,6 +113,23 @@ EventTable = Annotated[
 without every `EVENT_SCHEMA` column of its dtype, in one line naming them."""
 
 
+GEMM_SCHEMA: dict[str, pl.DataType] = {
+    "path": pl.String(),
+    "op": pl.String(),
+    "batch": pl.Int64(),
+    "m": pl.Int64(),
+    "k": pl.Int64(),
+    "n": pl.Int64(),
+    "dtype": pl.String(),
+    "seconds": pl.Float64(),
+    "steps": pl.Int64(),
+}
+"""The GEMM table's columns, in order: one row per GEMM host op with a recorded shape (`ingest.gemms.gemm_table`
+reads it from the files, `model.calibrate` fits over it)."""
+GemmTable = Annotated[pl.DataFrame, Table("GEMM-table", GEMM_SCHEMA, "tracediag.ingest.gemms.gemm_table builds them")]
+"""The hint of an argument that must be a GEMM table (`model.calibrate.calibrate_from_trace`)."""
+
+
 OPTIONAL_COLUMNS: frozenset[str] = frozenset({"seq_sq"})
 """Columns a saved event table (`tracediag ingest` Parquet) may lack: added later, read as nulls."""
 
@@ -150,6 +167,7 @@ def shifted(col: str | pl.Expr, base: int) -> pl.Expr:
     return pl.when(e.is_between(lo, hi)).then(e + base)
 
 
+@checked
 def conform(
     df: pl.DataFrame, *, skipped: dict[str, int] | None = None, warnings: list[str] | None = None
 ) -> pl.DataFrame:

@@ -13,10 +13,9 @@ open is said. The group whose problem started first (entry creation time) is the
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import polars as pl
 
+from tracediag.api_types import checked
 from tracediag.desync.result import (
     Disagreement,
     Frame,
@@ -27,9 +26,7 @@ from tracediag.desync.result import (
 )
 from tracediag.desync.sentence import ranks_text as _ranks
 from tracediag.desync.sentence import sentence_for
-
-if TYPE_CHECKING:
-    from tracediag.ingest.flight import FlightDumps
+from tracediag.ingest.flight import FlightDumps
 
 SIZES_MAY_DIFFER = frozenset(
     {"all_to_all", "all_to_all_single", "all_to_all_v_single", "all_gather_v", "reduce_scatter_v", "gather", "scatter"}
@@ -40,6 +37,7 @@ DEFAULT_GROUP_DESC = "default_pg"
 _DONE = (pl.col("state") == "completed") | pl.col("retired").fill_null(False)
 
 
+@checked
 def analyze_dumps(dumps: FlightDumps, *, world_size: int | None = None) -> HangReport:
     """The hang report of a job's Flight Recorder dumps.
 

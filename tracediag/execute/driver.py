@@ -18,6 +18,7 @@ import sys
 import tempfile
 import time
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
@@ -25,6 +26,8 @@ from typing import IO, TYPE_CHECKING, Any
 import orjson
 import polars as pl
 
+from tracediag.analysis import Analysis
+from tracediag.api_types import checked
 from tracediag.derive.summary import RankSummary
 from tracediag.errors import RankError, TracediagError
 from tracediag.execute import open_executor
@@ -45,9 +48,7 @@ from tracediag.parquet import is_url, join, read_parquet, write_parquet
 from tracediag.run import RANK_HINT, Run, RunMeta, _is_parquet, rank_resolver, resolve_inputs
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
-
-    from tracediag.analysis import Analysis
+    from collections.abc import Callable
 
 
 @dataclass(frozen=True)
@@ -120,7 +121,7 @@ def _tasks(
     """(task, found in a directory) per input file, and the error rows of files whose rank is wrong."""
     resolved = resolve_inputs(sources, storage_options)
     if not resolved:
-        msg = "no trace files given"
+        msg = "`sources` names no trace file"
         raise TracediagError(msg)
     if len(resolved) == 1 and _is_parquet(resolved[0].path, storage_options):
         what = "an op-timeline table" if parquet_is_timeline(resolved[0].path) else "a saved run"
@@ -391,6 +392,7 @@ def analyze_summaries(
     )
 
 
+@checked
 def analyze_ranks_per_file(
     sources: str | Path | Sequence[str | Path],
     *,
@@ -416,6 +418,7 @@ def analyze_ranks_per_file(
     return results, summaries
 
 
+@checked
 def analyze_ranks(
     sources: str | Path | Sequence[str | Path],
     *,

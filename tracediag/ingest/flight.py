@@ -29,6 +29,7 @@ import orjson
 import polars as pl
 import pyarrow as pa
 
+from tracediag.api_types import checked
 from tracediag.errors import RankError, TracediagError, TraceError, shown
 from tracediag.ingest import frscan
 from tracediag.ingest.remote import expand, is_remote
@@ -699,6 +700,7 @@ def _crashed(task: tuple[list[tuple[str, bool]], dict[str, Any]], why: str) -> t
     raise TraceError(task[0][0][0], f"the worker reading this batch of dumps died ({why})")
 
 
+@checked
 def read_dumps(
     sources: list[str] | tuple[str, ...] | str,
     *,
@@ -715,6 +717,9 @@ def read_dumps(
     reading, this one included (0: one per CPU from `WORKER_FILES` dumps on, else 1).
     """
     srcs = [sources] if isinstance(sources, str) else list(sources)
+    if not srcs:
+        msg = "tracediag.ingest.flight.read_dumps: `sources` names no dump file"
+        raise TracediagError(msg)
     _rank_pattern(rank_from_filename)  # a refused pattern stops before any file is read
     found = resolve_dump_paths(srcs, storage_options)
     options = {

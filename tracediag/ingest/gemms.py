@@ -6,17 +6,16 @@ calibration is a computation over this table and never reads a file itself.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Iterable
 
 import polars as pl
 
+from tracediag.api_types import checked
 from tracediag.ingest import chrome
 from tracediag.ingest.sniff import iter_blocks
+from tracediag.schema import GEMM_SCHEMA
 from tracediag.units import NS_PER_S
 from tracediag.vocab import STEP_MARKER
-
-if TYPE_CHECKING:
-    from collections.abc import Iterable
 
 GEMM_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::_scaled_mm")
 """Host ops whose recorded `Input Dims` give a GEMM's shape (the leaves: `aten::linear`/`matmul` call these)."""
@@ -25,6 +24,7 @@ _OPERANDS = {"aten::mm": 0, "aten::_scaled_mm": 0, "aten::bmm": 0, "aten::addmm"
 """Index in `Input Dims` of the first matrix operand (addmm/baddbmm start with the bias)."""
 
 
+@checked
 def gemm_table(paths: Iterable[str]) -> pl.DataFrame:
     """One row per GEMM op with a recorded shape: path, op, batch, m, k, n, dtype, seconds, and the
     number of `ProfilerStep#N` spans in that file.
@@ -65,15 +65,4 @@ def gemm_table(paths: Iterable[str]) -> pl.DataFrame:
             .drop_nulls(["m", "k", "n"])
             .filter(pl.col("seconds") > 0)
         )
-    schema = {
-        "path": pl.String,
-        "op": pl.String,
-        "batch": pl.Int64,
-        "m": pl.Int64,
-        "k": pl.Int64,
-        "n": pl.Int64,
-        "dtype": pl.String,
-        "seconds": pl.Float64,
-        "steps": pl.Int64,
-    }
-    return pl.concat(frames) if frames else pl.DataFrame(schema=schema)
+    return pl.concat(frames) if frames else pl.DataFrame(schema=GEMM_SCHEMA)

@@ -18,20 +18,20 @@ import dataclasses
 import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 import polars as pl
 
+from tracediag.analysis import Analysis
+from tracediag.api_types import checked
 from tracediag.errors import SpecError, shown
 from tracediag.model.predict import predict
+from tracediag.model.specs import DeviceSpec, ModelSpec, Split, Training
+from tracediag.model.stack import Engine
 from tracediag.model.time import FACTOR, gemm_time
+from tracediag.schema import GemmTable
 from tracediag.units import NS_PER_S
-
-if TYPE_CHECKING:
-    from tracediag.analysis import Analysis
-    from tracediag.model.specs import DeviceSpec, ModelSpec, Split, Training
-    from tracediag.model.stack import Engine
 
 PROFILE_VERSION = 1
 """Version of the profile JSON."""
@@ -176,11 +176,17 @@ def _check_parts(path: Path, data: dict[str, Any]) -> None:
             raise SpecError(msg)
 
 
+@checked
 def load_profile(path: str | Path) -> Profile:
     """Read a profile written by `Profile.save` (`tracediag calibrate -o`)."""
     path = Path(path)
     try:
-        data = orjson.loads(path.read_bytes())
+        raw = path.read_bytes()
+    except OSError as e:
+        msg = f"{shown(path)}: cannot read the profile ({e.strerror or e})"
+        raise SpecError(msg) from None
+    try:
+        data = orjson.loads(raw)
         version = data.pop("profile_version")
         data["calibrated"] = tuple(data.get("calibrated", ()))
         data["notes"] = tuple(data.get("notes", ()))
@@ -193,11 +199,12 @@ def load_profile(path: str | Path) -> Profile:
             _check_number(path, key, data.get(key), low, high)
         _check_parts(path, data)
         return Profile(**data)
-    except (OSError, orjson.JSONDecodeError, KeyError, TypeError, AttributeError) as e:
-        msg = f"{path}: not a tracediag profile ({e})\n\nHint: write one with `tracediag calibrate -o`"
+    except (orjson.JSONDecodeError, KeyError, TypeError, AttributeError) as e:
+        msg = f"{shown(path)}: not a tracediag profile ({e})\n\nHint: write one with `tracediag calibrate -o`"
         raise SpecError(msg) from e
 
 
+@checked
 def apply_profile(device: DeviceSpec, profile: Profile) -> DeviceSpec:
     """`device` with the profile's calibrated parts applied (the others untouched)."""
     changes: dict[str, Any] = {}
@@ -256,6 +263,7 @@ def step_time_from_measure(
     return (p.mfu_full_s2 if measure == "mfu" else p.hfu) * p.step_time_s / value
 
 
+@checked
 def calibrate_from_step_time(
     model: ModelSpec,
     device: DeviceSpec,
@@ -417,8 +425,9 @@ def measured_step_time(analysis: Analysis) -> tuple[float, float]:
     return float(per_step["dur_ns"].median()) / NS_PER_S, float(steps["compute_ns"].median()) / NS_PER_S
 
 
+@checked
 def calibrate_from_trace(
-    gemms: pl.DataFrame,
+    gemms: GemmTable,
     analysis: Analysis,
     device: DeviceSpec,
     engine: Engine,

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from tracediag.api_types import checked
 from tracediag.errors import SpecError
 from tracediag.model.rates import GEMM_EFFICIENCY_BF16
 
@@ -184,6 +185,7 @@ def read_hf_config(path: str | Path) -> ModelSpec:
     )
 
 
+@checked
 def resolve_model(name_or_path: str) -> ModelSpec:
     """A preset name, or a path to a Hugging Face `config.json`."""
     if name_or_path in MODELS:
@@ -405,6 +407,7 @@ DEVICES = {
 """Named devices with the links of their usual node."""
 
 
+@checked
 def resolve_device(name: str, **overrides: object) -> DeviceSpec:
     """A device preset with some fields replaced (None values are ignored)."""
     if name not in DEVICES:
@@ -416,6 +419,7 @@ def resolve_device(name: str, **overrides: object) -> DeviceSpec:
 # --------------------------------------------------------------------------------------------------- split
 
 
+@checked
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Split:
     """How the work is divided over the devices."""
@@ -452,6 +456,7 @@ class Split:
         return self.tp * self.pp * self.dp * self.cp
 
 
+@checked
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Training:
     """What one step does."""

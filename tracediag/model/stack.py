@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from tracediag.api_types import checked
 from tracediag.errors import SpecError
 
 STACKS = ("megatron", "torchtitan", "deepspeed", "fsdp")
@@ -180,6 +181,7 @@ ENGINES = {
 """Named engine profiles (`--engine`)."""
 
 
+@checked
 def resolve_engine(name: str) -> Engine:
     """An engine profile by name."""
     if name not in ENGINES:
