@@ -90,8 +90,9 @@ class RunMeta:
         return groups
 
     def to_dict(self) -> dict:
-        """The metadata's JSON form (kept with the per-rank summaries)."""
-        return dataclasses.asdict(self)
+        """The metadata's JSON form (kept with the per-rank summaries): `dataclasses.asdict`, built
+        field by field (asdict's deep copies cost 0.25 ms a file: 1.3 s of a 5,000-file run's save)."""
+        return {"files": tuple(map(_file_dict, self.files)), "errors": self.errors, "ignored": self.ignored}
 
     @classmethod
     def from_dict(cls, d: dict) -> RunMeta:
@@ -114,6 +115,20 @@ class RunMeta:
                 )
             )
         return cls(files=tuple(files), errors=tuple(d.get("errors", ())), ignored=tuple(d.get("ignored", ())))
+
+
+_FILE_FIELDS = tuple(f.name for f in dataclasses.fields(FileMeta))
+
+
+def _file_dict(f: FileMeta) -> dict:
+    """`dataclasses.asdict(f)`."""
+    d = {name: getattr(f, name) for name in _FILE_FIELDS}
+    d.update(
+        process_groups=tuple(dataclasses.asdict(g) for g in f.process_groups),
+        skipped=dict(f.skipped),
+        coords=dict(f.coords),
+    )
+    return d
 
 
 @checked
@@ -380,7 +395,10 @@ about a quarter more CPU there (75k rows: 4.2 against 3.4 ms) and finishes no so
 
 
 def _by_time(events: pl.DataFrame) -> pl.DataFrame:
-    """One file's events sorted by time, ties in file order."""
+    """One file's events sorted by time, ties in file order (as they are when read with others:
+    `ingest.read.read_small`; telling costs one pass, a sort's call costs as much on a small file)."""
+    if events.get_column("ts").is_sorted():
+        return events
     return events.sort("ts", maintain_order=True, multithreaded=events.height >= _PARALLEL_SORT_ROWS)
 
 

@@ -12,6 +12,7 @@ import pytest
 from conftest import KINETO, RUNS, SAMPLES, needs_shared
 from polars.testing import assert_frame_equal
 
+import tracediag.ingest.read as read_module
 import tracediag.run as run_module
 from tracediag.ingest.read import read_small, read_traces
 from tracediag.run import _by_time, _read_group, _read_one, load
@@ -98,7 +99,9 @@ def _damaged(tmp_path):
     return [str(p) for p in (good[0], cut_gzip, good[1], cut_json, no_rank, not_json, good[2], good[3])]
 
 
-def test_damaged_files_in_a_batch_are_reported_as_alone(tmp_path):
+@pytest.mark.parametrize("arrow_from", [1, 10**9], ids=["pyarrow-gunzip", "zlib-gunzip"])
+def test_damaged_files_in_a_batch_are_reported_as_alone(tmp_path, monkeypatch, arrow_from):
+    monkeypatch.setattr(read_module, "ARROW_GUNZIP_FILES", arrow_from)
     paths = _damaged(tmp_path)
     tasks = [(p, None, None, None) for p in paths]
     together = _read_group(tasks)
@@ -144,3 +147,10 @@ def test_profiler_windows_in_a_batch_are_merged_as_ever(monkeypatch):
     assert batched.meta == alone.meta
     assert len(batched.meta.files) == 4
     assert all(len(f.windows) == 1 for f in batched.meta.files)
+
+
+def test_run_metadata_dict_is_asdict():
+    meta = load(RUNS / "windows_repeat2").meta
+    meta = dataclasses.replace(meta, errors=("x.json: empty file",), ignored=("manifest.json: not a trace",))
+    assert any(f.process_groups for f in meta.files)
+    assert meta.to_dict() == dataclasses.asdict(meta)

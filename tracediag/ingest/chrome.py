@@ -337,26 +337,27 @@ class Batch:
         )
 
 
-def decode_small(docs: list[bytes]) -> tuple[Batch | None, list[int]]:
+def decode_small(docs: Iterable[bytes | memoryview | None]) -> tuple[Batch | None, list[int]]:
     """Decode many small whole documents (each a file's content, under `SMALL_BYTES`, starting with `{` or
     `[`) as `decode` decodes each, into one set of columns; and the indices of the documents declined (to
-    be read alone by `decode`, as ever): those the C scanner does not read, Object forms without
-    `traceEvents`, files without rows, and files with B/E or other non-X rows, or without usable times.
+    be read alone by `decode`, as ever): those the C scanner does not read, files without rows (an
+    Object form without `traceEvents` too), and files with B/E or other non-X rows, or without usable times.
     No batch (None) where every document was declined.
 
-    Each file's slices, rare args and metadata equal `decode`'s of it alone (tests/ingest/test_small_batch.py).
+    A document may be None (declined). Each file's slices, rare args and metadata equal `decode`'s of it
+    alone (tests/ingest/test_small_batch.py).
     """
     scanner = native.Scanner(SCANNED_ROWS)
     declined: list[int] = []
     files, first_order, row_counts, tops, events_in, skipped = [], [], [], [], [], []
     for i, doc in enumerate(docs):
-        is_array = doc[:1] == b"["
-        if not is_array and b'"traceEvents"' not in doc:
+        if doc is None:
             declined.append(i)
             continue
+        is_array = bytes(doc[:1]) == b"["
         start = scanner.next_order
         fed = scanner.feed(doc, is_array, None, len(doc))
-        if fed is None or not fed.rows:  # no row at all: `decode` types its empty columns otherwise
+        if fed is None or not fed.rows:  # no row (no `traceEvents`?): `decode` types empty columns otherwise
             declined.append(i)
             continue
         files.append(i)

@@ -733,13 +733,9 @@ def to_events_small(
             skipped=dict(sorted(skipped.items())),
             warnings=tuple(warnings[f]),
         )
-        out[f] = FileTrace(events=events.slice(start, height).with_columns(_SORTED_TS), meta=meta)
+        out[f] = FileTrace(events=events.slice(start, height), meta=meta)
         start += height
     return out
-
-
-_SORTED_TS = pl.col("ts").set_sorted()
-"""Tells `run.load`'s sort of a file's events (by `ts`) that they are sorted already."""
 
 
 def _absolute_times_small(
