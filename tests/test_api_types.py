@@ -118,6 +118,8 @@ class Case:
     accepts: dict[str, str] = field(default_factory=dict)
     params: tuple[str, ...] | None = None
     """The parameters, where the signature does not say them (an enum's call)."""
+    bound: Callable[[Real], Callable[..., object]] | None = None
+    """A method: the bound method of a real object it is called on."""
 
 
 OPT_STR = "None missing"
@@ -382,10 +384,22 @@ def _is_api(name: str) -> bool:
 
 
 def _target(name: str) -> Any:
-    if "." not in name:
-        return getattr(tracediag, name)
-    module, _, attr = name.rpartition(".")
-    return getattr(importlib.import_module(module), attr)
+    """The object a dotted path names: ``load``, ``tracediag.model.specs.Split``, ``tracediag.Run.save``."""
+    parts = name.split(".") if name.startswith("tracediag.") else ["tracediag", *name.split(".")]
+    for i in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:i]))
+        except ImportError:
+            continue
+        for attr in parts[i:]:
+            obj = getattr(obj, attr)
+        return obj
+    raise ImportError(name)
+
+
+def _unwrapped(obj: object) -> object:
+    obj = getattr(obj, "__func__", obj)
+    return getattr(obj, "__wrapped__", obj)
 
 
 def _params(name: str) -> list[str]:
@@ -393,16 +407,40 @@ def _params(name: str) -> list[str]:
     if case is not None and case.params is not None:
         return list(case.params)
     sig = inspect.signature(_target(name))
-    return [p.name for p in sig.parameters.values() if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    skip = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+    return [p.name for p in sig.parameters.values() if p.kind not in skip and p.name != "self"]
 
+
+METHODS: dict[str, Case] = {
+    "tracediag.Run.save": Case(
+        lambda r: {"path": r.plan_path.with_name("run.parquet")}, {"path": PATHS}, bound=lambda r: r.run.save
+    ),
+    "tracediag.model.calibrate.Profile.save": Case(
+        lambda r: {"path": r.profile_path}, {"path": PATHS}, bound=lambda r: r.profile.save
+    ),
+    "tracediag.Analysis.from_dict": Case(
+        lambda r: {"d": r.analysis.to_dict()}, {"d": "dict"}, bound=lambda r: tracediag.Analysis.from_dict
+    ),
+    "tracediag.Window.from_dict": Case(
+        lambda r: {"d": r.window.to_dict()}, {"d": "dict"}, bound=lambda r: tracediag.Window.from_dict
+    ),
+    "tracediag.Window.slower_than": Case(
+        lambda r: {"ratio": 0.1}, {"ratio": NUM, "confidence": NUM}, bound=lambda r: r.window.slower_than
+    ),
+}
+"""The methods the docs show taking arguments (docs/api.md, docs/watch.md); a wrong type of dict (its
+keys or values) is the method's own error, not probed here."""
+CASES.update(METHODS)
 
 PROBES = [
-    (name, param) for name in sorted(set(tracediag.__all__) - ERRORS | set(DOCUMENTED)) for param in _params(name)
+    (name, param)
+    for name in sorted(set(tracediag.__all__) - ERRORS | set(DOCUMENTED) | set(METHODS))
+    for param in _params(name)
 ]
 
 
 def test_every_public_name_has_a_case():
-    assert set(tracediag.__all__) - ERRORS | documented_api() == set(CASES)
+    assert set(tracediag.__all__) - ERRORS | documented_api() | set(METHODS) == set(CASES)
     for name, case in CASES.items():
         assert set(case.accepts) <= set(_params(name)), f"{name}: accepts names no parameter"
 
@@ -411,7 +449,7 @@ def test_every_public_name_has_a_case():
 def test_a_wrong_argument_is_one_line_naming_it(real, name, param):
     case = CASES[name]
     accepted = case.accepts.get(param, "").split()
-    target = _target(name)
+    target = case.bound(real) if case.bound else _target(name)
     failures = []
     for bad_id, bad in _bad(real).items():
         if bad_id in accepted:
@@ -436,10 +474,10 @@ def test_a_wrong_argument_is_one_line_naming_it(real, name, param):
 def _names(prefix: str, target: object) -> bool:
     """Whether a message's `prefix` is the path of `target` (the function as its module holds it)."""
     try:
-        named = _target(prefix.removeprefix("tracediag.") if prefix.count(".") == 1 else prefix)
+        named = _target(prefix)
     except (ImportError, AttributeError, ValueError):
         return False
-    return named is target or getattr(named, "__wrapped__", None) is getattr(target, "__wrapped__", target)
+    return _unwrapped(named) is _unwrapped(target)
 
 
 @pytest.mark.parametrize("name", sorted(ERRORS))

@@ -503,6 +503,7 @@ class Analysis:
         return out
 
     @classmethod
+    @checked
     def from_dict(cls, d: dict[str, Any]) -> Analysis:
         """Read back `to_dict` output (e.g. for `tracediag report analysis.json`); sections a later
         minor version adds are ignored."""

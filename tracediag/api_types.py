@@ -81,13 +81,16 @@ class CheckedEnumType(enum.EnumType):
 
 
 def public_name(target: Any) -> str:
-    """How a message names `target`: ``tracediag.load`` for a name of the package's `__all__`, else where
-    it is defined (``tracediag.model.specs.Split``). The package is looked up, not imported (it is the last
-    stage, docs/architecture.md): it was imported before any of its modules."""
+    """How a message names `target`: ``tracediag.load`` (``tracediag.Run.save``) for a name of the package's
+    `__all__` (a method of one), else where it is defined (``tracediag.model.specs.Split``). The package is
+    looked up, not imported (it is the last stage, docs/architecture.md): it was imported before any of its
+    modules."""
     package = sys.modules["tracediag"]
-    public = getattr(package, target.__name__, None) if target.__name__ in package.__all__ else None
-    if public is not None and (public is target or getattr(public, "__wrapped__", None) is target):
-        return f"tracediag.{target.__name__}"
+    head = target.__qualname__.split(".")[0]  # a method's class
+    public = getattr(package, head, None) if head in package.__all__ else None
+    defined = getattr(sys.modules[target.__module__], head, None)
+    if public is not None and getattr(public, "__wrapped__", public) is getattr(defined, "__wrapped__", defined):
+        return f"tracediag.{target.__qualname__}"
     return f"{target.__module__}.{target.__qualname__}"
 
 

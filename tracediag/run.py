@@ -141,6 +141,7 @@ class Run:
     events: EventTable
     meta: RunMeta = field(default_factory=RunMeta)
 
+    @checked
     def save(self, path: str | Path) -> None:
         """Write events and metadata to one Parquet file (`load(path)` reads it back exactly).
 

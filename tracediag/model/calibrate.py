@@ -113,6 +113,7 @@ class Profile:
         """Plain data (the saved JSON)."""
         return {"profile_version": PROFILE_VERSION, **asdict(self)}
 
+    @checked
     def save(self, path: str | Path) -> None:
         """Write `to_dict()` as JSON."""
         Path(path).write_bytes(orjson.dumps(self.to_dict(), option=orjson.OPT_INDENT_2) + b"\n")

@@ -117,6 +117,7 @@ class Window:
         """A step-time change against the baseline was reported at this window."""
         return any(c.kind == "step_time" for c in self.changes)
 
+    @checked
     def slower_than(self, ratio: float, confidence: float = 0.0) -> Change | None:
         """The step-time change at least `ratio` slower (0.1 = 10%) with at least `confidence`, if any."""
         return next(
@@ -157,6 +158,7 @@ class Window:
         }
 
     @classmethod
+    @checked
     def from_dict(cls, d: Mapping[str, Any]) -> Window:
         """The window a `to_dict` record describes."""
 
