@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import dataclasses
+import io
 import itertools
 import os
 import stat
@@ -27,7 +28,7 @@ from tracediag.ingest.read import SMALL_FILE_BYTES, read_small, read_traces
 from tracediag.ingest.remote import expand, filesystem, is_remote, location_key, read_prefix
 from tracediag.ingest.sniff import is_stream, sniff
 from tracediag.ingest.trace import FileMeta, FileTrace, ProcessGroup
-from tracediag.ingest.workers import forked_after_import, map_in_workers
+from tracediag.ingest.workers import forked_after_import, in_worker, map_in_workers
 from tracediag.output import write_atomic
 from tracediag.schema import EVENT_SCHEMA, MAX_RANK, OPTIONAL_COLUMNS, EventTable, conform, empty_events
 from tracediag.vocab import UserRegex, user_regex
@@ -420,8 +421,8 @@ def _map_files(
                     on_file_done(task[0])
         return results
     done = (lambda i: [on_file_done(task[0]) for task in groups[i]]) if on_file_done else None
-    read = map_in_workers(_read_group, groups, jobs, crashed=_group_crashed, on_done=done, in_caller=True)
-    return [result for group in read for result in group]
+    read = map_in_workers(_read_shipped, groups, jobs, crashed=_group_crashed, on_done=done, in_caller=True)
+    return [result for group in read for result in (group.unpack() if isinstance(group, _Shipped) else group)]
 
 
 SMALL_GROUP = 256
@@ -500,6 +501,50 @@ def _paying_jobs(tasks: list[ReadTask]) -> int:
             continue
         total += size * (_GZIP_RATIO if path.endswith(".gz") else 1)
     return max(1, total // WORKER_BYTES)
+
+
+def _read_shipped(group: list[ReadTask]) -> list[list[FileTrace] | tuple[str, bool]] | _Shipped:
+    """`_read_group`, its results packed as `_Shipped` in a worker process (to be sent to the caller)."""
+    results = _read_group(group)
+    return _Shipped.pack(results) if in_worker() else results
+
+
+@dataclass(frozen=True)
+class _Shipped:
+    """A group's results as a worker sends them: its tables one Arrow IPC stream, and per file its traces'
+    metadata and heights (or its error). Pickling each table costs about five times as much (a group of
+    256 Kineto windows: 0.23 + 0.13 s against 0.04 + 0.04)."""
+
+    events: bytes
+    results: list[list[tuple[FileMeta, int]] | tuple[str, bool]]
+
+    @classmethod
+    def pack(cls, results: list[list[FileTrace] | tuple[str, bool]]) -> _Shipped | list:
+        frames = [t.events for r in results if isinstance(r, list) for t in r]
+        if not frames:
+            return results
+        buffer = io.BytesIO()
+        try:
+            pl.concat(frames).write_ipc(buffer, compression="uncompressed")
+        except pl.exceptions.PolarsError:  # tables that do not stack (no reader's): each pickled
+            return results
+        shapes = [[(t.meta, t.events.height) for t in r] if isinstance(r, list) else r for r in results]
+        return cls(buffer.getvalue(), shapes)
+
+    def unpack(self) -> list[list[FileTrace] | tuple[str, bool]]:
+        events = pl.read_ipc(self.events)
+        out: list[list[FileTrace] | tuple[str, bool]] = []
+        at = 0
+        for r in self.results:
+            if not isinstance(r, list):
+                out.append(r)
+                continue
+            traces = []
+            for meta, height in r:
+                traces.append(FileTrace(events=events.slice(at, height), meta=meta))
+                at += height
+            out.append(traces)
+        return out
 
 
 def _group_crashed(group: list[ReadTask], why: str) -> list[tuple[str, bool]]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import gzip
+import pickle
 import shutil
 
 import pytest
@@ -96,7 +97,10 @@ def _damaged(tmp_path):
     no_rank = shutil.copy(KINETO / "hta_triton_example.json.gz", tmp_path / "worker.json.gz")
     not_json = tmp_path / "rank12.json"
     not_json.write_bytes(b"rank,step,name\n")
-    return [str(p) for p in (good[0], cut_gzip, good[1], cut_json, no_rank, not_json, good[2], good[3])]
+    members = tmp_path / "rank13.pt.trace.json.gz"  # two gzip members: one trace, as `gzip` reads it
+    members.write_bytes(gzip.compress(text[:1000]) + gzip.compress(text[1000:]))
+    bad = (cut_gzip, cut_json, no_rank, not_json, members)
+    return [str(p) for p in (good[0], bad[0], good[1], *bad[1:], good[2], good[3])]
 
 
 @pytest.mark.parametrize("arrow_from", [1, 10**9], ids=["pyarrow-gunzip", "zlib-gunzip"])
@@ -154,3 +158,17 @@ def test_run_metadata_dict_is_asdict():
     meta = dataclasses.replace(meta, errors=("x.json: empty file",), ignored=("manifest.json: not a trace",))
     assert any(f.process_groups for f in meta.files)
     assert meta.to_dict() == dataclasses.asdict(meta)
+
+
+def test_a_workers_results_ship_as_one_table_and_unpack_equal(tmp_path):
+    tasks = [(p, None, None, None) for p in _damaged(tmp_path)]
+    results = _read_group(tasks)
+    shipped = run_module._Shipped.pack(results)
+    assert isinstance(shipped, run_module._Shipped)
+    back = pickle.loads(pickle.dumps(shipped)).unpack()
+    assert len(back) == len(results)
+    for got, want in zip(back, results):
+        if isinstance(want, tuple):
+            assert got == want
+        else:
+            _assert_same(got, want)

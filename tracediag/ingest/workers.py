@@ -43,6 +43,12 @@ _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
 
 
 _FORK = {"after_import": False}
+_SERVING = {"worker": False}
+
+
+def in_worker() -> bool:
+    """True in a worker process (`serve`): what a task returns is shipped to the caller."""
+    return _SERVING["worker"]
 
 
 def _forked() -> None:
@@ -76,7 +82,8 @@ class _Raised:
 
 def _send(stream: IO[bytes], obj: Any) -> None:
     data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
-    stream.write(_LEN.pack(len(data)) + data)
+    stream.write(_LEN.pack(len(data)))
+    stream.write(data)  # not joined to the length: an answer may be 100 MB of tables
     stream.flush()
 
 
@@ -98,6 +105,7 @@ def serve() -> None:
     cannot corrupt the answers.
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the caller's; a worker ends when its input does
+    _SERVING["worker"] = True
     answers = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)
     requests = sys.stdin.buffer
