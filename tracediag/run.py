@@ -438,8 +438,9 @@ SMALL_GROUP = 256
 
 def _groups(tasks: list[ReadTask], jobs: int) -> list[list[ReadTask]]:
     """The tasks in groups, in order: runs of small local files together (at most `SMALL_GROUP`, fewer so
-    that each of `jobs` processes gets a few groups), every other file alone."""
-    size = max(8, min(SMALL_GROUP, len(tasks) // (4 * jobs) if jobs > 1 else SMALL_GROUP))
+    that each of `jobs` processes gets about four: `-j 2` on four files reads one a process), every other
+    file alone."""
+    size = min(SMALL_GROUP, -(-len(tasks) // (4 * jobs))) if jobs > 1 else SMALL_GROUP
     groups: list[list[ReadTask]] = []
     run: list[ReadTask] = []
     for task in tasks:

@@ -172,3 +172,13 @@ def test_a_workers_results_ship_as_one_table_and_unpack_equal(tmp_path):
             assert got == want
         else:
             _assert_same(got, want)
+
+
+def test_small_files_are_grouped_so_that_every_process_reads():
+    small = [(str(p), None, None, None) for p in KINETO_FILES[:4]]
+    assert [len(g) for g in run_module._groups(small, 1)] == [4]
+    assert [len(g) for g in run_module._groups(small, 2)] == [1, 1, 1, 1]  # -j 2: each process gets files
+    many = small * 700
+    assert {len(g) for g in run_module._groups(many, 1)} == {run_module.SMALL_GROUP, 2800 % run_module.SMALL_GROUP}
+    assert max(len(g) for g in run_module._groups(many, 2)) == run_module.SMALL_GROUP
+    assert {len(g) for g in run_module._groups(small * 200, 2)} == {800 // 8}  # 8 groups, 4 a process
