@@ -15,6 +15,7 @@ from polars.testing import assert_frame_equal
 
 import tracediag.ingest.read as read_module
 import tracediag.run as run_module
+from tracediag.ingest import chrome
 from tracediag.ingest.read import read_small, read_traces
 from tracediag.run import _by_time, _read_group, _read_one, load
 
@@ -46,7 +47,10 @@ def _assert_same(together, alone):
     assert together[0].meta == alone[0].meta
 
 
-def test_a_batch_of_real_traces_equals_each_read_alone():
+@pytest.mark.parametrize("rows", [None, 1], ids=["one-take", "a-take-a-file"])
+def test_a_batch_of_real_traces_equals_each_read_alone(monkeypatch, rows):
+    if rows is not None:  # the scanner's rows turned into frames after every file
+        monkeypatch.setattr(chrome, "SMALL_BATCH_ROWS", rows)
     tasks = [(str(p), None, 0) for p in KINETO_FILES]
     together = read_small(tasks)
     assert all(t is not None for t in together)  # all of them small Kineto files: none read alone

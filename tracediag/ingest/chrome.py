@@ -302,6 +302,9 @@ def decode(source: bytes | Iterable[bytes] | mmap.mmap, path: str) -> Decoded:
 
 SMALL_BYTES = 2 * CHUNK_BYTES
 """A document below this size is decoded whole by `decode` (one piece): `decode_small` may read it with others."""
+SMALL_BATCH_ROWS = 4 * SCANNED_ROWS
+"""`decode_small` turns the scanner's rows (all its columns) into compact frames once it holds this many
+(at the end of the file that reaches it), so a batch of large files never holds them all."""
 
 
 @dataclass
@@ -347,9 +350,24 @@ def decode_small(docs: Iterable[bytes | memoryview | None]) -> tuple[Batch | Non
     A document may be None (declined). Each file's slices, rare args and metadata equal `decode`'s of it
     alone (tests/ingest/test_small_batch.py).
     """
-    scanner = native.Scanner(SCANNED_ROWS)
+    scanner = native.Scanner(SMALL_BATCH_ROWS)
     declined: list[int] = []
-    files, first_order, row_counts, tops, events_in, skipped = [], [], [], [], [], []
+    files, first_order, tops, events_in, skipped = [], [], [], [], []
+    bases: list[pl.DataFrame] = []
+    metas: list[pl.DataFrame] = []
+    rare_args = _RareArgs()
+    held: list[tuple[int, int]] = []  # (file, rows) of the files the scanner holds
+
+    def add_held() -> None:
+        """The scanner's rows as frames, each row's file told by the rows each file added."""
+        taken = scanner.take()
+        slot = pl.Series("file", [f for f, _ in held], dtype=pl.UInt32)
+        at = pl.Series([0, *itertools.accumulate(n for _, n in held)][:-1], dtype=pl.UInt32)
+        rows = pl.int_range(taken.height, eager=True, dtype=pl.UInt32)
+        taken = taken.with_columns(file=slot.gather(at.search_sorted(rows, side="right") - 1))
+        _add_taken(taken, scanner.strings, bases, metas, rare_args, {})  # metadata counted by file below
+        held.clear()
+
     for i, doc in enumerate(docs):
         if doc is None:
             declined.append(i)
@@ -362,23 +380,18 @@ def decode_small(docs: Iterable[bytes | memoryview | None]) -> tuple[Batch | Non
             continue
         files.append(i)
         first_order.append(start)
-        row_counts.append(fed.rows)
         tops.append({k: v for k, v in fed.top.items() if v is not None})
         events_in.append(fed.n_events)
         skipped.append(dict(fed.skipped))
+        held.append((i, fed.rows))
+        if sum(n for _, n in held) >= SMALL_BATCH_ROWS:  # the scanner's wide rows go to compact frames
+            add_held()
     if not files:
         return None, declined
-    taken = scanner.take()
-    slot = pl.Series("file", files, dtype=pl.UInt32)
-    at = pl.Series([0, *itertools.accumulate(row_counts)][:-1], dtype=pl.UInt32)
-    rows = pl.int_range(taken.height, eager=True, dtype=pl.UInt32)
-    taken = taken.with_columns(file=slot.gather(at.search_sorted(rows, side="right") - 1))
-    bases: list[pl.DataFrame] = []
-    metas: list[pl.DataFrame] = []
-    rare_args = _RareArgs()
-    _add_taken(taken, scanner.strings, bases, metas, rare_args, {})  # metadata counted by file below
-    frame = bases[0]
-    metadata = metas[0] if metas else _metadata_frame([]).with_columns(file=pl.lit(0, dtype=pl.UInt32)).clear()
+    if held:
+        add_held()
+    frame = bases[0] if len(bases) == 1 else _contiguous(bases)
+    metadata = pl.concat(metas) if metas else _metadata_frame([]).with_columns(file=pl.lit(0, dtype=pl.UInt32)).clear()
     rare = rare_args.frames()
     index = {f: k for k, f in enumerate(files)}
     for f, n in metadata.group_by("file").len().iter_rows():
