@@ -35,6 +35,39 @@ SIZES_MAY_DIFFER = frozenset(
 scatter), as torch's fr_trace also exempts them."""
 DEFAULT_GROUP_DESC = "default_pg"
 _DONE = (pl.col("state") == "completed") | pl.col("retired").fill_null(False)
+_SIZES_CHECKED = ~pl.col("op").is_in(list(SIZES_MAY_DIFFER))
+
+
+def _flat(entries: pl.DataFrame) -> pl.DataFrame:
+    """The columns the alignment reads, all flat, so that its filters, sorts and group-bys over every entry
+    move no nested lists (2M entries: ~1 s less): `done`, and `_h`, a 64-bit hash of what ranks must agree
+    on (op, sizes where `SIZES_MAY_DIFFER` does not exempt them, dtypes). Entries whose hashes differ
+    differ; the values themselves are compared where they do (`_first_mismatch`). Two different values
+    of one hash (~2^-64 a pair) would hide a mismatch."""
+    agreed = pl.struct(
+        "op",
+        pl.when(_SIZES_CHECKED).then("input_sizes"),
+        pl.when(_SIZES_CHECKED).then("output_sizes"),
+        "input_dtypes",
+        "output_dtypes",
+    )
+    return entries.select(
+        "rank",
+        "record_id",
+        "pg_name",
+        "pg_desc",
+        "collective_seq_id",
+        "p2p_seq_id",
+        "backend",
+        "op",
+        "is_p2p",
+        "p2p_src",
+        "p2p_dst",
+        "time_created_ns",
+        "stack_id",
+        _DONE.alias("done"),
+        agreed.hash().alias("_h"),
+    )
 
 
 @checked
@@ -52,8 +85,10 @@ def analyze_dumps(dumps: FlightDumps, *, world_size: int | None = None) -> HangR
     dumped = sorted(dumps.ranks)
     world, notes = _world(dumps, dumped, world_size)
     missing = tuple(sorted(set(world) - set(dumped)))
-    entries = dumps.entries.with_columns(_DONE.alias("done"))
-    groups = [_group(entries, dumps.groups, name, desc, world, dumped) for name, desc in _group_names(entries)]
+    entries = _flat(dumps.entries)
+    groups = [
+        _group(entries, dumps.entries, dumps.groups, name, desc, world, dumped) for name, desc in _group_names(entries)
+    ]
     if any(g.membership == "entries" for g in groups):
         notes.append(
             "group members were inferred from the ranks whose entries name the group (the dumps' pg_config lists "
@@ -126,7 +161,15 @@ def _world(dumps: FlightDumps, dumped: list[int], world_size: int | None) -> tup
 
 
 def _group_names(entries: pl.DataFrame) -> list[tuple[str, str | None]]:
-    rows = entries.group_by("pg_name").agg(pl.col("pg_desc").drop_nulls().mode().first()).rows()
+    """Each group's name and its most frequent description (the first by name on a tie)."""
+    counts = entries.group_by("pg_name", "pg_desc").len()
+    names = counts.select("pg_name").unique()
+    desc = (
+        counts.filter(pl.col("pg_desc").is_not_null())
+        .sort(["len", "pg_desc"], descending=[True, False])
+        .unique("pg_name", keep="first")
+    )
+    rows = names.join(desc.select("pg_name", "pg_desc"), on="pg_name", how="left").rows()
     return sorted(rows, key=lambda r: _name_key(r[0]))
 
 
@@ -160,8 +203,15 @@ def _members(
 
 
 def _group(
-    entries: pl.DataFrame, groups: pl.DataFrame, name: str, desc: str | None, world: list[int], dumped: list[int]
+    entries: pl.DataFrame,
+    values: pl.DataFrame,
+    groups: pl.DataFrame,
+    name: str,
+    desc: str | None,
+    world: list[int],
+    dumped: list[int],
 ) -> GroupReport:
+    """One group's report; `entries` are `_flat`'s, `values` the dumps' own (read at the mismatch found)."""
     members, source, membership_problem = _members(entries, groups, name, desc, world)
     have = [r for r in members if r in set(dumped)]
     no_dump = tuple(r for r in members if r not in set(dumped))
@@ -169,7 +219,9 @@ def _group(
     coll = mine.filter(~pl.col("is_p2p"))
     per_rank = _per_rank(coll, have)
     window = per_rank["first_seq"].max()
-    problem = membership_problem or _first_mismatch(coll, have, window) or _p2p_unmatched(mine, members, set(dumped))
+    problem = (
+        membership_problem or _first_mismatch(coll, values, name, window) or _p2p_unmatched(mine, members, set(dumped))
+    )
     waiting = per_rank.filter(pl.col("waiting_in").is_not_null())
     waited_seq = waited_op = None
     late: tuple[int, ...] = ()
@@ -230,7 +282,7 @@ def _per_rank(coll: pl.DataFrame, have: list[int]) -> pl.DataFrame:
     Collectives of a group complete in order, so everything up to the last completed entry is complete
     (gloo leaves some completed entries unretired while a later one is retired)."""
     seq = pl.col("collective_seq_id")
-    ordered = coll.sort("rank", "collective_seq_id")
+    ordered = coll.select("rank", "collective_seq_id", "op", "done").sort("rank", "collective_seq_id")
     stats = ordered.group_by("rank").agg(
         seq.min().alias("first_seq"),
         seq.max().alias("last_seq"),
@@ -268,29 +320,31 @@ def _text(value: object) -> str:
     return str(value.to_list() if isinstance(value, pl.Series) else value)
 
 
-def _first_mismatch(coll: pl.DataFrame, have: list[int], window: int | None) -> Disagreement | None:
-    """The first sequence id (in the shared window) where members enqueued different collectives."""
+def _first_mismatch(coll: pl.DataFrame, values: pl.DataFrame, name: str, window: int | None) -> Disagreement | None:
+    """The first sequence id (in the shared window) where members enqueued different collectives; `coll`
+    the group's `_flat` collectives, `values` every entry as the dumps hold them."""
     if window is None or not coll.height:
         return None
-    shared = coll.filter(pl.col("collective_seq_id") >= window)
-    sizes_checked = ~pl.col("op").is_in(list(SIZES_MAY_DIFFER))
-    per_seq = (
-        shared.group_by("collective_seq_id")
-        .agg(
-            (pl.col("op").n_unique() > 1).alias("op"),
-            (
-                (pl.col("input_sizes").filter(sizes_checked).n_unique() > 1)
-                | (pl.col("output_sizes").filter(sizes_checked).n_unique() > 1)
-            ).alias("sizes"),
-            ((pl.col("input_dtypes").n_unique() > 1) | (pl.col("output_dtypes").n_unique() > 1)).alias("dtypes"),
-        )
-        .filter(pl.col("op") | pl.col("sizes") | pl.col("dtypes"))
-        .sort("collective_seq_id")
+    h = pl.col("_h")
+    candidates = (
+        coll.filter(pl.col("collective_seq_id") >= window)
+        .group_by("collective_seq_id")
+        .agg((h.min() != h.max()).alias("differs"))
+        .filter("differs")
+        .sort("collective_seq_id")["collective_seq_id"]
     )
-    if not per_seq.height:
-        return None
-    seq, op_differs, sizes_differ, _ = per_seq.row(0)
-    at = shared.filter(pl.col("collective_seq_id") == seq)
+    for seq in candidates:
+        at = values.filter((pl.col("pg_name") == name) & ~pl.col("is_p2p") & (pl.col("collective_seq_id") == seq))
+        checked = at.filter(_SIZES_CHECKED)
+        op_differs = at["op"].n_unique() > 1
+        sizes_differ = checked["input_sizes"].n_unique() > 1 or checked["output_sizes"].n_unique() > 1
+        if op_differs or sizes_differ or at["input_dtypes"].n_unique() > 1 or at["output_dtypes"].n_unique() > 1:
+            return _mismatch(at, seq, op_differs, sizes_differ)
+    return None
+
+
+def _mismatch(at: pl.DataFrame, seq: int, op_differs: bool, sizes_differ: bool) -> Disagreement:
+    """The disagreement of the entries `at` one sequence id (op first, then sizes, then dtypes)."""
     if op_differs:
         kind, columns = "op", ["op"]
     elif sizes_differ:
@@ -361,15 +415,8 @@ def _p2p_unmatched(mine: pl.DataFrame, members: list[int], dumped: set[int]) -> 
     )
     sends = glob.filter(pl.col("op") == "send").with_columns(pl.int_range(pl.len()).over("src", "dst").alias("k"))
     recvs = glob.filter(pl.col("op") == "recv").with_columns(pl.int_range(pl.len()).over("src", "dst").alias("k"))
-    pairs = sends.select("src", "dst", "k", "p2p_seq_id", "time_created_ns", "input_sizes").join(
-        recvs.select(
-            "src",
-            "dst",
-            "k",
-            pl.col("p2p_seq_id").alias("r_seq"),
-            pl.col("time_created_ns").alias("r_ns"),
-            "output_sizes",
-        ),
+    pairs = sends.select("src", "dst", "k", "p2p_seq_id", "time_created_ns").join(
+        recvs.select("src", "dst", "k", pl.col("p2p_seq_id").alias("r_seq"), pl.col("time_created_ns").alias("r_ns")),
         on=["src", "dst", "k"],
         how="full",
         coalesce=True,
