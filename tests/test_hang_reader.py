@@ -198,3 +198,17 @@ def test_a_rank_regex_the_engine_refuses_is_one_line_before_any_file_is_read():
         read_dumps(str(HANG / "host_stuck"), rank_from_filename=r"(?<=x)(\d+)")
     ranks = read_dumps(str(HANG / "host_stuck"), rank_from_filename=r"rank_(\d+)$").ranks
     assert ranks == (0, 1, 2, 3)
+
+
+def test_entries_are_by_rank_and_record_whatever_order_the_files_are_read_in(tmp_path):
+    # file names in the reverse order of their ranks (rank 3 is read first), and 12 dumps so that the
+    # names' numbers sort differently as text (r10 before r2) and as numbers
+    src = sorted((HANG / "host_stuck").glob("nccl_trace_rank_*"))
+    for k in range(12):
+        shutil.copy(src[k % len(src)], tmp_path / f"a{11 - k}_r{k}")
+    dumps = read_dumps(str(tmp_path), rank_from_filename=r"_r(\d+)$")
+    entries = dumps.entries
+    assert entries["rank"].unique(maintain_order=True).to_list() == list(range(12))
+    per_rank = entries.group_by("rank", maintain_order=True).agg(pl.col("record_id"))
+    assert all(ids == sorted(ids) for ids in per_rank["record_id"].to_list())
+    assert entries.height == sum(read_dump(str(p)).entries.height for p in src for _ in range(3))
