@@ -50,6 +50,10 @@ typedef struct {
     uint32_t na, acap;
     uint64_t *shash; /* per node, its string's hash once computed (0: not yet) */
     int8_t *field_cache; /* per node, the entry field its string names (-2: not looked up yet) */
+    PyObject **cache; /* per node, its Python object once made (NULL: not yet) */
+    uint32_t hcap, fcap, ccap;
+    uint32_t *made; /* the nodes `cache` holds an object for, to release them */
+    uint32_t nmade, mdcap;
     uint32_t *stack;
     uint32_t ns, scap;
     uint32_t *marks;
@@ -123,10 +127,52 @@ static void machine_free(Machine *m) {
     free(m->arena);
     free(m->shash);
     free(m->field_cache);
+    free(m->cache);
+    free(m->made);
     free(m->nodes);
     free(m->stack);
     free(m->marks);
     free(m->memo);
+}
+
+/* The machine's buffers, kept from one scan to the next (a 2,000-entry dump needs ~15 MB of them): most
+ * of a scan's system time was the kernel mapping fresh pages and realloc copying grown arrays. One scan
+ * at a time uses them (`busy`; another, e.g. from a finalizer run during the first, allocates its own);
+ * buffers over RETAIN_BYTES in all are freed after the scan, so a rare big dump does not stay resident. */
+#define RETAIN_BYTES ((size_t)64 << 20)
+static Machine SCRATCH;
+static int SCRATCH_BUSY;
+
+static size_t machine_bytes(const Machine *m) {
+    return (size_t)m->ncap * sizeof(Node) + (size_t)m->bcap * sizeof(Box) + (size_t)m->acap * 4 +
+           (size_t)m->hcap * 8 + m->fcap + (size_t)m->ccap * sizeof(PyObject *) + (size_t)m->mdcap * 4 +
+           (size_t)m->scap * 4 + (size_t)m->mcap * 4 + (size_t)m->memo_cap * 4;
+}
+
+/* A machine with no contents: the kept buffers where free, else none (grown as it runs). */
+static int machine_take(Machine *m) {
+    *m = (Machine){0};
+    if (SCRATCH_BUSY) return 0;
+    SCRATCH_BUSY = 1;
+    *m = SCRATCH;
+    return 1;
+}
+
+/* Give the buffers back (or free them: not the kept ones, or too big to keep). */
+static void machine_give(Machine *m, int taken) {
+    if (taken && machine_bytes(m) <= RETAIN_BYTES) {
+        Machine kept = {0};
+        kept.nodes = m->nodes, kept.ncap = m->ncap, kept.boxes = m->boxes, kept.bcap = m->bcap;
+        kept.arena = m->arena, kept.acap = m->acap, kept.shash = m->shash, kept.hcap = m->hcap;
+        kept.field_cache = m->field_cache, kept.fcap = m->fcap, kept.cache = m->cache, kept.ccap = m->ccap;
+        kept.made = m->made, kept.mdcap = m->mdcap, kept.stack = m->stack, kept.scap = m->scap;
+        kept.marks = m->marks, kept.mcap = m->mcap, kept.memo = m->memo, kept.memo_cap = m->memo_cap;
+        SCRATCH = kept;
+    } else {
+        machine_free(m);
+        if (taken) SCRATCH = (Machine){0};
+    }
+    if (taken) SCRATCH_BUSY = 0;
 }
 
 static uint64_t le(const unsigned char *p, int n) {
@@ -623,6 +669,13 @@ static int frames_eq(Machine *m, uint32_t a, uint32_t b) {
 
 /* ---- Python objects for the small rest of the dump ---- */
 
+/* Note that `cache[node]` is about to hold an object (released, and the slot cleared, after the scan). */
+static int remember(Machine *m, uint32_t node) {
+    if (grow((void **)&m->made, &m->mdcap, m->nmade + 1, sizeof(uint32_t))) { PyErr_NoMemory(); return -1; }
+    m->made[m->nmade++] = node;
+    return 0;
+}
+
 static PyObject *to_py(Machine *m, uint32_t node, PyObject **cache, int depth) {
     if (cache[node]) {
         if (cache[node] == Py_Ellipsis) { m->why = "a tuple that contains itself"; return NULL; }
@@ -643,6 +696,7 @@ static PyObject *to_py(Machine *m, uint32_t node, PyObject **cache, int depth) {
         Box *b = &m->boxes[v->v];
         out = v->kind == N_LIST ? PyList_New(0) : PyDict_New();
         if (!out) return NULL;
+        if (remember(m, node)) { Py_DECREF(out); return NULL; }
         cache[node] = out;
         Py_INCREF(out);
         for (uint32_t i = 0; i < b->n; i += (v->kind == N_LIST ? 1 : 2)) {
@@ -663,6 +717,7 @@ static PyObject *to_py(Machine *m, uint32_t node, PyObject **cache, int depth) {
     }
     case N_TUPLE: {
         Box *b = &m->boxes[v->v];
+        if (remember(m, node)) return NULL;
         cache[node] = Py_Ellipsis;
         out = PyTuple_New(b->n);
         if (!out) return NULL;
@@ -675,6 +730,7 @@ static PyObject *to_py(Machine *m, uint32_t node, PyObject **cache, int depth) {
     }
     }
     if (!out) return NULL;
+    if (v->kind != N_TUPLE && remember(m, node)) { Py_DECREF(out); return NULL; }
     cache[node] = out;
     Py_INCREF(out);
     return out;
@@ -715,8 +771,9 @@ static PyObject *scan(PyObject *self, PyObject *args) {
     Py_buffer view;
     Py_ssize_t max_entries;
     if (!PyArg_ParseTuple(args, "y*n", &view, &max_entries)) return NULL;
-    Machine mm = {0};
+    Machine mm;
     Machine *m = &mm;
+    int taken = machine_take(m);
     m->data = view.buf;
     m->size = view.len;
     Out o = {m, {0}, EXPAND_FACTOR * (int64_t)view.len + EXPAND_SLACK};
@@ -728,10 +785,16 @@ static PyObject *scan(PyObject *self, PyObject *args) {
     if (root < 0) goto decline;
     if (m->nodes[root].kind != N_DICT) { m->why = "not a dict"; goto decline; }
     for (uint32_t i = 0; i < m->nb; i++) m->boxes[i].items = m->arena + m->boxes[i].at;
-    m->shash = calloc(m->nn ? m->nn : 1, sizeof(uint64_t));
-    m->field_cache = malloc(m->nn ? m->nn : 1);
-    if (!m->shash || !m->field_cache) { PyErr_NoMemory(); goto fail; }
-    memset(m->field_cache, -2, m->nn ? m->nn : 1);
+    uint32_t had = m->ccap, nn1 = m->nn ? m->nn : 1;
+    if (grow((void **)&m->shash, &m->hcap, nn1, sizeof(uint64_t)) || grow((void **)&m->field_cache, &m->fcap, nn1, 1) ||
+        grow((void **)&m->cache, &m->ccap, nn1, sizeof(PyObject *))) {
+        PyErr_NoMemory();
+        goto fail;
+    }
+    memset(m->shash, 0, sizeof(uint64_t) * nn1);
+    memset(m->field_cache, -2, nn1);
+    memset(m->cache + had, 0, sizeof(PyObject *) * (m->ccap - had)); /* the kept part is all NULL already */
+    cache = m->cache;
     Box *tb = &m->boxes[m->nodes[root].v];
     int64_t entries_node = -1;
     for (uint32_t i = 0; i < tb->n; i += 2)
@@ -834,8 +897,6 @@ static PyObject *scan(PyObject *self, PyObject *args) {
     }
     free(hashes);
     free(fnodes);
-    cache = calloc(m->nn ? m->nn : 1, sizeof(PyObject *));
-    if (!cache) { PyErr_NoMemory(); goto fail; }
     stacks = PyList_New(nstacks);
     if (!stacks) goto fail;
     for (uint32_t s = 0; s < nstacks; s++) {
@@ -879,16 +940,16 @@ done:
     Py_XDECREF(cols);
     Py_XDECREF(stacks);
     Py_XDECREF(ids_bytes);
-    if (cache) {
-        for (uint32_t i = 0; i < m->nn; i++)
-            if (cache[i] && cache[i] != Py_Ellipsis) Py_DECREF(cache[i]);
-        free(cache);
+    for (uint32_t i = 0; cache && i < m->nmade; i++) {
+        PyObject *x = cache[m->made[i]];
+        cache[m->made[i]] = NULL;
+        if (x && x != Py_Ellipsis) Py_DECREF(x);
     }
     for (int f = 0; f < NF; f++) col_free(o.cols[f]);
     free(ids);
     free(stack_nodes);
     free(table);
-    machine_free(m);
+    machine_give(m, taken);
     PyBuffer_Release(&view);
     return result;
 }
