@@ -243,12 +243,15 @@ def _rank_pattern(rank_from_filename: str | None) -> UserRegex:
         raise RankError(str(e)) from None
 
 
-def _rank(doc: dict[str, Any], path: str, pattern: UserRegex) -> int:
+def _name(path: str) -> str:
+    return path.rstrip("/").rsplit("/", 1)[-1]
+
+
+def _rank(doc: dict[str, Any], path: str, found: str | None) -> int:
+    """The dump's rank field, else `found`: the rank pattern's group in the file name."""
     value = doc.get("rank")
     if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**31:
         return value
-    name = path.rstrip("/").rsplit("/", 1)[-1]
-    found = pattern.first_group([name])[0]
     if found is not None and not re.fullmatch(r"\d{1,9}", found):
         msg = f"{shown(path)}: --rank-from-filename matched {found!r} in its name, not a rank (a whole number)"
         raise RankError(msg)
@@ -596,7 +599,7 @@ def read_dump(
     """
     piece = _read_piece(
         path,
-        rank_from_filename=rank_from_filename,
+        _rank_pattern(rank_from_filename).first_group([_name(path)])[0],
         storage_options=storage_options,
         max_bytes=max_bytes,
         max_entries=max_entries,
@@ -606,14 +609,14 @@ def read_dump(
 
 
 def _read_piece(
-    path: str, *, rank_from_filename: str | None, storage_options: dict | None, max_bytes: int, max_entries: int
+    path: str, name_rank: str | None, *, storage_options: dict | None, max_bytes: int, max_entries: int
 ) -> _Piece:
-    pattern = _rank_pattern(rank_from_filename)
+    """One dump read; `name_rank`: the rank pattern's group in its file name (None: no match)."""
     data = _read_bytes(path, max_bytes, storage_options)
     doc, fmt, scanned = _parse(data, path, max_entries)
     cap = EXPAND_FACTOR * len(data) + EXPAND_SLACK if fmt == "pickle" else None
     del data
-    rank = _rank(doc, path, pattern)
+    rank = _rank(doc, path, name_rank)
     skipped: Counter[str] = Counter()
     groups = _groups(doc, rank, skipped)
     if scanned is not None:
@@ -684,11 +687,13 @@ def read_batch(task: tuple[list[tuple[str, bool]], dict[str, Any]]) -> tuple[Fli
     """Dumps read one after the other and typed together (a worker task), and how many directory files
     were no dump (None: no dump at all)."""
     found, options = task
+    options = dict(options)
+    name_ranks = _rank_pattern(options.pop("rank_from_filename")).first_group([_name(p) for p, _ in found])
     pieces: list[_Piece] = []
     not_dumps = 0
-    for path, in_directory in found:
+    for (path, in_directory), name_rank in zip(found, name_ranks, strict=True):
         try:
-            pieces.append(_read_piece(path, **options))
+            pieces.append(_read_piece(path, name_rank, **options))
         except _NotADump:
             if not in_directory:
                 raise
