@@ -5,9 +5,11 @@ or refused file in a batch is read alone and reported as alone, and the others a
 from __future__ import annotations
 
 import dataclasses
+import functools
 import gzip
 import pickle
 import shutil
+import zlib
 
 import pytest
 from conftest import KINETO, RUNS, SAMPLES, needs_shared
@@ -107,9 +109,21 @@ def _damaged(tmp_path):
     return [str(p) for p in (good[0], bad[0], good[1], *bad[1:], good[2], good[3])]
 
 
-@pytest.mark.parametrize("arrow_from", [1, 10**9], ids=["pyarrow-gunzip", "zlib-gunzip"])
-def test_damaged_files_in_a_batch_are_reported_as_alone(tmp_path, monkeypatch, arrow_from):
-    monkeypatch.setattr(read_module, "ARROW_GUNZIP_FILES", arrow_from)
+def _isal() -> object:
+    return pytest.importorskip("isal.isal_zlib", reason="the optional gunzip extra (isal) is not installed")
+
+
+GUNZIPS = {
+    "isal": lambda: functools.partial(read_module._gunzip, _isal()),
+    "pyarrow": lambda: read_module._arrow_gunzip,
+    "zlib": lambda: functools.partial(read_module._gunzip, zlib),
+}
+
+
+@pytest.mark.parametrize("gunzip", list(GUNZIPS))
+def test_damaged_files_in_a_batch_are_reported_as_alone(tmp_path, monkeypatch, gunzip):
+    chosen = GUNZIPS[gunzip]()
+    monkeypatch.setattr(read_module, "_gunzipper", lambda _files: chosen)
     paths = _damaged(tmp_path)
     tasks = [(p, None, None, None) for p in paths]
     together = _read_group(tasks)
