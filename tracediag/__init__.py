@@ -15,6 +15,17 @@ from importlib import import_module
 from typing import TYPE_CHECKING
 
 import tracediag.ingest.workers  # noqa: F401 - the fork hook, from import on
+from tracediag import display as _display
+
+
+def _render_html(obj: object) -> str:
+    """A result type as notebook HTML (`tracediag.report.notebook`), the report imported on first display."""
+    from tracediag.report.notebook import render_notebook_html
+
+    return render_notebook_html(obj)
+
+
+_display.install(_render_html)
 
 if TYPE_CHECKING:
     from tracediag.analysis import Analysis, Cause, Finding

@@ -15,10 +15,14 @@ from typing import Any
 
 import polars as pl
 
+from tracediag import display
 from tracediag.api_types import CheckedEnumType, checked
 from tracediag.check_result import Check
+from tracediag.units import NS_PER_MS, count, format_ms
 
 SCHEMA_VERSION = "1.8"
+SHOWN = 2
+"""Findings an `Analysis` repr names (the most time lost first) before it counts the rest."""
 
 
 class Cause(StrEnum, metaclass=CheckedEnumType):
@@ -203,6 +207,15 @@ class Finding:
         object.__setattr__(self, "ranks", tuple(self.ranks))
         object.__setattr__(self, "steps", tuple(self.steps))
         object.__setattr__(self, "evidence", _freeze(self.evidence))
+
+    def __repr__(self) -> str:
+        lost = format_ms(self.time_lost_ns / NS_PER_MS)
+        where = f"{display.listing('rank', self.ranks)}, {display.listing('step', self.steps)}, {lost} lost"
+        return f"<Finding {self.cause.value}: {where}, confidence {self.confidence:.2f}: {display.cut(self.summary)}>"
+
+    def _repr_html_(self) -> str | None:
+        """The report's card of this finding (`tracediag.report.notebook`)."""
+        return display.html(self)
 
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickle (a read-only mapping cannot be): rebuilt through the constructor, which freezes again."""
@@ -467,6 +480,20 @@ class Analysis:
     """Per (rank, category) over all kernels/operators (`KERNEL_CATEGORY_SCHEMA`)."""
     lateness: Lateness | None = None
     """Who everyone waits for at the collectives, when collectives were matched."""
+
+    def __repr__(self) -> str:
+        named = [
+            f"{f.cause.value} {display.listing('rank', f.ranks)} ({format_ms(f.time_lost_ns / NS_PER_MS)} lost)"
+            for f in self.findings[:SHOWN]
+        ]
+        more = len(self.findings) - SHOWN
+        findings = "; ".join(named) + (f"; +{more} more" if more > 0 else "")
+        head = f"{count(len(self.ranks), 'rank')}, {count(len(self.step_numbers), 'step')}"
+        return f"<Analysis: {head}, {count(len(self.findings), 'finding')}{': ' if named else ''}{findings}>"
+
+    def _repr_html_(self) -> str | None:
+        """The report's finding cards and what-if table (`tracediag.report.notebook`)."""
+        return display.html(self)
 
     @property
     def step_numbers(self) -> list[int]:

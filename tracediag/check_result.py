@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from tracediag import display
 from tracediag.api_types import checked
 
 LABELS = {
@@ -189,6 +190,14 @@ class Check:
     """Caveats for the whole comparison (world size differs, CPU-only trace, ...)."""
     plan: CheckedPlan
     """What was predicted for."""
+
+    def __repr__(self) -> str:
+        p = self.plan
+        return f"<Check: {p.model} on {p.gpus} x {p.device}: {display.cut(self.sentence) or 'no gap stated'}>"
+
+    def _repr_html_(self) -> str | None:
+        """The report's observed-against-predicted tables (`tracediag.report.notebook`)."""
+        return display.html(self)
 
     def to_dict(self) -> dict[str, Any]:
         """The check's JSON form (the analysis's ``check``)."""

@@ -26,6 +26,7 @@ from typing import Any
 
 import polars as pl
 
+from tracediag import display
 from tracediag.analysis import Analysis, Cause
 from tracediag.api_types import checked
 from tracediag.derive.kernels import TOP_STORED
@@ -59,6 +60,13 @@ class Comparison:
     step_time_delta_pct: float
     changes: list[dict[str, Any]] = field(default_factory=list)
     headline: str = ""
+
+    def __repr__(self) -> str:
+        return f"<Comparison: {display.cut(self.headline) or 'no headline'}>"
+
+    def _repr_html_(self) -> str | None:
+        """The compare page's tables (`tracediag.report.notebook`)."""
+        return display.html(self)
 
     def to_dict(self) -> dict[str, Any]:
         """The comparison's JSON form (`compare --format json`)."""

@@ -10,6 +10,7 @@ from typing import Any
 
 import orjson
 
+from tracediag import display
 from tracediag.api_types import checked
 from tracediag.errors import SpecError, shown
 from tracediag.model.flops import layer_forward_flops, model_flops, param_count
@@ -65,6 +66,21 @@ class Prediction:
     """Bus bandwidth (bytes/s) assumed per collective kind: tp, cp, ep, dp, pp."""
     links: dict[str, str]
     """Link each collective kind runs over."""
+
+    def __repr__(self) -> str:
+        s = self.split
+        dims = " ".join(
+            f"{k}={getattr(s, k)}" for k in ("tp", "pp", "dp", "cp", "ep") if k in "tp pp dp" or getattr(s, k) > 1
+        )
+        memory = f"{self.memory.total / 2**30:.1f} GiB per device ({'fits' if self.fits else 'does not fit'})"
+        return (
+            f"<Prediction: {self.model.name} on {self.gpus} x {self.device.name}, {dims}: "
+            f"step {self.step_time_s:.3f} s, MFU {100 * self.mfu:.1f}%, {memory}>"
+        )
+
+    def _repr_html_(self) -> str | None:
+        """The `tracediag predict` text as a block (`tracediag.report.notebook`)."""
+        return display.html(self)
 
     @property
     def fits(self) -> bool:

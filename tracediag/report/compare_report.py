@@ -54,8 +54,9 @@ def render_compare_text(c: Comparison, *, top: int = 10) -> str:
     return "\n".join(lines)
 
 
-def render_compare_html(c: Comparison, *, title: str = "tracediag compare") -> str:
-    """The comparison as one HTML page (no script, no network); every name from a trace is escaped."""
+def compare_tables(c: Comparison) -> str:
+    """The comparison's headline, breakdown and kernel tables and causes, as HTML to put in a page
+    (no script); every name from a trace is escaped."""
     rows = "".join(
         f"<tr><td>{esc(x['name'])}</td><td class='num'>{x['base_ns_per_step'] / NS_PER_MS:,.2f}</td>"
         f"<td class='num'>{x['new_ns_per_step'] / NS_PER_MS:,.2f}</td>"
@@ -72,16 +73,23 @@ def render_compare_html(c: Comparison, *, title: str = "tracediag compare") -> s
         f'<td>{esc(x["category"])}</td><td title="{esc(x["name"])}">{esc(short[x["name"]])}</td></tr>'
         for x in kernels
     )
+    return (
+        f"<p>{esc(c.headline)}</p><h2>Breakdown, ms per step</h2>"
+        "<table><tr><th>part</th><th>base</th><th>new</th><th>delta</th></tr>"
+        f"{rows}</table><h2>Kernels and operators that changed</h2><p>{esc(KERNEL_UNIT)}; the full name on hover."
+        "</p><table><tr><th>status</th>"
+        f"<th>base</th><th>new</th><th>delta</th><th>category</th><th>name</th></tr>{krows}</table>"
+        f"<h2>Causes</h2><p>base: {esc(_causes(c.base))}</p><p>new: {esc(_causes(c.new))}</p>"
+    )
+
+
+def render_compare_html(c: Comparison, *, title: str = "tracediag compare") -> str:
+    """The comparison as one HTML page (no script, no network); every name from a trace is escaped."""
     style = (
         "body{font:14px system-ui,sans-serif;margin:24px;color:#1f2328}table{border-collapse:collapse;margin:8px 0}"
         "th,td{padding:3px 10px;border-bottom:1px solid #eaeef2;text-align:left}td.num{text-align:right}"
     )
     return (
         f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{esc(title)}</title>'
-        f"<style>{style}</style></head><body><h1>{esc(title)}</h1><p>{esc(c.headline)}</p>"
-        "<h2>Breakdown, ms per step</h2><table><tr><th>part</th><th>base</th><th>new</th><th>delta</th></tr>"
-        f"{rows}</table><h2>Kernels and operators that changed</h2><p>{esc(KERNEL_UNIT)}; the full name on hover."
-        "</p><table><tr><th>status</th>"
-        f"<th>base</th><th>new</th><th>delta</th><th>category</th><th>name</th></tr>{krows}</table>"
-        f"<h2>Causes</h2><p>base: {esc(_causes(c.base))}</p><p>new: {esc(_causes(c.new))}</p></body></html>"
+        f"<style>{style}</style></head><body><h1>{esc(title)}</h1>{compare_tables(c)}</body></html>"
     )

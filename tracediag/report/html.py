@@ -150,7 +150,8 @@ def _ratio(r: float | None) -> str:
     return "—" if r is None else f"{r:.2f}×"
 
 
-def _check(check: Check) -> str:
+def _check(check: Check, *, chart: bool = True) -> str:
+    """The observed-against-predicted section; `chart=False` leaves out its plotly chart (for a notebook)."""
     plan = check.plan
     split = " ".join(f"{esc(k)}={esc(v)}" for k, v in plan.split)
     head = (
@@ -179,7 +180,7 @@ def _check(check: Check) -> str:
         + head
         + f"<p><b>{esc(check.sentence)}</b></p>"
         + (f"<ul class='note'>{notes}</ul>" if notes else "")
-        + _figure(check_chart(check), "check")
+        + (_figure(check_chart(check), "check") if chart else "")
         + "<table><tr><th>component</th><th>observed</th><th>predicted</th><th>ratio</th><th>note</th></tr>"
         + comp
         + "</table>"

@@ -130,15 +130,20 @@ def _whatif_line(whatif: WhatIf | None) -> list[str]:
     ]
 
 
-def render_text(analysis: Analysis) -> str:
-    """The summary and per-step table as text (no trailing newline)."""
+def run_line(analysis: Analysis) -> str:
+    """What was analysed: "4 ranks (world size 4), 8 steps (2..9), 0 partial rank-steps left out"."""
     nums = analysis.step_numbers
-    lines = [
-        f"tracediag analyze: {count(len(analysis.ranks), 'rank')} (world size {analysis.world_size}), "
+    return (
+        f"{count(len(analysis.ranks), 'rank')} (world size {analysis.world_size}), "
         f"{count(len(nums), 'step')} ({_span(tuple(nums))}), "
-        f"{count(analysis.excluded_steps, 'partial rank-step')} left out",
-        "",
-    ]
+        f"{count(analysis.excluded_steps, 'partial rank-step')} left out"
+    )
+
+
+def render_text(analysis: Analysis) -> str:
+    """The analysis as text, what `tracediag analyze` prints: the run, each finding with its evidence and
+    what-if, the lateness, the per-step table and the warnings (no trailing newline)."""
+    lines = [f"tracediag analyze: {run_line(analysis)}", ""]
     for i, f in enumerate(analysis.findings, 1):
         lines.extend(_finding_lines(i, f))
     for pipe in analysis.pipelines:
