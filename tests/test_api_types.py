@@ -303,6 +303,8 @@ MODEL = "tracediag.model"
 
 DOCUMENTED: dict[str, Case] = {
     "tracediag.compare.compare": Case(lambda r: {"base": r.analysis, "new": r.analysis}),
+    "tracediag.report.text.render_text": Case(lambda r: {"analysis": r.analysis}),
+    "tracediag.report.notebook.render_notebook_html": Case(lambda r: {"obj": r.analysis}),
     "tracediag.execute.driver.analyze_ranks": Case(
         lambda r: {"sources": RUN},
         {"sources": PATHS, "out": OPT_STR, "step_regex": OPT_STR, "link_gbps": OPT_NUM},

@@ -15,6 +15,7 @@ import re
 from typing import TYPE_CHECKING
 
 from tracediag.analysis import Analysis, Finding
+from tracediag.api_types import checked
 from tracediag.check_result import Check
 from tracediag.compare import Comparison
 from tracediag.model.predict import Prediction
@@ -81,10 +82,8 @@ _RENDERERS: dict[type, Callable] = {
 """Each result type's HTML, the report's pieces for it."""
 
 
-def render_notebook_html(obj: object) -> str:
-    """`obj` (a result type) as one static HTML fragment with its own scoped style."""
-    render = _RENDERERS.get(type(obj))
-    if render is None:
-        msg = f"no notebook display for {type(obj).__name__}; one of {', '.join(t.__name__ for t in _RENDERERS)}"
-        raise TypeError(msg)
+@checked
+def render_notebook_html(obj: Analysis | Finding | Check | Comparison | Prediction) -> str:
+    """`obj`, a result type, as one static HTML fragment with its own scoped style."""
+    (render,) = [render for kind, render in _RENDERERS.items() if isinstance(obj, kind)]
     return f'<div class="{SCOPE}">{_STYLE}{render(obj)}</div>'

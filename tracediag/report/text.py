@@ -8,6 +8,7 @@ from typing import Any
 import polars as pl
 
 from tracediag.analysis import Analysis, Cause, Finding, Lateness, WhatIf
+from tracediag.api_types import checked
 from tracediag.units import NS_PER_MS, count, format_ms, noun
 
 COLUMNS = (
@@ -140,6 +141,7 @@ def run_line(analysis: Analysis) -> str:
     )
 
 
+@checked
 def render_text(analysis: Analysis) -> str:
     """The analysis as text, what `tracediag analyze` prints: the run, each finding with its evidence and
     what-if, the lateness, the per-step table and the warnings (no trailing newline)."""
