@@ -13,6 +13,7 @@ import pytest
 from conftest import FIXTURES
 
 from tracediag.errors import RankError, TracediagError, TraceError
+from tracediag.ingest import flight, workers
 from tracediag.ingest.flight import ENTRY_SCHEMA, read_dump, read_dumps
 from tracediag.ingest.safepickle import load_plain
 
@@ -212,3 +213,19 @@ def test_entries_are_by_rank_and_record_whatever_order_the_files_are_read_in(tmp
     per_rank = entries.group_by("rank", maintain_order=True).agg(pl.col("record_id"))
     assert all(ids == sorted(ids) for ids in per_rank["record_id"].to_list())
     assert entries.height == sum(read_dump(str(p)).entries.height for p in src for _ in range(3))
+
+
+def test_a_batch_sent_from_a_worker_equals_the_batch_read_here(monkeypatch):
+    # what a worker process sends (its tables packed, then pickled onto the pipe), as the caller unpacks it
+    found = [(str(p), True) for p in sorted((HANG / "two_groups").iterdir())]
+    options = {"rank_from_filename": None, "storage_options": None, "max_bytes": 1 << 26, "max_entries": 100_000}
+    here, not_dumps = flight.read_batch((found, options))
+    monkeypatch.setitem(workers._SERVING, "worker", True)
+    sent, _ = flight.read_batch((found, options))
+    assert isinstance(sent, flight._Shipped)
+    there = pickle.loads(pickle.dumps(sent, protocol=pickle.HIGHEST_PROTOCOL)).unpack()
+    assert not_dumps == 1  # the manifest
+    assert there.entries.height == here.entries.height > 0
+    for name in ("entries", "groups", "status", "dumps", "stacks"):
+        assert getattr(there, name).equals(getattr(here, name)), name
+    assert there.skipped == here.skipped

@@ -35,6 +35,7 @@ from tracediag.ingest import frscan
 from tracediag.ingest.remote import expand, is_remote
 from tracediag.ingest.safepickle import load_plain
 from tracediag.ingest.sniff import iter_blocks
+from tracediag.ingest.workers import in_worker
 from tracediag.vocab import UserRegex, user_regex
 
 MAX_DUMP_BYTES = 64 << 20
@@ -683,9 +684,9 @@ WORKER_FILES = 128
 reading 15 dumps of 2,000 entries costs."""
 
 
-def read_batch(task: tuple[list[tuple[str, bool]], dict[str, Any]]) -> tuple[FlightDumps | None, int]:
+def read_batch(task: tuple[list[tuple[str, bool]], dict[str, Any]]) -> tuple[FlightDumps | _Shipped | None, int]:
     """Dumps read one after the other and typed together (a worker task), and how many directory files
-    were no dump (None: no dump at all)."""
+    were no dump (None: no dump at all); in a worker process the tables are `_Shipped`."""
     found, options = task
     options = dict(options)
     name_ranks = _rank_pattern(options.pop("rank_from_filename")).first_group([_name(p) for p, _ in found])
@@ -698,7 +699,30 @@ def read_batch(task: tuple[list[tuple[str, bool]], dict[str, Any]]) -> tuple[Fli
             if not in_directory:
                 raise
             not_dumps += 1
-    return (_assemble(pieces) if pieces else None), not_dumps
+    if not pieces:
+        return None, not_dumps
+    one = _assemble(pieces)
+    return (_Shipped.pack(one) if in_worker() else one), not_dumps
+
+
+@dataclass(frozen=True, slots=True)
+class _Shipped:
+    """A batch's tables as a worker sends them: the entries one Arrow IPC stream, the rest pickled.
+    Pickling the entries costs ~4x as much (32 dumps of 2,000 entries: 94-119 ms against 21-32 ms to
+    write, 47 against 23-29 ms to read)."""
+
+    dumps: FlightDumps
+    """The tables, `entries` empty."""
+    entries: bytes
+
+    @classmethod
+    def pack(cls, one: FlightDumps) -> _Shipped:
+        buffer = io.BytesIO()
+        one.entries.write_ipc(buffer, compression="uncompressed")
+        return cls(replace(one, entries=one.entries.clear()), buffer.getvalue())
+
+    def unpack(self) -> FlightDumps:
+        return replace(self.dumps, entries=pl.read_ipc(self.entries))
 
 
 def _crashed(task: tuple[list[tuple[str, bool]], dict[str, Any]], why: str) -> tuple[FlightDumps | None, int]:
@@ -758,7 +782,7 @@ def read_dumps(
         batches = map_in_workers(read_batch, tasks, jobs, crashed=_crashed, in_caller=True)
     else:
         batches = [read_batch(t) for t in tasks]
-    parts = [d for d, _ in batches if d is not None]
+    parts = [d.unpack() if isinstance(d, _Shipped) else d for d, _ in batches if d is not None]
     skipped: Counter[str] = Counter()
     not_dumps = sum(n for _, n in batches)
     if not_dumps:
