@@ -61,6 +61,25 @@ def _sources_kw(
     return kw, len(files)
 
 
+def _summarise_when_large(paths: tuple[str, ...], ex_kw: dict[str, Any]) -> None:
+    """A run too large to hold every event here (`driver.SUMMARY_PATH_BYTES`) is summarised rank by rank
+    in worker processes, as ``--executor local`` (same results), said in one line; a file that cannot be
+    read is then an error line and the others are analysed, as in memory."""
+    from tracediag.execute.driver import SUMMARY_PATH_BYTES, decoded_bytes
+
+    try:
+        size = decoded_bytes(paths, storage_options(ex_kw["storage_options"]))
+    except TracediagError:
+        return  # the read says what is wrong with the inputs
+    if size > SUMMARY_PATH_BYTES:
+        ex_kw.update(executor="local", allow_missing=True)
+        click.echo(
+            f"tracediag: about {size / 1e9:.1f} GB of trace events: each rank summarised in worker processes "
+            "(as --executor local), not held in memory",
+            err=True,
+        )
+
+
 def _causes(value: str | None) -> tuple[str, ...]:
     if not value:
         return ()
@@ -162,6 +181,8 @@ def analyze(
     if perfetto_path is not None and ex_kw["executor"]:
         msg = "--perfetto reads the events here: not with --executor (run tracediag export on the traces)"
         raise InputError(msg)
+    if not ex_kw["executor"] and perfetto_path is None and html is None:
+        _summarise_when_large(paths, ex_kw)
     kw, n_files = _sources_kw(
         paths,
         ex_kw,

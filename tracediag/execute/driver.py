@@ -438,6 +438,33 @@ def analyze_ranks(
     return results[0][1], summaries
 
 
+SUMMARY_PATH_BYTES = 1 << 29
+"""Decoded trace bytes (estimated by `decoded_bytes`) past which `tracediag analyze` summarises each rank
+in worker processes, as ``--executor local`` does, instead of holding every event here: the events cost
+about 1.4 bytes of memory a decoded byte (1,308 MB for 1,024 ranks of 930 KB), the summaries a small
+fixed part of that, so memory stays bounded by the summaries with no option to know."""
+
+GZIP_RATIO = 8
+"""How many decoded bytes a gzipped trace's byte is counted as (profiler JSON gzips 6-12x)."""
+
+
+def decoded_bytes(sources: str | Path | Sequence[str | Path], storage_options: dict[str, Any] | None = None) -> int:
+    """An estimate of the decoded size of the traces `sources` name, from their sizes on disk or in the
+    listing (a gzipped one counted `GZIP_RATIO` times), without reading them; unknown sizes count 0."""
+    from tracediag.run import resolve_inputs
+
+    total = 0
+    for f in resolve_inputs([sources] if isinstance(sources, (str, Path)) else sources, storage_options):
+        size = f.size
+        if size is None and not is_url(f.path):
+            try:
+                size = os.stat(f.path.removeprefix("file://")).st_size
+            except OSError:
+                size = 0
+        total += (size or 0) * (GZIP_RATIO if f.path.endswith(".gz") else 1)
+    return total
+
+
 @dataclass(frozen=True)
 class Analysed:
     """What `analyze_sources` found: the analyses, the run when it was read here, the files that failed."""
