@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 import pytest
 from _reports import IMG, RUNS, SCRIPT, analysis_with_check, hostile_copy, traces
 
+import tracediag
 from tracediag.model.specs import Split
 from tracediag.report.html import render_html
 
@@ -99,5 +100,31 @@ def test_report_screenshot_renders_the_pipeline_report(tmp_path):
     assert struct.unpack(">II", png[16:24]) == (WIDTH, HEIGHT)
     assert len(png) > 100_000  # a blank page of this size compresses to a few kB
     keep = os.environ.get("TRACEDIAG_SCREENSHOT")
+    if keep:
+        shutil.copy(shot, keep)
+
+
+@pytest.mark.parametrize("width", [1400, 800])
+def test_the_streams_timelines_render_at_desktop_and_narrow_widths(tmp_path, width):
+    """The slow-node report with its events: every plot drawn, the per-stream timelines with their bars
+    and late-arrival markers, no console output; a screenshot per width (TRACEDIAG_SCREENSHOT_DIR keeps them)."""
+    run = tracediag.load(RUNS / "slow_node_6")
+    page = tmp_path / "streams.html"
+    page.write_text(render_html(tracediag.analyze(run), run=run), encoding="utf-8")
+    done = _chromium(tmp_path, page, f"--window-size={width},{HEIGHT}", "--dump-dom")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert _console(done.stderr) == []
+    plots = re.findall(r'<div id="fig-([a-z0-9-]+)" class="plotly-graph-div js-plotly-plot"', done.stdout)
+    assert plots[-2:] == ["slowest-streams", "finding-1-streams"]
+    for name in plots[-2:]:
+        drawn = done.stdout.split(f'<div id="fig-{name}"')[1].split("</svg>")[0]
+        assert drawn.count('<g class="trace bars"') >= 3  # operators, communication, waits
+        assert drawn.count('class="point"') >= 100
+    shot = tmp_path / f"streams-{width}.png"
+    done = _chromium(tmp_path, page, f"--window-size={width},{HEIGHT}", "--hide-scrollbars", f"--screenshot={shot}")
+    assert done.returncode == 0, done.stderr[-2000:]
+    png = shot.read_bytes()
+    assert struct.unpack(">II", png[16:24]) == (width, HEIGHT)
+    keep = os.environ.get("TRACEDIAG_SCREENSHOT_DIR")
     if keep:
         shutil.copy(shot, keep)

@@ -212,7 +212,7 @@ def analyze(
         if p and check_kw.get("html_path") is not None:
             html = Path(check_kw["html_path"])
             kw = {**check_kw, "html_path": html.with_name(f"{html.stem}.{i}{html.suffix}")}
-        finish_report(r, kw)
+        finish_report(r, kw, run=analysed.run if len(results) == 1 else None, step_regex=step_regex)
     if perfetto_path is not None:
         if len(results) != 1 or analysed.run is None:
             msg = "--perfetto draws one run; these files are analysed each on its own (--allow-mixed)"

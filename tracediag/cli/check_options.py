@@ -95,9 +95,11 @@ def append_check_text(text: str, analysis: Analysis, fmt: str) -> str:
     return f"{text}\n\n{render_check_text(found)}" if fmt == "text" and found is not None else text
 
 
-def finish_report(analysis: Analysis, kw: dict[str, Any]) -> None:
-    """Write the HTML report when `--html` was given."""
+def finish_report(
+    analysis: Analysis, kw: dict[str, Any], run: Run | None = None, step_regex: str | None = None
+) -> None:
+    """Write the HTML report when `--html` was given (with `run`, the events analysed: its timelines)."""
     if kw["html_path"] is not None:
         from tracediag.cli.report import write_html
 
-        write_html(analysis, kw["html_path"])
+        write_html(analysis, kw["html_path"], run=run, step_regex=step_regex)

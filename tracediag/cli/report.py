@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 import orjson
@@ -13,17 +14,27 @@ from tracediag.cli.common import FilePath, InputError, regular_file
 from tracediag.errors import TracediagError, one_line, shown
 from tracediag.output import refuse_inputs, write_atomic
 
+if TYPE_CHECKING:
+    from tracediag.run import Run
 
-def write_html(analysis: Analysis, path: Path, source: Path | None = None) -> None:
+
+def write_html(
+    analysis: Analysis,
+    path: Path,
+    source: Path | None = None,
+    *,
+    run: Run | None = None,
+    step_regex: str | None = None,
+) -> None:
     """Write the HTML report and say on stderr where and how large it is.
 
     `source`: the analysis.json it was read from; a section of the wrong shape there (a hand-edited
-    file) is a one-line error naming it.
+    file) is a one-line error naming it. `run`: the events analysed, for the per-stream timelines.
     """
     from tracediag.report.html import render_html
 
     try:
-        data = render_html(analysis).encode()
+        data = render_html(analysis, run=run, step_regex=step_regex).encode()
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         if source is None:
             raise

@@ -78,9 +78,10 @@ def _layout(fig: go.Figure, *, height: int, **kw: Any) -> go.Figure:
     fig.update_layout(
         template="plotly_white",
         height=height,
-        margin={"l": 70, "r": 20, "t": 40, "b": 50},
+        margin={"l": 70, "r": 20, "t": 40, "b": 90},
         font=FONT,
-        legend={"orientation": "h", "y": 1.02, "yanchor": "bottom", "x": 0},
+        # under the axis, where the toolbar (top right) never covers it, however the legend wraps
+        legend={"orientation": "h", "yref": "container", "y": 0, "yanchor": "bottom", "x": 0},
         **kw,
     )
     return fig

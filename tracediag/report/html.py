@@ -25,11 +25,14 @@ from tracediag.report.figures import (
     timeline,
 )
 from tracediag.report.kernels_html import kernels_section
+from tracediag.report.step_timeline import finding_anchor, timelines
 from tracediag.units import MS_PER_S, NS_PER_MS, count, format_ms, noun
 
 if TYPE_CHECKING:
     from tracediag.analysis import Analysis, Finding, Pipeline, WhatIf
     from tracediag.check_result import Check
+    from tracediag.report.step_timeline import View
+    from tracediag.run import Run
 
 CONFIG = {"displaylogo": False, "responsive": True, "modeBarButtonsToRemove": ["select2d", "lasso2d"]}
 _SIZE_MARK = "@@REPORT_SIZE@@"
@@ -108,17 +111,21 @@ def _value(v: Any) -> str:
     return ", ".join(items[: 2 * _MAX_LIST]) + more
 
 
-def _finding(f: Finding) -> str:
+def _finding(f: Finding, *, anchor: str = "", timeline: str = "") -> str:
+    """A finding's card; `anchor`: its id; `timeline`: the id of its step's timeline, linked."""
     kind = "ok" if f.cause == Cause.HEALTHY else "bad"
+    ident = f' id="{anchor}"' if anchor else ""
+    link = f' · <a href="#{timeline}">its kernels and waits, step by stream</a>' if timeline else ""
     evidence = "".join(
         f'<tr><td class="key">{esc(k)}</td><td>{esc(_value(v))}</td></tr>' for k, v in f.evidence.items()
     )
     return (
-        f'<article class="finding {kind}"><h3><span class="badge">{esc(f.cause)}</span>{esc(f.summary)}</h3>'
+        f'<article class="finding {kind}"{ident}><h3><span class="badge">{esc(f.cause)}</span>{esc(f.summary)}</h3>'
         f'<p class="meta">{noun(len(f.ranks), "rank")} {esc(_listing(f.ranks))} · '
         f"{noun(len(f.steps), 'step')} {esc(_listing(f.steps))} · time lost "
         f"{_ms(f.time_lost_ns)} · confidence {f.confidence:.2f}"
         + ("" if f.measurable else " · found, costs nothing measurable")
+        + link
         + "</p>"
         + (f'<p class="whatif">what-if: {esc(f.whatif)}</p>' if f.whatif else "")
         + (f'<p class="whatif">what-if withheld: {esc(f.whatif_withheld)}</p>' if f.whatif_withheld else "")
@@ -127,8 +134,12 @@ def _finding(f: Finding) -> str:
     )
 
 
-def _findings(analysis: Analysis) -> str:
-    cards = [_finding(f) for f in analysis.findings] or ['<p class="note">No findings.</p>']
+def _findings(analysis: Analysis, linked: frozenset[str] = frozenset()) -> str:
+    """The findings' cards; `linked`: the timeline sections on the page, which the cards link to."""
+    cards = [
+        _finding(f, anchor=f"finding-{i}", timeline=finding_anchor(i) if finding_anchor(i) in linked else "")
+        for i, f in enumerate(analysis.findings, 1)
+    ] or ['<p class="note">No findings.</p>']
     check = analysis.check
     if check is not None and check.sentence:
         cards.insert(
@@ -229,9 +240,30 @@ def _whatif(whatif: WhatIf | None) -> str:
     )
 
 
-def _body(analysis: Analysis) -> str:
+def _timelines(drawn: list[tuple[View, Figure]], analysis: Analysis, has_run: bool) -> str:
+    """The per-stream timelines, or why there are none."""
+    if not drawn:
+        why = (
+            "no analysed step"
+            if not analysis.steps.height or has_run
+            else "drawn from the run's events: write the report with analyze --html (a saved analysis has no events)"
+        )
+        return f'<section id="streams"><h2>Kernels and waits per stream</h2><p class="note">{esc(why)}.</p></section>'
+    blocks = "".join(
+        f'<div id="{v.anchor}"><h3>{esc(v.title)}</h3>{_figure(fig, v.anchor.removeprefix("timeline-") + "-streams")}'
+        "</div>"
+        for v, fig in drawn
+    )
+    return (
+        '<section id="streams"><h2>Kernels and waits per stream</h2><p class="note">Each rank\'s device streams '
+        "and host threads in the step, on the analysis' aligned clocks: red, waiting at a collective for the last "
+        "rank; ▼, the rank that arrives last.</p>" + blocks + "</section>"
+    )
+
+
+def _body(analysis: Analysis, drawn: list[tuple[View, Figure]], has_run: bool) -> str:
     steps = analysis.steps
-    parts = [_findings(analysis)]
+    parts = [_findings(analysis, frozenset(v.anchor for v, _ in drawn))]
     if steps.height:
         parts.append(
             '<section id="heatmaps"><h2>Step time and compute per rank and step</h2><div class="grid2">'
@@ -251,6 +283,7 @@ def _body(analysis: Analysis) -> str:
             parts.append(
                 '<section id="timeline"><h2>The slowest step across ranks</h2>' + _figure(tl, "timeline") + "</section>"
             )
+        parts.append(_timelines(drawn, analysis, has_run))
     parts.append(_whatif(analysis.whatif))
     parts.append(_pipeline(analysis.pipelines))
     parts.append(kernels_section(analysis))
@@ -267,7 +300,7 @@ def _header(analysis: Analysis, title: str) -> str:
     median = _ms(steps["dur_ns"].median()) if steps.height else "—"
     excluded = f" ({count(analysis.excluded_steps, 'partial rank-step')} left out)" if analysis.excluded_steps else ""
     links = [("findings", "Findings"), ("heatmaps", "Heat-maps"), ("breakdown", "Breakdown")]
-    links += [("timeline", "Slowest step")] if steps.height else []
+    links += [("timeline", "Slowest step"), ("streams", "Kernels and waits")] if steps.height else []
     links += [("pipeline", "Pipeline")] if analysis.pipelines else []
     links += [("kernels", "Kernels")] if analysis.kernels is not None and analysis.kernels.height else []
     links += [("check", "vs prediction")] if analysis.check is not None else []
@@ -279,8 +312,13 @@ def _header(analysis: Analysis, title: str) -> str:
     )
 
 
-def render_html(analysis: Analysis, *, title: str = "tracediag report") -> str:
+def render_html(
+    analysis: Analysis, *, title: str = "tracediag report", run: Run | None = None, step_regex: str | None = None
+) -> str:
     """The report as one self-contained HTML page (plotly.js embedded; opens offline).
+
+    `run`: the events the analysis was made from; with them the page draws each rank's streams and
+    threads in the slowest step and each finding's step (`step_timeline`; `step_regex` as analysed).
 
     The footer states the page's own size; at 1,024 ranks × 100 steps it is about
     the size of plotly.js (4.8 MB) plus 1-2 MB of figures (docs/report.md).
@@ -288,13 +326,14 @@ def render_html(analysis: Analysis, *, title: str = "tracediag report") -> str:
     from plotly.offline import get_plotlyjs
 
     js = get_plotlyjs()
+    drawn = timelines(run, analysis, step_regex=step_regex) if run is not None else []
     page = (
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>{esc(title)}</title><style>{_CSS}</style>"
         f'<script type="text/javascript">{js}</script></head><body><main>'
         + _header(analysis, title)
-        + _body(analysis)
+        + _body(analysis, drawn, run is not None)
         + f"<footer>Report size {_SIZE_MARK} (plotly.js {_size(len(js.encode()))} of it, embedded: the page "
         f"needs no network) · tracediag {esc(version('tracediag'))}</footer></main></body></html>"
     )
