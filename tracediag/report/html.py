@@ -111,16 +111,15 @@ def _value(v: Any) -> str:
     return ", ".join(items[: 2 * _MAX_LIST]) + more
 
 
-def _finding(f: Finding, *, anchor: str = "", timeline: str = "") -> str:
-    """A finding's card; `anchor`: its id; `timeline`: the id of its step's timeline, linked."""
+def _finding(f: Finding, *, timeline: str = "") -> str:
+    """A finding's card; `timeline`: the id of its step's timeline, linked."""
     kind = "ok" if f.cause == Cause.HEALTHY else "bad"
-    ident = f' id="{anchor}"' if anchor else ""
     link = f' · <a href="#{timeline}">its kernels and waits, step by stream</a>' if timeline else ""
     evidence = "".join(
         f'<tr><td class="key">{esc(k)}</td><td>{esc(_value(v))}</td></tr>' for k, v in f.evidence.items()
     )
     return (
-        f'<article class="finding {kind}"{ident}><h3><span class="badge">{esc(f.cause)}</span>{esc(f.summary)}</h3>'
+        f'<article class="finding {kind}"><h3><span class="badge">{esc(f.cause)}</span>{esc(f.summary)}</h3>'
         f'<p class="meta">{noun(len(f.ranks), "rank")} {esc(_listing(f.ranks))} · '
         f"{noun(len(f.steps), 'step')} {esc(_listing(f.steps))} · time lost "
         f"{_ms(f.time_lost_ns)} · confidence {f.confidence:.2f}"
@@ -137,7 +136,7 @@ def _finding(f: Finding, *, anchor: str = "", timeline: str = "") -> str:
 def _findings(analysis: Analysis, linked: frozenset[str] = frozenset()) -> str:
     """The findings' cards; `linked`: the timeline sections on the page, which the cards link to."""
     cards = [
-        _finding(f, anchor=f"finding-{i}", timeline=finding_anchor(i) if finding_anchor(i) in linked else "")
+        f'<div id="finding-{i}">{_finding(f, timeline=finding_anchor(i) if finding_anchor(i) in linked else "")}</div>'
         for i, f in enumerate(analysis.findings, 1)
     ] or ['<p class="note">No findings.</p>']
     check = analysis.check
