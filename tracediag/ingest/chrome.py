@@ -302,9 +302,10 @@ def decode(source: bytes | Iterable[bytes] | mmap.mmap, path: str) -> Decoded:
 
 SMALL_BYTES = 2 * CHUNK_BYTES
 """A document below this size is decoded whole by `decode` (one piece): `decode_small` may read it with others."""
-SMALL_BATCH_ROWS = 4 * SCANNED_ROWS
-"""`decode_small` turns the scanner's rows (all its columns) into compact frames once it holds this many
-(at the end of the file that reaches it), so a batch of large files never holds them all."""
+SMALL_BATCH_ROWS = 20 * SCANNED_ROWS
+"""`decode_small` turns the scanner's rows (all its columns: about 300 MB at 1M rows) into compact frames
+once it holds this many (at the end of the file that reaches it), so a batch of large files never holds
+them all. A group of 256 Kineto windows (850k rows) takes one: at 200k rows, 5% more CPU joining the takes."""
 
 
 @dataclass
