@@ -6,11 +6,13 @@ The dumps are a real fixture dump (fixtures/hang/host_stuck, rank 0: 16 entries 
 replicated: its entries repeated with record and sequence ids continued up to --entries (each entry's
 frames copied, so the pickle holds one frame dict per frame as torch writes it), written once per rank
 as benchmarks/data/hang/nccl_trace_rank_<R> (the rank is in the name, as torch writes it). Rank 5 stops
-one collective early, so the analysis has a hang to find. Prints the wall time of `tracediag.hang`
-(read + analyse) and of the read alone, and the verdict.
+one collective early, so the analysis has a hang to find. Prints the wall and CPU time (this process and
+its workers) of the read alone and of `tracediag.hang` (read + analyse), and the verdict.
 
-Measured: docs/hang.md#performance (the C scanner: 12.7 CPU-ms a dump against the previous reader's 60 in
-the same run, 4.7x; the 10 s target not yet shown by a full run on an idle machine).
+Measured (docs/hang.md#performance, main at 7d00430 against d75575f, alternately in one run, 2 shared
+cores at load 10-14): `tracediag.hang` 10.2-10.6 CPU-s against 14.3-15.3 (1.4x), 26-32 s wall against
+30-52; a dump 6.6-6.9 CPU-ms against 10.7-11.3 (1.6x). At load 6.4-6.7: 8.8-9.7 CPU-s, 9.1-18.2 s wall.
+The 10 s target holds when the two cores are ours (~10 CPU-s over 2 cores), not on the loaded machine.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import argparse
 import copy
 import pickle
+import resource
 import shutil
 import sys
 import time
@@ -55,6 +58,12 @@ def make(ranks: int, entries: int) -> Path:
     return DATA
 
 
+def cpu() -> float:
+    """CPU seconds of this process and of its finished children (the reading workers)."""
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--ranks", type=int, default=1024)
@@ -66,12 +75,15 @@ def main() -> None:
     size = sum(p.stat().st_size for p in folder.glob("nccl_trace_rank_*"))
     print(f"{args.ranks} dumps x {args.entries} entries, {size / 1e6:,.0f} MB of pickles")
     for _ in range(args.repeat):
-        t0 = time.perf_counter()
+        c0, t0 = cpu(), time.perf_counter()
         dumps = read_dumps(str(folder), jobs=args.jobs)
-        t1 = time.perf_counter()
+        c1, t1 = cpu(), time.perf_counter()
         report = hang(str(folder), jobs=args.jobs)
-        t2 = time.perf_counter()
-        print(f"read {t1 - t0:.2f} s ({dumps.entries.height:,} entries); hang (read + analyse) {t2 - t1:.2f} s")
+        c2, t2 = cpu(), time.perf_counter()
+        print(
+            f"read {t1 - t0:.2f} s wall, {c1 - c0:.2f} CPU-s ({dumps.entries.height:,} entries); "
+            f"hang (read + analyse) {t2 - t1:.2f} s wall, {c2 - c1:.2f} CPU-s"
+        )
     print(report.sentence[:160])
 
 
