@@ -438,11 +438,13 @@ def analyze_ranks(
     return results[0][1], summaries
 
 
-SUMMARY_PATH_BYTES = 1 << 29
+SUMMARY_PATH_BYTES = 2 << 30
 """Decoded trace bytes (estimated by `decoded_bytes`) past which `tracediag analyze` summarises each rank
-in worker processes, as ``--executor local`` does, instead of holding every event here: the events cost
-about 1.4 bytes of memory a decoded byte (1,308 MB for 1,024 ranks of 930 KB), the summaries a small
-fixed part of that, so memory stays bounded by the summaries with no option to know."""
+in worker processes, as ``--executor local`` does, instead of holding every event here. Measured in one
+run (benchmarks/bench_scale.py, 1,024 copies of a real gloo rank, 711 MB estimated): in memory 23.7 CPU-s
+and 657 MB for the process tree (about 0.6 MB a further estimated MB), the summary path 50.4 CPU-s and
+472 MB (driver 330 MB, flat in the rank count). Past 2 GB the events would take well over 1 GB, and on to
+24 GB at tens of thousands of ranks, so the summaries' bounded memory is worth their 2x CPU there."""
 
 GZIP_RATIO = 8
 """How many decoded bytes a gzipped trace's byte is counted as (profiler JSON gzips 6-12x)."""
