@@ -111,4 +111,4 @@ def test_a_gpu_run_draws_device_streams_with_kernels_and_nccl():
     fig = step_timeline.draw(run, derive_tracks(run, analysis), analysis, view).figure
     kernels, comm = _trace(fig, "kernel"), _trace(fig, "communication")
     assert any(re.fullmatch(r"rank \d+ · stream \d+", y) for y in kernels.y)
-    assert any("nccl" in h.lower() for h in comm.hovertext)
+    assert any("nccl" in h.lower() for h in comm.text)

@@ -150,6 +150,7 @@ def heatmap(steps: pl.DataFrame, column: str, title: str, *, from_zero: bool = F
         )
     )
     _layout(fig, height=min(900, max(320, 6 * len(rows) + 140)), title={"text": title, "font": {"size": 15}})
+    fig.update_layout(margin={"b": 50})  # no legend under it
     fig.update_yaxes(title="rank", type="category", autorange="reversed")
     fig.update_xaxes(title="step", type="category")
     step_note = "" if sk == 1 else f"; steps in bins of {sk}"

@@ -217,10 +217,6 @@ def draw(run: Run, tracks: Tracks, analysis: Analysis, view: View) -> Figure:
         part = bars.filter(pl.col("kind") == kind)
         if part.height == 0:
             continue
-        hover = [
-            f"{esc(short[n])}<br>{legend} · {(e - s) / NS_PER_MS:,.3f} ms at {(s - t0) / NS_PER_MS:,.3f} ms"
-            for n, s, e in zip(part["name"], part["ts"], part["end"])
-        ]
         fig.add_trace(
             go.Bar(
                 y=part["row"].to_list(),
@@ -231,8 +227,9 @@ def draw(run: Run, tracks: Tracks, analysis: Analysis, view: View) -> Figure:
                 legendgroup=legend,
                 showlegend=legend not in {t.name for t in fig.data},
                 marker={"color": color, "line": {"width": 0}},
-                hovertext=hover,
-                hoverinfo="text",
+                text=[esc(short[n]) for n in part["name"]],
+                textposition="none",
+                hovertemplate=f"%{{text}}<br>{legend} · %{{x:,.3f}} ms<extra></extra>",
             )
         )
     waits = arr.filter(pl.col("wait_ns") > 0)
