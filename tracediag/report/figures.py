@@ -40,9 +40,6 @@ LOG_SPAN = 50
 """The check chart switches to a log axis when its largest value exceeds the smallest by this factor."""
 MAX_GROUP_ROWS = 12
 """Collective rows in the timeline, one per group, before groups are merged into one row per op."""
-HOT = 1.25
-"""Heat-map colours run from the median (pale) to at least this multiple of it (dark), so noise stays pale."""
-
 COLORS = {
     "compute": "#4c78a8",
     "exposed comm": "#f58518",
@@ -110,7 +107,7 @@ def _rank_label(first: int, k: int) -> str:
 
 def heatmap(steps: pl.DataFrame, column: str, title: str, *, from_zero: bool = False) -> Figure:
     """Rank × step heat-map of one per-step time, in ms. `from_zero`: colours start at 0 (pale)
-    instead of the median."""
+    instead of the lowest value drawn."""
     import plotly.graph_objects as go
 
     ranks = sorted(steps["rank"].unique().to_list())
@@ -126,8 +123,9 @@ def heatmap(steps: pl.DataFrame, column: str, title: str, *, from_zero: bool = F
         .agg(pl.col(column).max())
     )
     ncol = math.ceil(len(step_numbers) / sk)
-    median, top = (steps[column].median() or 0) / NS_PER_MS, (steps[column].max() or 0) / NS_PER_MS
-    low = 0.0 if from_zero else median
+    least, top = (cells[column].min() or 0) / NS_PER_MS, (cells[column].max() or 0) / NS_PER_MS
+    median = (steps[column].median() or 0) / NS_PER_MS
+    low = 0.0 if from_zero else least
     grid = (
         cells.with_columns((pl.col(column) / NS_PER_MS).round(2))
         .pivot(on="col", index="row", values=column)
@@ -143,7 +141,7 @@ def heatmap(steps: pl.DataFrame, column: str, title: str, *, from_zero: bool = F
             y=rows,
             colorscale="YlOrRd",
             zmin=low,
-            zmax=max(top, HOT * median, low + 1e-3),
+            zmax=max(top, low + 1e-3),
             colorbar={"title": {"text": "ms"}, "thickness": 12},
             hovertemplate=("rank %{y}" if rk == 1 else "ranks %{y}") + "<br>step %{x}<br>%{z:.1f} ms<extra></extra>",
             hoverongaps=False,
@@ -154,10 +152,11 @@ def heatmap(steps: pl.DataFrame, column: str, title: str, *, from_zero: bool = F
     fig.update_yaxes(title="rank", type="category", autorange="reversed")
     fig.update_xaxes(title="step", type="category")
     step_note = "" if sk == 1 else f"; steps in bins of {sk}"
+    spread = f", {(top - least) / median:.1%} of the median apart" if median else ""
     scale = (
-        "colour from 0 (pale) to the maximum (dark)"
+        f"colour from 0 (pale) to the highest, {top:,.1f} ms (dark)"
         if from_zero
-        else f"colour from the median (pale) to {HOT:g}× the median or the maximum (dark)"
+        else f"colour from the lowest, {least:,.1f} ms (pale), to the highest, {top:,.1f} ms (dark){spread}"
     )
     shape = f"{count(len(ranks), 'rank')} × {count(len(step_numbers), 'step')}"
     return Figure(fig, f"{shape}{rank_note}{step_note}; {scale}")

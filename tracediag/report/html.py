@@ -9,14 +9,14 @@ pipeline stage idle shares (when the analysis has a pipeline section), observed 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from importlib.metadata import version
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import orjson
 
 from tracediag.analysis import Cause
 from tracediag.report.bundle import loader, pack, packed_block, plotly_js
+from tracediag.report.evidence import sentence, with_unit
 from tracediag.report.figures import (
     Figure,
     breakdown,
@@ -65,6 +65,7 @@ th,td{padding:3px 10px;border-bottom:1px solid #eaeef2;text-align:left;vertical-
 th{background:#f6f8fa;font-weight:600}
 td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
 td.key{color:#57606a;white-space:nowrap}
+td.val{font-variant-numeric:tabular-nums;max-width:560px}
 .note{color:#57606a}
 footer{color:#57606a;font-size:12px;margin-top:10px}
 """
@@ -103,26 +104,14 @@ def _listing(values: tuple[int, ...]) -> str:
     return ", ".join(pieces[:_MAX_LIST]) + more if pieces else "—"
 
 
-def _value(v: Any) -> str:
-    """An evidence value as text: numbers to 4 digits, lists and mappings without brackets, long ones cut."""
-    if isinstance(v, float):
-        return f"{v:,.4g}"
-    if isinstance(v, Mapping):
-        items = [f"{k}: {_value(x)}" for k, x in v.items()]
-    elif isinstance(v, (list, tuple)):
-        items = [_value(x) for x in v]
-    else:
-        return str(v)
-    more = f" … ({len(items):,} in all)" if len(items) > 2 * _MAX_LIST else ""
-    return ", ".join(items[: 2 * _MAX_LIST]) + more
-
-
 def _finding(f: Finding, *, timeline: str = "") -> str:
     """A finding's card; `timeline`: the id of its step's timeline, linked."""
     kind = "ok" if f.cause == Cause.HEALTHY else "bad"
     link = f' · <a href="#{timeline}">its kernels and waits, step by stream</a>' if timeline else ""
     evidence = "".join(
-        f'<tr><td class="key">{esc(k)}</td><td>{esc(_value(v))}</td></tr>' for k, v in f.evidence.items()
+        f'<tr><td class="key">{esc(k)}</td><td class="val">{esc(with_unit(k, v, limit=2 * _MAX_LIST))}</td>'
+        f'<td class="note">{esc(sentence(k))}</td></tr>'
+        for k, v in f.evidence.items()
     )
     return (
         f'<article class="finding {kind}"><h3><span class="badge">{esc(f.cause)}</span>{esc(f.summary)}</h3>'
