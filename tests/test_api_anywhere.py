@@ -197,3 +197,22 @@ def test_workers_share_the_cpus_among_their_polars_threads(monkeypatch):
         assert worker.call(os.getenv, "POLARS_MAX_THREADS") == "3"
     finally:
         worker.close()
+
+
+def test_workers_import_their_parents_tracediag_not_one_in_the_current_directory(expected, tmp_path):
+    """`python -c` puts the current directory first on a worker's import path: run from a folder holding
+    another `tracediag` (a checkout of another version), the workers imported that one. They import the
+    parent's own: no worker fails to start, no fallback warning."""
+    here = tmp_path / "elsewhere"
+    (here / "tracediag").mkdir(parents=True)
+    (here / "tracediag" / "__init__.py").write_text("raise ImportError('the tracediag of the current directory')\n")
+    script = tmp_path / "s.py"
+    snippet = SNIPPET.replace(repr(RUN), repr(str(ROOT / RUN)))
+    script.write_text(f"import sys\nsys.path.insert(0, {str(ROOT)!r})\n" + snippet)
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, cwd=here, timeout=120,
+        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == expected
+    assert "RuntimeWarning" not in done.stderr, done.stderr

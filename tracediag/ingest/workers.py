@@ -34,7 +34,15 @@ Task = TypeVar("Task")
 Result = TypeVar("Result")
 
 _LEN = struct.Struct("<Q")
-_ENTRY = "from tracediag.ingest.workers import serve; serve()"
+_ENTRY = (
+    "import sys\n"
+    "if sys.path and sys.path[0] == '':\n"
+    "    del sys.path[0]\n"
+    "from tracediag.ingest.workers import serve\n"
+    "serve()\n"
+)
+"""A worker's program. ``-c`` puts the current directory first on the import path, before PYTHONPATH:
+a `tracediag` folder there (another checkout) would be imported instead of the parent's own, so it goes."""
 _READY = b"tracediag worker ready\n"
 """The first bytes a worker writes: it started and imported tracediag (else the caller reads in-process).
 Fixed bytes, not a frame: output printed before them cannot make the caller wait for a bogus length."""
