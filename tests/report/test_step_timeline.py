@@ -112,3 +112,23 @@ def test_a_gpu_run_draws_device_streams_with_kernels_and_nccl():
     kernels, comm = _trace(fig, "kernel"), _trace(fig, "communication")
     assert any(re.fullmatch(r"rank \d+ · stream \d+", y) for y in kernels.y)
     assert any("nccl" in h.lower() for h in comm.text)
+
+
+def test_a_findings_perfetto_pointer_names_the_track_the_export_writes(slow_node, tmp_path):
+    from tef_checker import load
+
+    from tracediag.report.perfetto import FINDING_TID, IDLE_TID, LATE_TID, WAIT_TID, write_perfetto
+
+    run, analysis = slow_node
+    out = tmp_path / "t.json"
+    write_perfetto(str(out), run, analysis)
+    trace = load(out, nesting_threads={WAIT_TID, LATE_TID, IDLE_TID, FINDING_TID})
+    page = render_html(analysis, run=run)
+    line = page.split('<div id="finding-1">')[1].split('<p class="perfetto">')[1].split("</p>")[0]
+    track = re.search(r"on the track <i>(.+?)</i>", line).group(1)
+    slices = trace.of("X", name="compute_straggler")
+    on_track = {e["pid"] for e in slices if trace.thread_names()[(e["pid"], e["tid"])] == track}
+    assert on_track == {4, 5}
+    assert "ranks 4–5" in line
+    assert {trace.thread_names()[(r, LATE_TID)] for r in (4, 5)} == {"collectives: arrived last"}
+    assert "<i>collectives: arrived last</i>" in line

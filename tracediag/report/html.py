@@ -58,6 +58,7 @@ section h2{font-size:17px;margin:2px 0 10px}
 .finding.bad{border-left-color:#cf222e}
 .finding.ok{border-left-color:#1a7f37}
 .finding.check{border-left-color:#8250df}
+.perfetto{margin:-6px 0 12px 17px;color:#57606a;font-size:12px}
 .badge{display:inline-block;font-size:12px;padding:1px 8px;border-radius:10px;background:#eaeef2;margin-right:6px}
 .meta{color:#57606a;font-size:13px;margin:2px 0 6px}
 table{border-collapse:collapse;font-size:13px;margin:6px 0}
@@ -128,10 +129,24 @@ def _finding(f: Finding, *, timeline: str = "") -> str:
     )
 
 
+def _in_perfetto(f: Finding, i: int) -> str:
+    """Where finding `i` (1-based) is in the Perfetto export (`report.perfetto`: one track per finding
+    in each of its ranks' processes, its slices named by the cause)."""
+    if f.cause == Cause.HEALTHY:
+        return ""
+    late = " and their tracks <i>collectives: arrived last</i>" if f.ranks else ""
+    return (
+        f'<p class="perfetto">In Perfetto (<code>analyze --perfetto FILE</code>, docs/perfetto.md): the slices '
+        f"<b>{esc(f.cause.value)}</b> on the track <i>finding {i}: {esc(f.cause.value)}</i> of "
+        f"{noun(len(f.ranks), 'rank')} {esc(_listing(f.ranks))}{late}; search “{esc(f.cause.value)}”.</p>"
+    )
+
+
 def _findings(analysis: Analysis, linked: frozenset[str] = frozenset()) -> str:
     """The findings' cards; `linked`: the timeline sections on the page, which the cards link to."""
     cards = [
-        f'<div id="finding-{i}">{_finding(f, timeline=finding_anchor(i) if finding_anchor(i) in linked else "")}</div>'
+        f'<div id="finding-{i}">{_finding(f, timeline=finding_anchor(i) if finding_anchor(i) in linked else "")}'
+        f"{_in_perfetto(f, i)}</div>"
         for i, f in enumerate(analysis.findings, 1)
     ] or ['<p class="note">No findings.</p>']
     check = analysis.check
