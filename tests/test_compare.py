@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import re
 
 import orjson
 import polars as pl
@@ -10,6 +11,7 @@ from conftest import FIXTURES, SAMPLES, needs_shared
 
 import tracediag
 from tracediag.cli import cli
+from tracediag.report.bundle import DATA_TYPE, unpack
 
 RUNS = FIXTURES / "runs"
 
@@ -82,7 +84,16 @@ def test_a100_against_v100_kernel_deltas_and_html(runner, tmp_path):
     )
     page = out.read_text()
     assert "Memcpy DtoD (Device -&gt; Device)" in page
-    assert "<script" not in page
+    # the charts: our scripts only (packed plotly.js and figures, the loader), the kernel deltas those of the JSON
+    tags = re.findall(r"<script\b[^>]*>", page)
+    assert tags[-1] == "<script>"
+    assert all(t.startswith(f'<script type="{DATA_TYPE}"') for t in tags[:-1])
+    packed = re.search(r'data-for="fig-kernel-deltas">([^<]*)</script>', page).group(1)
+    bars = orjson.loads(unpack(packed))["data"]
+    drawn = sorted(x for bar in bars for x in bar["x"])
+    assert drawn == sorted(round(k["delta_ns"] / 1e6, 3) for k in kernels[:20])
+    assert {bar["name"] for bar in bars} <= {"slower", "faster", "added", "removed"}
+    assert 'id="fig-breakdown-deltas"' in page
 
 
 def test_an_analysis_saved_without_the_newer_columns_compares_on_the_common_parts(runner, tmp_path):

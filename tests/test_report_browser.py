@@ -130,3 +130,19 @@ def test_the_streams_timelines_render_at_desktop_and_narrow_widths(tmp_path, wid
     keep = os.environ.get("TRACEDIAG_SCREENSHOT_DIR")
     if keep:
         shutil.copy(shot, keep)
+
+
+def test_the_compare_page_draws_its_delta_charts(tmp_path):
+    from tracediag.compare import compare
+    from tracediag.report.compare_report import render_compare_html
+
+    paired = RUNS.parent / "paired"
+    sides = [tracediag.analyze(tracediag.load(paired / "straggler_r0" / name)) for name in ("healthy", "injected")]
+    page = tmp_path / "compare.html"
+    page.write_text(render_compare_html(compare(*sides)), encoding="utf-8")
+    done = _chromium(tmp_path, page, "--window-size=800,1600", "--dump-dom")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert _console(done.stderr) == []
+    plots = re.findall(r'<div id="fig-([a-z-]+)" class="plotly-graph-div js-plotly-plot"', done.stdout)
+    assert plots == ["breakdown-deltas", "kernel-deltas"]
+    assert done.stdout.count('<g class="trace bars"') >= 2

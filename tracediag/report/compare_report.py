@@ -84,12 +84,19 @@ def compare_tables(c: Comparison) -> str:
 
 
 def render_compare_html(c: Comparison, *, title: str = "tracediag compare") -> str:
-    """The comparison as one HTML page (no script, no network); every name from a trace is escaped."""
-    style = (
-        "body{font:14px system-ui,sans-serif;margin:24px;color:#1f2328}table{border-collapse:collapse;margin:8px 0}"
-        "th,td{padding:3px 10px;border-bottom:1px solid #eaeef2;text-align:left}td.num{text-align:right}"
-    )
+    """The comparison as one self-contained HTML page: the charts of breakdown and kernel deltas (plotly.js
+    packed inline, no network) and the tables; every name from a trace is escaped."""
+    from tracediag.report.bundle import loader
+    from tracediag.report.compare_figures import breakdown_deltas, kernel_deltas
+    from tracediag.report.html import _CSS, _figure
+
+    charts = ((breakdown_deltas(c), "breakdown-deltas"), (kernel_deltas(c), "kernel-deltas"))
+    plots = "".join(_figure(f, name) for f, name in charts if f is not None)
+    plots = f"<h2>What changed, new against base</h2>{plots}" if plots else ""
     return (
-        f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{esc(title)}</title>'
-        f"<style>{style}</style></head><body><h1>{esc(title)}</h1>{compare_tables(c)}</body></html>"
+        f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{esc(title)}</title><style>{_CSS}</style></head><body><main><h1>{esc(title)}</h1>"
+        f'<section id="charts">{plots}</section><section id="tables">{compare_tables(c)}</section></main>'
+        f"{loader() if plots else ''}</body></html>"
     )
