@@ -200,3 +200,29 @@ def test_small_files_are_grouped_so_that_every_process_reads():
     assert {len(g) for g in run_module._groups(many, 1)} == {run_module.SMALL_GROUP, 2800 % run_module.SMALL_GROUP}
     assert max(len(g) for g in run_module._groups(many, 2)) == run_module.SMALL_GROUP
     assert {len(g) for g in run_module._groups(small * 200, 2)} == {800 // 8}  # 8 groups, 4 a process
+
+
+def test_the_summary_path_reads_a_group_together_as_each_alone(tmp_path, monkeypatch):
+    from tracediag.execute.task import RankTask, summarize_files
+
+    paths = _damaged(tmp_path)
+
+    def rows(out):
+        got = summarize_files([RankTask(path=p, out=str(out), rank=k) for k, p in enumerate(paths)])
+        return sorted(({k: v for k, v in r.items() if k not in ("seconds", "attempt")} for r in got), key=str)
+
+    together = []
+
+    def spy(tasks):
+        together.extend(read_small(tasks))
+        return together[-len(tasks) :]
+
+    monkeypatch.setattr(read_module, "read_small", spy)
+    batched = rows(tmp_path / "batched")
+    assert sum(t is not None for t in together) == 5  # the good files and the file naming no rank (given one)
+    monkeypatch.setattr(read_module, "read_small", lambda tasks: [None] * len(tasks))
+    alone = rows(tmp_path / "alone")
+    assert len(batched) == len(paths)
+    assert sum(bool(r["ok"]) for r in batched) == len(paths) - 2  # the cut gzip, the file of no format
+    for got, want in zip(batched, alone):
+        assert {k: v for k, v in got.items() if k != "out"} == {k: v for k, v in want.items() if k != "out"}
