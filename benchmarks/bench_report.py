@@ -76,7 +76,7 @@ def main() -> None:
     prediction = predict(
         model, device, Split(dp=4), Training(seq_len=512, global_batch=16), resolve_engine("megatron-core"), gpus=4
     )
-    small = dataclasses.replace(small, extra={"check": check(small, prediction, run=run).to_dict()})
+    small = dataclasses.replace(small, check=check(small, prediction, run=run))
     big = replicate(small, RANKS, STEPS)
     print(f"{big.steps.height:,} rank-steps, {big.collectives.height:,} collectives", file=sys.stderr)
     times = []

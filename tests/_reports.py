@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import orjson
+import polars as pl
 
 import tracediag
 from tracediag.model.predict import Prediction, predict
@@ -65,3 +66,16 @@ def analysis_with_check(paths: Path | list[Path], split: Split) -> Analysis:
     analysis = tracediag.analyze(run)
     result = check(analysis, prediction(split), run=run)
     return dataclasses.replace(analysis, check=result)
+
+
+def replicated(analysis: Analysis, ranks: int, steps: int) -> Analysis:
+    """A 1,024-rank, 100-step analysis made of a real analysis' rows (rank r copies rank r mod n)."""
+    src = analysis.steps
+    n, first = src["rank"].n_unique(), min(src["step"])
+    count = src["step"].n_unique()
+    grid = pl.DataFrame({"rank": range(ranks)}).join(pl.DataFrame({"step": range(first, first + steps)}), how="cross")
+    rows = grid.with_columns(
+        src_rank=(pl.col("rank") % n).cast(pl.Int32), src_step=((pl.col("step") - first) % count + first).cast(pl.Int32)
+    ).join(src.rename({"rank": "src_rank", "step": "src_step"}), on=["src_rank", "src_step"])
+    rows = rows.drop("src_rank", "src_step").select(src.columns).cast(dict(src.schema))
+    return dataclasses.replace(analysis, steps=rows, ranks=tuple(range(ranks)), world_size=ranks)

@@ -15,7 +15,8 @@ import subprocess
 from typing import TYPE_CHECKING
 
 import pytest
-from _reports import IMG, RUNS, SCRIPT, analysis_with_check, hostile_copy, traces
+from _reports import IMG, RUNS, SCRIPT, analysis_with_check, hostile_copy, replicated, traces
+from conftest import SAMPLES, needs_shared
 
 import tracediag
 from tracediag.model.specs import Split
@@ -106,11 +107,23 @@ def test_report_screenshot_renders_the_pipeline_report(tmp_path):
         shutil.copy(shot, keep)
 
 
-@pytest.mark.parametrize("width", [1400, 800])
-def test_the_streams_timelines_render_at_desktop_and_narrow_widths(tmp_path, width):
-    """The slow-node report with its events: every plot drawn, the per-stream timelines with their bars
-    and late-arrival markers, no console output; a screenshot per width (TRACEDIAG_SCREENSHOT_DIR keeps them)."""
-    run = tracediag.load(RUNS / "slow_node_6")
+DLRM = SAMPLES / "gpu-public" / "dlrm_v100_8rank"
+
+
+@pytest.mark.parametrize(
+    ("source", "width"),
+    [
+        (RUNS / "slow_node_6", 1400),
+        (RUNS / "slow_node_6", 800),
+        pytest.param(DLRM, 1400, marks=needs_shared(DLRM)),
+    ],
+    ids=["slow_node_6-1400", "slow_node_6-800", "dlrm_v100-1400"],
+)
+def test_the_streams_timelines_render_at_desktop_and_narrow_widths(tmp_path, source, width):
+    """A report with its events (a gloo CPU run; GPU streams of the DLRM V100 traces): every plot drawn,
+    the per-stream timelines with their bars, no console output; a screenshot per width
+    (TRACEDIAG_SCREENSHOT_DIR keeps them)."""
+    run = tracediag.load(source)
     page = tmp_path / "streams.html"
     page.write_text(render_html(tracediag.analyze(run), run=run), encoding="utf-8")
     done = _chromium(tmp_path, page, f"--window-size={width},{HEIGHT}", "--dump-dom")
@@ -122,7 +135,7 @@ def test_the_streams_timelines_render_at_desktop_and_narrow_widths(tmp_path, wid
         drawn = done.stdout.split(f'<div id="fig-{name}"')[1].split("</svg>")[0]
         assert drawn.count('<g class="trace bars"') >= 3  # operators, communication, waits
         assert drawn.count('class="point"') >= 100
-    shot = tmp_path / f"streams-{width}.png"
+    shot = tmp_path / f"streams-{source.name}-{width}.png"
     done = _chromium(tmp_path, page, f"--window-size={width},{HEIGHT}", "--hide-scrollbars", f"--screenshot={shot}")
     assert done.returncode == 0, done.stderr[-2000:]
     png = shot.read_bytes()
@@ -146,3 +159,16 @@ def test_the_compare_page_draws_its_delta_charts(tmp_path):
     plots = re.findall(r'<div id="fig-([a-z-]+)" class="plotly-graph-div js-plotly-plot"', done.stdout)
     assert plots == ["breakdown-deltas", "kernel-deltas"]
     assert done.stdout.count('<g class="trace bars"') >= 2
+
+
+def test_a_1024_rank_report_draws_every_plot(tmp_path):
+    """1,024 ranks x 100 steps made of the real straggler_persistent rows: the binned heat-maps, the
+    breakdown and the timeline all draw, with no console output."""
+    big = replicated(analysis_with_check(traces(RUNS / "straggler_persistent"), Split(dp=4)), 1024, 100)
+    page = _write(tmp_path, big, "big.html")
+    done = _chromium(tmp_path, page, "--window-size=1400,3000", "--dump-dom")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert _console(done.stderr) == []
+    plots = re.findall(r'<div id="fig-([a-z-]+)" class="plotly-graph-div js-plotly-plot"', done.stdout)
+    assert plots == ["step-time", "compute", "lateness", "breakdown", "timeline", "check"]
+    assert done.stdout.count('<g class="heatmaplayer') == 3
