@@ -50,6 +50,7 @@ def test_slowest_step_shows_the_slow_node_first_with_its_late_arrivals_and_the_w
     assert drawn == pytest.approx(in_step["wait_ns"][0] / 1e6, abs=0.01)
     rows = list(fig.layout.yaxis.categoryarray)
     assert rows[0] == "rank 4 · collectives"
+    assert tuple(fig.layout.yaxis.range) == (len(rows) - 0.5, -0.5)  # every row shown, empty ones too
     assert any(re.fullmatch(r"rank 5 · thread \d+", r) for r in rows)
     assert any(re.fullmatch(r"rank 5 · thread \d+ ·2", r) for r in rows)  # operators inside operators
     ops = _trace(fig, "operator")

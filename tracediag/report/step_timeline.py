@@ -115,7 +115,7 @@ def views(analysis: Analysis) -> list[View]:
             f"The slowest step ({slowest})",
             slowest,
             _step_ranks(in_step, list(dict.fromkeys(first)), MAX_RANKS, fill=True),
-            "the ranks everyone waits for, the slowest, a typical peer and the fastest",
+            ("the ranks everyone waits for, " if late else "") + "the slowest, a typical peer and the fastest",
         )
     ]
     for i, f in enumerate(analysis.findings, 1):
@@ -268,8 +268,8 @@ def draw(run: Run, tracks: Tracks, analysis: Analysis, view: View) -> Figure:
         )
     _layout(fig, height=min(1400, 150 + 20 * len(order)), barmode="overlay", bargap=0.25)
     fig.update_layout(margin={"l": 190, "r": 20, "t": 40, "b": 100}, dragmode="zoom")
-    fig.update_yaxes(categoryorder="array", categoryarray=order, autorange="reversed", fixedrange=True,
-                     range=[len(order) - 0.5, -0.5])  # fmt: skip
+    # an explicit range, top row first: autorange would drop empty rows at the ends (a rank waiting nowhere)
+    fig.update_yaxes(categoryorder="array", categoryarray=order, fixedrange=True, range=[len(order) - 0.5, -0.5])
     fig.update_xaxes(title=f"ms since the start of step {view.step} (aligned clocks)", range=[0, (t1 - t0) / NS_PER_MS])
     return Figure(fig, _caption(view, n_all, bars, rows))
 
