@@ -212,9 +212,7 @@ def analyze_files(
 ) -> list[tuple[str, Analysis]]:
     """`analyze`, or with `per_file` (``--allow-mixed``) one analysis per file when the files are
     not ranks of one run: `reduce_files` of the run's `RankSummary`. Raises as `analyze`."""
-    if link_gbps is not None and not (isinstance(link_gbps, (int, float)) and 0 < link_gbps < math.inf):
-        msg = f"link_gbps must be a finite number of GB/s above 0, got {link_gbps!r}"
-        raise ValueError(msg)
+    check_link_gbps(link_gbps)
     extents = None if allow_mixed or per_file else check_same_run(run)  # refused before the per-rank work
     summary = rank_tables(run.events, step_regex=step_regex, extents=extents)
     return reduce_files(
@@ -226,6 +224,13 @@ def analyze_files(
         allow_mixed=True,  # checked above, or each file on its own
         per_file=per_file,
     )
+
+
+def check_link_gbps(link_gbps: float | None) -> None:
+    """Raise ValueError unless `link_gbps` is None or a finite number of GB/s above 0."""
+    if link_gbps is not None and not (isinstance(link_gbps, (int, float)) and 0 < link_gbps < math.inf):
+        msg = f"link_gbps must be a finite number of GB/s above 0, got {link_gbps!r}"
+        raise ValueError(msg)
 
 
 def reduce_files(

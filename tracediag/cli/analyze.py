@@ -56,28 +56,9 @@ def _sources_kw(
         "rank_map": parse_rank_map(rank_map),
         "storage_options": storage_options(ex_kw["storage_options"]),
         "comm_kernel": trace_kw["comm_kernel"],
-        "on_loaded": report_read_errors,
+        "on_read": report_read_errors,
     }
     return kw, len(files)
-
-
-def _summarise_when_large(paths: tuple[str, ...], ex_kw: dict[str, Any]) -> None:
-    """A run too large to hold every event here (`driver.SUMMARY_PATH_BYTES`) is summarised rank by rank
-    in worker processes, as ``--executor local`` (same results), said in one line; a file that cannot be
-    read is then an error line and the others are analysed, as in memory."""
-    from tracediag.execute.driver import SUMMARY_PATH_BYTES, decoded_bytes
-
-    try:
-        size = decoded_bytes(paths, storage_options(ex_kw["storage_options"]))
-    except TracediagError:
-        return  # the read says what is wrong with the inputs
-    if size > SUMMARY_PATH_BYTES:
-        ex_kw.update(executor="local", allow_missing=True)
-        click.echo(
-            f"tracediag: about {size / 1e9:.1f} GB of trace events: each rank summarised in worker processes "
-            "(as --executor local), not held in memory",
-            err=True,
-        )
 
 
 def _causes(value: str | None) -> tuple[str, ...]:
@@ -181,8 +162,6 @@ def analyze(
     if perfetto_path is not None and ex_kw["executor"]:
         msg = "--perfetto reads the events here: not with --executor (run tracediag export on the traces)"
         raise InputError(msg)
-    if not ex_kw["executor"] and perfetto_path is None and html is None:
-        _summarise_when_large(paths, ex_kw)
     kw, n_files = _sources_kw(
         paths,
         ex_kw,
@@ -193,6 +172,9 @@ def analyze(
         rank_map=rank_map,
         comm_kernel=comm_kernel,
     )
+    if not ex_kw["executor"]:  # what draws the events or checks a model reads them here; else only summaries
+        checked = any(check_kw.get(k) is not None for k in ("plan_path", "model_name", "layers"))
+        kw["events"] = perfetto_path is not None or html is not None or checked
     with reading_progress(0 if ex_kw["executor"] else n_files) as on_file_done:
         analysed = run_summaries(
             analyze_sources, paths, step_regex=step_regex, link_gbps=peak, per_file=allow_mixed,

@@ -89,7 +89,8 @@ def export(
         "rank_from_filename": rank_from_filename,
         "rank_map": parse_rank_map(rank_map),
         "comm_kernel": comm_kernel,
-        "on_loaded": report_read_errors,
+        "events": True,
+        "on_read": report_read_errors,
     }
     with reading_progress(n_files) as on_file_done:
         analysed = run_summaries(analyze_sources, paths, step_regex=step_regex, on_file_done=on_file_done, **kw)

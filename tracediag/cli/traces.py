@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
     from pathlib import Path
 
-    from tracediag.run import Run
+    from tracediag.run import Run, RunMeta
 
 
 def trace_options(f):
@@ -115,11 +115,11 @@ def load_traces(
             )
     except TracediagError as e:
         raise InputError(str(e).replace("\n", "\nError: ")) from None
-    report_read_errors(run)
+    report_read_errors(run.meta)
     return run
 
 
-def report_read_errors(run: Run) -> None:
+def report_read_errors(meta: RunMeta) -> None:
     """Each file that could not be read, one ``Error:`` line on stderr (the others were read)."""
-    for line in run.meta.errors:
+    for line in meta.errors:
         click.echo(f"Error: {line}", err=True)

@@ -5,7 +5,9 @@ skips the ones a previous run finished (``resume``), turns a file that fails eve
 error row, shows progress and writes ``manifest.parquet``. `Summaries.summary` reads the ranks'
 `RankSummary` back, in rank order, for `reduce.reduce_files`; `analyze_ranks` chains the two. Driver
 memory grows with the summaries (steps, collective instances, per-step kernel totals and the what-if
-replay's timeline pieces and sync ends per rank), not with the traces.
+replay's timeline pieces and sync ends per rank), not with the traces. `analyze_sources` is the one
+entry of `tracediag analyze`: summaries in this process by default (`streamed`), every event with
+`events`, or an executor.
 """
 
 from __future__ import annotations
@@ -438,46 +440,17 @@ def analyze_ranks(
     return results[0][1], summaries
 
 
-SUMMARY_PATH_BYTES = 2 << 30
-"""Decoded trace bytes (estimated by `decoded_bytes`) past which `tracediag analyze` summarises each rank
-in worker processes, as ``--executor local`` does, instead of holding every event here. Measured in one
-run (benchmarks/bench_scale.py, 1,024 copies of a real gloo rank, 711 MB estimated): in memory 23.7 CPU-s
-and 657 MB for the process tree (about 0.6 MB a further estimated MB), the summary path 50.4 CPU-s and
-472 MB (driver 330 MB, flat in the rank count). Past 2 GB the events would take well over 1 GB, and on to
-24 GB at tens of thousands of ranks, so the summaries' bounded memory is worth their 2x CPU there."""
-
-GZIP_RATIO = 8
-"""How many decoded bytes a gzipped trace's byte is counted as (profiler JSON gzips 6-12x)."""
-
-
-def decoded_bytes(sources: str | Path | Sequence[str | Path], storage_options: dict[str, Any] | None = None) -> int:
-    """An estimate of the decoded size of the traces `sources` name, from their sizes on disk or in the
-    listing (a gzipped one counted `GZIP_RATIO` times), without reading them; unknown sizes count 0."""
-    from tracediag.run import resolve_inputs
-
-    total = 0
-    for f in resolve_inputs([sources] if isinstance(sources, (str, Path)) else sources, storage_options):
-        size = f.size
-        if size is None and not is_url(f.path):
-            try:
-                size = os.stat(f.path.removeprefix("file://")).st_size
-            except OSError:
-                size = 0
-        total += (size or 0) * (GZIP_RATIO if f.path.endswith(".gz") else 1)
-    return total
-
-
 @dataclass(frozen=True)
 class Analysed:
-    """What `analyze_sources` found: the analyses, the run when it was read here, the files that failed."""
+    """What `analyze_sources` found: the analyses, the run when its events were read here, the files that failed."""
 
     results: list[tuple[str, Analysis]]
     """``[("", analysis)]``, or with `per_file` one ``(path, analysis)`` per file (`reduce.reduce_files`)."""
     run: Run | None
-    """The run read into this process (None when an executor summarised it where the workers are)."""
+    """The run read into this process (with `events`; else None: only the ranks' summaries were kept)."""
     failed: tuple[str, ...] = ()
-    """One line per file an executor could not summarise (in memory: none here; the run's
-    ``meta.errors`` list the files it could not read, given to `on_loaded` with the run)."""
+    """One line per file an executor could not summarise (here: none; the files that could not be
+    read are the ``errors`` of the `RunMeta` given to `on_read`)."""
 
 
 def analyze_sources(
@@ -486,6 +459,7 @@ def analyze_sources(
     executor: str | None = None,
     jobs: int = 0,
     out: str | None = None,
+    events: bool = False,
     step_regex: str | None = None,
     link_gbps: float | None = None,
     per_file: bool = False,
@@ -494,16 +468,24 @@ def analyze_sources(
     storage_options: dict[str, Any] | None = None,
     comm_kernel: str | None = None,
     on_file_done: Callable[[str], None] | None = None,
-    on_loaded: Callable[[Run], None] | None = None,
+    on_read: Callable[[RunMeta], None] | None = None,
     **summarize_kw: Any,
 ) -> Analysed:
-    """The analysis of trace `sources`, wherever the per-rank work runs: with no `executor`, every file
-    read into this process (`run.load`, `jobs` processes; `on_file_done` after each file, `on_loaded`
-    with the run before it is analysed) and analysed in memory (`reduce.analyze_files`); else each
-    rank summarised on `executor` with `jobs` workers into `out` (`summarize`, with `summarize_kw`)
-    and the summaries reduced here. Both reduce the same way, so the results are equal.
+    """The analysis of trace `sources`, wherever the per-rank work runs; every way reduces the ranks'
+    summaries alike (`reduce.reduce_files`), so the results are equal.
+
+    - By default, in this process, a group of files at a time (`streamed.stream_summaries`, `jobs`
+      processes): each rank summarised and its events dropped, so memory grows with the summaries.
+    - With `events` (outputs that draw the events: ``--perfetto``, ``--html``'s timelines, a model
+      check), or for a saved run (``.parquet``), every event read here (`run.load`) and kept in
+      `Analysed.run`.
+    - With `executor`, each rank summarised on `executor` with `jobs` workers into `out`
+      (`summarize`, with `summarize_kw`).
+
+    In this process `on_file_done` is called after each file and `on_read` with the run's metadata
+    (the files that could not be read in its ``errors``) before it is analysed.
     """
-    from tracediag.reduce import analyze_files
+    from tracediag.reduce import analyze_files, check_link_gbps, reduce_files
     from tracediag.run import load
 
     kw = {"step_regex": step_regex, "link_gbps": link_gbps, "per_file": per_file}
@@ -513,7 +495,40 @@ def analyze_sources(
             sources, out=out, executor=executor, workers=jobs, comm_kernel=comm_kernel, **where, **kw, **summarize_kw
         )
         return Analysed(results, None, summaries.meta.errors)
-    run = load(sources, jobs=jobs, on_file_done=on_file_done, comm_kernel=comm_kernel, **where)
-    if on_loaded is not None:
-        on_loaded(run)
-    return Analysed(analyze_files(run, **kw), run)
+    resolved = None if events else _trace_files(sources, storage_options)
+    if resolved is None:
+        run = load(sources, jobs=jobs, on_file_done=on_file_done, comm_kernel=comm_kernel, **where)
+        if on_read is not None:
+            on_read(run.meta)
+        return Analysed(analyze_files(run, **kw), run)
+    from tracediag.execute.streamed import stream_summaries
+
+    check_link_gbps(link_gbps)
+    try:
+        comm_kernel = check_comm_kernel(comm_kernel)
+    except ValueError as e:
+        raise TracediagError(str(e)) from None
+    summary, meta = stream_summaries(
+        resolved, jobs=jobs, comm_kernel=comm_kernel, step_regex=step_regex, on_file_done=on_file_done, **where
+    )
+    if on_read is not None:
+        on_read(meta)
+    return Analysed(reduce_files(summary, meta, **kw), None)
+
+
+def _trace_files(sources: str | Path | Sequence[str | Path], storage_options: dict[str, Any] | None) -> list | None:
+    """The input files of `sources` (`run.resolve_inputs`), or None for a saved run (``load`` reads it whole)."""
+    from tracediag.ingest.remote import is_remote
+    from tracediag.ingest.workers import forked_after_import
+    from tracediag.run import FORK_WARNING
+
+    if forked_after_import():
+        warnings.warn(FORK_WARNING, RuntimeWarning, stacklevel=3)
+    resolved = resolve_inputs([sources] if isinstance(sources, (str, Path)) else sources, storage_options)
+    if not resolved:
+        msg = "tracediag.load: `sources` names no trace file"
+        raise TracediagError(msg)
+    one = resolved[0].path
+    if len(resolved) == 1 and _is_parquet(one, storage_options) and (is_remote(one) or not parquet_is_timeline(one)):
+        return None
+    return resolved

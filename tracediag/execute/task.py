@@ -33,7 +33,7 @@ from tracediag.ingest.commkernel import mark_comm_kernels
 from tracediag.ingest.remote import is_remote
 from tracediag.ingest.trace import FileTrace
 from tracediag.parquet import is_url, join, write_parquet
-from tracediag.run import RANK_HINT, merge_windows, windows_problem
+from tracediag.run import RANK_HINT, _by_time, merge_windows, windows_problem
 
 MANIFEST_SCHEMA: dict[str, pl.DataType] = {
     "key": pl.String(),
@@ -176,6 +176,15 @@ def _windows_joined(read: list[Read]) -> tuple[list[Read], list[dict[str, Any]]]
     return out, failed
 
 
+def summarize_traces(traces: list[FileTrace], step_regex: str | None) -> RankSummary:
+    """The summary of `traces`, one per rank (its profiler windows joined), in memory: their events in
+    rank order, each rank's in time order (as `run.load` orders a run's), derived in one pass
+    (`derive.per_rank.rank_tables`). `summarize_files` writes it; `execute.streamed` keeps it."""
+    ordered = sorted(traces, key=lambda t: t.meta.rank)
+    events = pl.concat([_by_time(t.events) for t in ordered]) if len(ordered) > 1 else _by_time(ordered[0].events)
+    return rank_tables(events, step_regex=step_regex)
+
+
 def summarize_files(tasks: list[RankTask]) -> list[dict[str, Any]]:
     """Summarise files where they lie and return their manifest rows (see the module docstring).
 
@@ -227,9 +236,8 @@ def summarize_files(tasks: list[RankTask]) -> list[dict[str, Any]]:
         return rows
     started = time.perf_counter()
     traces = list({trace.meta.rank: trace for _, trace, _, _ in read}.values())  # a rank's windows: once
-    events = pl.concat([t.events for t in traces]) if len(traces) > 1 else traces[0].events
-    summary = rank_tables(events, step_regex=read[0][0].step_regex)
-    derive_share = (time.perf_counter() - started) / max(events.height, 1)
+    summary = summarize_traces(traces, read[0][0].step_regex)
+    derive_share = (time.perf_counter() - started) / max(sum(t.events.height for t in traces), 1)
     written: set[int] = set()
     for task, trace, attempt, seconds in read:
         started = time.perf_counter()
