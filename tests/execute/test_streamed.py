@@ -141,3 +141,16 @@ def test_the_command_reads_every_event_only_for_outputs_that_draw_or_count_them(
     result = runner.invoke(cli, args)
     assert result.exit_code == 0, result.output
     assert asked == [events]
+
+
+def test_files_of_different_runs_are_refused_or_analysed_each_alone_as_in_memory():
+    files = [
+        KINETO / "gen_torch2.13cpu_gloo_2rank_rank0.pt.trace.json.gz",
+        RUNS / "comm_bound" / "rank1.pt.trace.json.gz",
+    ]
+    refused = _outcome(files)
+    assert refused == _outcome(files, events=True)
+    assert "world sizes differ" in refused[0]
+    each = _outcome(files, per_file=True)
+    assert each == _outcome(files, events=True, per_file=True)
+    assert each[0].count('"file":') == 2
