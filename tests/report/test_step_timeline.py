@@ -133,3 +133,25 @@ def test_a_findings_perfetto_pointer_names_the_track_the_export_writes(slow_node
     assert "ranks 4–5" in line
     assert {trace.thread_names()[(r, LATE_TID)] for r in (4, 5)} == {"collectives: arrived last"}
     assert "<i>collectives: arrived last</i>" in line
+
+
+@needs_shared(DLRM)
+def test_a_host_bound_gpu_run_shows_its_device_waiting_on_the_host(monkeypatch):
+    """DLRM V100 is host_bound (the device idle 58% of the step, 93% of it with nothing queued): each GPU
+    rank's ``device idle`` row draws the analysis' own idle gaps of the step, split as the breakdown."""
+    run = tracediag.load(DLRM)
+    analysis = tracediag.analyze(run)
+    assert analysis.findings[0].cause == "host_bound"
+    tracks = derive_tracks(run, analysis)
+    view = step_timeline.views(analysis)[1]
+    assert "device idle gaps left out, the shortest" in step_timeline.draw(run, tracks, analysis, view).caption
+    monkeypatch.setattr(step_timeline, "MAX_IDLE_BARS", 100_000)
+    fig = step_timeline.draw(run, tracks, analysis, view).figure
+    host = _trace(fig, "device idle: waiting on the host")
+    assert {y for y in host.y} <= {f"rank {r} · device idle" for r in view.ranks}
+    r = view.ranks[0]
+    drawn = sum(x for y, x in zip(host.y, host.x) if y == f"rank {r} · device idle")
+    mine = tracks.idle.filter((pl.col("rank") == r) & (pl.col("step") == view.step) & (pl.col("kind") == "host"))
+    assert drawn == pytest.approx((mine["end"] - mine["ts"]).sum() / 1e6, rel=1e-3)
+    row = list(fig.layout.yaxis.categoryarray)
+    assert row.index(f"rank {r} · device idle") == row.index(f"rank {r} · collectives") + 1

@@ -2,16 +2,18 @@
 
 One timeline for the slowest step and one per finding (its worst step, its ranks beside a typical
 peer): a row per (rank, device stream) of kernels, communication and copies, a row per (rank, host
-thread, nesting level) of operators, and a ``collectives`` row per rank with its waits for the last
-arriver (red) and a marker where a rank arrives last. Clocks are the analysis' aligned ones
-(`perfetto_tracks.derive_tracks`, as the Perfetto export draws them). The page stays bounded: at
-most `MAX_RANKS` ranks, `MAX_ROWS_PER_RANK` rows per rank, `MAX_LEVELS` nesting levels and `MAX_BARS`
-bars per timeline (the longest), each figure's caption saying what was left out.
+thread, nesting level) of operators, a ``collectives`` row per rank with its waits for the last
+arriver (red) and a marker where a rank arrives last, and a ``device idle`` row per GPU rank with its
+idle gaps split as the breakdown splits them (waiting on the host, between kernels, other). Clocks are
+the analysis' aligned ones (`perfetto_tracks.derive_tracks`, as the Perfetto export draws them). The
+page stays bounded: at most `MAX_RANKS` ranks, `MAX_ROWS_PER_RANK` rows per rank, `MAX_LEVELS` nesting
+levels, `MAX_BARS` bars and `MAX_IDLE_BARS` idle gaps per timeline (the longest), each figure's
+caption saying what was left out.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import polars as pl
@@ -48,6 +50,14 @@ KIND_STYLE = {
     "sync": ("sync", COLORS["exposed comm"]),
 }
 """Legend entry and colour per event kind."""
+IDLE_STYLE = {
+    "host": ("device idle: waiting on the host", COLORS["idle: waiting on host"]),
+    "kernel": ("device idle: between kernels", COLORS["idle: between kernels"]),
+    "other": ("device idle: other", COLORS["idle: other"]),
+}
+"""Legend entry and colour per kind of device idle gap (`perfetto_tracks.IDLE_KINDS`), as the breakdown's."""
+MAX_IDLE_BARS = 600
+"""Idle gaps per timeline (the longest)."""
 
 
 @dataclass(frozen=True)
@@ -194,6 +204,25 @@ def _bars(run: Run, offsets: pl.DataFrame, view: View, t0: int, t1: int) -> tupl
     return kept.with_columns(pl.col("ts").clip(lower_bound=t0), pl.col("end").clip(upper_bound=t1)), rows
 
 
+def _idle(tracks: Tracks, view: View, t0: int, t1: int) -> tuple[pl.DataFrame, int]:
+    """The device's idle gaps in the view (``rank, kind, ts, end``, clipped), the longest `MAX_IDLE_BARS`,
+    and how many there were."""
+    idle = (
+        tracks.idle.filter(
+            (pl.col("step") == view.step)
+            & pl.col("rank").is_in(view.ranks)
+            & (pl.col("ts") < t1)
+            & (pl.col("end") > t0)
+        )
+        .with_columns(
+            pl.col("ts").clip(lower_bound=t0), pl.col("end").clip(upper_bound=t1), pl.col("kind").cast(pl.String)
+        )
+        .filter(pl.col("end") > pl.col("ts"))
+    )
+    kept = idle.filter((pl.col("end") - pl.col("ts")).rank("ordinal", descending=True) <= MAX_IDLE_BARS)
+    return kept, idle.height
+
+
 def _ms(ns: pl.Expr | pl.Series, t0: int = 0) -> list[float]:
     return ((ns - t0) / NS_PER_MS).round(3).to_list()
 
@@ -210,7 +239,18 @@ def draw(run: Run, tracks: Tracks, analysis: Analysis, view: View) -> Figure:
     if n_all > MAX_BARS:
         bars = bars.filter((pl.col("end") - pl.col("ts")).rank("ordinal", descending=True) <= MAX_BARS)
     arr = tracks.arrivals.filter((pl.col("step") == view.step) & pl.col("rank").is_in(view.ranks))
-    order = [lbl for r in view.ranks for lbl in (f"rank {r} · collectives", *rows.filter(pl.col("rank") == r)["row"])]
+    gpu = rows.filter(~pl.col("host"))["rank"].unique().to_list()  # a CPU rank's "idle" is not a device's
+    idle, n_idle = _idle(tracks, replace(view, ranks=tuple(r for r in view.ranks if r in gpu)), t0, t1)
+    idle_ranks = set(idle["rank"].to_list())
+    order = [
+        lbl
+        for r in view.ranks
+        for lbl in (
+            f"rank {r} · collectives",
+            *([f"rank {r} · device idle"] if r in idle_ranks else []),
+            *rows.filter(pl.col("rank") == r)["row"],
+        )
+    ]
     short = short_names(bars["name"].unique().to_list())
     fig = go.Figure()
     for kind, (legend, color) in KIND_STYLE.items():
@@ -232,6 +272,20 @@ def draw(run: Run, tracks: Tracks, analysis: Analysis, view: View) -> Figure:
                 hovertemplate=f"%{{text}}<br>{legend} · %{{x:,.3f}} ms<extra></extra>",
             )
         )
+    for kind, (legend, color) in IDLE_STYLE.items():
+        part = idle.filter(pl.col("kind") == kind)
+        if part.height:
+            fig.add_trace(
+                go.Bar(
+                    y=[f"rank {r} · device idle" for r in part["rank"]],
+                    x=_ms(part["end"] - part["ts"]),
+                    base=_ms(part["ts"], t0),
+                    orientation="h",
+                    name=legend,
+                    marker={"color": color, "line": {"width": 0}},
+                    hovertemplate=f"{legend}: %{{x:,.3f}} ms<extra></extra>",
+                )
+            )
     waits = arr.filter(pl.col("wait_ns") > 0)
     if waits.height:
         hover = [
@@ -271,7 +325,11 @@ def draw(run: Run, tracks: Tracks, analysis: Analysis, view: View) -> Figure:
     # an explicit range, top row first: autorange would drop empty rows at the ends (a rank waiting nowhere)
     fig.update_yaxes(categoryorder="array", categoryarray=order, fixedrange=True, range=[len(order) - 0.5, -0.5])
     fig.update_xaxes(title=f"ms since the start of step {view.step} (aligned clocks)", range=[0, (t1 - t0) / NS_PER_MS])
-    return Figure(fig, _caption(view, n_all, bars, rows))
+    idle_left = n_idle - idle.height
+    caption = _caption(view, n_all, bars, rows)
+    if idle_left:
+        caption += f"; {idle_left:,} of {n_idle:,} device idle gaps left out, the shortest"
+    return Figure(fig, caption)
 
 
 def _caption(view: View, n_all: int, bars: pl.DataFrame, rows: pl.DataFrame) -> str:
