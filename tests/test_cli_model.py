@@ -148,7 +148,11 @@ def test_plan_headroom_and_emit_flags(runner):
     assert all(s["memory_bytes_per_device"] <= 0.75 * s["memory"]["capacity"] for s in data["splits"])
     emitted = runner.invoke(cli, [*base, "--emit", "torchtitan"])
     assert emitted.exit_code == 0
-    assert "[parallelism]" in emitted.stdout
+    assert "--parallelism.tensor_parallel_degree" in emitted.stdout  # torchtitan 0.3 overrides
+    assert emitted.stdout.startswith("# tracediag plan for torchtitan 0.3: llama3-70b on 64 x h100-sxm")
+    toml = runner.invoke(cli, [*base, "--emit", "torchtitan-0.2"])
+    assert toml.exit_code == 0
+    assert "[parallelism]" in toml.stdout
 
 
 def test_plan_emit_times_splits_with_the_target_engine(runner):

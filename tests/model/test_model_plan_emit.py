@@ -69,7 +69,7 @@ def _pred(split: Split, recompute: str = "none"):
 
 def test_torchtitan_toml_parses_with_degrees():
     p = _pred(Split(tp=4, pp=4, dp=4, vpp=2, zero=3, sequence_parallel=True), "full")
-    cfg = tomllib.loads(emit(p, "torchtitan"))
+    cfg = tomllib.loads(emit(p, "torchtitan-0.2"))
     par = cfg["parallelism"]
     assert (
         par["tensor_parallel_degree"],
@@ -80,7 +80,14 @@ def test_torchtitan_toml_parses_with_degrees():
     ) == (4, 4, 4, 1, 1)
     assert par["pipeline_parallel_schedule"] == "Interleaved1F1B"
     assert par["pipeline_parallel_microbatch_size"] == 2
-    assert cfg["training"] == {"local_batch_size": 64, "global_batch_size": 256, "seq_len": 4096}
+    assert cfg["training"] == {
+        "local_batch_size": 64,
+        "global_batch_size": 256,
+        "seq_len": 4096,
+        "mixed_precision_param": "bfloat16",
+        "mixed_precision_reduce": "float32",
+    }
+    assert cfg["model"] == {"name": "llama3", "flavor": "70B"}
     assert cfg["activation_checkpoint"]["mode"] == "full"
     assert par["fsdp_reshard_after_forward"] == "always"
 
@@ -91,7 +98,7 @@ def test_torchtitan_toml_parses_with_degrees():
     ids=["ddp", "zero2", "zero3"],
 )
 def test_torchtitan_maps_zero_stage_to_dp_mesh(tp, zero, shard, replicate, reshard):
-    par = tomllib.loads(emit(_pred(Split(tp=tp, pp=1, dp=64 // tp, zero=zero)), "torchtitan"))["parallelism"]
+    par = tomllib.loads(emit(_pred(Split(tp=tp, pp=1, dp=64 // tp, zero=zero)), "torchtitan-0.2"))["parallelism"]
     assert (par["data_parallel_shard_degree"], par["data_parallel_replicate_degree"]) == (shard, replicate)
     assert par.get("fsdp_reshard_after_forward") == reshard
     assert "pipeline_parallel_schedule" not in par
@@ -99,28 +106,33 @@ def test_torchtitan_maps_zero_stage_to_dp_mesh(tp, zero, shard, replicate, resha
 
 def test_megatron_args_parse_back():
     p = _pred(Split(tp=8, pp=2, dp=4, cp=2, zero=1, sequence_parallel=True))
-    words = shlex.split(emit(p, "megatron").replace("\\\n", " "))
+    text = emit(p, "megatron")
+    words = shlex.split(text[text.index("MEGATRON_ARGS=(") + 15 : text.index("\n)\n")])
     assert words == megatron_args(p)
+    assert "export CUDA_DEVICE_MAX_CONNECTIONS=1\n" in text
     value = {words[i]: words[i + 1] for i in range(len(words) - 1) if not words[i + 1].startswith("--")}
     assert value["--tensor-model-parallel-size"] == "8"
     assert value["--pipeline-model-parallel-size"] == "2"
     assert value["--context-parallel-size"] == "2"
     assert value["--micro-batch-size"] == "2"
     assert value["--global-batch-size"] == "256"
-    assert {"--sequence-parallel", "--use-distributed-optimizer", "--overlap-grad-reduce"} <= set(words)
+    assert {"--bf16", "--tp-comm-overlap", "--sequence-parallel", "--use-distributed-optimizer"} <= set(words)
+    assert "--overlap-grad-reduce" in words
 
 
 def test_deepspeed_json_parses_with_degrees():
     p = _pred(Split(pp=4, dp=16, zero=1), "full")
-    cfg = orjson.loads(emit(p, "deepspeed"))
-    assert cfg == deepspeed_config(p)
+    text = emit(p, "deepspeed")
+    cfg = deepspeed_config(p)
+    assert text.endswith(orjson.dumps(cfg, option=orjson.OPT_INDENT_2).decode() + "\n")
     assert cfg["train_batch_size"] == 256
     assert cfg["train_micro_batch_size_per_gpu"] == 2
     assert cfg["gradient_accumulation_steps"] == 256 // (2 * 16)
     assert cfg["zero_optimization"]["stage"] == 1
     assert "tensor_parallel" not in cfg
-    assert cfg["pipeline"]["stages"] == 4
-    tp = orjson.loads(emit(_pred(Split(tp=2, dp=32, zero=2, sequence_parallel=True)), "deepspeed"))
+    assert "pipeline" not in cfg  # DeepSpeed takes the stages from PipelineModule, in code: a note says so
+    assert "PipelineModule(layers, num_stages=4, partition_method='uniform', activation_checkpoint_interval=1)" in text
+    tp = deepspeed_config(_pred(Split(tp=2, dp=32, zero=2, sequence_parallel=True)))
     assert tp["tensor_parallel"]["autotp_size"] == 2
     assert tp["zero_optimization"]["stage"] == 2
     assert "pipeline" not in tp

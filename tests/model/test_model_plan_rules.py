@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import shlex
 
 import orjson
 import pytest
 
 from tracediag.model.ceilings import ceiling_for
-from tracediag.model.emit import emit, megatron_args, unsupported
+from tracediag.model.emit import deepspeed_config, emit, megatron_args, unsupported
 from tracediag.model.plan import (
     DEFAULT_HEADROOM,
     NEAR_TIE,
@@ -58,17 +57,18 @@ def test_emit_aware_plan_proposes_only_what_the_target_runs(llama70b, target):
         text = emit(p, target)  # never raises for a proposed split
         s = p.split
         if target == "megatron":
-            words = shlex.split(text.replace("\\\n", " "))
+            words = megatron_args(p)
             assert s.zero in (0, 1, 3)
             assert not (s.zero == 3 and s.pp > 1)
             assert ("--use-distributed-optimizer" in words) == (s.zero == 1 and s.dp * s.cp > 1)
         elif target == "torchtitan":
-            par = tomllib.loads(text)["parallelism"]
+            par = tomllib.loads(emit(p, "torchtitan-0.2"))["parallelism"]
             assert s.zero in (0, 2, 3)
             if s.zero:
                 assert par["fsdp_reshard_after_forward"] == ("always" if s.zero == 3 else "never")
         else:
-            cfg = orjson.loads(text)
+            cfg = deepspeed_config(p)
+            assert text.endswith(orjson.dumps(cfg, option=orjson.OPT_INDENT_2).decode() + "\n")
             assert cfg["zero_optimization"]["stage"] == s.zero
             assert s.vpp == 1
             assert s.pp == 1 or s.zero <= 1
@@ -98,9 +98,9 @@ def test_uneven_stages_with_interleaving_as_llama3_ran():
     p = predict(model, H100, split, train, MODERN)
     # torchtitan expresses it exactly: 4 layers per virtual stage, embedding/output as the missing layers.
     tt = Split(tp=8, pp=16, dp=8, vpp=2, zero=2, sequence_parallel=True)
-    par = tomllib.loads(emit(predict(model, H100, tt, Training(seq_len=8192, global_batch=256), MODERN), "torchtitan"))[
-        "parallelism"
-    ]
+    par = tomllib.loads(
+        emit(predict(model, H100, tt, Training(seq_len=8192, global_batch=256), MODERN), "torchtitan-0.2")
+    )["parallelism"]
     got = _torchtitan_stage_layers(
         126,
         16,

@@ -37,7 +37,12 @@ class Refused(click.ClickException):
     exit_code = EXIT_FINDING
 
 
-EMIT_ENGINE = {"megatron": "megatron-core", "torchtitan": "torchtitan", "deepspeed": "deepspeed"}
+EMIT_ENGINE = {
+    "megatron": "megatron-core",
+    "torchtitan": "torchtitan",
+    "torchtitan-0.2": "torchtitan",
+    "deepspeed": "deepspeed",
+}
 """Engine profile `plan --emit TARGET` uses unless --engine is given."""
 
 
