@@ -24,10 +24,19 @@ Measured on the 2-CPU development machine (shared: its load average, from other 
 | small files read in groups of 256 | 5,000 | 0.35 s | 12.51 s | 2.43 ms/file | 35.4x (0.9) |
 | the same, the machine loaded | 5,000 | 0.35 s | 22.60 s | 4.42 ms/file | 46.8x (6.3) |
 
-Before and after side by side at a load of 6.5-7: 500 files 6.50 s (13.7x) before, 2.07 s (5.9x) after. Where a
+Before and after side by side at a load of 6.5-7: 500 files 6.50 s (13.7x) before, 2.07 s (5.9x) after; at a
+load of 9-10, `tracediag ingest` of the 5,000: 94.4 s wall, 69.9 CPU-s, 4.7 GB peak before; 52.3 s wall, 20.6
+CPU-s (3.4x less), 3.1 GB after (the wall time of a loaded machine follows its other work). Where a
 window's 2.2 ms go (one process, low load): gunzip 0.8 (zlib 1.1; 0.26 with the optional `gunzip` extra,
 ISA-L), the C scanner 0.7, the polars work over the group 0.6 (0.15 s a group), the rest 0.1; then the
-Parquet write of the 14.6M rows, 2.3 s.
+Parquet write of the 14.6M rows, 2.3 s. With the `gunzip` extra (ISA-L), 1,000 windows read in one process
+cost 2.1-2.3 CPU-s against 2.8.
+
+`tracediag analyze` of the 5,000 files works (healthy, 5,000 ranks, 8 steps); past ~512 MB of decoded traces it
+takes the summary path, which reads each task's files together too: 305-309 s at a load of 10-12 (68 s at a
+load of 3 before analyze took that path by itself). There reading is a tenth (128 files: 1.0 of 12 s); the
+per-rank derivation is most of it (8.2 s, `derive.kernels.kernel_steps` 5.3 s), then the summaries' Parquet
+files (2.0 s).
 """
 
 from __future__ import annotations
