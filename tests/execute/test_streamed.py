@@ -24,6 +24,11 @@ INPUTS = [p for p in sorted(RUNS.iterdir()) if p.is_dir()] + [
     ],
     [KINETO / "hta_a100_nccl_rank0.json.gz", KINETO / "hta_a100_nccl_rank1.json.gz"],
     *sorted(p for p in KINETO.iterdir() if p.name.endswith((".json", ".json.gz"))),
+    *sorted((FIXTURES / "timeline").glob("*.*.gz")),  # op-timeline tables: one file, several ranks
+    *sorted((FIXTURES / "timeline").glob("*.parquet")),
+    *[p for p in sorted((FIXTURES / "readers_runs").iterdir()) if p.is_dir()],
+    sorted((FIXTURES / "nsys").glob("constructed_gpu_rank*.sqlite.gz")),
+    sorted((FIXTURES / "jax").glob("gen_jax0.10.2_cpu2proc_p*.trace.json.gz")),
 ]
 
 
@@ -42,7 +47,7 @@ def _outcome(sources, **kw) -> tuple[str, tuple[str, ...] | None, dict | None]:
 def test_default_equals_the_in_memory_analysis(sources):
     in_memory = _outcome(sources, events=True)
     assert _outcome(sources) == in_memory
-    if isinstance(sources, Path) and sources.parent == RUNS:  # every real run analyses (a lone file may not)
+    if isinstance(sources, Path) and sources.parent in (RUNS, FIXTURES / "timeline"):  # each analyses
         assert in_memory[0].startswith("{")
 
 
