@@ -122,6 +122,17 @@ class Case:
     """A method: the bound method of a real object it is called on."""
 
 
+def _spec_args(r: Real) -> dict[str, object]:
+    """The real specs of one prediction, as `predict` and the calibrations take them."""
+    return {
+        "model": r.model,
+        "device": r.device,
+        "split": r.prediction.split,
+        "training": r.prediction.training,
+        "engine": r.engine,
+    }
+
+
 OPT_STR = "None missing"
 OPT_NUM = "None int float"
 NUM = "int float"
@@ -183,13 +194,7 @@ CASES: dict[str, Case] = {
         },
     ),
     "predict": Case(
-        lambda r: {
-            "model": r.model,
-            "device": r.device,
-            "split": r.prediction.split,
-            "training": r.prediction.training,
-            "engine": r.engine,
-        },
+        _spec_args,
         {"gpus": OPT_INT},
     ),
     "watch": Case(
@@ -342,14 +347,7 @@ DOCUMENTED: dict[str, Case] = {
     ),
     f"{MODEL}.calibrate.apply_profile": Case(lambda r: {"device": r.device, "profile": r.profile}),
     f"{MODEL}.calibrate.calibrate_from_step_time": Case(
-        lambda r: {
-            "model": r.model,
-            "device": r.device,
-            "split": r.prediction.split,
-            "training": r.prediction.training,
-            "engine": r.engine,
-            "step_time_s": 0.05,
-        },
+        lambda r: {**_spec_args(r), "step_time_s": 0.05},
         {"step_time_s": NUM, "gpus": OPT_INT, "source": "missing"},
     ),
     f"{MODEL}.calibrate.load_profile": Case(lambda r: {"path": r.profile_path}, {"path": PATHS}),
