@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from tracediag.units import noun
+from tracediag.units import noun, spans
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
@@ -36,13 +36,7 @@ def html(obj: object) -> str | None:
 def listing(word: str, values: Iterable[int]) -> str:
     """``rank 2``, ``ranks 0–3``, ``steps 1, 4, 9, 12 … (20)``: runs joined, at most `LISTED` pieces."""
     values = sorted(set(values))
-    runs: list[list[int]] = []
-    for v in values:
-        if runs and v == runs[-1][1] + 1:
-            runs[-1][1] = v
-        else:
-            runs.append([v, v])
-    pieces = [str(a) if a == b else f"{a}–{b}" for a, b in runs]
+    pieces = spans(values)
     more = f" … ({len(values):,})" if len(pieces) > LISTED else ""
     return f"{noun(len(values), word)} {', '.join(pieces[:LISTED])}{more}" if values else f"no {word}s"
 

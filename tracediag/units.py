@@ -8,6 +8,11 @@ person reads is written by `format_ms`, so one value reads the same everywhere.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
 NS_PER_MS = 1e6
 """Nanoseconds in a millisecond: ``ns / NS_PER_MS`` is milliseconds."""
 NS_PER_US = 1e3
@@ -52,6 +57,17 @@ def of_peak(label: str, share: float) -> str:
     if share <= 1:
         return f"{label} {100 * share:.1f}%"
     return f"{label} not shown ({100 * share:,.0f}% of peak is impossible: the inputs do not describe one run)"
+
+
+def spans(values: Iterable[int]) -> list[str]:
+    """Sorted distinct `values` as runs of consecutive numbers: ``["0–3", "7", "9–10"]``."""
+    runs: list[list[int]] = []
+    for v in sorted(set(values)):
+        if runs and v == runs[-1][1] + 1:
+            runs[-1][1] = v
+        else:
+            runs.append([v, v])
+    return [str(a) if a == b else f"{a}–{b}" for a, b in runs]
 
 
 def rank_list(ranks: tuple[int, ...] | list[int], shown: int = 8) -> str:

@@ -29,7 +29,7 @@ from tracediag.report.figures import (
 )
 from tracediag.report.kernels_html import kernels_section
 from tracediag.report.step_timeline import finding_anchor, timelines
-from tracediag.units import MS_PER_S, NS_PER_MS, count, format_ms, noun
+from tracediag.units import MS_PER_S, NS_PER_MS, count, format_ms, noun, spans
 
 if TYPE_CHECKING:
     from tracediag.analysis import Analysis, Finding, Pipeline, WhatIf
@@ -94,13 +94,7 @@ def _size(n: int) -> str:
 
 def _listing(values: tuple[int, ...]) -> str:
     """`0–3, 7, 9` style, the first `_MAX_LIST` pieces, then a count."""
-    runs: list[list[int]] = []
-    for v in sorted(values):
-        if runs and v == runs[-1][1] + 1:
-            runs[-1][1] = v
-        else:
-            runs.append([v, v])
-    pieces = [str(a) if a == b else f"{a}–{b}" for a, b in runs]
+    pieces = spans(values)
     more = f" … ({len(values):,} in all)" if len(pieces) > _MAX_LIST else ""
     return ", ".join(pieces[:_MAX_LIST]) + more if pieces else "—"
 
