@@ -95,9 +95,10 @@ def _finding_view(analysis: Analysis, f: Finding, i: int) -> View | None:
     mine = steps.filter(pl.col("rank").is_in(list(f.ranks)))
     worst = int(mine.sort("dur_ns", "step", descending=[True, False])["step"][0]) if mine.height else int(f.steps[0])
     in_step = analysis.steps.filter(pl.col("step") == worst)
-    named = [r for r in in_step.sort("dur_ns", descending=True)["rank"].to_list() if r in set(f.ranks)]
+    own = set(f.ranks)
+    named = in_step.filter(pl.col("rank").is_in(list(own))).sort("dur_ns", descending=True)["rank"].to_list()
     ranks = _step_ranks(in_step, named, MAX_RANKS, fill=False)
-    peers = [r for r in ranks if r not in set(f.ranks)]
+    peers = [r for r in ranks if r not in own]
     shown = len(ranks) - len(peers)
     mine = (
         f"{count(shown, 'rank')} of the finding"
