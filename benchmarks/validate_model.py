@@ -111,6 +111,7 @@ class Score:
 
 def _publication(source: str) -> str:
     for key, name in (
+        ("torchtitan", "torchtitan"),
         ("PTD-P", "PTD-P"),
         ("Korthikanti", "Korthikanti"),
         ("llm-foundry", "llm-foundry"),
@@ -118,6 +119,7 @@ def _publication(source: str) -> str:
         ("MegaScale", "MegaScale"),
         ("Llama 3", "Llama 3"),
         ("MT-NLG", "MT-NLG"),
+        ("BLOOM", "BLOOM"),
     ):
         if key in source:
             return name
@@ -128,8 +130,13 @@ def _engine(row: dict, publication: str) -> tuple[str, dict[str, object], str]:
     """The engine profile of the stack that ran the row, the switches the source states, and why."""
     if publication in ("PTD-P", "Korthikanti"):
         return "megatron-2022", {}, ""
-    if publication == "MT-NLG":
+    if publication in ("MT-NLG", "BLOOM"):
         return "deepspeed-2021", {}, ""
+    if publication == "torchtitan":
+        compiled = "torch.compile" in row["notes"] and "no torch.compile" not in row["notes"]
+        overrides: dict[str, object] = {"cp_all_gather": True, "tp_overlap": "async TP" in row["notes"]}
+        why = "CP rotation allgather (torchtitan's default)" if int(row["cp"] or 1) > 1 else ""
+        return "torchtitan-compile" if compiled else "torchtitan", overrides, why
     if publication == "llm-foundry":
         return "pytorch-fsdp", {}, ""
     if publication == "MegaScale" and "Megatron-LM" in row["source"]:
@@ -155,7 +162,8 @@ def _case(index: int, row: dict) -> Case | None:
     publication = _publication(row["source"])
     fills: list[str] = []
     foundry = publication == "llm-foundry"
-    gpt = not foundry and publication != "Llama 3"
+    llama = publication in ("Llama 3", "torchtitan")
+    gpt = not foundry and not llama
     hidden = int(row["hidden"])
     ffn = int(row["ffn_hidden"]) if row["ffn_hidden"] else 4 * hidden
     if not row["ffn_hidden"]:
@@ -167,7 +175,7 @@ def _case(index: int, row: dict) -> Case | None:
         heads=int(row["heads"]),
         kv_heads=int(row["kv_heads"]) if row["kv_heads"] else None,
         ffn=ffn,
-        swiglu=publication == "Llama 3",
+        swiglu=llama,
         vocab=int(row["vocab"]),
         tied_embeddings=gpt or foundry,
         # Megatron GPT: learned positions, biases, dropout 0.1; MPT: ALiBi, no biases; Llama: rotary.
@@ -180,10 +188,16 @@ def _case(index: int, row: dict) -> Case | None:
     overrides: dict[str, object] = {}
     if "RoCE" in gpu:
         overrides["inter_link"] = LINKS["roce-400g" if "H100" in gpu else "roce-200g"]()
+    if "Omni-Path" in gpu:  # BLOOM's Jean Zay: 4 x 100 Gb/s per 8-GPU node, 6.25 GB/s per GPU
+        overrides["inter_link"] = dataclasses.replace(LINKS["ib-hdr"](), name="omni-path-4x100g", bandwidth_gbps=6.25)
+    if "96GB HBM2e" in gpu:  # torchtitan's Grand Teton H100: 96 GB HBM2e at 2.4 TB/s
+        overrides |= {"memory_bytes": 96e9, "hbm_bandwidth": 2.4e12}
     rec_text = row["recompute"]
     recomputes: tuple[str, ...]
     if rec_text.startswith("full"):
         recomputes = ("full",)
+    elif rec_text.startswith("op"):
+        recomputes = ("op",)
     elif rec_text.startswith("selective"):
         recomputes = ("selective",)
     else:
@@ -205,7 +219,7 @@ def _case(index: int, row: dict) -> Case | None:
     split = {"tp": tp, "pp": pp, "dp": int(row["dp"]), "cp": int(row["cp"] or 1), "zero": zero}
     split["sequence_parallel"] = tp > 1 and (
         "sequence parallel" in rec_text
-        or publication not in ("PTD-P", "MT-NLG", "Korthikanti")
+        or publication not in ("PTD-P", "MT-NLG", "Korthikanti", "BLOOM")
         or "selective" in rec_text
     )
     v_text = row["interleave/virtual_stages"]
@@ -234,6 +248,7 @@ def _case(index: int, row: dict) -> Case | None:
         recompute=recomputes[0],
         # llm-foundry trains with FSDP mixed_precision PURE (bf16 gradient reduction); Megatron keeps fp32 grads.
         grad_bytes=2 if foundry else 4,
+        dtype="fp8" if row["precision"].startswith("fp8") else "bf16",
     )
     engine, engine_overrides, why = _engine(row, publication)
     if why:
