@@ -33,6 +33,7 @@ import sys
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import orjson
 import polars as pl
@@ -42,7 +43,10 @@ from tracediag.model.calibrate import calibrate_from_step_time
 from tracediag.model.flops import flops_6n, model_flops
 from tracediag.model.predict import Prediction, predict
 from tracediag.model.specs import LINKS, ModelSpec, Split, Training, resolve_device
-from tracediag.model.stack import ELEMENTWISE_FIT, resolve_engine, with_overrides
+from tracediag.model.stack import ELEMENTWISE_FIT, Engine, resolve_engine, with_overrides
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 DEFAULT_CSV = Path(__file__).resolve().parents[2] / "shared" / "validation" / "published_runs_dev.csv"
 
@@ -72,6 +76,10 @@ class Case:
 
     index: int
     publication: str
+    stack: str
+    """The software that ran the row (`STACKS`), for leave-one-stack-out."""
+    generation: str
+    """The GPU generation (A100, H100), for leave-one-generation-out."""
     name: str
     model: ModelSpec
     device_name: str
@@ -154,6 +162,22 @@ def _engine(row: dict, publication: str) -> tuple[str, dict[str, object], str]:
             "trained before FlashAttention-3 (July 2024); all-gather CP (paper §3.3.2)",
         )
     return "megatron-core", {}, ""
+
+
+STACKS = {
+    "megatron-2022": "Megatron-LM 2021-22",
+    "megatron-core": "Megatron-Core 2023-24",
+    "megascale": "MegaScale",
+    "pytorch-fsdp": "PyTorch FSDP (llm-foundry)",
+    "deepspeed-2021": "DeepSpeed 2021",
+}
+"""The stack that ran a row, by its engine profile. Llama 3's runs are Meta's own stack (timed with the
+megatron-core profile and the paper's settings), so they are a stack of their own; MegaScale's Megatron-LM
+baseline (2023) and NVIDIA's Megatron-Core table are one."""
+
+
+def _stack(engine: str, publication: str) -> str:
+    return "Meta (Llama 3)" if publication == "Llama 3" else STACKS[engine]
 
 
 def _case(index: int, row: dict) -> Case | None:
@@ -271,6 +295,8 @@ def _case(index: int, row: dict) -> Case | None:
     return Case(
         index=index,
         publication=publication,
+        stack=_stack(engine, publication),
+        generation="H100" if device.startswith("h100") else "A100",
         name=row["model_name"],
         model=model,
         device_name=device,
@@ -288,8 +314,9 @@ def _case(index: int, row: dict) -> Case | None:
     )
 
 
-def _engine_with(case: Case, params: tuple[tuple[str, float], ...]):
-    engine = with_overrides(resolve_engine(case.engine), **dict(case.engine_overrides))
+def engine_for(name: str, overrides: dict[str, object], params: tuple[tuple[str, float], ...]) -> Engine:
+    """Engine profile `name` with the row's switches and the global parameters `params` (`GRID`)."""
+    engine = with_overrides(resolve_engine(name), **overrides)
     kw = dict(params)
     scale = kw.pop("elementwise_traffic_scale", ELEMENTWISE_FIT)
     return with_overrides(engine, elementwise_traffic=engine.elementwise_traffic / ELEMENTWISE_FIT * scale, **kw)
@@ -301,7 +328,7 @@ def _predict_case(case: Case, params: tuple[tuple[str, float], ...]) -> Predicti
     scale = kw.pop("compute_scale", 1.0)
     device = resolve_device(case.device_name, **dict(case.device_overrides))
     device = dataclasses.replace(device, gemm_efficiency=min(1.0, device.gemm_efficiency * scale))
-    engine = _engine_with(case, tuple(kw.items()))
+    engine = engine_for(case.engine, dict(case.engine_overrides), tuple(kw.items()))
     best = None
     for b, v, rec in itertools.product(case.micro_batches, case.vpps, case.recomputes):
         try:
@@ -389,19 +416,33 @@ def _objective(scores: list[Score]) -> tuple[float, float]:
     return (median + abs(signed), max(p["max_abs"] for p in parts))
 
 
-def leave_one_source_out(all_cases: list[Case]) -> tuple[list[Score], dict[str, dict]]:
-    """Each publication scored with the global parameters chosen on all the others."""
-    publications = sorted({c.publication for c in all_cases})
+GROUPINGS: dict[str, Callable[[Case], str]] = {
+    "source": lambda c: c.publication,
+    "stack": lambda c: c.stack,
+    "generation": lambda c: c.generation,
+}
+"""What a held-out group is: a publication, the software stack that ran the rows, or the GPU generation."""
+
+
+def leave_one_group_out(all_cases: list[Case], grouping: str) -> tuple[list[Score], dict[str, dict]]:
+    """Each group (`GROUPINGS[grouping]`) scored with the global parameters chosen on all the other rows."""
+    key = GROUPINGS[grouping]
+    group_of = {c.index: key(c) for c in all_cases}
     sets = _param_sets()
     table = {params: [score(c, params) for c in all_cases] for params in sets}
     out: list[Score] = []
     chosen: dict[str, dict] = {}
-    for pub in publications:
-        best = min(sets, key=lambda ps: _objective([s for s in table[ps] if s.publication != pub]))
-        held = [s for s in table[best] if s.publication == pub]
+    for group in sorted(set(group_of.values())):
+        best = min(sets, key=lambda ps: _objective([s for s in table[ps] if group_of[s.index] != group]))
+        held = [s for s in table[best] if group_of[s.index] == group]
         out.extend(held)
-        chosen[pub] = {"params": dict(best), **summary(held)}
+        chosen[group] = {"params": dict(best), **summary(held)}
     return sorted(out, key=lambda s: s.index), chosen
+
+
+def leave_one_source_out(all_cases: list[Case]) -> tuple[list[Score], dict[str, dict]]:
+    """Each publication scored with the global parameters chosen on all the others."""
+    return leave_one_group_out(all_cases, "source")
 
 
 def measured_step_time(case: Case, params: tuple[tuple[str, float], ...]) -> float:
@@ -445,34 +486,46 @@ def in_sample(all_cases: list[Case]) -> tuple[list[Score], dict[str, float]]:
     return table[best], dict(best)
 
 
-def render(scores: list[Score], chosen: dict[str, dict], skipped: list[str]) -> str:
-    """Markdown: per-row table, per-publication summary, totals."""
+HELD_OUT = {"source": "publication", "stack": "stack", "generation": "GPU generation"}
+"""The heading of each leave-one-group-out table."""
+
+
+def render(results: dict[str, tuple[list[Score], dict[str, dict]]], all_cases: list[Case], skipped: list[str]) -> str:
+    """Markdown: per-row table (each row's error with its source, stack, generation held out), then per
+    grouping the held-out groups' summaries and the total."""
+    groupings = list(results)
+    by_index = {c.index: c for c in all_cases}
+    errors = {g: {s.index: s.error for s in results[g][0]} for g in groupings}
+    heads = " | ".join(f"error ({g} out)" for g in groupings)
     lines = [
-        "| # | model | publication | split (filled knobs chosen) | metric | measured | predicted | error |",
-        "|---|---|---|---|---|---|---|---|",
+        f"| # | model | publication | stack | split (filled knobs chosen) | metric | measured | predicted | {heads} |",
+        "|---|---|---|---|---|---|---|---|" + "---|" * len(groupings),
     ]
-    for s in scores:
+    for s in results[groupings[0]][0]:
         fills = f" [filled: {', '.join(s.fills)}]" if s.fills else ""
+        errs = " | ".join(f"{100 * errors[g][s.index]:+.1f}%" for g in groupings)
         lines.append(
-            f"| {s.index} | {s.model} | {s.publication} | {s.split}{fills} | {s.metric} | {s.measured:.4g} | "
-            f"{s.predicted:.4g} | {100 * s.error:+.1f}% |"
+            f"| {s.index} | {s.model} | {s.publication} | {by_index[s.index].stack} | {s.split}{fills} | {s.metric} | "
+            f"{s.measured:.4g} | {s.predicted:.4g} | {errs} |"
         )
-    lines += [
-        "",
-        "| left out | rows | median abs | max abs | signed mean | parameters chosen on the others |",
-        "|---|---|---|---|---|---|",
-    ]
-    for pub, c in chosen.items():
-        params = ", ".join(f"{k}={v:g}" for k, v in c["params"].items())
+    for g in groupings:
+        scores, chosen = results[g]
+        lines += [
+            "",
+            f"| {HELD_OUT[g]} left out | rows | median abs | max abs | signed mean | parameters chosen on the others |",
+            "|---|---|---|---|---|---|",
+        ]
+        for group, c in chosen.items():
+            params = ", ".join(f"{k}={v:g}" for k, v in c["params"].items())
+            lines.append(
+                f"| {group} | {c['rows']} | {100 * c['median_abs']:.1f}% | {100 * c['max_abs']:.1f}% | "
+                f"{100 * c['signed_mean']:+.1f}% | {params} |"
+            )
+        total = summary(scores)
         lines.append(
-            f"| {pub} | {c['rows']} | {100 * c['median_abs']:.1f}% | {100 * c['max_abs']:.1f}% | "
-            f"{100 * c['signed_mean']:+.1f}% | {params} |"
+            f"\nleave-one-{g}-out, {total['rows']} rows: median |error| {100 * total['median_abs']:.1f}%, "
+            f"max {100 * total['max_abs']:.1f}%, signed mean {100 * total['signed_mean']:+.1f}% (+ = optimistic)"
         )
-    total = summary(scores)
-    lines.append(
-        f"\nleave-one-source-out, {total['rows']} rows: median |error| {100 * total['median_abs']:.1f}%, "
-        f"max {100 * total['max_abs']:.1f}%, signed mean {100 * total['signed_mean']:+.1f}% (+ = optimistic)"
-    )
     lines += ["", "Not scored: " + "; ".join(skipped)] if skipped else []
     return "\n".join(lines)
 
@@ -494,27 +547,50 @@ def render_calibrated(by_pub: dict[str, dict]) -> str:
     return "\n".join(lines)
 
 
+def calculon_section(chosen: dict[str, dict]) -> tuple[list, str]:
+    """Calculon's validation points (benchmarks/validate_model_calculon.py), with the `megatron-2022` profile and
+    the global parameters chosen without Korthikanti's rows (whose runs those points are)."""
+    sys.modules.setdefault("validate_model", sys.modules[__name__])  # run as a script: one copy of this module
+    import validate_model_calculon as calculon  # a script beside this one
+
+    params = chosen["Korthikanti"]["params"]
+    pts = calculon.points(engine_for("megatron-2022", {}, tuple(params.items())))
+    return pts, calculon.render(pts, params)
+
+
 def main(argv: list[str]) -> None:
-    """Print the leave-one-source-out table (or JSON with --format json)."""
+    """Print the leave-one-source-, stack- and generation-out tables, the calibrated errors and Calculon's
+    points side by side (or JSON with --format json)."""
     args = [a for a in argv if not a.startswith("--") and a not in ("text", "json")]
     csv = Path(args[0]) if args else DEFAULT_CSV
     all_cases, skipped = cases(csv)
+    calibrated: dict[str, dict] = {}
     if "--in-sample" in argv:
         scores, params = in_sample(all_cases)
-        chosen = {"(none)": {"params": params, **summary(scores)}}
-        calibrated: dict[str, dict] = {}
+        results = {"source": (scores, {"(none)": {"params": params, **summary(scores)}})}
     else:
-        scores, chosen = leave_one_source_out(all_cases)
-        cal_scores, calibrated = calibrated_on_one_run(all_cases, chosen)
+        results = {g: leave_one_group_out(all_cases, g) for g in GROUPINGS}
+        cal_scores, calibrated = calibrated_on_one_run(all_cases, results["source"][1])
         calibrated["all"] = summary(cal_scores)
+    pts, calculon_text = calculon_section(results["source"][1]) if "--in-sample" not in argv else ([], "")
     if "--format" in argv and argv[argv.index("--format") + 1] == "json":
+        scores, chosen = results["source"]
         rows = [{**dataclasses.asdict(s), "error": s.error} for s in scores]
-        out = {"rows": rows, "by_source": chosen, "total": summary(scores), "calibrated_on_one_run": calibrated}
+        out = {
+            "rows": rows,
+            "by_source": chosen,
+            "total": summary(scores),
+            **{f"by_{g}": r[1] for g, r in results.items() if g != "source"},
+            **{f"total_{g}_out": summary(r[0]) for g, r in results.items() if g != "source"},
+            "calibrated_on_one_run": calibrated,
+            "calculon": [{**dataclasses.asdict(p), "error": p.error, "calculon_error": p.calculon_error} for p in pts],
+        }
         sys.stdout.write(orjson.dumps(out).decode())
     else:
-        print(render(scores, chosen, skipped))
+        print(render(results, all_cases, skipped))
         if calibrated:
             print(render_calibrated(calibrated))
+        print(calculon_text)
 
 
 if __name__ == "__main__":

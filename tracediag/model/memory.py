@@ -128,7 +128,16 @@ def stored_bytes_per_layer(model: ModelSpec, split: Split, train: Training, engi
 def memory_per_device(
     model: ModelSpec, device: DeviceSpec, split: Split, train: Training, engine: Engine
 ) -> MemoryBreakdown:
-    """Peak memory of the most loaded pipeline stage."""
+    """Peak memory of the most loaded pipeline stage (the first, the last or a middle one)."""
+    stages = sorted({0, split.pp - 1, min(1, split.pp - 1)})
+    return max((stage_memory(model, device, split, train, engine, i) for i in stages), key=lambda mb: mb.total)
+
+
+def stage_memory(
+    model: ModelSpec, device: DeviceSpec, split: Split, train: Training, engine: Engine, stage: int
+) -> MemoryBreakdown:
+    """Peak memory of the devices of pipeline stage `stage`: the first holds the embedding and p in-flight
+    micro-batches, a middle one only its transformer layers, the last the output layer and the logits."""
     m = train.global_batch // (train.micro_batch * split.dp)
     shard = split.dp * split.cp
     expert_shard = max(shard // split.ep, 1)
@@ -137,36 +146,31 @@ def memory_per_device(
     layers = stage_layers(model.layers, split.pp)
     t_sp = split.tp if split.sequence_parallel else 1
     sbh = train.seq_len / split.cp * train.micro_batch * model.hidden
-    candidates = []
-    for stage in sorted({0, split.pp - 1, min(1, split.pp - 1)}):
-        dense, expert = stage_params(model, split, stage)
-        params = dense + expert
-        sharded = dense / shard + expert / expert_shard
-        weights = 2 * (sharded if split.zero == 3 else params)
-        grads = train.grad_bytes * (sharded if split.zero >= 2 else params)
-        optimizer = 12 * (sharded if split.zero >= 1 else params)
-        in_flight = float(min(m, split.pp - stage))
-        if split.vpp > 1:
-            in_flight *= 1 + (split.pp - 1) / (split.pp * split.vpp)
-        acts = in_flight * (layers[stage] * per_layer + (sbh * 2 / t_sp if stage == 0 else 0))
-        temporary = layer_full if train.recompute != "none" else 0.0
-        if stage == split.pp - 1:
-            temporary += 6 * train.seq_len / split.cp * train.micro_batch * model.vocab / split.tp
-        if split.zero == 3:
-            dense_layer, expert_layer = layer_params_local(model, split)
-            temporary += 2 * 2 * (dense_layer + expert_layer)
-        reserved = engine.memory_reserved_bytes + engine.fragmentation * acts
-        candidates.append(
-            MemoryBreakdown(
-                stage=stage,
-                weights=weights,
-                gradients=grads,
-                optimizer=optimizer,
-                activations=acts,
-                in_flight_micro_batches=in_flight,
-                temporary=temporary,
-                reserved=reserved,
-                capacity=device.memory_bytes,
-            )
-        )
-    return max(candidates, key=lambda mb: mb.total)
+    dense, expert = stage_params(model, split, stage)
+    params = dense + expert
+    sharded = dense / shard + expert / expert_shard
+    weights = 2 * (sharded if split.zero == 3 else params)
+    grads = train.grad_bytes * (sharded if split.zero >= 2 else params)
+    optimizer = 12 * (sharded if split.zero >= 1 else params)
+    in_flight = float(min(m, split.pp - stage))
+    if split.vpp > 1:
+        in_flight *= 1 + (split.pp - 1) / (split.pp * split.vpp)
+    acts = in_flight * (layers[stage] * per_layer + (sbh * 2 / t_sp if stage == 0 else 0))
+    temporary = layer_full if train.recompute != "none" else 0.0
+    if stage == split.pp - 1:
+        temporary += 6 * train.seq_len / split.cp * train.micro_batch * model.vocab / split.tp
+    if split.zero == 3:
+        dense_layer, expert_layer = layer_params_local(model, split)
+        temporary += 2 * 2 * (dense_layer + expert_layer)
+    reserved = engine.memory_reserved_bytes + engine.fragmentation * acts
+    return MemoryBreakdown(
+        stage=stage,
+        weights=weights,
+        gradients=grads,
+        optimizer=optimizer,
+        activations=acts,
+        in_flight_micro_batches=in_flight,
+        temporary=temporary,
+        reserved=reserved,
+        capacity=device.memory_bytes,
+    )
