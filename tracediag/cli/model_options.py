@@ -13,6 +13,7 @@ import click
 
 from tracediag.cli.common import FilePath, Finite, InputError, read_user_file
 from tracediag.errors import TracediagError, shown
+from tracediag.model.devices import unknown_device
 from tracediag.model.predict import predict as run_predict
 from tracediag.model.specs import (
     DEVICES,
@@ -53,6 +54,22 @@ class _Positive(click.ParamType):
 
 
 POSITIVE = _Positive()
+
+
+class _DeviceName(click.Choice):
+    """A `--gpu` preset (any case); a name that is none is one line naming the closest presets, then all."""
+
+    def __init__(self) -> None:
+        super().__init__(list(DEVICES), case_sensitive=False)
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        try:
+            return super().convert(value, param, ctx)
+        except click.BadParameter:
+            self.fail(unknown_device(str(value)), param, ctx)
+
+
+DEVICE_NAME = _DeviceName()
 COUNT = click.IntRange(1, 2**31 - 1)
 """Sizes, degrees and counts: a whole number of at least 1 (and within Int32)."""
 
@@ -86,8 +103,14 @@ model_options = _options(
 )
 device_options = _options(
     click.option("--gpus", type=COUNT, required=True, help="Total GPUs."),
-    click.option("--gpu", "gpu", type=click.Choice(list(DEVICES)), required=True, help="Device preset."),
-    click.option("--gpus-per-node", type=COUNT, help="GPUs per node (default: the preset's 8)."),
+    click.option(
+        "--gpu",
+        "gpu",
+        type=DEVICE_NAME,
+        required=True,
+        help="Device preset (datasheet numbers and sources: docs/model.md, Devices).",
+    ),
+    click.option("--gpus-per-node", type=COUNT, help="GPUs per node (default: the preset's; 8, h100-nvl 2)."),
     click.option("--intra-link", help="In-node link preset (nvlink4, ...) or measured GB/s."),
     click.option("--inter-link", help="Network link preset (ib-ndr, roce-400g, ...) or measured GB/s."),
     click.option("--peak-tflops", type=POSITIVE, help="Override dense bf16 peak, TFLOP/s."),

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING
 
+from tracediag.model.devices import PRESETS
 from tracediag.model.flops import model_flops, param_count
 from tracediag.model.specs import ModelSpec
 
@@ -131,13 +132,12 @@ CEILINGS = (
 """Best published bf16 MFU by device class and size class. For scale: Llama 3 405B reached 38-43% on 8K-16K
 H100 (Dubey et al. 2024, Table 4), 38% at 131K tokens."""
 
-DEVICE_CLASS = {"a100": "A100", "h100": "H100", "h200": "H100", "h800": "H100"}
-"""Device-name prefix -> device class (H200 and H800 have H100's tensor cores)."""
-
 
 def device_class(device_name: str) -> str | None:
-    """The class of a device preset name, None when no published run of its class is tabulated."""
-    return next((cls for prefix, cls in DEVICE_CLASS.items() if device_name.startswith(prefix)), None)
+    """The class of a device preset name (`Preset.device_class`, model/devices.py), None for a name that is no
+    preset. A calibrated device keeps its preset's name before " (calibrated: ...)"."""
+    preset = PRESETS.get(device_name.split(" (", 1)[0])
+    return preset.device_class if preset is not None else None
 
 
 def ceiling_for(device_name: str, model: ModelSpec) -> Ceiling | None:

@@ -1,12 +1,12 @@
 """What the analytic model takes in: model shape, device, links, split and training options.
 
 Every class is a frozen, keyword-only dataclass whose `__post_init__` names the broken rule. Presets are
-functions in plain dicts (`MODELS`, `DEVICES`, `LINKS`); derive variants with `dataclasses.replace`.
+functions in plain dicts (`MODELS` here; `DEVICES` and `LINKS` in model/devices.py, re-exported); derive
+variants with `dataclasses.replace`.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,7 +14,18 @@ from typing import Literal
 
 from tracediag.api_types import checked
 from tracediag.errors import SpecError
-from tracediag.model.rates import GEMM_EFFICIENCY_BF16
+
+# The device and link table lives in model/devices.py; its names are re-exported here, where the model's
+# other inputs are (predict, plan, calibrate and the CLI import them from specs).
+from tracediag.model.devices import DEVICES as DEVICES
+from tracediag.model.devices import GB as GB
+from tracediag.model.devices import GIB as GIB
+from tracediag.model.devices import LINKS as LINKS
+from tracediag.model.devices import TFLOPS as TFLOPS
+from tracediag.model.devices import DeviceSpec as DeviceSpec  # noqa: TC001  (re-exported for runtime use)
+from tracediag.model.devices import LinkSpec as LinkSpec
+from tracediag.model.devices import parse_link as parse_link
+from tracediag.model.devices import resolve_device as resolve_device
 
 Recompute = Literal["none", "selective", "op", "full"]
 RECOMPUTE_MODES: tuple[str, ...] = ("none", "selective", "op", "full")
@@ -194,226 +205,6 @@ def resolve_model(name_or_path: str) -> ModelSpec:
         return read_hf_config(name_or_path)
     msg = f"unknown model {name_or_path!r}\n\nHint: one of {', '.join(MODELS)}, or a path to a config.json"
     raise SpecError(msg)
-
-
-# --------------------------------------------------------------------------------------------------- links
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class LinkSpec:
-    """One GPU's share of an interconnect, in one direction."""
-
-    name: str
-    bandwidth_gbps: float
-    """GB/s per GPU per direction (vendor figure, or a measured nccl-tests bus bandwidth)."""
-    efficiency: float = 0.8
-    """Fraction of `bandwidth_gbps` that collectives reach as bus bandwidth (nccl-tests convention)."""
-    latency_us: float = 8.0
-    """Latency of one ring hop over this link, microseconds (NCCL's tuning model, src/graph/tuning.cc `hwLat`:
-    ring hops of 1.9-3.4 µs over NVLink and 4-14 µs over the network for the LL128 and Simple protocols)."""
-
-    def __post_init__(self) -> None:
-        if self.bandwidth_gbps <= 0 or not 0 < self.efficiency <= 1 or self.latency_us < 0:
-            msg = f"link {self.name}: bandwidth must be > 0, efficiency in (0, 1], latency >= 0"
-            raise SpecError(msg)
-
-    @property
-    def busbw(self) -> float:
-        """Achieved bus bandwidth, bytes/s."""
-        return self.bandwidth_gbps * 1e9 * self.efficiency
-
-
-# In-node link efficiencies: NCCL all-reduce bus bandwidth on DGX A100 reaches ~230 of 300 GB/s (nccl-tests
-# results quoted in NVIDIA's DGX A100 user guide); we use 0.75 for every NVLink generation.
-# Network efficiencies: nccl-tests over IB/RoCE usually reach 85-95% of line rate (perf-model.md §4.2).
-LINKS = {
-    # NVLink per-GPU bandwidth per direction: A100 600 GB/s, H100 900 GB/s, B200 1.8 TB/s total
-    # (NVIDIA A100/H100/B200 datasheets), halved for one direction.
-    "nvlink3": lambda: LinkSpec(name="nvlink3", bandwidth_gbps=300.0, efficiency=0.75, latency_us=2.0),
-    "nvlink4": lambda: LinkSpec(name="nvlink4", bandwidth_gbps=450.0, efficiency=0.75, latency_us=2.0),
-    "nvlink5": lambda: LinkSpec(name="nvlink5", bandwidth_gbps=900.0, efficiency=0.75, latency_us=2.0),
-    # AMD Instinct MI300X datasheet: 896 GB/s aggregate Infinity Fabric (7 peers x 128 GB/s bidirectional).
-    "infinity-fabric": lambda: LinkSpec(name="infinity-fabric", bandwidth_gbps=448.0, efficiency=0.7, latency_us=2.5),
-    # PCIe x16: Gen4 32 GB/s, Gen5 64 GB/s per direction (PCI-SIG).
-    "pcie4": lambda: LinkSpec(name="pcie4", bandwidth_gbps=32.0, efficiency=0.8, latency_us=3.0),
-    "pcie5": lambda: LinkSpec(name="pcie5", bandwidth_gbps=64.0, efficiency=0.8, latency_us=3.0),
-    # InfiniBand per port: HDR 200 Gb/s, NDR 400 Gb/s, XDR 800 Gb/s (NVIDIA ConnectX-6/7/8), one NIC per GPU.
-    "ib-hdr": lambda: LinkSpec(name="ib-hdr", bandwidth_gbps=25.0, efficiency=0.9, latency_us=8.0),
-    "ib-ndr": lambda: LinkSpec(name="ib-ndr", bandwidth_gbps=50.0, efficiency=0.9, latency_us=8.0),
-    "ib-xdr": lambda: LinkSpec(name="ib-xdr", bandwidth_gbps=100.0, efficiency=0.9, latency_us=8.0),
-    # RoCE line rates per GPU NIC; Ethernet fabrics reach a little less than IB.
-    "roce-100g": lambda: LinkSpec(name="roce-100g", bandwidth_gbps=12.5, efficiency=0.85, latency_us=10.0),
-    "roce-200g": lambda: LinkSpec(name="roce-200g", bandwidth_gbps=25.0, efficiency=0.85, latency_us=10.0),
-    "roce-400g": lambda: LinkSpec(name="roce-400g", bandwidth_gbps=50.0, efficiency=0.85, latency_us=10.0),
-}
-"""Named links; `parse_link` also takes a number, read as a measured bus bandwidth in GB/s."""
-
-
-def parse_link(text: str) -> LinkSpec:
-    """A link preset name, or a measured bus bandwidth in GB/s (efficiency 1)."""
-    if text in LINKS:
-        return LINKS[text]()
-    try:
-        gbps = float(text.removesuffix("GB/s").removesuffix("gbps"))
-    except ValueError:
-        msg = f"unknown link {text!r}\n\nHint: one of {', '.join(LINKS)}, or a measured GB/s such as 180"
-        raise SpecError(msg) from None
-    return LinkSpec(name=f"measured-{gbps:g}GBps", bandwidth_gbps=gbps, efficiency=1.0)
-
-
-# --------------------------------------------------------------------------------------------------- device
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class DeviceSpec:
-    """One accelerator and the node it usually sits in."""
-
-    name: str
-    peak_flops: float
-    """Dense bf16/fp16 tensor-core FLOP/s (no sparsity)."""
-    memory_bytes: float
-    """HBM capacity, bytes."""
-    hbm_bandwidth: float
-    """HBM bandwidth, bytes/s."""
-    gemm_efficiency: float = 0.8
-    """Fraction of `peak_flops` that large bf16 GEMMs reach (cuBLAS/hipBLASLt); scales every compute rate, so a
-    calibration profile scales this one number (model/rates.py)."""
-    arch: str = "hopper"
-    """Generation whose measured kernel rates apply: ampere, hopper, blackwell, cdna3 (model/rates.py)."""
-    fp8_peak_flops: float = 0.0
-    """Dense fp8 tensor-core FLOP/s; 0 when the device has no fp8."""
-    network_oversubscription: float = 1.0
-    """Ratio of injected to bisection bandwidth of the network (1 = rail-optimised, non-blocking fat tree)."""
-    speed_variation: float = 0.015
-    """Standard deviation of compute speed across devices of one model (clocks, thermals, silicon): Sinha et al.
-    SC'22 "Not All GPUs Are Created Equal" measured 6-8% spread over clusters of hundreds of GPUs, σ ≈ 1.5%.
-    Every synchronous step waits for the slowest of N devices, about σ·√(2 ln N) slower than the mean."""
-    gpus_per_node: int = 8
-    intra_link: LinkSpec
-    """Link between GPUs of one node."""
-    inter_link: LinkSpec
-    """Network link of one GPU to other nodes (one NIC per GPU)."""
-
-    def __post_init__(self) -> None:
-        _positive(self, "gpus_per_node")
-        if min(self.peak_flops, self.memory_bytes, self.hbm_bandwidth) <= 0:
-            msg = f"device {self.name}: peak_flops, memory_bytes and hbm_bandwidth must be > 0"
-            raise SpecError(msg)
-        if not 0 < self.gemm_efficiency <= 1:
-            msg = f"device {self.name}: gemm_efficiency must be in (0, 1], got {self.gemm_efficiency}"
-            raise SpecError(msg)
-        if not 0 <= self.speed_variation < 0.5:
-            msg = f"device {self.name}: speed_variation must be in [0, 0.5), got {self.speed_variation}"
-            raise SpecError(msg)
-        if not self.network_oversubscription >= 1:
-            msg = f"device {self.name}: network_oversubscription must be >= 1, got {self.network_oversubscription}"
-            raise SpecError(msg)
-
-
-GB = 1e9
-GIB = 2**30
-TFLOPS = 1e12
-
-# gemm_efficiency: measured large-GEMM share of dense peak per generation (model/rates.py cites each one);
-# fp8 peaks from the same datasheets (dense, no sparsity).
-DEVICES = {
-    # NVIDIA A100 datasheet: 312 TFLOP/s bf16 dense; 40 GB HBM2 1,555 GB/s; 80 GB HBM2e 2,039 GB/s;
-    # NVLink3 600 GB/s; DGX A100 has 8 GPUs and 8 HDR 200 Gb/s NICs.
-    "a100-40gb": lambda: DeviceSpec(
-        name="a100-40gb",
-        peak_flops=312 * TFLOPS,
-        memory_bytes=40 * GIB,
-        hbm_bandwidth=1555 * GB,
-        gemm_efficiency=GEMM_EFFICIENCY_BF16["ampere"],
-        arch="ampere",
-        fp8_peak_flops=0 * TFLOPS,
-        intra_link=LINKS["nvlink3"](),
-        inter_link=LINKS["ib-hdr"](),
-    ),
-    "a100-80gb": lambda: DeviceSpec(
-        name="a100-80gb",
-        peak_flops=312 * TFLOPS,
-        memory_bytes=80 * GIB,
-        hbm_bandwidth=2039 * GB,
-        gemm_efficiency=GEMM_EFFICIENCY_BF16["ampere"],
-        arch="ampere",
-        fp8_peak_flops=0 * TFLOPS,
-        intra_link=LINKS["nvlink3"](),
-        inter_link=LINKS["ib-hdr"](),
-    ),
-    # NVIDIA H100 datasheet: SXM 989.4 TFLOP/s bf16 dense, 80 GB HBM3 3.35 TB/s, NVLink4 900 GB/s; PCIe
-    # 756 TFLOP/s, 80 GB HBM2e 2.0 TB/s, PCIe Gen5. DGX H100: 8 ConnectX-7 NDR 400 Gb/s.
-    "h100-sxm": lambda: DeviceSpec(
-        name="h100-sxm",
-        peak_flops=989.4 * TFLOPS,
-        memory_bytes=80 * GIB,
-        hbm_bandwidth=3350 * GB,
-        gemm_efficiency=GEMM_EFFICIENCY_BF16["hopper"],
-        arch="hopper",
-        fp8_peak_flops=1978.9 * TFLOPS,
-        intra_link=LINKS["nvlink4"](),
-        inter_link=LINKS["ib-ndr"](),
-    ),
-    "h100-pcie": lambda: DeviceSpec(
-        name="h100-pcie",
-        peak_flops=756 * TFLOPS,
-        memory_bytes=80 * GIB,
-        hbm_bandwidth=2000 * GB,
-        gemm_efficiency=GEMM_EFFICIENCY_BF16["hopper"],
-        arch="hopper",
-        fp8_peak_flops=1513 * TFLOPS,
-        intra_link=LINKS["pcie5"](),
-        inter_link=LINKS["ib-ndr"](),
-    ),
-    # NVIDIA H200 datasheet: same compute as H100 SXM, 141 GB HBM3e at 4.8 TB/s.
-    "h200": lambda: DeviceSpec(
-        name="h200",
-        peak_flops=989.4 * TFLOPS,
-        memory_bytes=141 * GB,
-        hbm_bandwidth=4800 * GB,
-        gemm_efficiency=GEMM_EFFICIENCY_BF16["hopper"],
-        arch="hopper",
-        fp8_peak_flops=1978.9 * TFLOPS,
-        intra_link=LINKS["nvlink4"](),
-        inter_link=LINKS["ib-ndr"](),
-    ),
-    # NVIDIA DGX B200 datasheet: 8 GPUs, 1,440 GB HBM3e and 64 TB/s in total (180 GB, 8 TB/s each),
-    # NVLink5 1.8 TB/s per GPU, 8 ConnectX-7 400 Gb/s; HGX B200 bf16 dense 2.25 PFLOP/s per GPU.
-    "b200": lambda: DeviceSpec(
-        name="b200",
-        peak_flops=2250 * TFLOPS,
-        memory_bytes=180 * GB,
-        hbm_bandwidth=8000 * GB,
-        gemm_efficiency=GEMM_EFFICIENCY_BF16["blackwell"],
-        arch="blackwell",
-        fp8_peak_flops=4500 * TFLOPS,
-        intra_link=LINKS["nvlink5"](),
-        inter_link=LINKS["ib-ndr"](),
-    ),
-    # AMD Instinct MI300X datasheet: 1,307.4 TFLOP/s bf16 dense, 192 GB HBM3 at 5.3 TB/s, Infinity
-    # Fabric 896 GB/s aggregate; typical 8-GPU platform with 400 Gb/s NICs.
-    "mi300x": lambda: DeviceSpec(
-        name="mi300x",
-        peak_flops=1307.4 * TFLOPS,
-        memory_bytes=192 * GB,
-        hbm_bandwidth=5300 * GB,
-        gemm_efficiency=GEMM_EFFICIENCY_BF16["cdna3"],
-        arch="cdna3",
-        fp8_peak_flops=2614.9 * TFLOPS,
-        intra_link=LINKS["infinity-fabric"](),
-        inter_link=LINKS["roce-400g"](),
-    ),
-}
-"""Named devices with the links of their usual node."""
-
-
-@checked
-def resolve_device(name: str, **overrides: object) -> DeviceSpec:
-    """A device preset with some fields replaced (None values are ignored)."""
-    if name not in DEVICES:
-        msg = f"unknown GPU {name!r}\n\nHint: one of {', '.join(DEVICES)}"
-        raise SpecError(msg)
-    return dataclasses.replace(DEVICES[name](), **{k: v for k, v in overrides.items() if v is not None})
 
 
 # --------------------------------------------------------------------------------------------------- split
