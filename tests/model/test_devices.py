@@ -8,6 +8,7 @@ import dataclasses
 import re
 from pathlib import Path
 
+import orjson
 import pytest
 
 from tracediag.cli import cli
@@ -235,3 +236,11 @@ def test_overrides_still_replace_preset_fields():
     dev = resolve_device("h100-pcie", memory_bytes=40 * GIB, gpus_per_node=4)
     assert (dev.memory_bytes, dev.gpus_per_node) == (40 * GIB, 4)
     assert dataclasses.replace(dev, name="x").peak_flops == DATASHEET_BF16["h100-pcie"] * TFLOPS
+
+
+def test_memory_override_reads_gib_as_the_labels_do(runner):
+    """`--memory-gb 40` is the 40 GiB of an "A100 40GB", not 40e9 bytes (37.3 GiB)."""
+    args = ["predict", "--model", "tiny", "--gpus", "1", "--gpu", "h100-sxm", "--seq-len", "512"]
+    result = runner.invoke(cli, [*args, "--global-batch", "1", "--memory-gb", "40", "--format", "json"])
+    assert result.exit_code == 0, result.output
+    assert orjson.loads(result.stdout)["inputs"]["device"]["memory_bytes"] == 40 * GIB

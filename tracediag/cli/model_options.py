@@ -19,6 +19,7 @@ from tracediag.model.specs import (
     DEVICES,
     DTYPES,
     GB,
+    GIB,
     RECOMPUTE_MODES,
     TFLOPS,
     ModelSpec,
@@ -114,7 +115,11 @@ device_options = _options(
     click.option("--intra-link", help="In-node link preset (nvlink4, ...) or measured GB/s."),
     click.option("--inter-link", help="Network link preset (ib-ndr, roce-400g, ...) or measured GB/s."),
     click.option("--peak-tflops", type=POSITIVE, help="Override dense bf16 peak, TFLOP/s."),
-    click.option("--memory-gb", type=POSITIVE, help="Override device memory, GB."),
+    click.option(
+        "--memory-gb",
+        type=POSITIVE,
+        help="Override device memory, GiB, as HBM is labelled (an '80GB' part holds 80 GiB).",
+    ),
     click.option("--hbm-gbps", type=POSITIVE, help="Override HBM bandwidth, GB/s."),
     click.option(
         "--oversubscription",
@@ -226,7 +231,7 @@ def device_from_options(kw: dict, profile: Profile | None = None) -> DeviceSpec:
         intra_link=_link(kw["intra_link"], "--intra-link"),
         inter_link=_link(kw["inter_link"], "--inter-link"),
         peak_flops=kw["peak_tflops"] * TFLOPS if kw["peak_tflops"] is not None else None,
-        memory_bytes=kw["memory_gb"] * GB if kw["memory_gb"] is not None else None,
+        memory_bytes=kw["memory_gb"] * GIB if kw["memory_gb"] is not None else None,
         hbm_bandwidth=kw["hbm_gbps"] * GB if kw["hbm_gbps"] is not None else None,
         network_oversubscription=kw.get("oversubscription"),
     )
