@@ -214,8 +214,8 @@ def _case(index: int, row: dict) -> Case | None:
         overrides["inter_link"] = LINKS["roce-400g" if "H100" in gpu else "roce-200g"]()
     if "Omni-Path" in gpu:  # BLOOM's Jean Zay: 4 x 100 Gb/s per 8-GPU node, 6.25 GB/s per GPU
         overrides["inter_link"] = dataclasses.replace(LINKS["ib-hdr"](), name="omni-path-4x100g", bandwidth_gbps=6.25)
-    if "96GB HBM2e" in gpu:  # torchtitan's Grand Teton H100: 96 GB HBM2e at 2.4 TB/s
-        overrides |= {"memory_bytes": 96e9, "hbm_bandwidth": 2.4e12}
+    if "96GB HBM2e" in gpu:  # torchtitan's Grand Teton H100: 96 GB HBM2e at 2.4 TB/s, 500 W (model/devices.py)
+        device = "h100-hbm2e-500w"
     rec_text = row["recompute"]
     recomputes: tuple[str, ...]
     if rec_text.startswith("full"):
