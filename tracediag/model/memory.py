@@ -155,7 +155,12 @@ def stage_memory(
     in_flight = float(min(m, split.pp - stage))
     if split.vpp > 1:
         in_flight *= 1 + (split.pp - 1) / (split.pp * split.vpp)
-    acts = in_flight * (layers[stage] * per_layer + (sbh * 2 / t_sp if stage == 0 else 0))
+    # The first stage also keeps, per micro-batch, the token ids (int64) and the embedding dropout's mask (one
+    # byte per element); the embedding's output is the first layer's input, counted with it (Korthikanti et al.
+    # 2022 §4.3; Megatron-LM training/theoretical_memory_usage.py, d98e8a64dd).
+    tokens = train.seq_len / split.cp * train.micro_batch
+    embedding = 8 * tokens + (sbh / t_sp if model.dropout else 0.0)
+    acts = in_flight * (layers[stage] * per_layer + (embedding if stage == 0 else 0.0))
     temporary = layer_full if train.recompute != "none" else 0.0
     if stage == split.pp - 1:
         temporary += 6 * train.seq_len / split.cp * train.micro_batch * model.vocab / split.tp
