@@ -170,6 +170,8 @@ STACKS = {
     "megascale": "MegaScale",
     "pytorch-fsdp": "PyTorch FSDP (llm-foundry)",
     "deepspeed-2021": "DeepSpeed 2021",
+    "torchtitan": "torchtitan (FSDP2)",
+    "torchtitan-compile": "torchtitan (FSDP2)",
 }
 """The stack that ran a row, by its engine profile. Llama 3's runs are Meta's own stack (timed with the
 megatron-core profile and the paper's settings), so they are a stack of their own; MegaScale's Megatron-LM

@@ -5,7 +5,11 @@ Notes
 -----
 These are measurements, not fits: each table cites the published microbenchmark it was read from. Attention
 efficiencies are causal, forward and backward separately, as a fraction of the device's dense bf16 peak; the
-FlashAttention papers count causal FLOPs as half the full s² work, as the model does. Values between the
+FlashAttention papers count causal FLOPs as half the full s² work, as the model does, and count the backward
+pass as 2.5 × the forward's FLOPs (it recomputes the scores: five matmuls to the forward's two;
+Dao-AILab/flash-attention `benchmarks/benchmark_flash_attention.py`, `flops(..., mode="bwd") = 2.5 * f`, and
+`hopper/benchmark_attn.py` for FA2, FA3 and cuDNN alike), so the backward's time is `BACKWARD_FLOPS` × the
+forward's FLOPs over the backward rate. Values between the
 tabulated sequence lengths are interpolated in log(s); beyond them the end values hold. Figures were read off
 plots, so they carry about ±5% reading error.
 
@@ -44,6 +48,9 @@ class AttentionCurve:
 
 
 _SEQ = (512, 1024, 2048, 4096, 8192, 16384)
+
+BACKWARD_FLOPS = 2.5
+"""Backward FLOPs per forward FLOP in the FlashAttention benchmarks' rate convention (see Notes)."""
 
 ATTENTION: dict[tuple[str, str], AttentionCurve] = {
     # FlashAttention-2 on A100 80GB SXM4, bf16, causal, head dim 128: Dao 2023, "FlashAttention-2", Figures 4-6

@@ -20,7 +20,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from tracediag.model.memory import activation_bytes_per_layer, layer_params_local, stage_params
-from tracediag.model.rates import FP8_GEMM_RATIO, attention_rate
+from tracediag.model.rates import BACKWARD_FLOPS, FP8_GEMM_RATIO, attention_rate
 from tracediag.model.specs import Split, Training, stage_layers
 
 if TYPE_CHECKING:
@@ -133,13 +133,14 @@ def gemm_time(flops: float, min_dim: float, device: DeviceSpec, engine: Engine, 
 def _attention_time(
     flops_fwd: float, seq: float, device: DeviceSpec, engine: Engine, model: ModelSpec
 ) -> tuple[float, float]:
-    """(forward, backward) seconds of fused causal attention whose forward does `flops_fwd` (causal half)."""
+    """(forward, backward) seconds of fused causal attention whose forward does `flops_fwd` (causal half); the
+    backward runs `BACKWARD_FLOPS` times that work at its measured rate (the rates' convention)."""
     arch, kernel, dh = device.arch, engine.attention_kernel, model.head_dim
     fwd = flops_fwd / (
         device.peak_flops * device.gemm_efficiency * attention_rate(arch, kernel, seq, dh, backward=False)
     )
     bwd = (
-        2
+        BACKWARD_FLOPS
         * flops_fwd
         / (device.peak_flops * device.gemm_efficiency * attention_rate(arch, kernel, seq, dh, backward=True))
     )
