@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from tracediag.api_types import checked
 from tracediag.errors import SpecError
+from tracediag.model.elementwise import OPS as ELEMENTWISE_OPS
 
 STACKS = ("megatron", "torchtitan", "deepspeed", "fsdp")
 """Software stacks whose supported settings the plan search knows (`emit.unsupported`)."""
@@ -66,6 +67,9 @@ class Engine:
     elementwise_traffic: float = 1.5
     """HBM bytes moved by non-GEMM kernels in the forward pass per byte of stored activation; the backward pass
     moves twice as much. `ELEMENTWISE_PRIOR` (write + read per tensor) times `ELEMENTWISE_FIT`."""
+    elementwise_ops: str = ""
+    """Block code whose memory-bound ops are counted op by op (model/elementwise.py: torchtitan-eager,
+    torchtitan-compile); empty: `elementwise_traffic` × stored activation bytes."""
     collective_overhead_us: float = 10.0
     """Fixed cost of launching and synchronising one collective, microseconds (NCCL's base latency)."""
     moe_imbalance: float = 1.2
@@ -90,6 +94,9 @@ class Engine:
             raise SpecError(msg)
         if self.attention_kernel not in ("fa2", "fa3"):
             msg = f"attention_kernel must be fa2 or fa3, got {self.attention_kernel!r}"
+            raise SpecError(msg)
+        if self.elementwise_ops and self.elementwise_ops not in ELEMENTWISE_OPS:
+            msg = f"elementwise_ops must be empty or one of {', '.join(ELEMENTWISE_OPS)}, got {self.elementwise_ops!r}"
             raise SpecError(msg)
         if self.stack not in STACKS:
             msg = f"stack must be one of {', '.join(STACKS)}, got {self.stack!r}"
@@ -145,10 +152,15 @@ ENGINES = {
     "pytorch-fsdp": lambda: Engine(
         name="pytorch-fsdp", stack="fsdp", attention_kernel="fa2", elementwise_traffic=_traffic("eager")
     ),
-    # torchtitan (FSDP2, eager): SDPA's FlashAttention-2 backend, unfused elementwise; FSDP2 prefetches one unit
-    # in both passes. `torchtitan-compile` fuses the elementwise kernels (torch.compile per block).
+    # torchtitan (FSDP2, eager): SDPA's FlashAttention-2 backend, one kernel per elementwise op (counted op by op
+    # from its Llama block, model/elementwise.py); FSDP2 prefetches one unit in both passes. `torchtitan-compile`
+    # fuses the elementwise kernels (torch.compile per block).
     "torchtitan": lambda: Engine(
-        name="torchtitan", stack="torchtitan", attention_kernel="fa2", elementwise_traffic=_traffic("eager")
+        name="torchtitan",
+        stack="torchtitan",
+        attention_kernel="fa2",
+        elementwise_traffic=_traffic("eager"),
+        elementwise_ops="torchtitan-eager",
     ),
     "torchtitan-compile": lambda: Engine(
         loss_bytes_per_logit=12.0,
@@ -156,6 +168,7 @@ ENGINES = {
         stack="torchtitan",
         attention_kernel="fa2",
         elementwise_traffic=_traffic("fused"),
+        elementwise_ops="torchtitan-compile",
     ),
     # DeepSpeed (ZeRO as DeepSpeed runs it): stage-3 prefetch bucket 5e7 elements (stage3_prefetch_bucket_size),
     # PipelineEngine without interleaving or scatter-gather; gradients reduced after the backward pass when

@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, replace
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
+from tracediag.model.elementwise import forward_bytes
 from tracediag.model.memory import activation_bytes_per_layer, layer_params_local, stage_params
 from tracediag.model.rates import BACKWARD_FLOPS, FP8_GEMM_RATIO, attention_rate
 from tracediag.model.specs import Split, Training, stage_layers
@@ -191,7 +192,10 @@ def layer_cost(model: ModelSpec, device: DeviceSpec, engine: Engine, split: Spli
     gemm = 3 * fwd_gemm + gemm_recompute + attention_core
 
     bw = device.hbm_bandwidth * engine.hbm_efficiency
-    traffic = engine.elementwise_traffic * activation_bytes_per_layer(model, split, train, engine)
+    if engine.elementwise_ops:
+        traffic = forward_bytes(model, split, train, engine.elementwise_ops)
+    else:
+        traffic = engine.elementwise_traffic * activation_bytes_per_layer(model, split, train, engine)
     if train.dtype == "fp8":
         traffic *= 1.25  # casts and amax reductions of every GEMM input (Transformer Engine fp8 recipes)
     elementwise_fwd = traffic / bw
