@@ -16,9 +16,12 @@ Run: `python benchmarks/heldout_model.py [CSV] [-o benchmarks/heldout_model.md]`
 
 from __future__ import annotations
 
+import re
 import sys
 from itertools import groupby
 from pathlib import Path
+
+import polars as pl
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -72,6 +75,17 @@ def calibrated(scored: list[tuple[vm.Case, vm.Score]]) -> tuple[list[vm.Score], 
     return out, by
 
 
+def memory_rows(scored: list[tuple[vm.Case, vm.Score]], csv: Path) -> list[tuple[vm.Case, float, float]]:
+    """(case, measured GiB, predicted GiB) for the rows whose notes give the run's measured peak memory."""
+    notes = pl.read_csv(csv, infer_schema=False).fill_null("")["notes"].to_list()
+    out = []
+    for c, _ in scored:
+        m = re.search(r"measured memory ([0-9.]+) GiB", notes[c.index])
+        if m:
+            out.append((c, float(m.group(1)), vm._predict_case(c, ()).memory.total / 2**30))
+    return out
+
+
 def _pct(x: float) -> str:
     return f"{100 * x:.1f}%"
 
@@ -80,7 +94,13 @@ def _summary_line(name: str, s: dict) -> str:
     return f"| {name} | {s['rows']} | {_pct(s['median_abs'])} | {_pct(s['max_abs'])} | {100 * s['signed_mean']:+.1f}% |"
 
 
-def render(scored: list[tuple[vm.Case, vm.Score]], failed: list[str], cal: tuple[list, dict], csv: Path) -> str:
+def render(
+    scored: list[tuple[vm.Case, vm.Score]],
+    failed: list[str],
+    cal: tuple[list, dict],
+    csv: Path,
+    memory: list[tuple[vm.Case, float, float]],
+) -> str:
     """Markdown: per-row table, summaries by source and by group, calibrated summaries."""
     cal_scores, cal_by = cal
     lines = [
@@ -120,6 +140,24 @@ def render(scored: list[tuple[vm.Case, vm.Score]], failed: list[str], cal: tuple
     lines += [_summary_line(k, v) for k, v in sorted(cal_by.items())]
     if cal_scores:
         lines.append(_summary_line("**all**", vm.summary(cal_scores)))
+    if memory:
+        lines += [
+            "",
+            "## Peak memory per device, where the source gives it (predicted / measured - 1)",
+            "",
+            "torchtitan logs the caching allocator's peak reserved bytes, which hold freed blocks too: an upper",
+            "bound on the peak the model predicts, so a negative error is expected; how far below says nothing",
+            "about whether the split fits.",
+            "",
+            "| # | model | seq | measured GiB | predicted GiB | error | device GiB |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for c, meas, pred in memory:
+            cap = vm.resolve_device(c.device_name, **dict(c.device_overrides)).memory_bytes / 2**30
+            lines.append(
+                f"| {c.index} | {c.name} | {c.train.seq_len} | {meas:.1f} | {pred:.1f} | "
+                f"{100 * (pred / meas - 1):+.1f}% | {cap:.0f} |"
+            )
     if failed:
         lines += ["", "## Not scored (the model's memory says the published split does not fit)", ""]
         lines += [f"- {f}" for f in failed]
@@ -136,7 +174,7 @@ def main(argv: list[str]) -> None:
     all_cases, skipped = vm.cases(csv)
     scored, failed = score_rows(all_cases)
     failed += [f"{s} (not scored)" for s in skipped]
-    text = render(scored, failed, calibrated(scored), csv)
+    text = render(scored, failed, calibrated(scored), csv, memory_rows(scored, csv))
     out.write_text(text)
     total = vm.summary([s for _, s in scored])
     print(

@@ -232,7 +232,7 @@ def _case(index: int, row: dict) -> Case | None:
     sharding = row["zero_or_fsdp"]
     if "FULL_SHARD" in sharding or "ZeRO-3" in sharding:
         zero = 3
-    elif "FSDP-style" in sharding:
+    elif "FSDP-style" in sharding or "ZeRO-2" in sharding:
         zero = 2
     elif "DeepSpeed ZeRO" in sharding or "distributed opt" in sharding:
         zero = 1
