@@ -62,7 +62,7 @@ traffic of the memory-bound kernels (docs/model.md)."""
 
 FILLS = {
     "micro_batch": "fastest micro-batch in 1, 2, 4, 8 that fits (unprinted; the authors tuned it)",
-    "vpp": "fastest interleaving depth that fits (unprinted)",
+    "vpp": "fastest interleaving depth that fits and the stack's schedule runs (unprinted; `_schedule_runs`)",
     "recompute": "fastest recompute mode that fits (unprinted)",
     "global_batch": "one sequence per GPU (the source's weak-scaling rule)",
     "ffn": "Megatron default 4h",
@@ -324,6 +324,22 @@ def engine_for(name: str, overrides: dict[str, object], params: tuple[tuple[str,
     return with_overrides(engine, elementwise_traffic=engine.elementwise_traffic / ELEMENTWISE_FIT * scale, **kw)
 
 
+MEGATRON_SCHEDULES = ("Megatron-LM 2021-22", "Megatron-Core 2023-24", "MegaScale")
+"""Stacks on Megatron-LM's interleaved schedule, which runs only when the micro-batches per step are a multiple
+of pp: `forward_backward_pipelining_with_interleaving` raises otherwise (megatron/schedules.py at 285068c8,
+2023; megatron/core/pipeline_parallel/schedules.py today: M >= pp and M mod pp = 0 or >= pp with its default
+group of pp micro-batches). Llama 3's schedule lifts it (Dubey et al. 2024 §3.3.2)."""
+
+
+def _schedule_runs(case: Case, micro_batch: int, vpp: int) -> bool:
+    """Whether the stack runs interleaving depth `vpp` with `micro_batch` (a knob filled only among those)."""
+    if vpp == 1 or case.stack not in MEGATRON_SCHEDULES:
+        return True
+    sp = dict(case.split)
+    m = case.train.global_batch // (micro_batch * sp["dp"])
+    return m >= sp["pp"] and m % sp["pp"] == 0
+
+
 @cache
 def _predict_case(case: Case, params: tuple[tuple[str, float], ...]) -> Prediction:
     kw = dict(params)
@@ -333,6 +349,8 @@ def _predict_case(case: Case, params: tuple[tuple[str, float], ...]) -> Predicti
     engine = engine_for(case.engine, dict(case.engine_overrides), tuple(kw.items()))
     best = None
     for b, v, rec in itertools.product(case.micro_batches, case.vpps, case.recomputes):
+        if not _schedule_runs(case, b, v):
+            continue
         try:
             split = Split(**{**dict(case.split), "vpp": v})
             p = predict(
