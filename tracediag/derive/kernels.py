@@ -17,7 +17,6 @@ from __future__ import annotations
 import polars as pl
 
 from tracediag.analysis import KERNEL_CATEGORY_SCHEMA, KERNEL_SCHEMA
-from tracediag.derive.intervals import union_intervals
 from tracediag.derive.ranked import keep_ranked
 from tracediag.vocab import HOST_COMM_OP, distinct_names, name_matches
 
@@ -80,10 +79,21 @@ def _category(name: str) -> pl.Expr:
     return pl.lit(name, dtype=_CATEGORIES)
 
 
-def _wall(rows: pl.LazyFrame, by: list[str]) -> pl.LazyFrame:
-    """Per group of `by`: ``wall_ns``, the length of the union of the rows' spans (``ts``, ``dur``)."""
-    spans = union_intervals(rows.select(*by, "ts", end=pl.col("ts") + pl.col("dur")), by)
-    return spans.group_by(by).agg(wall_ns=(pl.col("end") - pl.col("ts")).sum().cast(pl.Int64))
+def _wall(rows: pl.LazyFrame, by: list[str], *, ordered: bool) -> pl.LazyFrame:
+    """Per group of `by` (``rank`` among them): ``wall_ns``, the length of the union of the rows' spans
+    (``ts``, ``dur``).
+
+    One pass and no merge: in start order, a row adds the part of its span past the furthest end of
+    its group's earlier rows. `ordered`: the rows are sorted by rank then ``ts`` (a `Run`'s events,
+    filtered), so each group's rows are in start order already and nothing is sorted (a sort by the
+    Categorical names would compare their strings: 3.5x the CPU of this on 8 A100 ranks).
+    """
+    if not ordered:
+        rows = rows.sort("rank", "ts")
+    end = pl.col("ts") + pl.col("dur")
+    reach = end.shift(1).cum_max().over(by)
+    added = (end - pl.max_horizontal("ts", reach)).clip(lower_bound=0)
+    return rows.group_by(by).agg(wall_ns=added.sum().cast(pl.Int64))
 
 
 KERNEL_STEP_SCHEMA: dict[str, pl.DataType] = {
@@ -108,7 +118,7 @@ CATEGORY_STEP_SCHEMA: dict[str, pl.DataType] = {
 
 
 def kernel_steps(
-    events: pl.DataFrame, devices: pl.DataFrame, *, names: pl.Series | None = None
+    events: pl.DataFrame, devices: pl.DataFrame, *, names: pl.Series | None = None, ordered: bool = False
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Per (rank, step, name, category): ``count``, ``total_ns`` and ``wall_ns`` of the kernels (GPU
     ranks) or operators (CPU-only ranks) of the rows with a step, `KERNEL_STEP_SCHEMA`; and per
@@ -117,7 +127,8 @@ def kernel_steps(
     The per-rank half of the kernel view (`kernel_view` sums it over the analysed steps). `events`
     has ``step`` filled (`derive.steps.assign_steps`); `devices` holds ``rank`` and its main
     ``device`` (-1: CPU-only). `names`:
-    `vocab.distinct_names` of `events`, when the caller has them.
+    `vocab.distinct_names` of `events`, when the caller has them; `ordered`: `events` are sorted by
+    rank then ts (`intervals.in_time_order`), which spares the sorts of the wall times.
     """
     name = pl.col("name").cast(pl.String)
     names = distinct_names(events) if names is None else names
@@ -138,7 +149,7 @@ def kernel_steps(
     )
     cpu = (
         lf.filter(pl.col("device") == -1, pl.col("kind").is_in(["cpu_op", "comm"]))
-        .join(main.filter(pl.col("device") < 0), on="rank", how="semi")
+        .join(main.filter(pl.col("device") < 0), on="rank", how="semi", maintain_order="left")
         .with_columns(
             category=pl.when(
                 (pl.col("kind") == "comm") | pl.col("coll_op").is_not_null() | name_matches(names, HOST_COMM_OP)
@@ -163,11 +174,11 @@ def kernel_steps(
         [
             summed.group_by(keys)
             .agg(count=pl.len().cast(pl.Int64), total_ns=pl.col("dur").sum().cast(pl.Int64))
-            .join(_wall(spans, keys), on=keys, how="left")
+            .join(_wall(spans, keys, ordered=ordered), on=keys, how="left")
             for summed, spans in present
         ]
     )
-    per_category = pl.concat([_wall(spans, ["rank", "step", "category"]) for _, spans in present])
+    per_category = pl.concat([_wall(spans, ["rank", "step", "category"], ordered=ordered) for _, spans in present])
     per_name, per_category = pl.collect_all(
         [
             per_name.with_columns(name.alias("name"), pl.col("category").cast(pl.String))

@@ -96,7 +96,7 @@ def _rank_tables(events: pl.DataFrame, *, step_regex: str | None, extents: pl.Da
     sync = sync_ends(stepped, instances, names=names)
     device = device_sweep(stepped, spans, sync, names=names, keys=keys)
     kernels, kernel_categories = kernel_steps(
-        stepped, spans.group_by("rank").agg(pl.col("device").first()), names=names
+        stepped, spans.group_by("rank").agg(pl.col("device").first()), names=names, ordered=ordered
     )
     return RankSummary(
         spans=spans,

@@ -392,16 +392,18 @@ def _op_from_launch(ev: pl.DataFrame, keys: tuple[str, ...] = ()) -> pl.DataFram
     if "coll_op" not in ev.columns:
         return ev
     vague = (pl.col("kind") == "comm") & (pl.col("coll_op") == "other") & pl.col("correlation").is_not_null()
-    kernels = ev.filter(vague).select("correlation")
-    if not kernels.height:
+    idx = ev.select(pl.arg_where(vague)).to_series()
+    if idx.is_empty():
         return ev
+    lf = ev.lazy()
+    kernels = ev.select(*keys, "correlation").gather(idx)
     launches = (
-        ev.filter(pl.col("kind") == "runtime", pl.col("correlation").is_in(kernels["correlation"].implode()))
+        lf.filter(pl.col("kind") == "runtime", pl.col("correlation").is_in(kernels["correlation"].implode()))
         .select(*keys, "correlation", "pid", "tid", "ts")
         .sort("ts")
     )
     named = (
-        ev.filter(
+        lf.filter(
             pl.col("kind").is_in(["cpu_op", "annotation"]),
             pl.col("coll_op").is_not_null(),
             pl.col("coll_op") != "other",
@@ -415,15 +417,12 @@ def _op_from_launch(ev: pl.DataFrame, keys: tuple[str, ...] = ()) -> pl.DataFram
         .select(*keys, "correlation", "_op")
         .unique([*keys, "correlation"], keep="first")
     )
-    if not found.height:
+    # the operations of the vague rows alone, put in place: a join of every row would copy the frame
+    ops = kernels.lazy().join(found, on=[*keys, "correlation"], how="left", maintain_order="left").collect()["_op"]
+    if ops.null_count() == ops.len():
         return ev
-    return (
-        ev.join(found, on=[*keys, "correlation"], how="left", maintain_order="left")
-        .with_columns(
-            coll_op=pl.when(vague & pl.col("_op").is_not_null()).then(pl.col("_op")).otherwise(pl.col("coll_op"))
-        )
-        .drop("_op")
-    )
+    coll_op = ev.get_column("coll_op")
+    return ev.with_columns(coll_op.scatter(idx, ops.fill_null(coll_op.gather(idx))))
 
 
 def _fill_sequences(ev: pl.DataFrame, dec: Decoded) -> pl.DataFrame:
