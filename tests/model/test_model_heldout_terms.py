@@ -1,0 +1,75 @@
+"""Issue 28: the terms the held-out runs exposed (benchmarks/heldout_model.py): attention's backward work in the
+rates' own convention, and torchtitan's memory-bound ops counted op by op."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from tracediag.errors import SpecError
+from tracediag.model.elementwise import forward_bytes
+from tracediag.model.rates import BACKWARD_FLOPS, attention_rate
+from tracediag.model.specs import MODELS, Split, Training, resolve_device
+from tracediag.model.stack import resolve_engine, with_overrides
+from tracediag.model.time import _attention_time, layer_cost
+
+
+def test_attention_backward_is_two_and_a_half_forwards_at_the_backward_rate():
+    model, dev, engine = MODELS["llama3-8b"](), resolve_device("h100-sxm"), resolve_engine("megatron-core")
+    flops = 1e15
+    fwd, bwd = _attention_time(flops, 8192, dev, engine, model)
+    r_f = attention_rate(dev.arch, "fa3", 8192, 128, backward=False)
+    r_b = attention_rate(dev.arch, "fa3", 8192, 128, backward=True)
+    assert BACKWARD_FLOPS == 2.5
+    assert fwd == pytest.approx(flops / (dev.peak_flops * dev.gemm_efficiency * r_f))
+    assert bwd / fwd == pytest.approx(2.5 * r_f / r_b)
+
+
+def test_fa2_forward_plus_backward_matches_the_labelled_benchmark_bars():
+    # flash-attention assets/flash2_{a100,h100}_fwd_bwd_benchmark.png (d), causal hd128, 16k: 189 and 328 TFLOP/s
+    # counted as 3.5 x the forward's FLOPs; the model's fwd and bwd curves, timed as it times them.
+    model = MODELS["llama3-8b"]()
+    engine = with_overrides(resolve_engine("megatron-core"), attention_kernel="fa2")
+    for device, published in (("a100-80gb", 189), ("h100-sxm", 328)):
+        fwd, bwd = _attention_time(1e15, 16384, resolve_device(device), engine, model)
+        assert 3.5e15 / (fwd + bwd) / 1e12 == pytest.approx(published, rel=0.06)
+
+
+def test_torchtitan_llama_block_bytes_by_hand():
+    model = MODELS["llama3-8b"]()  # h 4096, 32 heads, 8 kv heads, hd 128, ffn 14336, SwiGLU
+    train = Training(seq_len=1, global_batch=1, micro_batch=1)
+    h, q, kv, f = 4096, 4096, 1024, 14336
+    repeat = 2 * (2 * kv + 2 * q)
+    eager = 2 * 36 * h + 2 * 6 * h + 20 * (q + kv) + repeat + 10 * f
+    compiled = 18 * h + 4 * (q + kv) + repeat + 6 * f
+    assert forward_bytes(model, Split(), train, "torchtitan-eager") == eager == 610_304
+    assert forward_bytes(model, Split(), train, "torchtitan-compile") == compiled == 200_704
+    # tp 2 with sequence parallelism halves every tensor
+    split = Split(tp=2, dp=1, sequence_parallel=True)
+    assert forward_bytes(model, split, train, "torchtitan-eager") == eager / 2
+    with pytest.raises(SpecError, match="elementwise ops"):
+        forward_bytes(model, Split(), train, "eager")
+
+
+def test_eager_torchtitan_pays_the_counted_bytes_over_hbm():
+    model, dev = MODELS["llama3-8b"](), resolve_device("h100-sxm")
+    train = Training(seq_len=8192, global_batch=8, micro_batch=1, recompute="none")
+    eager, compiled = resolve_engine("torchtitan"), resolve_engine("torchtitan-compile")
+    split = Split(dp=8, zero=3)
+    diff = (
+        layer_cost(model, dev, eager, split, train).elementwise
+        - layer_cost(model, dev, compiled, split, train).elementwise
+    )
+    bw = dev.hbm_bandwidth * eager.hbm_efficiency
+    counted = forward_bytes(model, split, train, "torchtitan-eager") - forward_bytes(
+        model, split, train, "torchtitan-compile"
+    )
+    assert diff == pytest.approx(3 * counted / bw)  # forward + twice that backward
+    generic = dataclasses.replace(eager, elementwise_ops="")
+    assert (
+        layer_cost(model, dev, generic, split, train).elementwise
+        < layer_cost(model, dev, eager, split, train).elementwise
+    )
+    with pytest.raises(SpecError, match="elementwise_ops"):
+        dataclasses.replace(eager, elementwise_ops="eager")
