@@ -1,5 +1,6 @@
 """The command line starts light: `tracediag --help` imports no command, a command's `--help` imports
-only what its options need, and the registry's short help is each command's own (issue 31)."""
+only what its options need, `analyze` only what its analysis needs, and the registry's short help is
+each command's own (issue 31)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,26 @@ import pytest
 from conftest import ROOT
 
 from tracediag.cli import COMMANDS, cli
+from tracediag.cli.common import LazyChoice
 
 HEAVY = ("polars", "pyarrow", "plotly", "numpy")
+TINY = "fixtures/kineto/gen_torch2.13cpu_gloo_2rank_rank*.pt.trace.json.gz"
+"""A real 2-rank run (gloo, torch 2.13 CPU), 14 KB per rank."""
+NOT_FOR_ANALYZE = (
+    "tracediag.model",  # the analytic model: only with --plan / --model
+    "tracediag.observed_vs_predicted",
+    "tracediag.cli.model",
+    "tracediag.report.html",  # --html
+    "tracediag.report.perfetto",  # --perfetto
+    "tracediag.report.notebook",
+    "tracediag.execute.local",  # --executor
+    "tracediag.execute.ray",
+    "tracediag.execute.dask",
+    "tracediag.desync",  # other commands' work
+    "tracediag.watching",
+    "tracediag.compare",
+)
+"""What a plain `analyze` does not use: the modules of options it was not given and of other commands."""
 
 
 def _imported_after(args: list[str]) -> set[str]:
@@ -61,6 +80,48 @@ def test_analyze_help_imports_its_command_only_and_no_heavy_library():
     assert "tracediag.cli.analyze" in mods
     assert not {m for m in mods if m.split(".")[0] in HEAVY}
     assert not {"tracediag.cli.watch", "tracediag.cli.compare", "tracediag.cli.report"} & mods
+
+
+def _under(mods: set[str], prefixes: tuple[str, ...]) -> set[str]:
+    return {m for m in mods if any(m == p or m.startswith(f"{p}.") for p in prefixes)}
+
+
+@pytest.mark.parametrize("fmt", ["json", "text"])
+def test_analyze_imports_what_its_analysis_needs_only(fmt, tmp_path):
+    """A plain analyze reads and analyses (polars), but imports neither the model its --model check
+    would run, nor what its other options draw with, nor another command's work."""
+    mods = _imported_after(["analyze", TINY, "--format", fmt, "-o", str(tmp_path / "out")])
+    assert {"tracediag.reduce", "polars"} <= mods  # it did analyse
+    assert (tmp_path / "out").stat().st_size > 1000
+    assert not _under(mods, NOT_FOR_ANALYZE)
+    assert not _under(mods, ("pyarrow", "plotly", "numpy", "ray", "dask"))
+    assert not {m for m in mods if m.startswith("tracediag.cli.")} - {
+        f"tracediag.cli.{m}"
+        for m in ("analyze", "check_options", "common", "execute_options", "export", "model_options", "traces")
+    }
+    if fmt == "json":  # the text renderers only for text
+        assert not _under(mods, ("tracediag.report.text", "tracediag.report.kernels_text", "tracediag.kernel_names"))
+
+
+def _lazy_choices() -> list[tuple[str, click.Parameter]]:
+    found = {}
+    for name, (module, _) in COMMANDS.items():
+        for p in getattr(import_module(module), name).params:
+            if isinstance(p.type, LazyChoice):
+                found[f"{name} {p.opts[0]}"] = p
+    return sorted(found.items())
+
+
+def test_model_choices_are_looked_up_and_each_default_is_one():
+    """A `LazyChoice` converts its option's default unlooked-up: that default must be one of its choices."""
+    found = _lazy_choices()
+    assert {k.split()[1] for k, _ in found} == {"--gpu", "--engine", "--dtype", "--recompute"}
+    defaults = {key: p.default for key, p in found if isinstance(p.default, str)}
+    assert defaults["predict --engine"] == "megatron-core"
+    for key, p in found:
+        assert len(p.type.choices) >= 2, key
+        if key in defaults:
+            assert defaults[key] in p.type.choices, key
 
 
 def test_an_unknown_command_is_a_usage_error(runner):

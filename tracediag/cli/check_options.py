@@ -15,11 +15,14 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from tracediag.cli.common import FilePath, InputError, read_user_file
-from tracediag.cli.model import predict
-from tracediag.cli.model_options import checked_numbers, prediction_from_options
+from tracediag.cli.model_options import (
+    checked_numbers,
+    device_options,
+    model_options,
+    prediction_from_options,
+    split_options,
+)
 from tracediag.errors import TracediagError
-from tracediag.model.predict import load_prediction
-from tracediag.report.check_text import render_check_text
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -28,7 +31,7 @@ if TYPE_CHECKING:
     from tracediag.model.predict import Prediction
     from tracediag.run import Run
 
-_NOT_SHARED = {"fmt", "output"}
+_NOT_SHARED = {"fmt"}
 """`predict` options that mean something else (or nothing) for `analyze`."""
 _NEEDED = ("gpu", "seq_len", "global_batch")
 
@@ -37,6 +40,19 @@ def _optional(param: click.Parameter) -> click.Parameter:
     p = copy.copy(param)
     p.required = False
     return p
+
+
+def _predict_params() -> list[click.Parameter]:
+    """`tracediag predict`'s model, device and split options (the same decorators; its ``-o`` aside),
+    built here so that `analyze` does not import the `predict` command and the model it runs."""
+
+    @model_options
+    @device_options
+    @split_options
+    def options() -> None: ...
+
+    # click collects decorators bottom-up; a command lists them top-down
+    return list(reversed(options.__click_params__))  # type: ignore[attr-defined]
 
 
 def check_options(f: Callable) -> Callable:
@@ -52,7 +68,7 @@ def check_options(f: Callable) -> Callable:
             type=FilePath(exists=True, dir_okay=False, path_type=Path),
             help="Compare with a prediction saved by `tracediag predict -o` (instead of --model ...).",
         ),
-        *(_optional(p) for p in predict.params if p.name not in _NOT_SHARED),
+        *(_optional(p) for p in _predict_params() if p.name not in _NOT_SHARED),
     ]
     # click applies decorators bottom-up and reverses the list it collects; keep the order above
     f.__click_params__ = [*getattr(f, "__click_params__", []), *reversed(params)]
@@ -61,6 +77,8 @@ def check_options(f: Callable) -> Callable:
 
 def _prediction(kw: dict[str, Any], analysis: Analysis) -> Prediction | None:
     if kw["plan_path"] is not None:
+        from tracediag.model.predict import load_prediction
+
         prediction = read_user_file(kw["plan_path"], "--plan", load_prediction, "tracediag prediction")
         for part in (prediction.model, prediction.split, prediction.training):
             checked_numbers(part, kw["plan_path"])
@@ -87,12 +105,6 @@ def add_check(analysis: Analysis, run: Run, kw: dict[str, Any]) -> Analysis:
 
     result = check(analysis, prediction, run=run)
     return dataclasses.replace(analysis, check=result)
-
-
-def append_check_text(text: str, analysis: Analysis, fmt: str) -> str:
-    """The text report followed by the check's block (text format, when a check was made)."""
-    found = analysis.check
-    return f"{text}\n\n{render_check_text(found)}" if fmt == "text" and found is not None else text
 
 
 def finish_report(

@@ -3,6 +3,7 @@ in one line."""
 
 from __future__ import annotations
 
+import functools
 import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -12,7 +13,7 @@ import click
 from tracediag.errors import one_line, shown
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterable
 
 T = TypeVar("T")
 
@@ -59,6 +60,28 @@ class FilePath(click.Path):
         """The path, or a usage error for an empty one."""
         if isinstance(value, str) and not value.strip():
             self.fail("an empty path names no file", param, ctx)
+        return super().convert(value, param, ctx)
+
+
+class LazyChoice(click.Choice):
+    """A `click.Choice` whose choices are looked up on first use (help, completion, a value to check):
+    a command taking a preset name of the model (``--gpu``, ``--engine``) starts without importing the
+    model. The option's own default converts to itself unlooked-up, as `click.Choice` would convert it
+    (a test checks each such default is a choice), so a run without the option imports nothing either."""
+
+    def __init__(self, load: Callable[[], Iterable[str]], *, case_sensitive: bool = True) -> None:
+        self.load = load
+        self.case_sensitive = case_sensitive
+
+    @functools.cached_property
+    def choices(self) -> tuple[str, ...]:  # type: ignore[override]
+        """The choices, from `load` at the first call."""
+        return tuple(self.load())
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        """The choice `value` names, or a usage error listing them."""
+        if param is not None and isinstance(value, str) and value == param.default:
+            return value
         return super().convert(value, param, ctx)
 
 

@@ -11,32 +11,16 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from tracediag.cli.common import FilePath, Finite, InputError, read_user_file
+from tracediag.cli.common import FilePath, Finite, InputError, LazyChoice, read_user_file
 from tracediag.errors import TracediagError, shown
-from tracediag.model.devices import unknown_device
-from tracediag.model.predict import predict as run_predict
-from tracediag.model.specs import (
-    DEVICES,
-    DTYPES,
-    GB,
-    GIB,
-    RECOMPUTE_MODES,
-    TFLOPS,
-    ModelSpec,
-    Split,
-    Training,
-    parse_link,
-    resolve_device,
-    resolve_model,
-)
-from tracediag.model.stack import ENGINES, Engine, resolve_engine, with_overrides
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from tracediag.model.calibrate import Profile
     from tracediag.model.predict import Prediction
-    from tracediag.model.specs import DeviceSpec
+    from tracediag.model.specs import DeviceSpec, ModelSpec, Split, Training
+    from tracediag.model.stack import Engine
 
 
 class _Positive(click.ParamType):
@@ -57,16 +41,42 @@ class _Positive(click.ParamType):
 POSITIVE = _Positive()
 
 
-class _DeviceName(click.Choice):
+def _devices() -> list[str]:
+    from tracediag.model.specs import DEVICES
+
+    return list(DEVICES)
+
+
+def _engines() -> list[str]:
+    from tracediag.model.stack import ENGINES
+
+    return list(ENGINES)
+
+
+def _dtypes() -> tuple[str, ...]:
+    from tracediag.model.specs import DTYPES
+
+    return DTYPES
+
+
+def _recompute_modes() -> tuple[str, ...]:
+    from tracediag.model.specs import RECOMPUTE_MODES
+
+    return RECOMPUTE_MODES
+
+
+class _DeviceName(LazyChoice):
     """A `--gpu` preset (any case); a name that is none is one line naming the closest presets, then all."""
 
     def __init__(self) -> None:
-        super().__init__(list(DEVICES), case_sensitive=False)
+        super().__init__(_devices, case_sensitive=False)
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         try:
             return super().convert(value, param, ctx)
         except click.BadParameter:
+            from tracediag.model.devices import unknown_device
+
             self.fail(unknown_device(str(value)), param, ctx)
 
 
@@ -135,7 +145,7 @@ device_options = _options(
     click.option(
         "--engine",
         "engine_name",
-        type=click.Choice(list(ENGINES)),
+        type=LazyChoice(_engines),
         default="megatron-core",
         show_default=True,
         help="Software profile: kernels and overlap.",
@@ -181,6 +191,8 @@ def checked_numbers(obj: Any, source: str) -> None:
 
 def model_from_options(kw: dict) -> ModelSpec:
     """The model `--model` (a preset or a HF config.json) or `--layers ...` describe."""
+    from tracediag.model.specs import ModelSpec, resolve_model
+
     overrides = {k: kw[k] for k in ("experts", "top_k", "tied_embeddings") if kw.get(k) is not None}
     if kw["model_name"]:
         model = read_user_file(kw["model_name"], "--model", resolve_model, "model config")
@@ -214,6 +226,8 @@ def profile_from_options(kw: dict) -> Profile | None:
 def _link(text: str | None, option: str) -> Any:
     if text is None:
         return None
+    from tracediag.model.specs import parse_link
+
     link = parse_link(text)
     if not (math.isfinite(link.bandwidth_gbps) and link.bandwidth_gbps > 0):
         msg = f"{option} {text!r}: a bandwidth is a finite number of GB/s above 0"
@@ -224,6 +238,7 @@ def _link(text: str | None, option: str) -> Any:
 def device_from_options(kw: dict, profile: Profile | None = None) -> DeviceSpec:
     """The device the options describe, with the calibration profile (if any) applied."""
     from tracediag.model.calibrate import apply_profile
+    from tracediag.model.specs import GB, GIB, TFLOPS, resolve_device
 
     device = resolve_device(
         kw["gpu"],
@@ -240,6 +255,8 @@ def device_from_options(kw: dict, profile: Profile | None = None) -> DeviceSpec:
 
 def engine_from_options(kw: dict, name: str | None = None) -> Engine:
     """The engine profile named by `--engine` (or `name`), with the switches the options set."""
+    from tracediag.model.stack import resolve_engine, with_overrides
+
     attention = kw.get("attention")
     switches = {
         "tp_overlap": kw.get("tp_overlap"),
@@ -258,6 +275,8 @@ def engine_from_options(kw: dict, name: str | None = None) -> Engine:
 
 def split_from_options(kw: dict) -> tuple[Split, Training]:
     """The split and training `predict`'s options describe."""
+    from tracediag.model.specs import Split, Training
+
     cp, tp, pp = kw["cp"], kw["tp"], kw["pp"]
     dp = kw["dp"] if kw["dp"] is not None else max(kw["gpus"] // (tp * pp * cp), 1)
     split = Split(
@@ -286,6 +305,8 @@ def prediction_from_options(kw: dict, profile: Profile | None = None) -> Predict
 
     `--profile` is read here when no profile is passed, so `analyze --model ... --profile FILE` applies it.
     """
+    from tracediag.model.predict import predict as run_predict
+
     if profile is None:
         profile = profile_from_options(kw)
     model, device = model_from_options(kw), device_from_options(kw, profile)
@@ -303,7 +324,7 @@ precision_options = _options(
     ),
     click.option(
         "--dtype",
-        type=click.Choice(list(DTYPES)),
+        type=LazyChoice(_dtypes),
         default="bf16",
         show_default=True,
         help="GEMM precision (fp8: Transformer Engine style, bf16 weights and activations kept).",
@@ -328,7 +349,7 @@ split_options = _options(
     click.option("--zero", type=click.IntRange(0, 3), default=1, show_default=True, help="ZeRO stage (3 = FSDP)."),
     click.option(
         "--recompute",
-        type=click.Choice(RECOMPUTE_MODES),
+        type=LazyChoice(_recompute_modes),
         default="none",
         show_default=True,
         help="Activation recomputation.",

@@ -9,9 +9,6 @@ from typing import TYPE_CHECKING
 import orjson
 
 from tracediag.errors import shown
-from tracediag.report.check_text import render_check_text
-from tracediag.report.kernels_text import render_kernels
-from tracediag.report.text import render_text
 
 if TYPE_CHECKING:
     from tracediag.analysis import Analysis
@@ -26,6 +23,10 @@ def analyses_json(results: list[tuple[str, Analysis]]) -> str:
 def analyses_text(results: list[tuple[str, Analysis]], *, kernels_top: int = 0) -> str:
     """The text report of each analysis, its check's block and (`kernels_top`) each rank's top kernels;
     an analysis of one file of several headed by its name."""
+    from tracediag.report.check_text import render_check_text
+    from tracediag.report.kernels_text import render_kernels
+    from tracediag.report.text import render_text
+
     parts = []
     for p, r in results:
         body = render_text(r)
