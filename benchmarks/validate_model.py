@@ -210,7 +210,15 @@ def _case(index: int, row: dict) -> Case | None:
         dropout=publication in ("PTD-P", "Korthikanti", "MT-NLG"),
     )
     gpu = row["gpu_type"]
-    device = "h100-sxm" if "H100" in gpu else "a100-40gb" if "40GB" in gpu and foundry else "a100-80gb"
+    device = (
+        "h200"
+        if "H200" in gpu
+        else "h100-sxm"
+        if "H100" in gpu
+        else "a100-40gb"
+        if "40GB" in gpu and foundry
+        else "a100-80gb"
+    )
     overrides: dict[str, object] = {}
     if "RoCE" in gpu:
         overrides["inter_link"] = LINKS["roce-400g" if "H100" in gpu else "roce-200g"]()
