@@ -2,7 +2,7 @@
 
 Detector: `detect.straggler`, and `detect.lateness` for a rank everyone waits for at the
 collectives that computes longer in the windows before its late arrivals (`causes.late`). What-if:
-the rank's compute in its steps set to its peers' median (`whatif.causes.straggler`).
+the rank's compute in its steps set to its peers' median (`whatif.causes.stragglers`).
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def _outliers(f: Finding) -> tuple[int, ...]:
 
 
 def _edit(f: Finding, facts: Facts, graph: Graph) -> causes.Edit:
-    return causes.combine([causes.straggler(graph, facts.steps, r, f.steps) for r in f.ranks])
+    return causes.combine([causes.stragglers(graph, facts.steps, f.ranks, f.steps)])
 
 
 def _ranks(ranks: tuple[int, ...]) -> str:

@@ -99,19 +99,21 @@ def _wall(rows: pl.LazyFrame, by: list[str], *, ordered: bool) -> pl.LazyFrame:
 KERNEL_STEP_SCHEMA: dict[str, pl.DataType] = {
     "rank": pl.Int32(),
     "step": pl.Int32(),
-    "name": pl.String(),
-    "category": pl.String(),
+    "name": pl.Categorical(),
+    "category": pl.Categorical(),
     "count": pl.Int64(),
     "total_ns": pl.Int64(),
     "wall_ns": pl.Int64(),
 }
 """`kernel_steps`: per (rank, step, name, category), how many rows, their summed (self) time and
-their wall time (the union of their spans over streams and threads)."""
+their wall time (the union of their spans over streams and threads). ``name`` and ``category`` are
+Categorical (4 bytes a row, sorted as strings): every rank repeats the same few hundred names, and a
+run's driver holds this table for every rank and step (`RankSummary.kernels`)."""
 
 CATEGORY_STEP_SCHEMA: dict[str, pl.DataType] = {
     "rank": pl.Int32(),
     "step": pl.Int32(),
-    "category": pl.String(),
+    "category": pl.Categorical(),
     "wall_ns": pl.Int64(),
 }
 """`kernel_steps`' second table: per (rank, step, category), the wall time of the category's rows."""
@@ -130,7 +132,6 @@ def kernel_steps(
     `vocab.distinct_names` of `events`, when the caller has them; `ordered`: `events` are sorted by
     rank then ts (`intervals.in_time_order`), which spares the sorts of the wall times.
     """
-    name = pl.col("name").cast(pl.String)
     names = distinct_names(events) if names is None else names
     lf = events.lazy().filter(pl.col("step").is_not_null())
     main = devices.lazy().select("rank", "device")
@@ -159,8 +160,8 @@ def kernel_steps(
         )
     )
     cpu = cpu.select("rank", "step", "tid", "ts", "dur", "name", "category")
-    # grouped on the Categorical names and the Enum categories, made strings once per group (the two
-    # parts hold different ranks)
+    # grouped on the Categorical names and the Enum categories, both made Categorical of the global
+    # string cache once per group (the two parts hold different ranks)
     keys = ["rank", "step", "name", "category"]
     has_gpu, has_cpu = devices.select(
         (pl.col("device") >= 0).any().alias("gpu"), (pl.col("device") < 0).any().alias("cpu")
@@ -181,10 +182,10 @@ def kernel_steps(
     per_category = pl.concat([_wall(spans, ["rank", "step", "category"], ordered=ordered) for _, spans in present])
     per_name, per_category = pl.collect_all(
         [
-            per_name.with_columns(name.alias("name"), pl.col("category").cast(pl.String))
+            per_name.with_columns(pl.col("name", "category").cast(pl.String).cast(pl.Categorical))
             .sort("rank", "step", "name", "category")
             .select(list(KERNEL_STEP_SCHEMA)),
-            per_category.with_columns(pl.col("category").cast(pl.String))
+            per_category.with_columns(pl.col("category").cast(pl.String).cast(pl.Categorical))
             .sort("rank", "step", "category")
             .select(list(CATEGORY_STEP_SCHEMA)),
         ],
@@ -245,6 +246,7 @@ def by_category(kernels: pl.DataFrame, per_category: pl.DataFrame, steps: pl.Dat
         per_category.join(steps.select("rank", "step").unique(), on=["rank", "step"], how="semi")
         .group_by("rank", "category")
         .agg(pl.col("wall_ns").sum())
+        .with_columns(pl.col("category").cast(pl.String))
     )
     return (
         kernels.group_by("rank", "category")

@@ -56,7 +56,8 @@ def _untraced(found: Lateness, rows: pl.DataFrame, world_size: int | None) -> La
     the last traced arrival. When that is more than all the waiting among the traced ranks, no traced
     rank is named: the collectives wait for someone else, most likely an untraced rank."""
     traced = rows["rank"].unique().sort().to_list()
-    missing = tuple(r for r in range(world_size or 0) if r not in set(traced))
+    seen = set(traced)
+    missing = tuple(r for r in range(world_size or 0) if r not in seen)
     after = int(rows.group_by("iid").agg(pl.col("after_ns").median())["after_ns"].sum())
     found = dataclasses.replace(found, untraced=missing, after_last_ns=after)
     if not missing or after <= found.wait_ns:
@@ -157,7 +158,14 @@ def op_counts(facts: Facts, ranks: tuple[int, ...], steps: tuple[int, ...]) -> d
     k = facts.kernel_steps
     if k is None or not k.height:
         return None
-    k = k.filter(pl.col("category") == "compute", pl.col("step").is_in(list(steps)))
+    # summed per (rank, name) first: every later step reads that, not the per-step table of every rank
+    k = (
+        k.lazy()
+        .filter(pl.col("category") == "compute", pl.col("step").is_in(list(steps)))
+        .group_by("rank", "name")
+        .agg(pl.col("count").sum(), pl.col("total_ns").sum())
+        .collect()
+    )
     mine = pl.col("rank").is_in(list(ranks))
     per_rank = k.group_by("rank").agg(pl.col("count").sum())
     m = per_rank.filter(mine)["count"].mean()

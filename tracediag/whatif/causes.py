@@ -75,18 +75,34 @@ def _factor(rows: pl.DataFrame, cat: str, factor: pl.Expr | float) -> pl.DataFra
     return rows.select("rank", "step", cat=pl.lit(cat), factor=f).cast(_FACTOR_SCHEMA)
 
 
-def straggler(graph: Graph, steps: pl.DataFrame, rank: int, on_steps: tuple[int, ...]) -> Edit:
-    """`rank`'s compute in `on_steps` set to its peers' median compute (`steps`: `Facts.steps`)."""
-    peers = (
-        steps.filter(pl.col("rank") != rank)
-        .group_by("step")
-        .agg(peer=pl.col("compute_ns").median())
-        .join(steps.filter(pl.col("rank") == rank).select("step", "compute_ns"), on="step")
-        .with_columns(rank=pl.lit(rank, pl.Int32))
-        .join(_on(graph, (rank,), on_steps), on=["rank", "step"], how="semi")
+def stragglers(graph: Graph, steps: pl.DataFrame, ranks: tuple[int, ...], on_steps: tuple[int, ...]) -> Edit:
+    """Each of `ranks`' compute in `on_steps` set to the median compute of its peers, every other rank
+    (`steps`: `Facts.steps`). One pass for any number of ranks, not one per rank: the median of a
+    step's values without the rank's own is read from the step's sorted values at the one or two
+    positions it falls on once that value is taken out."""
+    s = steps.select("rank", "step", "compute_ns")
+    known = (
+        s.filter(pl.col("compute_ns").is_not_null())
+        .sort("step", "compute_ns", "rank")
+        .with_columns(_i=pl.int_range(pl.len(), dtype=pl.Int64).over("step"))
+    )
+    i, n = pl.col("_i"), pl.col("_n")
+    rows = (
+        s.join(_on(graph, ranks, on_steps), on=["rank", "step"], how="semi")
+        .join(known.select("rank", "step", "_i"), on=["rank", "step"], how="left")
+        .join(s.group_by("step").agg(_all=pl.len()).filter(pl.col("_all") > 1), on="step", how="semi")  # peers
+        .join(known.group_by("step").agg(_n=pl.len().cast(pl.Int64)), on="step", how="left")
+        .with_columns(n.fill_null(0))
+        # the peers' known values: the step's but the rank's own (a null own value is none of them)
+        .with_columns(_peers=n - i.is_not_null().cast(pl.Int64), _i=i.fill_null(n))
+        .with_columns(_a=(pl.col("_peers") - 1) // 2, _b=pl.col("_peers") // 2)  # the middle one or two
+        .with_columns([pl.when(pl.col(c) >= i).then(pl.col(c) + 1).otherwise(pl.col(c)).alias(c) for c in ("_a", "_b")])
+        .join(known.select("step", _a="_i", _va="compute_ns"), on=["step", "_a"], how="left")
+        .join(known.select("step", _b="_i", _vb="compute_ns"), on=["step", "_b"], how="left")
+        .with_columns(peer=pl.when(pl.col("_peers") > 0).then((pl.col("_va") + pl.col("_vb")) / 2))
     )
     factor = (pl.col("peer") / pl.col("compute_ns").clip(lower_bound=1)).clip(upper_bound=1.0)
-    return Edit(_factor(peers, "compute", factor), Edit.empty().transfer)
+    return Edit(_factor(rows, "compute", factor), Edit.empty().transfer)
 
 
 def no_input(graph: Graph, ranks: tuple[int, ...], on_steps: tuple[int, ...]) -> Edit:
