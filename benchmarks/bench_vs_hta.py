@@ -123,7 +123,7 @@ def main() -> None:
     args = ap.parse_args()
     folder = build(args.copies)
     size = sum(p.stat().st_size for p in folder.glob("*.json"))
-    print(f"set: {args.copies} x control.json, {size / 1e6:.0f} MB")
+    print(f"set: {args.copies} x control.json, {size / 1e6:.0f} MB; load average {_load()}")
     print("| tool | wall s | tree CPU s (min-max) | tree peak MB | CPU vs HTA | memory vs HTA | result |")
     print("|---|---:|---:|---:|---:|---:|---|")
     sources = [("tracediag", None)] + ([("baseline", str(Path(args.baseline).resolve()))] if args.baseline else [])
@@ -144,6 +144,7 @@ def main() -> None:
     for _ in range(args.repeat):  # round robin: a change in the machine's load reaches every tool alike
         for name, code, argv, python, path in configs:
             samples[name].append(measure(code, argv, python, path))
+    print(f"load average after the runs {_load()}")
     rows = [(name, _median_run(runs_of)) for name, runs_of in samples.items()]
     hta = next((r for n, r in rows if n.startswith("HTA")), None)
     for name, r in rows:
@@ -157,6 +158,11 @@ def main() -> None:
             f"| {name} | {r['wall']:.1f} | {r['tree_cpu']:.2f} ({spread}) | {r['tree_peak_rss'] / 1e6:.0f} | {cpu} "
             f"| {mem} | {out} |"
         )
+
+
+def _load() -> str:
+    """The machine's 1-minute load average (its other work moves every figure: report it beside them)."""
+    return f"{os.getloadavg()[0]:.1f}"
 
 
 def _median_run(runs: list[dict]) -> dict:

@@ -384,8 +384,9 @@ def load(
     traces = _check_unique_ranks(traces)
     if comm_kernel is not None:
         traces = [dataclasses.replace(t, events=mark_comm_kernels(t.events, comm_kernel)) for t in traces]
-    # one rank per file: each file sorted by time, then the files in rank order, is the table sorted by
-    # (rank, ts) with ties in file order, for less than a sort of the whole table
+    # one rank per file: each file sorted by time (as it was read: `_in_time_order`; again only where
+    # windows of a rank were merged), then the files in rank order, is the table sorted by (rank, ts)
+    # with ties in file order, for less than a sort of the whole table
     events = pl.concat(
         [_by_time(t.events) for t in sorted(traces, key=lambda t: t.meta.rank)], rechunk=len(traces) > _CHUNKS
     )
@@ -473,14 +474,23 @@ def _is_small(path: str) -> bool:
 def _read_group(group: list[ReadTask]) -> list[list[FileTrace] | tuple[str, bool]]:
     """`_read_one` of each task; small files read together (`read_small`), those it leaves read alone."""
     if len(group) == 1:
-        return [_read_one(group[0])]
+        return [_in_time_order(_read_one(group[0]))]
     try:
         together = read_small([task[:3] for task in group])
     except Exception:  # a bug of the batch must not cost a file: each is read alone, as ever
         if os.environ.get("TRACEDIAG_DEBUG"):
             raise
         together = [None] * len(group)
-    return [_read_one(task) if read is None else read for task, read in zip(group, together)]
+    return [_in_time_order(_read_one(task) if read is None else read) for task, read in zip(group, together)]
+
+
+def _in_time_order(result: list[FileTrace] | tuple[str, bool]) -> list[FileTrace] | tuple[str, bool]:
+    """A file's traces with their events sorted by time (`_by_time`), as soon as the file is read: `load`
+    then finds them sorted, instead of sorting every file at its end while it holds the files' unsorted
+    tables too (8 A100 ranks of 75k events: 39 MB held twice)."""
+    if isinstance(result, tuple):
+        return result
+    return [dataclasses.replace(t, events=_by_time(t.events)) for t in result]
 
 
 WORKER_BYTES = 384 << 20
