@@ -16,6 +16,7 @@ Run: `python benchmarks/heldout_model.py [CSV] [-o benchmarks/heldout_model.md]`
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import sys
 from itertools import groupby
@@ -48,14 +49,32 @@ def _stack(case: vm.Case) -> tuple[str, str, str, tuple]:
     return (case.publication, case.engine, case.device_name, case.device_overrides)
 
 
+def _overflow(case: vm.Case) -> str:
+    """How far the row's first stated setting overflows the model's memory (why it was not scored)."""
+    p = vm.predict(
+        case.model,
+        vm.resolve_device(case.device_name, **dict(case.device_overrides)),
+        vm.Split(**{**dict(case.split), "vpp": case.vpps[0]}),
+        dataclasses.replace(case.train, micro_batch=case.micro_batches[0], recompute=case.recomputes[0]),
+        vm.engine_for(case.engine, dict(case.engine_overrides), ()),
+    )
+    m = p.memory
+    return (
+        f"micro-batch {p.training.micro_batch}, recompute {p.training.recompute}: {m.total / 2**30:.1f} GiB predicted "
+        f"of {m.capacity / 2**30:.1f} (step {p.time.step_time_s:.3g} s if it ran)"
+    )
+
+
 def score_rows(all_cases: list[vm.Case]) -> tuple[list[tuple[vm.Case, vm.Score]], list[str]]:
     """Uncalibrated scores (shipped parameters), and the rows the model cannot fit."""
     out, failed = [], []
     for c in all_cases:
         try:
             out.append((c, vm.score(c)))
-        except SpecError as e:
-            failed.append(f"{c.index} {c.name} ({c.publication}, {c.device_name}, seq {c.train.seq_len}): {e}")
+        except SpecError:
+            failed.append(
+                f"{c.index} {c.name} ({c.publication}, {c.device_name}, seq {c.train.seq_len}): {_overflow(c)}"
+            )
     return out, failed
 
 

@@ -128,6 +128,7 @@ def _publication(source: str) -> str:
         ("Llama 3", "Llama 3"),
         ("MT-NLG", "MT-NLG"),
         ("BLOOM", "BLOOM"),
+        ("NeMo", "NeMo"),
     ):
         if key in source:
             return name
@@ -188,7 +189,7 @@ def _case(index: int, row: dict) -> Case | None:
     publication = _publication(row["source"])
     fills: list[str] = []
     foundry = publication == "llm-foundry"
-    llama = publication in ("Llama 3", "torchtitan")
+    llama = publication in ("Llama 3", "torchtitan") or "llama" in row["model_name"].lower()
     gpt = not foundry and not llama
     hidden = int(row["hidden"])
     ffn = int(row["ffn_hidden"]) if row["ffn_hidden"] else 4 * hidden
@@ -230,6 +231,8 @@ def _case(index: int, row: dict) -> Case | None:
     recomputes: tuple[str, ...]
     if rec_text.startswith("full"):
         recomputes = ("full",)
+    elif rec_text.startswith("none"):
+        recomputes = ("none",)
     elif rec_text.startswith("op"):
         recomputes = ("op",)
     elif rec_text.startswith("selective"):
