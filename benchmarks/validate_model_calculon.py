@@ -151,29 +151,29 @@ def points(engine: Engine) -> list[Point]:
     """Every point, predicted with `engine` (Korthikanti's Megatron-LM: the `megatron-2022` profile)."""
     out = []
     for name, modes in STEP_TIME.items():
-        for mode, (published, calc) in modes.items():
-            out.append(Point("step time s", name, mode, published, _predict(name, mode, engine).step_time_s, calc))
+        for mode, (published, delta) in modes.items():
+            out.append(Point("step time s", name, mode, published, _predict(name, mode, engine).step_time_s, delta))
     gib = 2**30
-    for name, (published, calc) in PARAMS_OPTIMIZER_GIB.items():
+    for name, (published, delta) in PARAMS_OPTIMIZER_GIB.items():
         # Figure 1 counts the transformer layers of a stage (18 bytes per parameter): a middle stage's devices;
         # with pp = 1 the only stage, which also holds the embedding.
         mb = _stage_memory(name, "none", engine, 1)
         out.append(
             Point(
-                "params+optimizer GiB", name, "any", published, (mb.weights + mb.gradients + mb.optimizer) / gib, calc
+                "params+optimizer GiB", name, "any", published, (mb.weights + mb.gradients + mb.optimizer) / gib, delta
             )
         )
     for name, modes in ACTIVATIONS_GIB.items():
-        for mode, (published, calc) in modes.items():
+        for mode, (published, delta) in modes.items():
             # Figure 1's activations are the first stage's: p in-flight micro-batches of its layers.
             ours = _stage_memory(name, mode, engine, 0).activations / gib
-            out.append(Point("activations GiB", name, mode, published, ours, calc))
+            out.append(Point("activations GiB", name, mode, published, ours, delta))
     for name, modes in ACTIVATIONS_RELATIVE.items():
         # Figure 7 compares Table 2's per-layer activations (stage and interleaving factors cancel).
         base = _layer_activations(name, "none", engine)
-        for mode, (published, calc) in modes.items():
+        for mode, (published, delta) in modes.items():
             ours = 100 * _layer_activations(name, mode, engine) / base
-            out.append(Point("activations per layer, % of TP alone", name, mode, published, ours, calc))
+            out.append(Point("activations per layer, % of TP alone", name, mode, published, ours, delta))
     return out
 
 
