@@ -362,11 +362,186 @@ hc(
     batch=256,
     note="healthy TP x2 ([0,1],[2,3]) x DP x2 ([0,2],[1,3]), 3 Megatron blocks d=384 h=1536, batch 256",
 )
+# ---------------------------------------------------------------------------
+# --set round6: new held-out scenarios nobody tuned against: two causes in one run, incomplete rank
+# sets (files of a generated run removed), host-side causes (sleep, GIL contention from a Python
+# thread, a CPU-starved rank), 8 ranks, variable-length batches, a straggler that moves between ranks.
+#   truths: list of {cause, ranks, steps ("all" | "strag" | list of iterations), rank_steps?}; a
+#     run is right when every truth is among the findings and the top finding is one of them.
+#     cause "untraced_culprit": the culprit's file was removed: right when no straggler finding names a
+#     traced rank with confidence >= 0.5 and the analysis names the untraced ranks.
+#   subset_of / drop: the run is <subset_of>_r<k> without the files of the ranks in `drop`.
+R6 = {}
+SMALL = dict(dim=256, batch=256, layers=4)  # 8-rank runs: 2 cores
+
+
+def r6(name, **kw):
+    kw.setdefault("world", 4)
+    kw.setdefault("active", 8)
+    kw.setdefault("record_shapes", False)
+    kw.setdefault("dim", mr.MLP_DIM)
+    kw.setdefault("batch", mr.MLP_BATCH)
+    kw.setdefault("layers", mr.MLP_LAYERS)
+    kw.setdefault("kind", "r6")
+    R6[name] = kw
+
+
+def T(cause, ranks=(), steps="all", **kw):
+    return dict(cause=cause, ranks=list(ranks), steps=steps, **kw)
+
+
+# Sizes: on this shared 2-core machine at load 7-10 the 4-rank MLP's step takes ~400-900 ms (compute ~330
+# ms, 8x an idle machine), so host sleeps and loader waits are 250-400 ms to stand out of that noise.
+# (a) two causes in one run
+r6(
+    "mix_strag_input",
+    loader=dict(kind="dataloader", sleep_s=0.25, cpu_iters=20000),
+    strags=[dict(rank=2, iters="all", n_mm=24, where="after_forward")],
+    truths=[T("compute_straggler", [2], "strag"), T("input_bound")],
+    note="every rank's DataLoader(num_workers=0) sleeps 250 ms + 20k Python iters per batch; rank 2 also "
+    "+24 matmuls (~3x) after forward, every step",
+)
+r6(
+    "mix_strag_input_gen",
+    loader=dict(kind="generator", sleep_s=0.3, cpu_iters=0),
+    strags=[dict(rank=1, iters="all", n_mm=18, where="before_forward")],
+    truths=[T("compute_straggler", [1], "strag"), T("input_bound")],
+    note="every rank's plain Python generator sleeps 300 ms per batch (unannotated); rank 1 also +18 "
+    "matmuls before forward, every step",
+)
+r6(
+    "mix_link_transient",
+    net=dict(rank=1, rate="200mbit"),
+    ring_numel=2**20,
+    active=6,
+    strags=[dict(rank=3, iters=[5], n_mm=36, where="after_forward")],
+    truths=[T("slow_link", [1]), T("compute_straggler", [3], "strag")],
+    note="ranks in network namespaces, rank 1's veth shaped to 200 Mbit/s both ways, a 4 MiB ring "
+    "exchange (send r+1, recv r-1) after backward every step; rank 3 +36 matmuls after forward on "
+    "iteration 5 only",
+)
+r6(
+    "mix_host_transient",
+    host=dict(rank=0, iters="all", sleep_s=0.4, where="after_forward"),
+    strags=[dict(rank=2, iters=[4, 5], n_mm=36, where="after_forward")],
+    truths=[T("host_straggler", [0]), T("compute_straggler", [2], "strag")],
+    note="rank 0 time.sleep(400 ms) between forward and backward every step; rank 2 +36 matmuls after "
+    "forward on iterations 4 and 5",
+)
+# (c) host-side causes
+r6(
+    "host_sleep_pre_fwd",
+    host=dict(rank=3, iters="all", sleep_s=0.3, where="before_forward"),
+    truths=[T("host_straggler", [3])],
+    note="rank 3 time.sleep(300 ms) at the start of every step, before forward (its first collective "
+    "is the gradient all-reduce in backward)",
+)
+r6(
+    "host_sleep_after_bwd_w2",
+    world=2,
+    host=dict(rank=0, iters="all", sleep_s=0.3, where="after_backward"),
+    truths=[T("host_straggler", [0])],
+    note="2 ranks; rank 0 time.sleep(300 ms) after backward (after the all-reduce, before opt.step) every "
+    "step: its peer waits in the next step",
+)
+r6(
+    "gil_thread",
+    gil=dict(rank=1),
+    truths=[T("host_straggler", [1])],
+    note="rank 1 runs a Python background thread in a busy loop (holds the GIL; switch interval 5 ms): its "
+    "training thread waits for the GIL at every Python-level op call",
+)
+r6(
+    "cpu_contend",
+    contend=dict(rank=2, procs=3),
+    truths=[T("compute_straggler", [2])],
+    note="rank 2 pinned to CPU 1 with 3 busy-looping processes pinned there too (a slow core); other ranks unpinned",
+)
+# (d) 8 ranks, uneven batches, a moving straggler
+r6(
+    "strag8",
+    world=8,
+    active=6,
+    **SMALL,
+    strags=[dict(rank=5, iters="all", n_mm=24, where="after_forward")],
+    truths=[T("compute_straggler", [5], "strag")],
+    note="8-rank DDP, 4x Linear(256,256) batch 256; rank 5 +24 matmuls after forward, every step",
+)
+r6(
+    "host8",
+    world=8,
+    active=6,
+    **SMALL,
+    host=dict(rank=6, iters="all", sleep_s=0.3, where="after_forward"),
+    truths=[T("host_straggler", [6])],
+    note="8-rank DDP, 4x Linear(256,256) batch 256; rank 6 time.sleep(300 ms) between forward and backward",
+)
+r6(
+    "seqvar_shapes",
+    kind="seqvar",
+    record_shapes=True,
+    truths=[T("sequence_imbalance")],
+    note="4-rank DDP attention block; every rank draws its own sequence length each step "
+    "(32..448, multiples of 32, log-uniform), record_shapes=True",
+)
+r6(
+    "seqvar",
+    kind="seqvar",
+    truths=[T("sequence_imbalance")],
+    note="as seqvar_shapes without record_shapes",
+)
+r6(
+    "moving_strag_shapes",
+    record_shapes=True,
+    strags=[dict(rank=(i * 3) % 4, iters=[i], n_mm=24, where="after_forward") for i in range(2, 10)],
+    truths=[T("compute_straggler", [0, 1, 2, 3], "strag")],
+    note="+24 matmuls after forward on rank (3*i) mod 4 at iteration i: the straggler moves every step; "
+    "equal batches, record_shapes=True",
+)
+r6(
+    "moving_strag",
+    strags=[dict(rank=(i * 3) % 4, iters=[i], n_mm=24, where="after_forward") for i in range(2, 10)],
+    truths=[T("compute_straggler", [0, 1, 2, 3], "strag")],
+    note="as moving_strag_shapes without record_shapes",
+)
+# (b) incomplete rank sets: a generated run with files removed
+r6("sub_strag8_keep", kind="subset", subset_of="strag8", drop=[2, 7], note="strag8 without ranks 2 and 7")
+r6(
+    "sub_strag8_lost",
+    kind="subset",
+    subset_of="strag8",
+    drop=[1, 5],
+    truths=[T("untraced_culprit", [5])],
+    note="strag8 without ranks 1 and 5 (the culprit)",
+)
+r6("sub_host_keep", kind="subset", subset_of="host_sleep_pre_fwd", drop=[0], note="host_sleep_pre_fwd without rank 0")
+r6(
+    "sub_host_lost",
+    kind="subset",
+    subset_of="host_sleep_pre_fwd",
+    drop=[3],
+    truths=[T("untraced_culprit", [3])],
+    note="host_sleep_pre_fwd without rank 3 (the culprit)",
+)
+r6("sub_mix_keep", kind="subset", subset_of="mix_strag_input", drop=[0], note="mix_strag_input without rank 0")
+r6(
+    "sub_mix_lost",
+    kind="subset",
+    subset_of="mix_strag_input",
+    drop=[2],
+    truths=[T("input_bound"), T("untraced_culprit", [2])],
+    note="mix_strag_input without rank 2 (the straggler): input_bound on the traced ranks, the straggler untraced",
+)
+for _c in R6.values():
+    if _c["kind"] == "subset":
+        _c.setdefault("truths", R6[_c["subset_of"]]["truths"])
+        _c["world"] = R6[_c["subset_of"]]["world"]
 SETS = {
     "heldout": (S, OUT),
     "healthy2": (H, Path(os.environ.get("HELDOUT2_OUT", TMP / "heldout2"))),
+    "round6": (R6, Path(os.environ.get("HELDOUT6_OUT", TMP / "heldout6"))),
 }
-ALL = {**S, **H}
+ALL = {**S, **H, **R6}
 
 
 # ---------------------------------------------------------------------------
@@ -721,7 +896,158 @@ def body_tp_dp(torch, rank, cfg, seed):
     return step
 
 
+_CLEANUP = []  # processes a body started (cpu_contend's busy loops), ended by _worker
+
+
+def _busy_forever():
+    acc = 0
+    while True:
+        for k in range(1000):
+            acc = (acc * 31 + k) % 1000003
+
+
+def _r6_hooks(torch, rank, cfg):
+    """The injections of `cfg` for `rank`: a function (iteration, place) -> None that runs them."""
+    strags = [st for st in cfg.get("strags", []) if st["rank"] == rank]
+    host = cfg.get("host") if cfg.get("host", {}).get("rank") == rank else None
+
+    def hook(i, where):
+        for st in strags:
+            if st["where"] == where and (st["iters"] == "all" or i in st["iters"]):
+                mr._extra_compute(torch, n=st["n_mm"], dim=cfg["dim"], batch=cfg["batch"])
+        if host and host["where"] == where and i >= 0 and (host["iters"] == "all" or i in host["iters"]):
+            time.sleep(host["sleep_s"])
+
+    return hook
+
+
+def _r6_loader(torch, rank, cfg, seed):
+    ld = cfg.get("loader")
+    B, D = cfg["batch"], cfg["dim"]
+    g = torch.Generator().manual_seed(seed * 100 + rank)
+    if not ld:
+        return lambda: (torch.randn(B, D, generator=g), torch.randint(0, 10, (B,), generator=g))
+    from torch.utils.data import DataLoader, Dataset
+
+    def make(idx):
+        time.sleep(ld["sleep_s"])
+        acc = 0
+        for k in range(ld["cpu_iters"]):
+            acc = (acc * 31 + k + idx) % 1000003
+        gen = torch.Generator().manual_seed(idx * 7 + rank + 1000 * seed)
+        return torch.randn(B, D, generator=gen), torch.randint(0, 10, (B,), generator=gen)
+
+    class Slow(Dataset):
+        def __len__(self):
+            return 10_000
+
+        def __getitem__(self, idx):
+            return make(idx)
+
+    def gen():
+        k = 0
+        while True:
+            yield make(k)
+            k += 1
+
+    it = iter(DataLoader(Slow(), batch_size=None, num_workers=0)) if ld["kind"] == "dataloader" else gen()
+    return lambda: next(it)
+
+
+def body_r6(torch, rank, cfg, seed):
+    """DDP MLP with round 6's injections: extra matmuls, host sleeps, a slow loader, a GIL-holding
+    thread, a CPU-starved rank, a ring exchange after backward (for the shaped link)."""
+    import threading
+
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    torch.manual_seed(0)
+    ddp = DDP(mr._mlp(torch, dim=cfg["dim"], layers=cfg["layers"]))
+    opt = torch.optim.SGD(ddp.parameters(), lr=1e-3)
+    lossf = torch.nn.CrossEntropyLoss()
+    batch = _r6_loader(torch, rank, cfg, seed)
+    hook = _r6_hooks(torch, rank, cfg)
+    if cfg.get("gil", {}).get("rank") == rank:
+        threading.Thread(target=_busy_forever, daemon=True).start()
+    ct = cfg.get("contend")
+    if ct and ct["rank"] == rank:
+        os.sched_setaffinity(0, {1})
+        for _ in range(ct["procs"]):
+            code = "import os\nos.sched_setaffinity(0, {1})\nwhile True: pass\n"
+            _CLEANUP.append(subprocess.Popen([sys.executable, "-c", code]))
+    ring = None
+    if cfg.get("ring_numel"):
+        W = cfg["world"]
+        ring = (torch.randn(cfg["ring_numel"]), torch.empty(cfg["ring_numel"]), (rank + 1) % W, (rank - 1) % W)
+
+    def step(i):
+        x, y = batch()
+        hook(i, "before_forward")
+        loss = lossf(ddp(x), y)
+        hook(i, "after_forward")
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        hook(i, "after_backward")
+        if ring:
+            snd, rcv, nxt, prv = ring
+            for w in dist.batch_isend_irecv([dist.P2POp(dist.isend, snd, nxt), dist.P2POp(dist.irecv, rcv, prv)]):
+                w.wait()
+        opt.step()
+
+    return step
+
+
+SEQ_CHOICES = [32, 48, 64, 96, 128, 192, 256, 320, 448]  # ~log-uniform sequence lengths
+
+
+def seq_len(seed, rank, i):
+    """The sequence length `rank` draws at iteration i (a function of the seed only: the manifest recomputes it)."""
+    import random
+
+    return random.Random(seed * 100_003 + i * 101 + rank).choice(SEQ_CHOICES)
+
+
+def body_seqvar(torch, rank, cfg, seed):
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    nn = torch.nn
+    D, V = 192, 1000
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = nn.Embedding(V, D)
+            self.qkv = nn.Linear(D, 3 * D)
+            self.out = nn.Linear(D, D)
+            self.ff = nn.Sequential(nn.Linear(D, 4 * D), nn.ReLU(), nn.Linear(4 * D, D))
+            self.head = nn.Linear(D, 10)
+
+        def forward(self, idx):
+            h = self.emb(idx)
+            q, k, v = self.qkv(h).chunk(3, dim=-1)
+            h = h + self.out(torch.bmm(torch.softmax(torch.bmm(q, k.transpose(1, 2)) / D**0.5, dim=-1), v))
+            return self.head((h + self.ff(h)).mean(dim=1))
+
+    torch.manual_seed(0)
+    ddp = DDP(Block())
+    opt = torch.optim.SGD(ddp.parameters(), lr=1e-3)
+    lossf = nn.CrossEntropyLoss()
+    g = torch.Generator().manual_seed(seed * 100 + rank)
+
+    def step(i):
+        idx = torch.randint(0, V, (4, seq_len(seed, rank, i)), generator=g)
+        loss = lossf(ddp(idx), torch.randint(0, 10, (4,), generator=g))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+
+    return step
+
+
 BODIES = {
+    "r6": body_r6,
+    "seqvar": body_seqvar,
     "ddp": body_ddp,
     "comm_emb": body_comm_emb,
     "comm_linear": body_comm_linear,
@@ -735,12 +1061,12 @@ BODIES = {
 }
 
 
-def _worker(rank, world, port, name, cfg, seed, outdir):
+def _worker(rank, world, port, name, cfg, seed, outdir, addr="127.0.0.1"):
     import torch
     import torch.distributed as dist
 
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    dist.init_process_group("gloo", init_method=f"tcp://{addr}:{port}", rank=rank, world_size=world)
     try:
         step = BODIES[cfg["kind"]](torch, rank, cfg, seed)
         step(-1)
@@ -763,7 +1089,119 @@ def _worker(rank, world, port, name, cfg, seed, outdir):
         if rank == 0:
             (Path(outdir) / "iter_to_step.tmp").write_text(json.dumps(iter_to_step))
     finally:
+        for p in _CLEANUP:
+            p.kill()
         dist.destroy_process_group()
+
+
+def _launch_netns(name, cfg, seed, outdir):
+    """Each rank a process in its own network namespace (make_lateness_runs' bridge), the `net` rank's
+    veth shaped both ways at net["rate"]."""
+    import make_lateness_runs as ml
+
+    ml.LINK_RATE = cfg["net"]["rate"]
+    env = dict(os.environ, GLOO_SOCKET_IFNAME="tdeth")
+    with ml._namespaces(cfg["world"], cfg["net"]["rank"]) as prefixes:
+        procs = [
+            subprocess.Popen(
+                [*prefixes[r], sys.executable, __file__, "--worker", name, str(r), str(seed), str(outdir)], env=env
+            )
+            for r in range(cfg["world"])
+        ]
+        rcs = [p.wait(timeout=900) for p in procs]
+    if any(rcs):
+        msg = f"{name}: worker exit codes {rcs}"
+        raise RuntimeError(msg)
+
+
+def _truth_steps(t, cfg, i2s, prof_steps):
+    """A truth's ProfilerStep numbers, and per culprit rank its own (a moving straggler's differ)."""
+    if t["steps"] == "all":
+        return prof_steps, {}
+    if t["steps"] != "strag":
+        return sorted(i2s[i] for i in t["steps"] if i2s[i] in prof_steps), {}
+    per = {}
+    for st in cfg.get("strags", []):
+        if st["rank"] in t["ranks"]:
+            iters = range(2 + cfg["active"]) if st["iters"] == "all" else st["iters"]
+            per.setdefault(st["rank"], set()).update(i2s[i] for i in iters if i2s[i] in prof_steps)
+    per = {r: sorted(v) for r, v in per.items()}
+    return sorted(set().union(*per.values())), per
+
+
+def generate6(name, repeat):
+    """A round-6 run: generated (spawned, or in network namespaces), or a copy of another without some ranks."""
+    import torch
+
+    cfg = ALL[name]
+    outdir = OUT / f"{name}_r{repeat}"
+    outdir.mkdir(parents=True, exist_ok=True)
+    for f in outdir.glob("*"):
+        f.unlink()
+    t0 = time.time()
+    if cfg["kind"] == "subset":
+        src = OUT / f"{cfg['subset_of']}_r{repeat}"
+        sman = json.loads((src / "manifest.json").read_text())
+        traced = [r for r in range(cfg["world"]) if r not in cfg["drop"]]
+        for r in traced:
+            (outdir / f"rank{r}.pt.trace.json.gz").write_bytes((src / f"rank{r}.pt.trace.json.gz").read_bytes())
+        i2s = {int(k): v for k, v in sman["iteration_to_profiler_step"].items()}
+        own = ("truths", "note", "drop", "subset_of")
+        cfg = {**ALL[cfg["subset_of"]], **{k: v for k, v in cfg.items() if k in own}}
+    else:
+        traced = list(range(cfg["world"]))
+        if "net" in cfg:
+            _launch_netns(name, cfg, repeat, outdir)
+        else:
+            import torch.multiprocessing as mp
+
+            args = (cfg["world"], mr._free_port(), name, cfg, repeat, str(outdir))
+            mp.spawn(_worker, args=args, nprocs=cfg["world"])
+        i2s = {int(k): v for k, v in json.loads((outdir / "iter_to_step.tmp").read_text()).items()}
+        (outdir / "iter_to_step.tmp").unlink()
+    ev = {r: mr.trace_evidence(outdir / f"rank{r}.pt.trace.json.gz") for r in traced}
+    prof_steps = sorted(ev[traced[0]]["steps"])
+    truths = []
+    for t in cfg["truths"]:
+        steps, per = _truth_steps(t, cfg, i2s, prof_steps)
+        truths.append({**t, "steps": steps} | ({"rank_steps": {str(r): v for r, v in per.items()}} if per else {}))
+    comp = {r: {n: e["steps"][n]["dur_ms"] - e["steps"][n]["idle_ms"] for n in prof_steps} for r, e in ev.items()}
+
+    def ratio(r, n):
+        others = [comp[o][n] for o in comp if o != r]
+        return round(comp[r][n] / max(statistics.median(others), 1e-6), 2)
+
+    man = {
+        "scenario": name,
+        "repeat": repeat,
+        "truths": truths,
+        "cause": truths[0]["cause"],
+        "ranks": truths[0]["ranks"],
+        "steps": truths[0]["steps"],
+        "world_size": cfg["world"],
+        "traced_ranks": traced,
+        "profiler_steps": prof_steps,
+        "iteration_to_profiler_step": i2s,
+        "note": cfg["note"],
+        "config": {k: v for k, v in cfg.items() if k not in ("truths", "note")},
+        "torch": torch.__version__,
+        "seconds": round(time.time() - t0, 1),
+        "observed": {
+            str(r): {
+                "median_step_ms": round(statistics.median(s["dur_ms"] for s in e["steps"].values()), 1),
+                "median_non_compute_frac": round(
+                    statistics.median(s["idle_ms"] / s["dur_ms"] for s in e["steps"].values()), 3
+                ),
+                "compute_ratio_by_step": {str(n): ratio(r, n) for n in prof_steps},
+            }
+            for r, e in ev.items()
+        },
+    }
+    if cfg["kind"] == "seqvar":
+        man["seq_len_by_step"] = {str(i2s[i]): [seq_len(repeat, r, i) for r in range(cfg["world"])] for i in i2s}
+    (outdir / "manifest.json").write_text(json.dumps(man, indent=2) + "\n")
+    print(f"generated {outdir.name} in {man['seconds']}s: truths {truths}", flush=True)
+    return outdir
 
 
 def generate(name, repeat):
@@ -835,12 +1273,78 @@ def generate(name, repeat):
 # scoring
 
 
+STRAGGLERS = ("compute_straggler", "host_straggler", "input_straggler")
+
+
+def _truth_ok(t, f, traced, kept, untraced):
+    """(found, ranks right, steps right) of one round-6 truth among the findings `f`."""
+    if t["cause"] == "untraced_culprit":
+        blamed = [x for x in f if x["cause"] in STRAGGLERS and x["confidence"] >= 0.5]
+        ok = not blamed and set(t["ranks"]) <= set(untraced)
+        return ok, ok, ok
+    same = [x for x in f if x["cause"] == t["cause"]]
+    if not same:
+        return False, False, False
+    t_ranks = t["ranks"] or traced
+    t_steps = [s for s in t["steps"] if s in kept]
+    if len(t_ranks) > 1 and t.get("rank_steps"):  # a moving straggler: a finding per rank, all together
+        got = {(r, s) for x in same for r in x["ranks"] for s in x["steps"]}
+        want = {(int(r), s) for r, v in t["rank_steps"].items() for s in v if s in kept}
+        return True, {r for r, _ in got} == set(t_ranks), got == want
+    best = max(same, key=lambda x: len(set(x["ranks"]) & set(t_ranks)))
+    return True, sorted(best["ranks"]) == sorted(t_ranks), sorted(best["steps"]) == sorted(t_steps)
+
+
+def score6(outdir, man, a):
+    f = a["findings"]
+    traced = man["traced_ranks"]
+    kept = a["run"]["steps"]
+    untraced = (a.get("lateness") or {}).get("untraced") or []
+    missing = [r for r in range(man["world_size"]) if r not in traced]
+    oks = [_truth_ok(t, f, traced, kept, untraced) for t in man["truths"]]
+    named = {t["cause"] for t in man["truths"]}
+    top_ok = f[0]["cause"] in named or (
+        "untraced_culprit" in named and not (f[0]["cause"] in STRAGGLERS and f[0]["confidence"] >= 0.5)
+    )
+    return {
+        "run": outdir.name,
+        "scenario": man["scenario"],
+        "repeat": man["repeat"],
+        "truth": {"cause": "+".join(t["cause"] for t in man["truths"]), "ranks": man["ranks"], "steps": man["steps"]},
+        "truths": man["truths"],
+        "missing": missing,
+        "untraced_named": sorted(untraced) == missing,
+        "kept_steps": kept,
+        "excluded_steps": a["run"]["excluded_steps"],
+        "findings": [
+            {k: x[k] for k in ("cause", "ranks", "steps", "confidence", "time_lost_ns")}
+            | {"evidence": x["evidence"], "summary": x["summary"]}
+            for x in f
+        ],
+        "top": {
+            "cause": f[0]["cause"],
+            "ranks": f[0]["ranks"],
+            "steps": f[0]["steps"],
+            "confidence": round(f[0]["confidence"], 2),
+            "time_lost_ms": round(f[0]["time_lost_ns"] / 1e6, 1),
+        },
+        "per_truth": [dict(cause=t["cause"], found=o[0], ranks=o[1], steps=o[2]) for t, o in zip(man["truths"], oks)],
+        "cause_ok": top_ok and all(o[0] for o in oks),
+        "cause_in_findings": all(o[0] for o in oks),
+        "ranks_ok": all(o[1] for o in oks) and sorted(untraced) == missing,
+        "steps_ok": all(o[2] for o in oks),
+        "observed": man["observed"],
+    }
+
+
 def score(outdir):
     man = json.loads((outdir / "manifest.json").read_text())
     p = subprocess.run([TRACEDIAG, "analyze", str(outdir), "--format", "json"], capture_output=True, text=True)
     if p.returncode not in (0, 3):
         return {"run": outdir.name, "error": p.stderr.strip()[-500:]}
     a = json.loads(p.stdout)
+    if "truths" in man:
+        return score6(outdir, man, a)
     f = a["findings"]
     top = f[0]
     all_ranks = list(range(man["world_size"]))
@@ -893,7 +1397,41 @@ def _fmt_steps(s, kept):
     return ",".join(map(str, s))
 
 
+def table6(results):
+    """Round 6's table: every truth of a run, the findings with their confidence, the untraced ranks."""
+    yn = lambda b: "yes" if b else "**no**"  # noqa: E731
+    rows = [
+        "| run | truths (cause ranks) | findings (cause ranks steps conf) | missing / named untraced | cause | ranks | "
+        "steps |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        if "error" in r:
+            rows.append(f"| {r['run']} | | ERROR {r['error'][:80]} | | | | |")
+            continue
+        k = r["kept_steps"]
+        truths = "; ".join(f"{t['cause']} {t['ranks'] or '-'} {_fmt_steps(t['steps'], k)}" for t in r["truths"])
+        found = "; ".join(
+            f"{x['cause']} {x['ranks']} {_fmt_steps(x['steps'], k)} {x['confidence']:.2f}" for x in r["findings"]
+        )
+        miss = f"{r['missing'] or '-'} / {'yes' if r['untraced_named'] else '**no**'}"
+        rows.append(
+            f"| {r['run']} | {truths} | {found} | {miss} | {yn(r['cause_ok'])} | {yn(r['ranks_ok'])} | "
+            f"{yn(r['steps_ok'])} |"
+        )
+    n = sum(1 for r in results if "error" not in r)
+    acc = {k: sum(bool(r.get(k)) for r in results) for k in ("cause_ok", "cause_in_findings", "ranks_ok", "steps_ok")}
+    rows.append("")
+    rows.append(
+        f"causes right {acc['cause_ok']}/{n}; every truth among findings {acc['cause_in_findings']}/{n}; "
+        f"ranks right {acc['ranks_ok']}/{n}; steps right {acc['steps_ok']}/{n}"
+    )
+    return "\n".join(rows)
+
+
 def table(results):
+    if results and "truths" in results[0]:
+        return table6(results)
     rows = [
         "| run | truth (cause; ranks; steps) | verdict (cause; ranks; steps; conf; lost ms) | other findings | "
         "cause | ranks | steps |",
@@ -922,13 +1460,26 @@ def table(results):
     return "\n".join(rows)
 
 
+def _worker_main(argv):
+    """`--worker NAME RANK SEED OUTDIR`: one rank of a run launched in a network namespace."""
+    import make_lateness_runs as ml
+
+    name, rank, seed, outdir = argv[0], int(argv[1]), int(argv[2]), argv[3]
+    cfg = ALL[name]
+    _worker(rank, cfg["world"], 29611, name, cfg, seed, outdir, addr=f"{ml.NET_PREFIX}.1")
+
+
 def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--worker"]:
+        return _worker_main(argv[1:])
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument(
         "--set",
         default="heldout",
         choices=sorted(SETS),
-        help="heldout: round 1-2 scenarios into $HELDOUT_OUT; healthy2: round 3 new healthy runs into $HELDOUT2_OUT",
+        help="heldout: round 1-2 scenarios into $HELDOUT_OUT; healthy2: round 3 new healthy runs into "
+        "$HELDOUT2_OUT; round6: mixed causes, incomplete rank sets, host-side causes, 8 ranks into $HELDOUT6_OUT",
     )
     ap.add_argument("--only", action="append", choices=sorted(ALL), help="scenario(s); default all of --set")
     ap.add_argument("--repeats", type=int, default=2)
@@ -942,7 +1493,7 @@ def main(argv=None):
         for k in range(args.repeats):
             d = OUT / f"{name}_r{k}"
             if not args.analyze_only:
-                generate(name, k)
+                (generate6 if args.set == "round6" else generate)(name, k)
             if (d / "manifest.json").exists():
                 dirs.append(d)
     results = [score(d) for d in dirs]
