@@ -12,7 +12,7 @@ from tracediag.model.elementwise import forward_bytes
 from tracediag.model.rates import BACKWARD_FLOPS, attention_rate
 from tracediag.model.specs import MODELS, Split, Training, resolve_device
 from tracediag.model.stack import resolve_engine, with_overrides
-from tracediag.model.time import _attention_time, layer_cost
+from tracediag.model.time import _attention_time, collective_time, layer_cost, process_group_links
 
 
 def test_attention_backward_is_two_and_a_half_forwards_at_the_backward_rate():
@@ -73,3 +73,32 @@ def test_eager_torchtitan_pays_the_counted_bytes_over_hbm():
     )
     with pytest.raises(SpecError, match="elementwise_ops"):
         dataclasses.replace(eager, elementwise_ops="eager")
+
+
+def test_torch_cp_moves_repeated_kv_and_rings_fp32_gradients():
+    # Llama 3.1 405B (128 heads, 8 kv heads, hd 128) at 256K, tp8 cp8 across nodes, full recompute, as
+    # torchtitan ran it: SDPA sees K,V repeated to 128/8 = 16 heads per rank, not 8/8 = 1.
+    model = MODELS["llama3.1-405b"]()
+    dev = resolve_device("h100-hbm2e-500w")
+    split = Split(tp=8, cp=8, dp=1, pp=8, sequence_parallel=True)
+    train = Training(seq_len=262144, global_batch=8, micro_batch=1, recompute="full")
+    titan = with_overrides(resolve_engine("torchtitan-compile"), cp_all_gather=True)  # torchtitan's default rotation
+    assert titan.cp_repeat_kv
+    assert titan.cp_grad_ring_fp32
+    assert not resolve_engine("megatron-core").cp_repeat_kv
+    cost = layer_cost(model, dev, titan, split, train)
+    kv_bytes = 2 * (262144 / 8) * 16 * 128 * 2  # 268 MB: K and V of this rank's 32K tokens, 16 heads, bf16
+    link = process_group_links(dev, split, titan.collective_overhead_us)["cp"]
+    gather = collective_time("all_gather", 8 * kv_bytes, 8, link)
+    hop = collective_time("p2p", 2 * kv_bytes, 2, link)  # fp32 gradients of K and V: twice the bytes
+    fwd, bwd = _attention_time(4 * (262144 / 8) * 262144 * 128 * 128 / 8 / 2, 262144 / 8, dev, titan, model)
+    # two forward gathers (forward, recompute) and the backward's, each behind 1/8 of a forward; 7 gradient hops
+    want = 3 * max(gather - fwd / 8, 0) + 7 * max(hop - bwd / 8, 0)
+    assert cost.cp_comm == pytest.approx(want)
+    assert 0.03 < gather < 0.06
+    assert cost.cp_comm > 0.05
+    # the kv-heads count (what Llama 3's own all-gather CP moves) is 16x smaller
+    plain = layer_cost(
+        model, dev, dataclasses.replace(titan, cp_repeat_kv=False, cp_grad_ring_fp32=False), split, train
+    )
+    assert plain.cp_comm < cost.cp_comm / 10

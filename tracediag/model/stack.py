@@ -45,6 +45,13 @@ class Engine:
     cp_all_gather: bool = False
     """Context parallelism all-gathers K,V before attention (Llama 3 §3.3.2, torchtitan's allgather rotation)
     instead of passing them round a ring behind the attention blocks (Megatron's p2p CP)."""
+    cp_repeat_kv: bool = False
+    """K,V reach attention already repeated to every query head, so CP moves heads/t of them rather than the
+    kv-heads (torchtitan's Llama calls `repeat_kv` before SDPA, models/llama/model.py at 9dec370)."""
+    cp_grad_ring_fp32: bool = False
+    """The backward all-gathers K,V again and passes their gradients round a ring in fp32, one hop behind each
+    attention step (torch's `_templated_ring_attention_backward`: `dkv_rotater` ALL_TO_ALL, `convert_to_f32`
+    True), instead of one bf16 reduce-scatter."""
     interleaving: bool = True
     """The pipeline schedule supports virtual stages (DeepSpeed's PipelineEngine does not)."""
     zero3_prefetch_params: float | None = None
@@ -158,6 +165,8 @@ ENGINES = {
     "torchtitan": lambda: Engine(
         name="torchtitan",
         stack="torchtitan",
+        cp_repeat_kv=True,
+        cp_grad_ring_fp32=True,
         attention_kernel="fa2",
         elementwise_traffic=_traffic("eager"),
         elementwise_ops="torchtitan-eager",
@@ -166,6 +175,8 @@ ENGINES = {
         loss_bytes_per_logit=12.0,
         name="torchtitan-compile",
         stack="torchtitan",
+        cp_repeat_kv=True,
+        cp_grad_ring_fp32=True,
         attention_kernel="fa2",
         elementwise_traffic=_traffic("fused"),
         elementwise_ops="torchtitan-compile",

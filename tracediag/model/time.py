@@ -224,9 +224,16 @@ def layer_cost(model: ModelSpec, device: DeviceSpec, engine: Engine, split: Spli
     tp_comm = max(0.0, tp_comm_raw - gemm) if engine.tp_overlap else tp_comm_raw
     cp_comm = 0.0
     if c > 1:
-        kv_bytes = 2 * tokens * max(model.groups // t, 1) * dh * 2
+        kv_heads = model.heads / t if engine.cp_repeat_kv else max(model.groups // t, 1)
+        kv_bytes = 2 * tokens * kv_heads * dh * 2
         passes = 2 if train.recompute == "full" else 1
-        if engine.cp_all_gather:
+        if engine.cp_all_gather and engine.cp_grad_ring_fp32:
+            # torch CP: each pass all-gathers K,V behind its first attention step; the backward gathers them
+            # again and rings their fp32 gradients, each hop behind one backward step (c steps of 1/c each).
+            gather = collective_time("all_gather", c * kv_bytes, c, links["cp"])
+            hop = collective_time("p2p", 2 * kv_bytes, 2, links["cp"])
+            cp_comm = (passes + 1) * max(gather - attn_fwd / c, 0.0) + (c - 1) * max(hop - attn_bwd / c, 0.0)
+        elif engine.cp_all_gather:
             # All-gather K,V of the whole sequence before attention, reduce-scatter their gradients after
             # (Llama 3 §3.3.2); neither overlaps the attention that needs them.
             cp_comm = passes * collective_time("all_gather", c * kv_bytes, c, links["cp"]) + collective_time(
@@ -237,7 +244,8 @@ def layer_cost(model: ModelSpec, device: DeviceSpec, engine: Engine, split: Spli
             # next rank while one block of attention computes; a step costs the slower of the two, so what
             # shows is the transfer beyond the block's compute plus every step's latency.
             step_fwd = collective_time("p2p", kv_bytes, 2, links["cp"])
-            step_bwd = collective_time("p2p", 2 * kv_bytes, 2, links["cp"])
+            grads = 2 if engine.cp_grad_ring_fp32 else 1
+            step_bwd = collective_time("p2p", (1 + grads) * kv_bytes, 2, links["cp"])
             block_fwd, block_bwd = (attn_fwd / c, attn_bwd / c)
             cp_comm = (c - 1) * (
                 passes * max(step_fwd - block_fwd, 0.0)
