@@ -102,3 +102,29 @@ def test_torch_cp_moves_repeated_kv_and_rings_fp32_gradients():
         model, dev, dataclasses.replace(titan, cp_repeat_kv=False, cp_grad_ring_fp32=False), split, train
     )
     assert plain.cp_comm < cost.cp_comm / 10
+
+
+def test_triton_attention_gives_its_measured_bars_with_a_fast_forward():
+    # Dao 2023 Fig. 4(d) (flash-attention assets/flash2_a100_fwd_bwd_benchmark.png (d)): FlashAttention Triton,
+    # A100 causal hd128, forward + backward 50 / 68 / 80 TFLOP/s at 512 / 2k / 16k; its forward 1/1.4 of FA2's.
+    model, a100 = MODELS["llama3-8b"](), resolve_device("a100-80gb")
+    engine = with_overrides(resolve_engine("pytorch-fsdp"), attention_kernel="triton")
+    fa2 = with_overrides(engine, attention_kernel="fa2")
+    for seq, published in ((512, 50), (2048, 68), (16384, 80)):
+        fwd, bwd = _attention_time(1e15, seq, a100, engine, model)
+        f2, b2 = _attention_time(1e15, seq, a100, fa2, model)
+        # the bars' ratio to FA2's bar (99 / 155 / 189) times the model's own FA2 rate
+        fa2_bar = {512: 99, 2048: 155, 16384: 189}[seq]
+        assert 3.5e15 / (fwd + bwd) == pytest.approx(published / fa2_bar * 3.5e15 / (f2 + b2))
+        assert fwd / f2 == pytest.approx(1.4)
+        assert bwd / b2 > 2.1  # the backward loses most: 2.2x (512) to 2.7x (16k) FA2's time
+    # at 16k the implied bar is within the FA2 curve's own 6% of the published 80 TFLOP/s
+    fwd, bwd = _attention_time(1e15, 16384, a100, engine, model)
+    assert 3.5e15 / (fwd + bwd) / 1e12 == pytest.approx(80, rel=0.06)
+    # Hopper: the A100 ratio on the H100 FA2 curve (no published H100 Triton bar)
+    h100 = resolve_device("h100-sxm")
+    fwd, bwd = _attention_time(1e15, 16384, h100, engine, model)
+    f2, b2 = _attention_time(1e15, 16384, h100, fa2, model)
+    assert (f2 + b2) / (fwd + bwd) == pytest.approx(80 / 189)
+    with pytest.raises(SpecError, match="fa2, fa3 or triton"):
+        with_overrides(engine, attention_kernel="fa1")

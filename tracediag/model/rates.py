@@ -89,6 +89,40 @@ ATTENTION: dict[tuple[str, str], AttentionCurve] = {
 }
 """Attention curves by (generation, kernel). Blackwell uses Hopper's FA3 curve until a published one exists."""
 
+TRITON_FWD_BWD_BARS = {
+    "triton": (50, 61, 68, 74, 78, 80),
+    "fa2": (99, 133, 155, 173, 182, 189),
+}
+"""Forward + backward TFLOP/s (3.5 × forward FLOPs over the time) at `_SEQ`, A100 80GB SXM4, causal, head dim 128:
+FlashAttention-in-Triton (Tri Dao's `flash_attn_triton.py`, the kernel llm-foundry's `attn_impl: triton` copies)
+against FlashAttention-2, Dao 2023 Figure 4(d) = flash-attention `assets/flash2_a100_fwd_bwd_benchmark.png` (d)."""
+
+TRITON_FORWARD_SLOWDOWN = 1.4
+"""FlashAttention-2's forward runs "around 1.3-1.5×" faster than FlashAttention in Triton, its backward about 2×
+(Dao 2023 §4.1): the Triton forward keeps most of the speed, its backward loses it."""
+
+
+def _triton_curve(fa2: AttentionCurve, source: str) -> AttentionCurve:
+    """The Triton kernel from `fa2`: forward at fa2's over `TRITON_FORWARD_SLOWDOWN`, backward whatever makes the
+    forward + backward rate the measured bars' ratio times fa2's own (so the bars hold whatever the split)."""
+    fwd, bwd = [], []
+    for f2, b2, t, r in zip(fa2.forward, fa2.backward, *TRITON_FWD_BWD_BARS.values(), strict=True):
+        combined = (t / r) * (1 + BACKWARD_FLOPS) / (1 / f2 + BACKWARD_FLOPS / b2)
+        f = f2 / TRITON_FORWARD_SLOWDOWN
+        fwd.append(f)
+        bwd.append(BACKWARD_FLOPS / ((1 + BACKWARD_FLOPS) / combined - 1 / f))
+    return AttentionCurve(fa2.seq, tuple(fwd), tuple(bwd), source)
+
+
+ATTENTION[("ampere", "triton")] = _triton_curve(
+    ATTENTION[("ampere", "fa2")], "Dao 2023 Fig. 4(d) FlashAttention Triton bars over FA2's, A100; forward §4.1"
+)
+# No published H100 rate: the pre-MLIR Triton (llm-foundry's triton-pre-mlir sm90 build) and FlashAttention-2
+# both issue Ampere-style mma.sync on Hopper, so the A100 ratio to FA2 is carried over.
+ATTENTION[("hopper", "triton")] = _triton_curve(
+    ATTENTION[("hopper", "fa2")], "A100 Triton/FA2 bar ratio (Dao 2023 Fig. 4(d)) on the H100 FA2 curve"
+)
+
 HEAD_DIM_FACTOR = {64: 0.80, 128: 1.0, 256: 1.05}
 """Rate at head dimension d relative to d = 128 (FA2 and FA3 papers: hd64 runs 15-25% slower)."""
 

@@ -31,7 +31,8 @@ class Engine:
     """Fused attention (FlashAttention class): no s×s score tensors in memory, causal blocks skipped."""
     attention_kernel: str = "fa3"
     """Fused attention generation: fa2 (FlashAttention-2, PyTorch SDPA), fa3 (FlashAttention-3 / cuDNN 9 fused
-    attention through Transformer Engine); Ampere runs fa2 either way (model/rates.py)."""
+    attention through Transformer Engine), triton (Tri Dao's FlashAttention-in-Triton, llm-foundry's
+    `attn_impl: triton`); Ampere runs fa2 for fa3 (model/rates.py)."""
     tp_overlap: bool = False
     """Tensor-parallel collectives hidden behind GEMMs (Megatron --tp-comm-overlap, torchtitan async TP)."""
     dp_overlap: bool = True
@@ -99,8 +100,8 @@ class Engine:
         if not 0 < self.hbm_efficiency <= 1:
             msg = f"hbm_efficiency must be in (0, 1], got {self.hbm_efficiency}"
             raise SpecError(msg)
-        if self.attention_kernel not in ("fa2", "fa3"):
-            msg = f"attention_kernel must be fa2 or fa3, got {self.attention_kernel!r}"
+        if self.attention_kernel not in ("fa2", "fa3", "triton"):
+            msg = f"attention_kernel must be fa2, fa3 or triton, got {self.attention_kernel!r}"
             raise SpecError(msg)
         if self.elementwise_ops and self.elementwise_ops not in ELEMENTWISE_OPS:
             msg = f"elementwise_ops must be empty or one of {', '.join(ELEMENTWISE_OPS)}, got {self.elementwise_ops!r}"
