@@ -254,7 +254,9 @@ def resolve_inputs(sources: Iterable[str | Path], storage_options: dict | None =
                 for f in expand(src, storage_options, suffixes=TRACE_SUFFIXES)
             )
         elif os.path.isdir(src):
-            found = [str(p) for p in sorted(Path(src).rglob("*")) if p.is_file() and p.name.endswith(TRACE_SUFFIXES)]
+            # an entry named like a trace that is not a regular file (a symlink loop or one to nowhere, a
+            # FIFO) is read too, so that it fails in one line naming it rather than drop a rank unsaid
+            found = [str(p) for p in sorted(Path(src).rglob("*")) if p.name.endswith(TRACE_SUFFIXES) and not p.is_dir()]
             if not found:
                 msg = f"{shown(src)}: no trace files in this directory (looked for {', '.join(TRACE_SUFFIXES)})"
                 raise TracediagError(msg)
@@ -278,7 +280,7 @@ def _glob(pattern: str) -> list[str]:
     root = Path(*parts[:first]) if first else Path()
     rest = "/".join(parts[first:])
     try:
-        found = [p for p in root.glob(rest) if p.is_file()]
+        found = [p for p in root.glob(rest) if not p.is_dir()]  # a broken link matched fails in one line
     except (OSError, ValueError):
         found = []
     return sorted(str(p) for p in found)

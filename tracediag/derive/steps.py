@@ -73,7 +73,8 @@ def find_markers(events: pl.DataFrame, *, step_regex: str | None = None) -> pl.D
             step=pl.int_range(pl.len()).over("rank").cast(pl.Int32)
         )
     return (
-        rows.filter(pl.col("step").is_not_null())
+        # a marker of no length bounds no step: taken as one, its rank would seem to compute nothing in it
+        rows.filter(pl.col("step").is_not_null() & (pl.col("host_end") > pl.col("host_start")))
         .sort("rank", "host_start", maintain_order=True)
         # one marker per (rank, step): the longest, should a step be annotated twice (of equal ones, the last)
         .group_by("rank", "step")

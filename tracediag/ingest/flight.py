@@ -217,11 +217,14 @@ def _read_bytes(path: str, max_bytes: int, storage_options: dict | None) -> byte
 def _parse(data: bytes, path: str, max_entries: int) -> tuple[dict[str, Any], str, frscan.Scanned | None]:
     """The dump's top-level dict, its format ("pickle" or "json"), and its entries as columns where the C
     scanner read it (then the dict's ``entries`` is None)."""
+    data = data.removeprefix(b"\xef\xbb\xbf")  # a UTF-8 byte-order mark before JSON (as the trace readers allow)
     head = data[:1]
     scanned = None
     if head == b"\x80":
         scanned = frscan.scan(data, path, max_entries)
         doc, fmt = (scanned.top if scanned else load_plain(data, path)), "pickle"
+    elif head in (b"(", b"}") and data.endswith(b"."):  # pickle protocol 0 or 1 (a MARK or an empty dict first)
+        doc, fmt = load_plain(data, path), "pickle"
     elif data.lstrip()[:1] == b"{":
         try:
             doc, fmt = orjson.loads(data), "json"

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 import polars as pl
 
-from tracediag.errors import RankError, TraceError
+from tracediag.errors import RankError, TraceError, shown
 from tracediag.ingest.trace import FileMeta, FileTrace, ProcessGroup
 from tracediag.schema import MAX_NS, CollOp, Kind, check_base_ns, check_rank, conform, shifted
 from tracediag.vocab import (
@@ -101,16 +101,17 @@ def to_events(dec: Decoded, path: str, *, rank: int | None, default_rank: int | 
     file_rank = _int_or_none(info.get("rank"))
     warnings = list(dec.warnings)
     named = () if file_rank is None else (file_rank,)
+    given = rank
     rank = resolve_rank(
         path,
-        given=rank,
+        given=given,
         named=named,
         source="distributedInfo.rank",
         default=default_rank,
-        missing="no distributedInfo.rank",
+        missing=_no_rank(info),
         warnings=warnings,
     )
-    check_rank(rank, path)
+    _check_world_size(check_rank(rank, path), info, path, given=given)
     slices, time_base = _absolute_times(dec, path, warnings)
     events = _classify(_with_args(dec, slices, "a_device", "a_stream"), _rows_named(dec, slices))
     events = _fill_collectives(events, dec, warnings)
@@ -141,6 +142,23 @@ def _int_or_none(value: Any) -> int | None:
     if isinstance(value, str) and value.strip().lstrip("-").isascii() and value.strip().lstrip("-").isdigit():
         return int(value)
     return None
+
+
+def _no_rank(info: dict) -> str:
+    """Why `distributedInfo` gives no rank: none there, or one that is no integer (1.5, "one", [0])."""
+    if "rank" not in info or info["rank"] is None:
+        return "no distributedInfo.rank"
+    return f"distributedInfo.rank is {shown(repr(info['rank'])[:40])}, not an integer"
+
+
+def _check_world_size(rank: int, info: dict, path: str, *, given: int | None) -> int:
+    """`rank` if it is below the world size the file states (rank 7 of a world of 2 is a contradiction that
+    would make up ranks 2..6 as missing); else a `TraceError` naming the file. A rank given for the file
+    (`--rank`, `--rank-from-filename`) overrides the file's own, and its world size with it."""
+    world = _small_int(info.get("world_size"))
+    if given is None and world is not None and 0 < world <= rank:
+        raise TraceError(path, f"rank {rank} is not below the world size {world} the file states (distributedInfo)")
+    return rank
 
 
 def _small_int(value: Any) -> int | None:
@@ -685,10 +703,10 @@ def to_events_small(
                 named=() if file_rank is None else (file_rank,),
                 source="distributedInfo.rank",
                 default=default_ranks[f],
-                missing="no distributedInfo.rank",
+                missing=_no_rank(infos[f]),
                 warnings=warnings[f],
             )
-            rank_of[f] = check_rank(rank, paths[f])
+            rank_of[f] = _check_world_size(check_rank(rank, paths[f]), infos[f], paths[f], given=ranks[f])
             base = _int_or_none(top.get("baseTimeNanoseconds"))
             base_of[f] = None if base is None else check_base_ns(base, paths[f], "baseTimeNanoseconds")
         except (RankError, TraceError):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import gzip
+import re
 import shutil
 import sqlite3
 import subprocess
@@ -292,6 +293,10 @@ def _query(con: sqlite3.Connection, sql: str, schema: dict[str, pl.DataType], pa
         ]
     except (TypeError, pl.exceptions.PolarsError) as e:
         first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        table = re.search(r'FROM "?(\w+)', sql)
+        value = re.search(r"could not append value: (.{1,60}?) of type: (\w+)", first)
+        if table and value:  # polars' builder wording names neither the table nor what was expected
+            first = f"{table[1]} holds {value[1]} ({value[2]}) where a number goes"
         raise TraceError(str(path), f"unexpected value type in the export ({first})") from None
     return pl.concat(parts) if parts else pl.DataFrame(schema=schema)
 

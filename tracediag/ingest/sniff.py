@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 GZIP_MAGIC = b"\x1f\x8b"
 SQLITE_MAGIC = b"SQLite format 3\x00"
 
+_UTF16 = "UTF-16 text (JSON is read as UTF-8: convert it with iconv -f UTF-16 -t UTF-8)"
 _BINARY_MAGICS: dict[bytes, str] = {
     b"\x89PNG": "a PNG image",
     b"\xff\xd8\xff": "a JPEG image",
@@ -28,7 +29,14 @@ _BINARY_MAGICS: dict[bytes, str] = {
     b"%PDF": "a PDF document",
     b"PAR1": "a Parquet file",
     b"\x7fELF": "an executable",
+    GZIP_MAGIC: "gzipped twice (gunzip it once)",
+    b"BZh": "bzip2-compressed (only gzip is undone: recompress it with gzip)",
+    b"\xfd7zXZ\x00": "xz-compressed (only gzip is undone: recompress it with gzip)",
+    b"\x28\xb5\x2f\xfd": "zstd-compressed (only gzip is undone: recompress it with gzip)",
+    b"\xff\xfe": _UTF16,
+    b"\xfe\xff": _UTF16,
 }
+"""Content sniff refuses by name (after gunzip: a gzip magic there is a second gzip)."""
 
 
 BLOCK_BYTES = 1 << 20
@@ -192,4 +200,6 @@ def sniff(path: str | Path, head: bytes) -> str:
         raise TraceError(str(path), "empty file")
     if text[:1] in (b"{", b"["):
         return "json"
+    if text[:2] in (b"{\x00", b"[\x00", b"\x00{", b"\x00["):  # UTF-16 without a byte-order mark
+        raise TraceError(str(path), f"not a trace: the file is {_UTF16}")
     raise TraceError(str(path), "not a trace: content is not JSON, SQLite or Parquet")

@@ -99,7 +99,9 @@ def list_files(location: str, storage_options: dict[str, Any] | None = None) -> 
 
 
 class Settling:
-    """Files whose size and modification time held across two polls (and are not empty)."""
+    """Files whose size and modification time held across two polls. An empty one too: it is read, and waits
+    like a file cut short (`--window-timeout`, or the end of `--once`), so that it never holds a watch
+    open for ever."""
 
     def __init__(self) -> None:
         self._last: dict[str, tuple[int, int]] = {}
@@ -107,13 +109,13 @@ class Settling:
     def settled(self, listed: list[Listed]) -> list[Listed]:
         """The files of this poll that are unchanged since the previous poll; forgets files gone."""
         now = {f.path: (f.size, f.mtime_ns) for f in listed}
-        out = [f for f in listed if f.size > 0 and self._last.get(f.path) == (f.size, f.mtime_ns)]
+        out = [f for f in listed if self._last.get(f.path) == (f.size, f.mtime_ns)]
         self._last = now
         return out
 
     def unsettled(self, listed: list[Listed]) -> int:
-        """How many files of this poll are still changing (or empty)."""
-        return sum(1 for f in listed if f.size == 0 or self._last.get(f.path) != (f.size, f.mtime_ns))
+        """How many files of this poll changed since the previous one (call it before `settled`)."""
+        return sum(1 for f in listed if self._last.get(f.path) != (f.size, f.mtime_ns))
 
 
 BATCH_FILES = 64
@@ -134,7 +136,8 @@ def read_trace(
         return Unready(path, str(e), not_a_trace=True)
     except TracediagError as e:
         text = str(e)
-        return Unready(path, text, cut_short="gzip" in text or "ended before" in text or "truncated" in text)
+        cut_short = "gzip" in text or "ended before" in text or "truncated" in text or text.endswith(": empty file")
+        return Unready(path, text, cut_short=cut_short)
     except (OSError, MemoryError, ValueError) as e:
         return Unready(path, f"{shown(path)}: {one_line(str(e))}")
     if len(traces) != 1:

@@ -126,8 +126,8 @@ class Watcher:
             self._listing_error = text
             return self.grouper.due(now, flush=flush)
         fresh = [f for f in listed if f.path not in self.state.consumed and f.path not in self._held]
-        settled = self.settling.settled(fresh)
         self.unsettled = self.settling.unsettled(fresh)
+        settled = self.settling.settled(fresh)
         read: list[tuple[Listed, FileTrace]] = []
         for f in settled:
             failed = self._failed.get(f.path)

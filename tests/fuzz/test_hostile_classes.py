@@ -1,0 +1,330 @@
+"""Hand-made classes of hostile input the seeded fuzzer (`cases`, `mutate`) does not generate, each a real
+fixture mutated one way: other compressions and encodings under a trace's name, entries of a run folder
+that are no regular file, a rank its own world size contradicts, a step marker of no length, an Nsight
+column of the wrong type, Flight Recorder dumps in an older pickle protocol or with a byte-order mark, an
+empty file in a watched folder.
+
+Each class goes through the CLI (exit 0, or exit 2 with one line naming the file and the problem; never a
+traceback) and through the Python API (a `TracediagError`, or the file's line in `run.meta.errors`; never
+a KeyError or a polars exception), and the test asserts what it read or the problem it named.
+"""
+
+from __future__ import annotations
+
+import bz2
+import contextlib
+import gzip
+import json
+import lzma
+import os
+import pickle
+import re
+import shutil
+import signal
+import sqlite3
+import struct
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+import tracediag
+from tracediag.cli import cli
+from tracediag.errors import TracediagError, shown
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
+GLOO0, GLOO1 = (FIXTURES / "kineto" / f"gen_torch2.13cpu_gloo_2rank_rank{r}.pt.trace.json.gz" for r in (0, 1))
+NSYS1 = FIXTURES / "nsys" / "constructed_gpu_rank1.sqlite.gz"
+HANG = FIXTURES / "hang" / "healthy"
+HANG_JSON = FIXTURES / "hang" / "host_stuck_json"
+ROWS = 433
+"""Duration events of rank 1's gloo trace: the rows it gives read intact."""
+
+
+@contextlib.contextmanager
+def _time_limit(seconds: float):
+    def expire(*_):
+        msg = f"ran past {seconds} s"
+        raise TimeoutError(msg)
+
+    old = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def _invoke(args: list) -> tuple[int, str, str]:
+    with _time_limit(60):
+        result = CliRunner().invoke(cli, [str(a) for a in args])
+    assert "Traceback" not in result.output, result.output
+    assert "internal error" not in result.output, result.output
+    return result.exit_code, result.stdout, result.stderr
+
+
+def _refused(args: list, target: Path, problem: str, code: int = 2) -> None:
+    """Exit `code` (2; 0 for the commands that go on with the files that were read), and the only error
+    line names `target` and says `problem`."""
+    exit_code, _, err = _invoke(args)
+    errors = [line for line in err.splitlines() if line.startswith("Error:")]
+    assert exit_code == code, err
+    assert len(errors) == 1, err
+    assert shown(target) in errors[0], errors[0]
+    assert problem in errors[0], errors[0]
+
+
+def _doc() -> dict:
+    return json.loads(gzip.decompress(GLOO1.read_bytes()))
+
+
+def _run(tmp_path: Path, name: str, data: bytes) -> tuple[Path, Path]:
+    """A run folder: rank 0's real trace and `data` as rank 1's file `name`."""
+    shutil.copy(GLOO0, tmp_path / GLOO0.name)
+    (tmp_path / name).write_bytes(data)
+    return tmp_path, tmp_path / name
+
+
+def _plain() -> bytes:
+    return gzip.decompress(GLOO1.read_bytes())
+
+
+def _with_rank(rank: object) -> bytes:
+    doc = _doc()
+    doc["distributedInfo"]["rank"] = rank
+    return json.dumps(doc).encode()
+
+
+# ---------------------------------------------------------------------------------- refused, by content
+
+REFUSED = {
+    "utf16_bom": ("rank1.json", lambda: _plain().decode().encode("utf-16"), "the file is UTF-16 text"),
+    "utf16_no_bom": ("rank1.json", lambda: _plain().decode().encode("utf-16-le"), "the file is UTF-16 text"),
+    "bz2_named_json": ("rank1.json", lambda: bz2.compress(_plain()), "the file is bzip2-compressed"),
+    "xz_named_json": ("rank1.json", lambda: lzma.compress(_plain()), "the file is xz-compressed"),
+    "zstd_named_gz": ("rank1.json.gz", lambda: b"\x28\xb5\x2f\xfd" + _plain()[:512], "the file is zstd-compressed"),
+    "gzip_of_gzip": ("rank1.json.gz", lambda: gzip.compress(GLOO1.read_bytes()), "the file is gzipped twice"),
+    "gzip_claims_2gb": ("rank1.json.gz", lambda: GLOO1.read_bytes()[:-4] + struct.pack("<I", 2**31), "corrupt gzip"),
+    "nan_literal": ("rank1.json", lambda: _plain().replace(b'"ts": ', b'"ts": NaN, "x": ', 1), "invalid JSON"),
+    "past_double": ("rank1.json", lambda: _plain().replace(b'"dur": ', b'"dur": 1e400, "x": ', 1), "invalid JSON"),
+    "nested_10000": (
+        "rank1.json",
+        lambda: _plain().replace(b'"args": {', b'"args": {"deep": ' + b"[" * 10000 + b"]" * 10000 + b", ", 1),
+        "nested too deeply",
+    ),
+    "events_an_object": (
+        "rank1.json",
+        lambda: json.dumps({**_doc(), "traceEvents": {"0": {"ph": "X"}}}).encode(),
+        "`traceEvents` is not a list",
+    ),
+    "two_documents": ("rank1.json", lambda: _plain() + b"\n" + _plain(), "trailing characters"),
+    "rank_past_world": ("rank1.json", lambda: _with_rank(7), "rank 7 is not below the world size 2"),
+    "rank_not_integer": ("rank1.json", lambda: _with_rank(1.5), "distributedInfo.rank is 1.5, not an integer"),
+    "empty": ("rank1.json.gz", lambda: gzip.compress(b""), "empty file"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(REFUSED))
+def test_hostile_content_is_one_line_naming_file_and_problem(tmp_path, case):
+    name, make, problem = REFUSED[case]
+    folder, bad = _run(tmp_path, name, make())
+    _refused(["ingest", folder / GLOO0.name, bad, "-o", tmp_path / "o.parquet"], bad, problem)
+    run = tracediag.load([folder / GLOO0.name, bad])  # the other rank is still read
+    assert run.meta.ranks == [0]
+    assert [e for e in run.meta.errors if problem in e and shown(bad) in e], run.meta.errors
+    if case == "rank_not_integer":  # a file alone is rank 0 (with a warning), whatever it says
+        assert tracediag.load(bad).meta.ranks == [0]
+        return
+    with pytest.raises(TracediagError, match=re.escape(problem)):
+        tracediag.load(bad)
+
+
+def test_rank_past_world_is_refused_by_every_command_but_a_given_rank_overrides(tmp_path):
+    (tmp_path / "run").mkdir()
+    folder, bad = _run(tmp_path / "run", "rank1.json", _with_rank(7))
+    problem = "rank 7 is not below the world size 2"
+    # analyze, export and compare go on with the ranks that were read, after the line naming the file
+    _refused(["analyze", folder], bad, problem, code=0)
+    _refused(["export", folder, "-o", tmp_path / "x.trace.json"], bad, problem, code=0)
+    base = tmp_path / "base"
+    base.mkdir()
+    for p in (GLOO0, GLOO1):
+        shutil.copy(p, base / p.name)
+    _refused(["compare", base, folder], bad, problem, code=0)
+    run = tracediag.load(folder, rank_map={bad.name: 1})
+    assert run.meta.ranks == [0, 1]
+    assert run.meta.world_size == 2
+
+
+# ------------------------------------------------------------------ read, with every event accounted for
+
+
+def _dup_phase() -> bytes:
+    return _plain().replace(b'"ph": "X"', b'"ph": "X", "ph": "Q"', 5)  # the last of duplicate keys wins
+
+
+def _strings_for_ts() -> bytes:
+    doc = _doc()
+    for e in doc["traceEvents"]:
+        if "ts" in e:
+            e["ts"] = str(e["ts"])
+    return json.dumps(doc).encode()
+
+
+def _reversed_steps() -> bytes:
+    doc = _doc()
+    for e in doc["traceEvents"]:
+        if e.get("name", "").startswith("ProfilerStep"):
+            e["dur"] = -e["dur"]
+    return json.dumps(doc).encode()
+
+
+READ = {
+    "bom": ("rank1.json", lambda: b"\xef\xbb\xbf" + _plain(), ROWS, {}),
+    "plain_named_gz": ("rank1.json.gz", _plain, ROWS, {}),
+    "gzip_named_json": ("rank1.json", GLOO1.read_bytes, ROWS, {}),
+    "gzip_two_members": (
+        "rank1.json.gz",
+        lambda: gzip.compress(_plain()[:50_000]) + gzip.compress(_plain()[50_000:]),
+        ROWS,
+        {},
+    ),
+    "duplicate_keys": ("rank1.json", _dup_phase, ROWS - 5, {"other_phase": 5}),
+    "ts_as_strings": ("rank1.json", _strings_for_ts, 0, {"malformed": ROWS}),
+    "negative_step_durations": ("rank1.json", _reversed_steps, ROWS - 2, {"malformed": 2}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(READ))
+def test_hostile_content_that_is_read_counts_what_it_skips(tmp_path, case):
+    name, make, rows, extra = READ[case]
+    folder, bad = _run(tmp_path, name, make())
+    code, out, err = _invoke(["ingest", folder, "-o", tmp_path / "o.parquet"])
+    assert code == 0, err
+    assert "ranks   2 (0, 1)" in out
+    trace = tracediag.load(bad)
+    skipped = {k: v for k, v in trace.meta.skipped.items() if k in extra}
+    assert (trace.events.height, skipped) == (rows, extra)
+    assert trace.events.height + sum(trace.meta.skipped.values()) == trace.meta.events_in
+
+
+# ------------------------------------------------------------------------- a run folder's odd entries
+
+
+def _loop(link: Path) -> None:
+    link.symlink_to(link.name)  # points at itself
+
+
+def _dangling(link: Path) -> None:
+    link.symlink_to("rank9.pt.trace.json.gz")
+
+
+ENTRIES = {
+    "symlink_loop": (_loop, "Too many levels of symbolic links"),
+    "dangling_symlink": (_dangling, "No such file or directory"),
+    "fifo_without_writer": (os.mkfifo, "empty file"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(ENTRIES))
+def test_an_entry_named_like_a_trace_that_is_no_file_is_named_not_dropped(tmp_path, case):
+    make, problem = ENTRIES[case]
+    for p in (GLOO0, GLOO1):
+        shutil.copy(p, tmp_path / p.name)
+    odd = tmp_path / "rank2.pt.trace.json.gz"
+    make(odd)
+    _refused(["ingest", tmp_path, "-o", tmp_path.parent / f"{case}.parquet"], odd, problem)
+    with _time_limit(60):
+        run = tracediag.load(tmp_path)
+    assert run.meta.ranks == [0, 1]
+    assert [e for e in run.meta.errors if shown(odd) in e and problem in e], run.meta.errors
+
+
+def test_a_directory_named_like_a_trace_is_searched_not_read(tmp_path):
+    (tmp_path / "rank1.json").mkdir()
+    shutil.copy(GLOO1, tmp_path / "rank1.json" / GLOO1.name)
+    shutil.copy(GLOO0, tmp_path / GLOO0.name)
+    run = tracediag.load(tmp_path)
+    assert (run.meta.ranks, run.meta.errors) == ([0, 1], ())
+
+
+# ------------------------------------------------------------------------------------------ step markers
+
+
+def test_a_step_marker_of_no_length_is_no_step(tmp_path):
+    """Rank 1's ProfilerStep#2 cut to 0 us: not a step in which rank 1 computed nothing (which hid that
+    rank 1 is the straggler of step 2), but a step it has no marker for, left out and said so."""
+    doc = _doc()
+    next(e for e in doc["traceEvents"] if e.get("name") == "ProfilerStep#2")["dur"] = 0
+    folder, _ = _run(tmp_path, "rank1.json", json.dumps(doc).encode())
+    code, out, err = _invoke(["analyze", folder, "--format", "json"])
+    assert code == 0, err
+    analysis = json.loads(out)
+    assert sorted({s["step"] for s in analysis["steps"]}) == [3]
+    assert "1 rank-step of steps not recorded on every rank left out" in analysis["warnings"]
+
+
+# ------------------------------------------------------------------------------ Nsight, FR dumps, watch
+
+
+def test_nsight_text_in_an_integer_column_names_the_table(tmp_path):
+    db = tmp_path / "rank1.sqlite"
+    db.write_bytes(gzip.decompress(NSYS1.read_bytes()))
+    with contextlib.closing(sqlite3.connect(db)) as con:
+        con.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET start = 'soon' WHERE rowid % 3 = 0")
+        con.commit()
+    problem = 'CUPTI_ACTIVITY_KIND_KERNEL holds "soon" (str) where a number goes'
+    _refused(["ingest", db], db, problem)
+    with pytest.raises(TracediagError, match=re.escape(problem)):
+        tracediag.load(db)
+
+
+def _dumps(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.iterdir() if p.name != "manifest.json")
+
+
+@pytest.mark.parametrize("protocol", [0, 1])
+def test_flight_recorder_dump_of_an_old_pickle_protocol_reads_as_protocol_2(tmp_path, protocol):
+    folder = tmp_path / "dumps"
+    shutil.copytree(HANG, folder)
+    dump = folder / "nccl_trace_rank_1"
+    dump.write_bytes(pickle.dumps(pickle.loads(dump.read_bytes()), protocol=protocol))
+    expected = _invoke(["hang", *_dumps(HANG), "--format", "json"])
+    assert _invoke(["hang", *_dumps(folder), "--format", "json"]) == expected
+    assert expected[0] == 0
+
+
+def test_flight_recorder_json_with_a_byte_order_mark_reads_as_without(tmp_path):
+    folder = tmp_path / "dumps"
+    shutil.copytree(HANG_JSON, folder)
+    dump = folder / "fr_trace_rank_1.json"
+    dump.write_bytes(b"\xef\xbb\xbf" + dump.read_bytes())
+    expected = _invoke(["hang", *_dumps(HANG_JSON), "--format", "json"])
+    assert _invoke(["hang", *_dumps(folder), "--format", "json"]) == expected
+    assert expected[0] == 3  # the fixture's hang is found
+
+
+def test_flight_recorder_pickle_calling_a_function_is_refused(tmp_path):
+    class Calls:
+        def __reduce__(self):
+            return (os.system, ("true",))
+
+    folder = tmp_path / "dumps"
+    shutil.copytree(HANG, folder)
+    dump = folder / "nccl_trace_rank_1"
+    dump.write_bytes(pickle.dumps({**pickle.loads(dump.read_bytes()), "x": Calls()}, protocol=2))
+    _refused(["hang", *_dumps(folder)], dump, "refused pickle: it names posix.system (not run)")
+
+
+def test_watch_once_ends_on_an_empty_file_and_names_it(tmp_path):
+    """An empty file named like a trace once held `watch --once` open for ever (it counted as still being
+    written); now it waits like a file cut short and is left out with one warning."""
+    for p in (GLOO0, GLOO1):
+        shutil.copy(p, tmp_path / p.name)
+    empty = tmp_path / "rank2.json"
+    empty.touch()
+    code, out, err = _invoke(["watch", tmp_path, "--once", "--poll", "0.2"])
+    assert code == 0, err
+    assert "window 1 (steps 2-3" in out
+    assert f"warning: {shown(empty)}: empty file" in err
