@@ -280,6 +280,19 @@ def test_nsight_text_in_an_integer_column_names_the_table(tmp_path):
         tracediag.load(db)
 
 
+@pytest.mark.parametrize("packed", [False, True])
+def test_op_timeline_json_lines_with_a_byte_order_mark_reads_as_without(tmp_path, packed):
+    """The JSON Lines reader of polars failed on the mark ("InternalError(TapeError) at character 0")."""
+    source = FIXTURES / "timeline" / "straggler_persistent.jsonl.gz"
+    data = b"\xef\xbb\xbf" + gzip.decompress(source.read_bytes())
+    path = tmp_path / ("t.jsonl.gz" if packed else "t.jsonl")
+    path.write_bytes(gzip.compress(data) if packed else data)
+    expected = tracediag.load(source)
+    run = tracediag.load(path)
+    assert run.meta.ranks == expected.meta.ranks == [0, 1, 2, 3]
+    assert run.events.equals(expected.events)
+
+
 def _dumps(folder: Path) -> list[Path]:
     return sorted(p for p in folder.iterdir() if p.name != "manifest.json")
 

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 GZIP_MAGIC = b"\x1f\x8b"
 SQLITE_MAGIC = b"SQLite format 3\x00"
 
-_UTF16 = "UTF-16 text (JSON is read as UTF-8: convert it with iconv -f UTF-16 -t UTF-8)"
+_UTF16 = "UTF-16 text (traces are read as UTF-8: convert it with iconv -f UTF-16 -t UTF-8)"
 _BINARY_MAGICS: dict[bytes, str] = {
     b"\x89PNG": "a PNG image",
     b"\xff\xd8\xff": "a JPEG image",

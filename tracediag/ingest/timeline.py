@@ -157,7 +157,7 @@ def _read_table(path: str, source: str | Path | bytes, fmt: str) -> pl.DataFrame
         if fmt == "parquet":
             return pl.read_parquet(src)
         if fmt == "jsonl":
-            return pl.read_ndjson(src, infer_schema_length=None)
+            return pl.read_ndjson(_without_bom(source, src), infer_schema_length=None)
         header = _csv_header(source)
         dtypes = {c: pl.Int64 for c in INT_COLUMNS} | {c: pl.Float64 for c in FLOAT_COLUMNS}
         dtypes |= {c: pl.String for c in STRING_COLUMNS}
@@ -174,6 +174,20 @@ _FORMAT_NAMES = {"parquet": "Parquet", "csv": "CSV", "jsonl": "JSON Lines"}
 def _why(e: Exception) -> str:
     """A library error's first line, without its hints."""
     return one_line(str(e).split("\n\n")[0])[:300]
+
+
+def _without_bom(source: str | Path | bytes, src: str | Path | io.BytesIO) -> str | Path | io.BytesIO:
+    """`src`, past a UTF-8 byte-order mark: the JSON Lines reader of polars fails on one ("TapeError"), which its
+    CSV reader and the JSON trace readers skip."""
+    if isinstance(source, bytes):
+        return io.BytesIO(source[3:]) if source.startswith(_BOM) else src
+    with Path(source).open("rb") as f:
+        if f.read(3) != _BOM:
+            return src
+        return io.BytesIO(f.read())
+
+
+_BOM = b"\xef\xbb\xbf"
 
 
 def _csv_header(source: str | Path | bytes) -> list[str]:
