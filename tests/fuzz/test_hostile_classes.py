@@ -330,14 +330,19 @@ def test_flight_recorder_pickle_calling_a_function_is_refused(tmp_path):
     _refused(["hang", *_dumps(folder)], dump, "refused pickle: it names posix.system (not run)")
 
 
-def test_watch_once_ends_on_an_empty_file_and_names_it(tmp_path):
+def test_watch_once_ends_on_an_empty_file_and_names_every_odd_entry(tmp_path):
     """An empty file named like a trace once held `watch --once` open for ever (it counted as still being
-    written); now it waits like a file cut short and is left out with one warning."""
+    written); now it waits like a file cut short and is left out with one warning. Links that lead
+    nowhere were dropped unsaid (their stat failed); now each is named."""
     for p in (GLOO0, GLOO1):
         shutil.copy(p, tmp_path / p.name)
-    empty = tmp_path / "rank2.json"
+    empty, loop, dangling = tmp_path / "rank2.json", tmp_path / "rank3.json", tmp_path / "rank4.json.gz"
     empty.touch()
+    _loop(loop)
+    _dangling(dangling)
     code, out, err = _invoke(["watch", tmp_path, "--once", "--poll", "0.2"])
     assert code == 0, err
     assert "window 1 (steps 2-3" in out
     assert f"warning: {shown(empty)}: empty file" in err
+    assert f"warning: {shown(loop)}: cannot read file (Too many levels of symbolic links)" in err
+    assert f"warning: {shown(dangling)}: cannot read file (No such file or directory)" in err

@@ -92,8 +92,11 @@ def list_files(location: str, storage_options: dict[str, Any] | None = None) -> 
             continue
         try:
             st = os.stat(f.path)
-        except OSError:  # removed between the listing and the stat
-            continue
+        except OSError:
+            try:  # a link that leads nowhere (a loop, a missing target): listed, so reading it names it
+                st = os.lstat(f.path)
+            except OSError:  # removed between the listing and the stat
+                continue
         out.append(Listed(f.path, st.st_size, st.st_mtime_ns))
     return out
 
