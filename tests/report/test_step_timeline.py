@@ -155,3 +155,40 @@ def test_a_host_bound_gpu_run_shows_its_device_waiting_on_the_host(monkeypatch):
     assert drawn == pytest.approx((mine["end"] - mine["ts"]).sum() / 1e6, rel=1e-3)
     row = list(fig.layout.yaxis.categoryarray)
     assert row.index(f"rank {r} · device idle") == row.index(f"rank {r} · collectives") + 1
+
+
+def _shuffled(run, seed: int):
+    from dataclasses import replace
+
+    return replace(run, events=run.events.sample(fraction=1.0, shuffle=True, seed=seed))
+
+
+@needs_shared(DLRM)
+def test_the_timeline_does_not_depend_on_the_order_of_the_events():
+    """DLRM's host threads have operators of the same span (an op and its only child, to the nanosecond):
+    which is drawn outer, and the order of the bars, once depended on the order polars returned them in,
+    and two runs of `analyze --html` wrote different pages."""
+    run = tracediag.load(DLRM)
+    analysis = tracediag.analyze(run)
+    tracks = derive_tracks(run, analysis)
+    view = step_timeline.views(analysis)[0]
+    pages = {step_timeline.draw(_shuffled(run, seed), tracks, analysis, view).figure.to_json() for seed in range(4)}
+    assert len(pages) == 1
+
+
+def test_events_of_the_same_span_take_their_levels_by_name_whatever_their_order():
+    rows = pl.DataFrame(
+        {
+            "rank": [0, 0, 0, 0],
+            "device": [-1] * 4,
+            "thr": [7] * 4,
+            "kind": ["cpu_op"] * 4,
+            "name": ["outer", "b", "a", "after"],
+            "ts": [0, 10, 10, 50],
+            "end": [100, 20, 20, 60],
+        }
+    )
+    for seed in range(6):
+        out = step_timeline._levels(rows.sample(fraction=1.0, shuffle=True, seed=seed), ["rank", "device", "thr"])
+        levels = dict(zip(out["name"], out["level"]))
+        assert levels == {"outer": 0, "a": 1, "b": 2, "after": 1}

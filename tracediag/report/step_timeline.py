@@ -146,8 +146,10 @@ def finding_anchor(i: int) -> str:
 
 def _levels(rows: pl.DataFrame, key: list[str]) -> pl.DataFrame:
     """`rows` with ``level``: 0 for an event no earlier event of its row encloses, 1 inside those, ...
-    (each level the outermost of what is left); deeper than `MAX_LEVELS` dropped."""
-    out, rest = [], rows.sort([*key, "ts", "end"], descending=[False] * len(key) + [False, True])
+    (each level the outermost of what is left); deeper than `MAX_LEVELS` dropped. Events with the same
+    span are ordered by name and kind, so the levels (and the page) do not depend on the input's order."""
+    by = [*key, "ts", "end", "name", "kind"]
+    out, rest = [], rows.sort(by, descending=[False] * len(key) + [False, True, False, False], nulls_last=True)
     for level in range(MAX_LEVELS):
         if rest.height == 0:
             break
@@ -186,7 +188,7 @@ def _bars(run: Run, offsets: pl.DataFrame, view: View, t0: int, t1: int) -> tupl
     busy = (
         ev.group_by("rank", "device", "thr", "level")
         .agg(busy=(pl.col("end").clip(upper_bound=t1) - pl.col("ts").clip(lower_bound=t0)).sum())
-        .sort("rank", "busy", descending=[False, True])
+        .sort("rank", "busy", "device", "thr", "level", descending=[False, True, False, False, False], nulls_last=True)
         .with_columns(n=pl.int_range(pl.len()).over("rank"))
         .filter(pl.col("n") < MAX_ROWS_PER_RANK)
     )
@@ -200,7 +202,10 @@ def _bars(run: Run, offsets: pl.DataFrame, view: View, t0: int, t1: int) -> tupl
     )
     rows = busy.with_columns(row=label, host=pl.col("device") < 0).sort("rank", "host", "thr", "level")
     kept = ev.join(
-        rows.select("rank", "device", "thr", "level", "row"), on=["rank", "device", "thr", "level"], nulls_equal=True
+        rows.select("rank", "device", "thr", "level", "row"),
+        on=["rank", "device", "thr", "level"],
+        nulls_equal=True,
+        maintain_order="left",
     )
     return kept.with_columns(pl.col("ts").clip(lower_bound=t0), pl.col("end").clip(upper_bound=t1)), rows
 
