@@ -9,6 +9,7 @@ per-file split of ``--allow-mixed`` (`reduce_files`) all reduce through it.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -214,9 +215,8 @@ def analyze_files(
     not ranks of one run: `reduce_files` of the run's `RankSummary`. Raises as `analyze`."""
     check_link_gbps(link_gbps)
     extents = None if allow_mixed or per_file else check_same_run(run)  # refused before the per-rank work
-    summary = rank_tables(run.events, step_regex=step_regex, extents=extents)
     return reduce_files(
-        summary,
+        Handed(rank_tables(run.events, step_regex=step_regex, extents=extents)),
         run.meta,
         step_regex=step_regex,
         link_gbps=link_gbps,
@@ -234,7 +234,7 @@ def check_link_gbps(link_gbps: float | None) -> None:
 
 
 def reduce_files(
-    summary: RankSummary,
+    summary: RankSummary | Handed,
     meta: RunMeta,
     *,
     step_regex: str | None = None,
@@ -249,8 +249,11 @@ def reduce_files(
     error of one file names it. Raises `MixedRunError` for mixed files unless `allow_mixed` or
     `per_file`."""
     kw = {"step_regex": step_regex, "link_gbps": link_gbps, "thresholds": thresholds}
-    if not (per_file and run_problems(meta, summary.extents)):
+    whole = summary.summary if isinstance(summary, Handed) else summary
+    if whole is None or not (per_file and run_problems(meta, whole.extents)):
+        del whole
         return [("", reduce(summary, meta, allow_mixed=allow_mixed or per_file, **kw))]
+    summary = summary.take() if isinstance(summary, Handed) else summary
     out = []
     for f in sorted(meta.files, key=lambda f: f.rank):
         try:
@@ -284,8 +287,26 @@ def untraced_warning(meta: RunMeta) -> tuple[str, ...]:
     )
 
 
+@dataclass(eq=False)
+class Handed:
+    """A summary its caller gives up to the reduce (`reduce`, `reduce_files`): the caller keeps no other
+    reference, so each table is dropped once the reduce has read it (the per-step kernel table after the
+    detectors, the replay's per-rank tables once the replay graph is built). At 16,384 ranks that is
+    what the driver's peak is not: the whole summary under the what-if replay's own tables."""
+
+    summary: RankSummary | None
+
+    def take(self) -> RankSummary:
+        """The summary, the only reference to it now the caller's (raises when already taken)."""
+        if self.summary is None:
+            msg = "this summary was already reduced"
+            raise ValueError(msg)
+        summary, self.summary = self.summary, None
+        return summary
+
+
 def reduce(
-    summary: RankSummary,
+    summary: RankSummary | Handed,
     meta: RunMeta,
     *,
     step_regex: str | None = None,
@@ -297,17 +318,23 @@ def reduce(
     the files' metadata: the one cross-rank half, in memory and on the driver when ranks are
     summarised where they lie (`tracediag.execute`). The run checks (`same_run.run_problems`) read
     the metadata and the summary's ``extents``, unless `allow_mixed`. Findings are priced by the
-    what-if replay from the summary's replay tables."""
+    what-if replay from the summary's replay tables. A `Handed` summary is freed as it is read."""
+    summary = summary.take() if isinstance(summary, Handed) else summary
     if not allow_mixed:
         check_problems(meta, run_problems(meta, summary.extents))
     derived = facts_from_tables(summary, meta, step_regex=step_regex, link_gbps=link_gbps)
-    facts = derived.facts
+    ranks = tuple(meta.ranks) or tuple(sorted(summary.extents["rank"].to_list()))
+    del summary  # a handed one lives on only in what the reduce still reads
+    facts, replay, kernels = derived.facts, derived.replay, derived.kernels
     th = thresholds or Thresholds()
     warmup = warmup_steps(facts.steps, th)
     diagnosed = without_steps(facts, warmup)
     late = lateness_detect.assess(diagnosed, th)
     findings = detect_all(diagnosed, thresholds=th)
-    warnings = derived.warnings
+    # the per-step kernel table is the detectors' alone (their largest input): not kept under the replay
+    facts, diagnosed = (dataclasses.replace(f, kernel_steps=None) for f in (facts, diagnosed))
+    excluded, categories, warnings = derived.excluded_steps, derived.kernel_categories, derived.warnings
+    del derived
     if warmup:
         warnings += (
             f"{noun(len(warmup), 'step')} {', '.join(map(str, warmup))} {'is' if len(warmup) == 1 else 'are'} "
@@ -315,22 +342,23 @@ def reduce(
             "shown, left out of the diagnosis",
         )
     warnings += untraced_warning(meta) + ignored_warning(meta)
+    graph = graph_of(diagnosed, replay)
+    del replay
     # priced on the steps the diagnosis read (warm-up left out), as every what-if in the output
-    findings, whatif = price(findings, diagnosed, graph_of(diagnosed, derived.replay), thresholds=th)
-    kernels = derived.kernels
+    findings, whatif = price(findings, diagnosed, graph, thresholds=th)
     return Analysis(
-        ranks=tuple(meta.ranks) or tuple(sorted(summary.extents["rank"].to_list())),
+        ranks=ranks,
         world_size=meta.world_size,
         steps=facts.steps.with_columns(pl.min_horizontal("wait_ns", "exposed_comm_ns").alias("wait_ns"))
         .select(list(STEP_SCHEMA))
         .cast(STEP_SCHEMA),
         collectives=facts.collectives,
         findings=findings,
-        excluded_steps=derived.excluded_steps,
+        excluded_steps=excluded,
         warnings=tuple(meta.errors) + warnings,
         pipelines=tuple(pipeline_stages(facts)),
         whatif=whatif,
         kernels=kernels.group_by("rank", maintain_order=True).head(TOP_STORED) if kernels.height else None,
-        kernel_categories=derived.kernel_categories if kernels.height else None,
+        kernel_categories=categories if kernels.height else None,
         lateness=late,
     )

@@ -485,7 +485,7 @@ def analyze_sources(
     In this process `on_file_done` is called after each file and `on_read` with the run's metadata
     (the files that could not be read in its ``errors``) before it is analysed.
     """
-    from tracediag.reduce import analyze_files, check_link_gbps, reduce_files
+    from tracediag.reduce import Handed, analyze_files, check_link_gbps, reduce_files
     from tracediag.run import load
 
     kw = {"step_regex": step_regex, "link_gbps": link_gbps, "per_file": per_file}
@@ -513,7 +513,9 @@ def analyze_sources(
     )
     if on_read is not None:
         on_read(meta)
-    return Analysed(reduce_files(summary, meta, **kw), None)
+    handed = Handed(summary)
+    del summary  # the reduce frees each table once read
+    return Analysed(reduce_files(handed, meta, **kw), None)
 
 
 def _trace_files(sources: str | Path | Sequence[str | Path], storage_options: dict[str, Any] | None) -> list | None:
