@@ -118,6 +118,21 @@ REFUSED = {
         lambda: json.dumps({**_doc(), "traceEvents": {"0": {"ph": "X"}}}).encode(),
         "`traceEvents` is not a list",
     ),
+    "events_twice_last_empty": (  # read alone the last list won (no event, none counted); in a batch the first
+        "rank1.json",
+        lambda: _plain().rstrip().removesuffix(b"}") + b', "traceEvents": []}',
+        "`traceEvents` appears twice",
+    ),
+    "events_twice": (
+        "rank1.json",
+        lambda: (
+            _plain().rstrip().removesuffix(b"}")
+            + b', "traceEvents": '
+            + json.dumps(_doc()["traceEvents"][:9]).encode()
+            + b"}"
+        ),
+        "`traceEvents` appears twice",
+    ),
     "two_documents": ("rank1.json", lambda: _plain() + b"\n" + _plain(), "trailing characters"),
     "rank_past_world": ("rank1.json", lambda: _with_rank(7), "rank 7 is not below the world size 2"),
     "rank_not_integer": ("rank1.json", lambda: _with_rank(1.5), "distributedInfo.rank is 1.5, not an integer"),

@@ -850,6 +850,10 @@ def _decode_doc(
     except RecursionError:
         raise TraceError(path, "JSON nested too deeply to decode (an event's args go 1,000 levels deep)") from None
     events, top = (parsed, {}) if is_array else (parsed.traceEvents, _top_dict(parsed))
+    if not is_array and doc.count(b'"traceEvents"') > 1 and len(_EVENTS_KEY.findall(doc)) > 1:
+        # msgspec keeps the last of duplicate keys: the events of the other list would vanish uncounted
+        # (the C scanner declines such a document, so every read of it comes here)
+        raise TraceError(path, "`traceEvents` appears twice: which list holds the events is ambiguous")
     if whole and not is_array and not events and "traceEvents" not in _peek_keys(doc):
         raise NotATraceError(path, "not a trace: JSON object without a `traceEvents` list")
     return events, top
