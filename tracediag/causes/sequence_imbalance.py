@@ -3,8 +3,10 @@
 Detector: `detect.sequence_imbalance` (not while a persistent straggler sets the pace). What-if:
 balanced batches, every rank's compute in the step set to the step's mean (`whatif.causes.balance`).
 Single slow steps of the ranks that drew the big batches (transient compute_straggler findings on its
-steps) are its effect and are absorbed; its ranks set the pace, so comm_bound does not hold (the
-peers' exposed communication is the wait for them).
+steps) are its effect and are absorbed. When the slowest rank-steps run more operators than their peers
+(extra work moving between ranks, not longer batches) the detector returns a transient compute_straggler
+per rank instead (`detect.sequence_imbalance.moving_stragglers`). Its ranks set the pace, so comm_bound
+does not hold (the peers' exposed communication is the wait for them).
 """
 
 from __future__ import annotations
@@ -40,10 +42,13 @@ def _removed(f: Finding, facts: Facts, graph: Graph) -> str:
 
 
 def _absorbs(own: Finding, other: Finding) -> bool:
+    """A transient straggler on its steps is its effect; of a moving straggler's finding (a
+    compute_straggler), only the same rank's."""
     return (
         other.cause == Cause.COMPUTE_STRAGGLER
         and other.evidence.get("kind") == "transient"
         and set(other.steps) <= set(own.steps)
+        and (own.cause == Cause.SEQUENCE_IMBALANCE or other.ranks == own.ranks)
     )
 
 

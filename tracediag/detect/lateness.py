@@ -184,15 +184,18 @@ def op_counts(facts: Facts, ranks: tuple[int, ...], steps: tuple[int, ...]) -> d
 
 def late_steps(facts: Facts, ranks: tuple[int, ...], th: Thresholds) -> tuple[int, ...]:
     """Steps where `ranks` cause at least `lateness_share` of the step's waiting and, per waiting
-    rank, at least `lateness_min_wait` of the median step and `lateness_step_share` of what they
-    cause in their worst step (an episode's steps, not the noise around it)."""
+    rank, at least `lateness_min_wait` of the median step. When they do so on more steps than chance
+    gives (binomial, p = set size / ranks, at most `lateness_chance`: waited for step after step),
+    those are their steps; else only those reaching `lateness_step_share` of what they cause in
+    their worst step (an episode's steps, not the noise around it). A persistent cause's steps are not
+    all alike on a loaded host: a rank causing all of a step's waiting at a fifth of the step is late
+    there even when its worst step is four times that."""
     median = float(facts.steps.group_by("step").agg(pl.col("dur_ns").median())["dur_ns"].median())
     per = lateness.episode_waits(facts.late, ranks, median)
-    worst = per["per_step"].max() or 0.0
-    keep = per.filter(
-        pl.col("share") >= th.lateness_share,
-        pl.col("per_step") >= max(th.lateness_min_wait, th.lateness_step_share * worst),
-    )
+    keep = per.filter(pl.col("share") >= th.lateness_share, pl.col("per_step") >= th.lateness_min_wait)
+    p = len(ranks) / max(facts.late["rank"].n_unique(), 1)
+    if lateness._chance(keep.height, per.height, p) > th.lateness_chance:
+        keep = keep.filter(pl.col("per_step") >= th.lateness_step_share * (per["per_step"].max() or 0.0))
     return tuple(sorted(keep["step"].to_list()))
 
 

@@ -12,7 +12,11 @@ smaller job): one
 persistent slow worker is ``compute_straggler``, one slow step is a transient straggler, and
 healthy noise does not reach the ratio on half the steps. Where the trace records the batches' shapes,
 they must differ and the compute must follow them (`seq_min_corr`): equal batches, or batches the compute
-does not follow, leave the changing slowest rank to contention or noise. Once found, a step belongs to it when
+does not follow, leave the changing slowest rank to contention or noise. The slowest rank-steps must
+run the same operators as their peers (`slowest_ops_ratio` below `lateness_more_ops`, median over
+the imbalanced steps): a longer batch makes the same ops longer; extra work on one rank at a time (a
+straggler that moves between ranks) runs more of them and is reported as one transient
+compute_straggler per rank on its steps (`moving_stragglers`). Once found, a step belongs to it when
 its slowest rank's ratio reaches 1 + `step_share` × (`seq_step_ratio` − 1) (the job-wide causes'
 convention: single steps of a persistent cause scatter around the threshold).
 
@@ -27,11 +31,13 @@ compute in the step set to the step's mean (the same work, spread evenly).
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING
 
 import polars as pl
 
 from tracediag.analysis import Finding
+from tracediag.detect import straggler
 from tracediag.units import NS_PER_MS
 
 if TYPE_CHECKING:
@@ -77,6 +83,53 @@ def _batches_may_differ(steps: pl.DataFrame, th: Thresholds) -> bool:
     return r is None or r != r or r >= th.seq_min_corr
 
 
+def slowest_ops_ratio(facts: Facts, hit: pl.DataFrame) -> float | None:
+    """Median over the steps of `hit` (step, rank: its slowest rank) of the slowest rank's compute
+    operator/kernel count over its peers' median count in the same step (`Facts.kernel_steps`); None
+    without the table. An uneven batch runs the same operators on longer inputs (1.0); extra work on
+    one rank at a time (a straggler moving between ranks) runs more of them."""
+    k = facts.kernel_steps
+    if k is None or not k.height:
+        return None
+    counts = (
+        k.filter(pl.col("category") == "compute", pl.col("step").is_in(hit["step"].implode()))
+        .group_by("step", "rank")
+        .agg(n=pl.col("count").sum())
+    )
+    mine = counts.join(hit.select("step", "rank"), on=["step", "rank"])
+    peers = (
+        counts.join(hit.select("step", "rank"), on=["step", "rank"], how="anti")
+        .group_by("step")
+        .agg(p=pl.col("n").median())
+    )
+    both = mine.join(peers, on="step").filter(pl.col("p") > 0)
+    if not both.height:
+        return None
+    return float((both["n"] / both["p"]).median())
+
+
+def moving_stragglers(ratios: pl.DataFrame, hit: pl.DataFrame, more_ops: float, th: Thresholds) -> list[Finding]:
+    """A straggler that moves: per rank slowest on some imbalanced steps of `hit`, a transient
+    compute_straggler on those steps (`ratios` rows), with the transient confidence of its least ratio.
+    The steps themselves are not slower than the others (every step has one), so the transient rule,
+    which compares a step with the median step, does not see them."""
+    out = []
+    n_steps = ratios["step"].n_unique()
+    for (rank,), mine in hit.group_by(["rank"], maintain_order=True):
+        rows = ratios.join(mine.select("step", "rank"), on=["step", "rank"])
+        confidence = min(1.0, (float(rows["ratio"].min()) - 1) / (2 * (th.straggler_transient_ratio - 1)))
+        f = straggler._finding(
+            rows, (int(rank),), "transient", n_steps, confidence, slowest_ops_ratio=round(more_ops, 3)
+        )
+        why = (
+            f"; the slowest rank changes from step to step ({hit['rank'].n_unique()} ranks on {hit.height} of "
+            f"{n_steps} steps) and runs {more_ops:.2f}x its peers' operators there: extra work moving between "
+            "ranks, not longer batches"
+        )
+        out.append(dataclasses.replace(f, summary=f.summary + why))
+    return sorted(out, key=lambda f: f.ranks)
+
+
 def detect(facts: Facts, *, thresholds: Thresholds, ratios: pl.DataFrame) -> list[Finding]:
     """At most one sequence_imbalance finding for the ranks outside pipelines; `ratios`:
     `straggler.rank_step_ratios` of the facts' steps."""
@@ -102,6 +155,9 @@ def detect(facts: Facts, *, thresholds: Thresholds, ratios: pl.DataFrame) -> lis
         return []
     if not _batches_may_differ(facts.steps.filter(pl.col("rank").is_in(ranks)), th):
         return []
+    more_ops = slowest_ops_ratio(facts, hit)
+    if more_ops is not None and more_ops >= th.lateness_more_ops:
+        return moving_stragglers(r, hit, more_ops, th)
     # the cause holds for the run: a step belongs to it at `step_share` of the step threshold's excess
     member = top.filter(pl.col("ratio") >= 1 + th.step_share * (th.seq_step_ratio - 1))
     steps = tuple(member["step"].to_list())
@@ -136,6 +192,7 @@ def detect(facts: Facts, *, thresholds: Thresholds, ratios: pl.DataFrame) -> lis
         "most_steps_one_rank": int(by_rank["n"].max()),
         "peer_wait_ms_median": round(float(hit["peer_wait_ns"].median()) / NS_PER_MS, 3),
         "dp_ranks": ranks,
+        "slowest_ops_ratio": None if more_ops is None else round(more_ops, 3),
         **shapes,
     }
     confidence = min(1.0, hit.height / n_steps) * min(
