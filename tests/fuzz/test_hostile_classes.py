@@ -1,8 +1,9 @@
 """Hand-made classes of hostile input the seeded fuzzer (`cases`, `mutate`) does not generate, each a real
-fixture mutated one way: other compressions and encodings under a trace's name, entries of a run folder
-that are no regular file, a rank its own world size contradicts, a step marker of no length, an Nsight
-column of the wrong type, Flight Recorder dumps in an older pickle protocol or with a byte-order mark, an
-empty file in a watched folder.
+fixture mutated one way: other compressions and encodings under a trace's name, two `traceEvents` lists,
+entries of a run folder that are no regular file, a rank its own world size contradicts, a step marker of
+no length, an Nsight column of the wrong type or a write-ahead log not merged, an op-timeline table with a
+byte-order mark, Flight Recorder dumps in an older pickle protocol or with a byte-order mark, an empty file
+or a broken link in a watched folder.
 
 Each class goes through the CLI (exit 0, or exit 2 with one line naming the file and the problem; never a
 traceback) and through the Python API (a `TracediagError`, or the file's line in `run.meta.errors`; never
@@ -25,6 +26,7 @@ import sqlite3
 import struct
 from pathlib import Path
 
+import polars as pl
 import pytest
 from click.testing import CliRunner
 
@@ -306,6 +308,25 @@ def test_op_timeline_json_lines_with_a_byte_order_mark_reads_as_without(tmp_path
     run = tracediag.load(path)
     assert run.meta.ranks == expected.meta.ranks == [0, 1, 2, 3]
     assert run.events.equals(expected.events)
+
+
+def test_nsight_export_with_an_unmerged_write_ahead_log_is_refused_not_read_stale(tmp_path):
+    """The export is read `immutable` (no lock): with a writer's changes still in `-wal` it read the rows
+    the changes had deleted (12 kernels where SQLite sees 6), without a word."""
+    db = tmp_path / "rank1.sqlite"
+    db.write_bytes(gzip.decompress(NSYS1.read_bytes()))
+    con = sqlite3.connect(db)
+    try:
+        con.execute("PRAGMA journal_mode=WAL")
+        con.execute("PRAGMA wal_autocheckpoint=0")
+        con.execute("DELETE FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE rowid % 2 = 0")
+        con.commit()
+        assert (tmp_path / "rank1.sqlite-wal").stat().st_size > 0
+        _refused(["ingest", db], db, "its write-ahead log rank1.sqlite-wal")
+    finally:
+        con.close()  # the last connection merges the log into the file and removes it
+    kinds = tracediag.load(db).events["kind"].cast(pl.String).value_counts()
+    assert dict(kinds.iter_rows()).get("kernel", 0) + dict(kinds.iter_rows()).get("comm", 0) == 6
 
 
 def _dumps(folder: Path) -> list[Path]:

@@ -166,6 +166,8 @@ def _connect(path: Path, *, shown: Path) -> Iterator[sqlite3.Connection]:
             with plain.open("rb") as f:
                 head = f.read(100)
             path = plain
+        else:
+            _check_wal(path, head, shown=shown)
         _check_header(path, head, shown=shown)
         con = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro&immutable=1", uri=True)
         # names are untrusted bytes: a damaged string must not stop the read
@@ -174,6 +176,18 @@ def _connect(path: Path, *, shown: Path) -> Iterator[sqlite3.Connection]:
             yield con
         finally:
             con.close()
+
+
+def _check_wal(path: Path, head: bytes, *, shown: Path) -> None:
+    """Refuse an export in WAL mode whose write-ahead log beside it holds changes: the file is read as it is
+    (`immutable`, no lock), so those changes would be missing without a word."""
+    wal = Path(f"{path}-wal")
+    if head[18:19] == b"\x02" and wal.is_file() and wal.stat().st_size > 0:
+        problem = (
+            f"its write-ahead log {wal.name} ({wal.stat().st_size:,} bytes) is not merged into it (a writer has it"
+            f" open, or died): run sqlite3 {path.name} 'PRAGMA wal_checkpoint' and read it again"
+        )
+        raise TraceError(str(shown), problem)
 
 
 GUNZIP_RATIO = 100
