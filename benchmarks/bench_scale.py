@@ -17,7 +17,8 @@ and clock rewritten per copy:
 
 Measured per row: CPU seconds of the whole process tree (`resource.getrusage` of the children, exact:
 every reading worker and polars thread), wall seconds, the peak summed RSS of the process tree (sampled
-every 0.2 s, so a little low) and the driver's own peak RSS (VmHWM), each per rank, and the top finding.
+every 0.2 s, so a little low) and the driver's own peak RSS (VmHWM), each per rank, the top finding and
+how many findings carry a what-if price.
 The growth exponents are the least-squares slopes of log(value) on log(ranks) over the rows: 1.0 is a
 constant cost per rank. With ``--baseline DIR`` (another checkout, e.g. a `git worktree` of main) each
 row is measured for both, alternating which goes first, and the CPU ratio this / baseline is shown.
@@ -57,7 +58,8 @@ hwm = int(re.search(r"VmHWM:\\s+(\\d+)", Path("/proc/self/status").read_text()).
 doc = json.loads(Path(out).read_bytes())
 top = doc["findings"][0] if doc["findings"] else None
 print(json.dumps({"driver_hwm": hwm, "ranks": doc["run"]["world_size"],
-                  "top": None if top is None else [top["cause"], top["ranks"][:4]]}))
+                  "top": None if top is None else [top["cause"], top["ranks"][:4]],
+                  "whatif": sum(1 for f in doc["findings"] if f["whatif"]), "findings": len(doc["findings"])}))
 """
 
 MEMORY_CHILD = """
@@ -88,7 +90,8 @@ cpu, wall = time.process_time() - t0, time.perf_counter() - w0
 top = a.findings[0] if a.findings else None
 print(json.dumps({"cpu": cpu, "wall": wall, "driver_hwm": hwm(), "driver_growth": hwm() - base,
                   "events": run.events.height, "ranks": n,
-                  "top": None if top is None else [str(top.cause), list(top.ranks)[:4]]}))
+                  "top": None if top is None else [str(top.cause), list(top.ranks)[:4]],
+                  "whatif": sum(1 for f in a.findings if f.whatif), "findings": len(a.findings)}))
 """
 
 
@@ -154,8 +157,11 @@ def main() -> None:
         subprocess.run([sys.executable, "-c", "import tracediag.cli.analyze"], env=_env(path, cache), check=True)
         measure_memory(path, 4, cache) if args.mode == "memory" else measure_command(path, build(BASE, 4), cache)
     print(f"mode {args.mode}; {os.cpu_count()} CPUs; {args.rounds} round(s); load {os.getloadavg()[0]:.1f}")
-    print("| checkout | ranks | CPU s | CPU ms/rank | wall s | tree peak MB | MB/rank | driver peak MB | top finding |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---|", flush=True)
+    print(
+        "| checkout | ranks | CPU s | CPU ms/rank | wall s | tree peak MB | MB/rank | driver peak MB | top finding "
+        "| priced (what-if) |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---|---|", flush=True)
     rows: dict[str, list[dict]] = {k: [] for k in checkouts}
     for n in ranks:
         folder = build(BASE, n) if args.mode == "command" else None
@@ -171,7 +177,7 @@ def main() -> None:
             print(
                 f"| {name} | {n:,} | {med['cpu']:.2f} | {med['cpu'] / n * 1e3:.1f} | {med['wall']:.1f} "
                 f"| {med['tree_peak'] / 1e6:,.0f} | {med['tree_peak'] / n / 1e6:.2f} | {med['driver_hwm'] / 1e6:,.0f} "
-                f"| {runs[0]['top']} |",
+                f"| {runs[0]['top']} | {runs[0]['whatif']} of {runs[0]['findings']} |",
                 flush=True,
             )
     for name, rs in rows.items():
