@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Start-up CPU-s of the command line (issue 31 item 3), against a baseline checkout, in one run.
 
-    python benchmarks/bench_startup.py [--baseline DIR] [--rounds 7] [--tiny GLOB] [--run DIR]
+    python benchmarks/bench_startup.py [--baseline DIR] [--rounds 7] [--tiny GLOB] [--run DIR] [--instructions]
 
 Each case is a fresh ``python`` of the checkout; its CPU seconds are `resource.getrusage` of the
 children (user + system, every thread), the median over the rounds, the checkouts alternated in each
@@ -10,11 +10,16 @@ round (which goes first alternates too), so that the machine's load falls on bot
 - ``python``: the interpreter alone (``python -c pass``), the floor under every other row;
 - ``--help`` and ``analyze --help``: ``python -m tracediag ...``;
 - ``analyze tiny``: ``tracediag analyze TINY --format json -o FILE`` of a real 2-rank run of 14 KB per
-  rank, whose analysis is a few CPU-ms: the whole process is nearly all start-up;
-- ``fixed``: what an analyze spends before and besides its real work: a process that runs the tiny
-  analyze twice, less twice the CPU of its second run (``tiny's work``, `time.process_time` around it:
-  everything imported and warm). Imports, first-call set-up and interpreter exit are what is left;
-- ``analyze run``: the same command on the real 4-rank straggler run (74 KB per rank), end to end.
+  rank, whose start-up outweighs its analysis;
+- ``analyze run``: the same command on the real 4-rank straggler run (74 KB per rank), end to end;
+- ``fixed (tiny)``: what an analyze spends before and besides its real work: a process that runs the
+  tiny analyze twice (the second through the console script's entry point, which ends the process),
+  less twice the CPU of that second run (``tiny's work``: from its start to the interpreter's teardown,
+  everything imported and warm). Imports, first-call set-up and the teardown are what is left.
+
+With ``--instructions`` each case (but the last) also runs once under valgrind's callgrind, which counts
+the instructions of every thread: exact and independent of the load, where CPU-s on a shared machine
+move by 20% from run to run.
 
 Python writes its bytecode to a cache outside the trees (``PYTHONPYCACHEPREFIX``), warmed first, so
 the start-up is an installed package's, not a compile of every module. The two analyses' JSON must be
@@ -25,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import resource
 import statistics
 import subprocess
@@ -34,30 +40,26 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = "fixtures/kineto/gen_torch2.13cpu_gloo_2rank_rank*.pt.trace.json.gz"
-"""A real 2-rank run of 14 KB per rank (gloo, torch 2.13 CPU): its analysis is a few CPU-ms of work."""
+"""A real 2-rank run of 14 KB per rank (gloo, torch 2.13 CPU): a small analysis after the start-up."""
 RUN = "fixtures/runs/straggler_persistent"
 """The real 4-rank straggler run (74 KB per rank): a small analysis whose work is larger than its start-up."""
 
 TWICE = """
-import sys, time
-from tracediag.cli import cli
+import atexit, sys, time
+from tracediag.cli import cli, main
 
-def analyze(out):
-    try:
-        cli(["analyze", sys.argv[1], "--format", "json", "-o", out])
-    except SystemExit as e:
-        if e.code:
-            raise
-
-analyze(sys.argv[2])
+run, first, second = sys.argv[1:4]
+cli(["analyze", run, "--format", "json", "-o", first], standalone_mode=False)
 t0 = time.process_time()
-analyze(sys.argv[3])
-print(time.process_time() - t0)
+atexit.register(lambda: print(time.process_time() - t0, flush=True))  # before the interpreter's teardown
+sys.argv = ["tracediag", "analyze", run, "--format", "json", "-o", second]
+main()  # the console script's entry point: it ends the process
 """
 
 
 def _env(checkout: Path, cache: Path) -> dict[str, str]:
-    env = {**os.environ, "PYTHONPATH": str(checkout), "PYTHONPYCACHEPREFIX": str(cache)}
+    # PYTHONSAFEPATH: `-m` and `-c` put the working directory (this tree) first on the path, before PYTHONPATH
+    env = {**os.environ, "PYTHONPATH": str(checkout), "PYTHONPYCACHEPREFIX": str(cache), "PYTHONSAFEPATH": "1"}
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     return env
 
@@ -67,32 +69,47 @@ def _children_cpu() -> float:
     return ru.ru_utime + ru.ru_stime
 
 
-def _child(args: list[str], checkout: Path, cache: Path) -> tuple[float, str]:
-    """CPU-s and stdout of ``python ARGS`` run with `checkout` first on the path (from the repository root,
-    so that the inputs' relative names, shown in the output, are the same for both checkouts)."""
+def _child(args: list[str], checkout: Path, cache: Path, *, under: tuple[str, ...] = ()) -> tuple[float, str]:
+    """CPU-s and stdout (stderr `under` a tool) of ``python ARGS`` run with `checkout` first on the path
+    (from the repository root, so that the inputs' relative names, shown in the output, are the same for
+    both checkouts)."""
     before = _children_cpu()
     out = subprocess.run(
-        [sys.executable, *args], env=_env(checkout, cache), cwd=ROOT, capture_output=True, text=True, check=True
+        [*under, sys.executable, *args], env=_env(checkout, cache), cwd=ROOT, capture_output=True, text=True, check=True
     )
-    return _children_cpu() - before, out.stdout
+    return _children_cpu() - before, out.stderr if under else out.stdout
+
+
+def _instructions(args: list[str], checkout: Path, cache: Path) -> float:
+    """Millions of instructions ``python ARGS`` executes, every thread's, counted by valgrind's callgrind:
+    exact where CPU-s wander with the machine's load (a run takes about 50 times as long)."""
+    tool = ("valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null")
+    err = _child(args, checkout, cache, under=tool)[1]
+    return int(re.search(r"Collected : (\d+)", err).group(1)) / 1e6
 
 
 def _analyze(run: str, out: Path) -> list[str]:
     return ["-m", "tracediag", "analyze", run, "--format", "json", "-o", str(out)]
 
 
+def _cases(runs: tuple[str, str], tmp: Path) -> dict[str, list[str]]:
+    tiny, run = runs
+    return {
+        "python": ["-c", "pass"],
+        "--help": ["-m", "tracediag", "--help"],
+        "analyze --help": ["-m", "tracediag", "analyze", "--help"],
+        "analyze tiny": _analyze(tiny, tmp / "tiny.json"),
+        "analyze run": _analyze(run, tmp / "run.json"),
+    }
+
+
 def measure(checkout: Path, runs: tuple[str, str], cache: Path, tmp: Path) -> dict[str, float]:
     """One round of every case for `checkout`: CPU-s by case."""
-    tiny, run = runs
-    cpu = {"python": _child(["-c", "pass"], checkout, cache)[0]}
-    cpu["--help"] = _child(["-m", "tracediag", "--help"], checkout, cache)[0]
-    cpu["analyze --help"] = _child(["-m", "tracediag", "analyze", "--help"], checkout, cache)[0]
-    cpu["analyze tiny"] = _child(_analyze(tiny, tmp / "tiny.json"), checkout, cache)[0]
-    total, out = _child(["-c", TWICE, tiny, str(tmp / "1.json"), str(tmp / "2.json")], checkout, cache)
+    cpu = {case: _child(args, checkout, cache)[0] for case, args in _cases(runs, tmp).items()}
+    total, out = _child(["-c", TWICE, runs[0], str(tmp / "1.json"), str(tmp / "2.json")], checkout, cache)
     work = float(out.strip().splitlines()[-1])
-    cpu["fixed"] = total - 2 * work
+    cpu["fixed (tiny)"] = total - 2 * work
     cpu["tiny's work"] = work
-    cpu["analyze run"] = _child(_analyze(run, tmp / "run.json"), checkout, cache)[0]
     return cpu
 
 
@@ -102,6 +119,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--tiny", default=TINY, help="The run whose analysis is mostly start-up (relative to the root).")
     ap.add_argument("--run", default=RUN, help="A small run analysed end to end (relative to the root).")
+    ap.add_argument("--instructions", action="store_true", help="Also count each case's instructions (valgrind).")
     args = ap.parse_args()
     trees = {"this": ROOT}
     if args.baseline is not None:
@@ -116,6 +134,11 @@ def main() -> None:
             for i in range(2):
                 if (tmp / f"this.{i}.json").read_bytes() != (tmp / f"baseline.{i}.json").read_bytes():
                     sys.exit(f"the analyze JSON of {(args.tiny, args.run)[i]} differs between the checkouts")
+        counted = {
+            name: {case: _instructions(a, tree, caches[name]) for case, a in _cases((args.tiny, args.run), tmp).items()}
+            for name, tree in trees.items()
+            if args.instructions
+        }
         rows: dict[str, dict[str, list[float]]] = {name: {} for name in trees}
         for r in range(args.rounds):
             order = list(trees) if r % 2 == 0 else list(reversed(trees))
@@ -132,6 +155,12 @@ def main() -> None:
         meds = [statistics.median(rows[name][case]) for name in trees]
         ratio = f"{meds[0] / meds[1]:>9.2f}x" if len(meds) > 1 and meds[1] else ""
         print(f"{case:<20}" + "".join(f"{m:>10.3f}" for m in meds) + ratio)
+    if counted:
+        print("millions of instructions (valgrind callgrind), one run each")
+        for case in counted["this"]:
+            counts = [counted[name][case] for name in trees]
+            ratio = f"{counts[0] / counts[1]:>9.3f}x" if len(counts) > 1 else ""
+            print(f"{case:<20}" + "".join(f"{c:>10.1f}" for c in counts) + ratio)
     if args.baseline is not None:
         print("analyze --format json of tiny and run: byte-identical between the checkouts")
 

@@ -4,6 +4,7 @@ each command's own (issue 31)."""
 
 from __future__ import annotations
 
+import gc
 import subprocess
 import sys
 from importlib import import_module
@@ -12,7 +13,7 @@ import click
 import pytest
 from conftest import ROOT
 
-from tracediag.cli import COMMANDS, cli
+from tracediag.cli import COMMANDS, cli, collection_paused
 from tracediag.cli.common import LazyChoice
 
 HEAVY = ("polars", "pyarrow", "plotly", "numpy")
@@ -122,6 +123,20 @@ def test_model_choices_are_looked_up_and_each_default_is_one():
         assert len(p.type.choices) >= 2, key
         if key in defaults:
             assert defaults[key] in p.type.choices, key
+
+
+def test_imports_pause_the_collector_and_give_it_back_as_found():
+    assert gc.isenabled()
+    with collection_paused():
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with collection_paused():
+            pass
+        assert not gc.isenabled()  # the caller had it off: it stays off
+    finally:
+        gc.enable()
 
 
 def test_an_unknown_command_is_a_usage_error(runner):

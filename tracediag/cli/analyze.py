@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from tracediag.cli import collection_paused
 from tracediag.cli.check_options import add_check, check_options, finish_report
 from tracediag.cli.common import EXIT_FINDING, FilePath, InputError
 from tracediag.cli.execute_options import (
@@ -147,9 +148,10 @@ def analyze(
     **check_kw: Any,
 ) -> None:
     """Name the cause of slow steps in trace files, globs, directories or an ingest Parquet."""
-    from tracediag.execute.driver import analyze_sources
-    from tracediag.output import write_atomic
-    from tracediag.report.analyses import analyses_json, analyses_text
+    with collection_paused():
+        from tracediag.execute.driver import analyze_sources
+        from tracediag.output import write_atomic
+        from tracediag.report.analyses import analyses_json, analyses_text
 
     gate = _causes(fail_on)
     peak = _link(link_gbps)

@@ -8,6 +8,7 @@ traceback. SIGTERM is raised as an exception in the main thread, like Ctrl-C, so
 from __future__ import annotations
 
 import errno
+import gc
 import os
 import signal
 import sys
@@ -81,6 +82,9 @@ def run(command: click.Command) -> NoReturn:
         if type(e).__name__ != "PanicException":
             raise
         code = _internal(e)  # type: ignore[arg-type]
+    # The exit frees what is left; the interpreter's last collection, over every object the command
+    # made, would find nothing to free (3% of the instructions of a tiny `analyze`).
+    gc.freeze()
     sys.exit(code)
 
 
