@@ -273,6 +273,16 @@ def resolve_inputs(sources: Iterable[str | Path], storage_options: dict | None =
     return [f for f in out if not ((key := location_key(f.path)) in seen or seen.add(key))]
 
 
+def _check_rank_map_names(rank_map: dict[str, int] | None, files: list[InputFile]) -> None:
+    """A `RankError` for a `--rank FILE=N` whose FILE is no input's path or base name: ignored, its file
+    would keep the rank it names itself (or none) without a word (a typo, `./a.json` for `a.json`)."""
+    names = {f.path for f in files} | {os.path.basename(f.path) for f in files}
+    unknown = [key for key in rank_map or {} if key not in names]
+    if unknown:
+        msg = f"--rank {shown(unknown[0])}={rank_map[unknown[0]]}: no input file has this path or base name"
+        raise RankError(msg)
+
+
 def _glob(pattern: str) -> list[str]:
     """Files matching a glob pattern, sorted; `**` spans directories but not symlinked ones."""
     parts = Path(pattern).parts
@@ -360,6 +370,7 @@ def load(
         if saved is not None:  # else an op-timeline table, read as traces are
             return saved if comm_kernel is None else Run(mark_comm_kernels(saved.events, comm_kernel), saved.meta)
     resolve = rank_resolver(rank_from_filename=rank_from_filename, rank_map=rank_map)
+    _check_rank_map_names(rank_map, resolved)
     default_rank = 0 if len(resolved) == 1 else None
     tasks: list[ReadTask] = []
     results: dict[str, list[FileTrace] | tuple[str, bool]] = {}

@@ -32,7 +32,7 @@ from click.testing import CliRunner
 
 import tracediag
 from tracediag.cli import cli
-from tracediag.errors import TracediagError, shown
+from tracediag.errors import RankError, TracediagError, shown
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 GLOO0, GLOO1 = (FIXTURES / "kineto" / f"gen_torch2.13cpu_gloo_2rank_rank{r}.pt.trace.json.gz" for r in (0, 1))
@@ -172,6 +172,17 @@ def test_rank_past_world_is_refused_by_every_command_but_a_given_rank_overrides(
     run = tracediag.load(folder, rank_map={bad.name: 1})
     assert run.meta.ranks == [0, 1]
     assert run.meta.world_size == 2
+
+
+def test_a_rank_given_for_no_input_file_is_one_line_not_ignored(tmp_path):
+    """`--rank ./rank1.json=1` for an input given as `rank1.json` (or a typo) was ignored: the file kept
+    its own rank, or, naming none, stopped the run with advice to pass the very option given."""
+    folder, bad = _run(tmp_path, "rank1.json", _plain())
+    typo = Path("rank_1.json")
+    _refused(["ingest", folder, "--rank", f"{typo}=1"], typo, "--rank rank_1.json=1: no input file has this path")
+    with pytest.raises(RankError, match="no input file has this path or base name"):
+        tracediag.load(folder, rank_map={"rank_1.json": 1})
+    assert tracediag.load(folder, rank_map={bad.name: 3}).meta.ranks == [0, 3]
 
 
 # ------------------------------------------------------------------ read, with every event accounted for
