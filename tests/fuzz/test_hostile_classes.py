@@ -340,6 +340,17 @@ def test_nsight_export_with_an_unmerged_write_ahead_log_is_refused_not_read_stal
     assert dict(kinds.iter_rows()).get("kernel", 0) + dict(kinds.iter_rows()).get("comm", 0) == 6
 
 
+@pytest.mark.parametrize("name", ["gen_jax0.10.2_cpu2dev.xplane.pb.gz", "host.xplane.pb"])
+def test_a_jax_xplane_named_alone_says_which_file_to_pass(tmp_path, name):
+    source = FIXTURES / "jax" / "gen_jax0.10.2_cpu2dev.xplane.pb.gz"
+    path = tmp_path / name
+    path.write_bytes(source.read_bytes() if name.endswith(".gz") else gzip.decompress(source.read_bytes()))
+    problem = "an xplane.pb is read only beside its JSON trace: pass the <host>.trace.json.gz of its folder"
+    _refused(["ingest", path], path, problem)
+    with pytest.raises(TracediagError, match=re.escape(problem)):
+        tracediag.load(path)
+
+
 def _dumps(folder: Path) -> list[Path]:
     return sorted(p for p in folder.iterdir() if p.name != "manifest.json")
 

@@ -85,6 +85,9 @@ def _read(
         fmt = sniff(path, head)
     except TraceError:
         blocks.close()
+        if path.endswith((".xplane.pb", ".xplane.pb.gz")):  # JAX's protobuf: its events are in the JSON beside it
+            problem = "an xplane.pb is read only beside its JSON trace: pass the <host>.trace.json.gz of its folder"
+            raise TraceError(path, problem) from None
         raise
     if fmt == "parquet":
         mapped = map_plain(path)
