@@ -151,7 +151,7 @@ def analyze(
     with collection_paused():
         from tracediag.execute.driver import analyze_sources
         from tracediag.output import write_atomic
-        from tracediag.report.analyses import analyses_json, analyses_text
+        from tracediag.report.analyses import analyses_json, analyses_json_bytes, analyses_text
 
     gate = _causes(fail_on)
     peak = _link(link_gbps)
@@ -183,14 +183,19 @@ def analyze(
             on_file_done=on_file_done, **kw,
         )  # fmt: skip
     results = _with_checks(analysed.results, analysed.run, check_kw)
-    text = analyses_json(results) if fmt == "json" else analyses_text(results, kernels_top=kernels_top)
     if output:
+        data = (
+            analyses_json_bytes(results)
+            if fmt == "json"
+            else (analyses_text(results, kernels_top=kernels_top) + "\n").encode()
+        )
         try:
-            write_atomic(output, (text + "\n").encode())
+            write_atomic(output, data)
         except TracediagError as e:
             raise InputError(str(e)) from None
+        del data
     else:
-        click.echo(text)
+        click.echo(analyses_json(results) if fmt == "json" else analyses_text(results, kernels_top=kernels_top))
     for i, (p, r) in enumerate(results):
         kw = check_kw
         if p and check_kw.get("html_path") is not None:

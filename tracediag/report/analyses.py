@@ -16,8 +16,16 @@ if TYPE_CHECKING:
 
 def analyses_json(results: list[tuple[str, Analysis]]) -> str:
     """One analysis as its document; analyses per file as ``{"per_file": [...]}``, each naming its file."""
+    return analyses_json_bytes(results, newline=False).decode()
+
+
+def analyses_json_bytes(results: list[tuple[str, Analysis]], *, newline: bool = True) -> bytes:
+    """`analyses_json` as UTF-8 (with a final newline: the file ``analyze -o`` writes), made once: no str
+    copies of a document that is 180 MB at 16,384 ranks."""
     docs = [{**({"file": p} if p else {}), **r.to_dict()} for p, r in results]
-    return orjson.dumps(docs[0] if len(docs) == 1 and not results[0][0] else {"per_file": docs}).decode()
+    doc = docs[0] if len(docs) == 1 and not results[0][0] else {"per_file": docs}
+    del docs
+    return orjson.dumps(doc, option=orjson.OPT_APPEND_NEWLINE if newline else None)
 
 
 def analyses_text(results: list[tuple[str, Analysis]], *, kernels_top: int = 0) -> str:
