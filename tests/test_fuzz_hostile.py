@@ -17,7 +17,6 @@ import json
 import os
 import random
 import shutil
-import signal
 import sqlite3
 import subprocess
 import sys
@@ -29,7 +28,7 @@ import polars as pl
 import pytest
 from _reports import RUNS, analysis_with_check, traces
 from click.testing import CliRunner
-from conftest import FIXTURES, KINETO
+from conftest import FIXTURES, KINETO, time_limit
 
 import tracediag
 from tracediag.cli import cli
@@ -49,23 +48,6 @@ NSYS = FIXTURES / "nsys/constructed_gpu_rank0.sqlite.gz"
 
 
 # ----------------------------------------------------------------------------------------- helpers
-
-
-@contextlib.contextmanager
-def time_limit(seconds: float):
-    """Fail the case (instead of hanging the suite) when it runs past `seconds`."""
-
-    def expire(*_):
-        msg = f"ran past {seconds} s"
-        raise TimeoutError(msg)
-
-    old = signal.signal(signal.SIGALRM, expire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
 
 
 def digests(folder: Path) -> dict[str, str]:

@@ -7,11 +7,10 @@ benchmarks/fuzz_campaign.py."""
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
 
 import pytest
+from conftest import time_limit
 
 from fuzz import cases
 
@@ -19,21 +18,6 @@ N = int(os.environ.get("TRACEDIAG_FUZZ_N", "150"))
 SEED = int(os.environ.get("TRACEDIAG_FUZZ_SEED", "0"))
 BLOCK = 25
 CASE_SECONDS = 60
-
-
-@contextlib.contextmanager
-def _time_limit(seconds: float):
-    def expire(*_):
-        msg = f"ran past {seconds} s"
-        raise TimeoutError(msg)
-
-    old = signal.signal(signal.SIGALRM, expire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +31,7 @@ def test_fuzzed_inputs_keep_the_invariant(tmp_path, sides, start):
     for seed in range(start, min(start + BLOCK, SEED + N)):
         case = cases.build(seed, tmp_path / str(seed), sides)
         before = cases.digests(cases.inputs(case))
-        with _time_limit(CASE_SECONDS):
+        with time_limit(CASE_SECONDS):
             outcome = cases.run(case)
         found = cases.problems(outcome)
         if cases.digests(cases.inputs(case)) != before:

@@ -21,7 +21,6 @@ import os
 import pickle
 import re
 import shutil
-import signal
 import sqlite3
 import struct
 from pathlib import Path
@@ -29,6 +28,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 from click.testing import CliRunner
+from conftest import time_limit
 
 import tracediag
 from tracediag.cli import cli
@@ -43,23 +43,8 @@ ROWS = 433
 """Duration events of rank 1's gloo trace: the rows it gives read intact."""
 
 
-@contextlib.contextmanager
-def _time_limit(seconds: float):
-    def expire(*_):
-        msg = f"ran past {seconds} s"
-        raise TimeoutError(msg)
-
-    old = signal.signal(signal.SIGALRM, expire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
-
-
 def _invoke(args: list) -> tuple[int, str, str]:
-    with _time_limit(60):
+    with time_limit(60):
         result = CliRunner().invoke(cli, [str(a) for a in args])
     assert "Traceback" not in result.output, result.output
     assert "internal error" not in result.output, result.output
@@ -263,7 +248,7 @@ def test_an_entry_named_like_a_trace_that_is_no_file_is_named_not_dropped(tmp_pa
     odd = tmp_path / "rank2.pt.trace.json.gz"
     make(odd)
     _refused(["ingest", tmp_path, "-o", tmp_path.parent / f"{case}.parquet"], odd, problem)
-    with _time_limit(60):
+    with time_limit(60):
         run = tracediag.load(tmp_path)
     assert run.meta.ranks == [0, 1]
     assert [e for e in run.meta.errors if shown(odd) in e and problem in e], run.meta.errors
