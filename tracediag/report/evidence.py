@@ -39,6 +39,7 @@ SENTENCES = {
     "checkpoint_ms": "its checkpointing in those windows",
     "ops_ratio": "how many compute ops it runs over its peers' in its late steps",
     "op_time_ratio": "the mean duration of the ops both run, its over its peers'",
+    "slowest_ops_ratio": "how many compute ops the slowest rank of each uneven step runs over its peers' (median)",
     "compute_kind": "more_ops: it runs more work; same_ops_longer: the same work runs slower",
     "exposed_comm_share_median": "share of the step spent communicating with nothing computing (median)",
     "exposed_comm_share_by_rank": "that share per rank",
