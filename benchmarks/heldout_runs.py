@@ -632,19 +632,19 @@ def body_comm_linear(torch, rank, cfg, seed):
     return step
 
 
-def body_input(torch, rank, cfg, seed):
+def _slow_batches(torch, rank, seed, batch, dim, sleep_s, cpu_iters, kind):
+    """Batches made on the host: each sleeps `sleep_s` and spins `cpu_iters` Python iterations, served by a
+    `DataLoader(num_workers=0)` (`kind` "dataloader") or a plain generator (anything else)."""
     from torch.utils.data import DataLoader, Dataset
 
-    B, D = cfg["batch"], cfg["dim"]
-
     def make(idx):
-        if cfg["sleep_s"]:
-            time.sleep(cfg["sleep_s"])
+        if sleep_s:
+            time.sleep(sleep_s)
         acc = 0
-        for k in range(cfg["cpu_iters"]):
+        for k in range(cpu_iters):
             acc = (acc * 31 + k + idx) % 1000003
         gen = torch.Generator().manual_seed(idx * 7 + rank + 1000 * seed)
-        return torch.randn(B, D, generator=gen), torch.randint(0, 10, (B,), generator=gen)
+        return torch.randn(batch, dim, generator=gen), torch.randint(0, 10, (batch,), generator=gen)
 
     class SlowDS(Dataset):
         def __len__(self):
@@ -659,10 +659,14 @@ def body_input(torch, rank, cfg, seed):
             yield make(k)
             k += 1
 
-    if cfg["loader"] == "dataloader":
-        it = iter(DataLoader(SlowDS(), batch_size=None, shuffle=False, num_workers=0))
-    else:
-        it = gen_loader()
+    if kind == "dataloader":
+        return iter(DataLoader(SlowDS(), batch_size=None, shuffle=False, num_workers=0))
+    return gen_loader()
+
+
+def body_input(torch, rank, cfg, seed):
+    B, D = cfg["batch"], cfg["dim"]
+    it = _slow_batches(torch, rank, seed, B, D, cfg["sleep_s"], cfg["cpu_iters"], cfg["loader"])
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     torch.manual_seed(0)
@@ -927,30 +931,7 @@ def _r6_loader(torch, rank, cfg, seed):
     g = torch.Generator().manual_seed(seed * 100 + rank)
     if not ld:
         return lambda: (torch.randn(B, D, generator=g), torch.randint(0, 10, (B,), generator=g))
-    from torch.utils.data import DataLoader, Dataset
-
-    def make(idx):
-        time.sleep(ld["sleep_s"])
-        acc = 0
-        for k in range(ld["cpu_iters"]):
-            acc = (acc * 31 + k + idx) % 1000003
-        gen = torch.Generator().manual_seed(idx * 7 + rank + 1000 * seed)
-        return torch.randn(B, D, generator=gen), torch.randint(0, 10, (B,), generator=gen)
-
-    class Slow(Dataset):
-        def __len__(self):
-            return 10_000
-
-        def __getitem__(self, idx):
-            return make(idx)
-
-    def gen():
-        k = 0
-        while True:
-            yield make(k)
-            k += 1
-
-    it = iter(DataLoader(Slow(), batch_size=None, num_workers=0)) if ld["kind"] == "dataloader" else gen()
+    it = _slow_batches(torch, rank, seed, B, D, ld["sleep_s"], ld["cpu_iters"], ld["kind"])
     return lambda: next(it)
 
 
