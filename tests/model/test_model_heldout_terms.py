@@ -1,5 +1,5 @@
 """Issue 28: the terms the held-out runs exposed (benchmarks/heldout_model.py): attention's backward work in the
-rates' own convention, and torchtitan's memory-bound ops counted op by op."""
+rates' own convention, and torchtitan's and llm-foundry's memory-bound ops counted op by op."""
 
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ import pytest
 
 from tracediag.errors import SpecError
 from tracediag.model.elementwise import forward_bytes
+from tracediag.model.memory import activation_bytes_per_layer
 from tracediag.model.rates import BACKWARD_FLOPS, attention_rate
-from tracediag.model.specs import MODELS, Split, Training, resolve_device
+from tracediag.model.specs import MODELS, ModelSpec, Split, Training, resolve_device
 from tracediag.model.stack import resolve_engine, with_overrides
 from tracediag.model.time import _attention_time, collective_time, layer_cost, process_group_links
 
@@ -50,6 +51,22 @@ def test_torchtitan_llama_block_bytes_by_hand():
     assert forward_bytes(model, split, train, "torchtitan-eager") == eager / 2
     with pytest.raises(SpecError, match="elementwise ops"):
         forward_bytes(model, Split(), train, "eager")
+
+
+def test_llm_foundry_mpt_block_bytes_by_hand():
+    # MPT-7B (llm-foundry's mpt-7b.yaml): h 4096, 32 heads, no GQA, GELU MLP at 4h
+    model = ModelSpec(name="mpt-7b", layers=32, hidden=4096, heads=32, ffn=16384, vocab=50368)
+    train = Training(seq_len=1, global_batch=1, micro_batch=1)
+    # two bf16 LayerNorms (2 + 2), two residual adds (2 + 2 + 2), GELU (2 + 2) per ffn element; no dropout
+    assert forward_bytes(model, Split(), train, "llm-foundry-mpt") == 2 * 4 * 4096 + 2 * 6 * 4096 + 4 * 16384
+    # the generic eager prior charges the same block twice as much (2.25 round trips of 32 stored bytes per h)
+    engine = resolve_engine("pytorch-fsdp")
+    assert engine.elementwise_ops == "llm-foundry-mpt"
+    assert engine.attention_kernel == "triton"  # submit_benchmarks.py's attn_impl default
+    generic = engine.elementwise_traffic * activation_bytes_per_layer(model, Split(), train, engine)
+    assert generic == pytest.approx(72 * 4096)
+    # flash-attn 1.0.9's fused cross-entropy: read the bf16 logits, then read them and write their gradient
+    assert engine.loss_bytes_per_logit == 6
 
 
 def test_eager_torchtitan_pays_the_counted_bytes_over_hbm():

@@ -16,6 +16,17 @@ train configs' `norm_type = "rmsnorm"`), forward, bytes per element of the tenso
   q-sized element, eager and compiled alike (SDPA is an external kernel).
 - SwiGLU `silu(w1 x) * w3 x` per ffn element: eager silu 2+2, mul 2+2+2 = 10; compiled 2+2 in, 2 out = 6.
 
+llm-foundry's MPT block (llmfoundry/models/layers/blocks.py, norm.py, ffn.py at 061f2c7c and 5e85bd62, the
+benchmark tables' commits; `submit_benchmarks.py` sets `norm_type: low_precision_layernorm`), bf16 activations
+(FSDP mixed precision, Composer `amp_bf16`):
+
+- `LPLayerNorm`: one `F.layer_norm` kernel with autocast off, in bf16: read 2, write 2 = 4 per element, twice.
+- residual adds (2 per block): read 2 + 2, write 2 = 6 each.
+- `nn.GELU(approximate='none')` per ffn element: read 2, write 2 = 4 (`mptglu`, for SwiGLU shapes:
+  `act(gate_proj(x)) * up_proj(x)`, 4 + 6 = 10).
+- dropouts: `resid_pdrop` 0.0 (the default, unset in the pretrain yamls), and ATen's dropout returns its input
+  at p = 0; q, k, v are `split` views of the QKV output and the Triton kernel takes them strided (no copy).
+
 The backward pass moves twice the forward's bytes, as in the generic estimate.
 """
 
@@ -28,7 +39,7 @@ from tracediag.errors import SpecError
 if TYPE_CHECKING:
     from tracediag.model.specs import ModelSpec, Split, Training
 
-OPS = ("torchtitan-eager", "torchtitan-compile")
+OPS = ("torchtitan-eager", "torchtitan-compile", "llm-foundry-mpt")
 """Block codes whose memory-bound ops are counted here (`Engine.elementwise_ops`)."""
 
 
@@ -45,5 +56,7 @@ def forward_bytes(model: ModelSpec, split: Split, train: Training, ops: str) -> 
         return 2 * 36 * n_h + 2 * 6 * n_h + 20 * (n_q + n_kv) + repeat + (10 if model.swiglu else 4) * n_f
     if ops == "torchtitan-compile":
         return (4 + 8 + 6) * n_h + 4 * (n_q + n_kv) + repeat + (6 if model.swiglu else 4) * n_f
+    if ops == "llm-foundry-mpt":
+        return (2 * 4 + 2 * 6) * n_h + repeat + (10 if model.swiglu else 4) * n_f
     msg = f"unknown elementwise ops {ops!r}; one of {', '.join(OPS)}"
     raise SpecError(msg)

@@ -155,10 +155,18 @@ ENGINES = {
         pp_overlap=True,
         elementwise_traffic=_traffic("megascale"),
     ),
-    # Eager PyTorch FSDP1 (llm-foundry / Composer 2023): FlashAttention-2, unfused elementwise kernels, each
-    # reading and writing its tensors; FULL_SHARD prefetches the next unit (BACKWARD_PRE).
+    # Eager PyTorch FSDP1 as llm-foundry / Composer 2023 ran its MPT tables: `attn_impl: triton` (Tri Dao's
+    # FlashAttention in Triton: submit_benchmarks.py's default at 061f2c7c and 5e85bd62), the MPT block's
+    # memory-bound ops counted op by op (model/elementwise.py), flash-attn 1.0.9's fused cross-entropy
+    # (`loss_fn: fused_crossentropy`, the default, xentropy_cuda_lib: the forward reads the bf16 logits, the
+    # backward reads them and writes their gradient, 2 + 2 + 2 bytes); FULL_SHARD prefetches the next unit.
     "pytorch-fsdp": lambda: Engine(
-        name="pytorch-fsdp", stack="fsdp", attention_kernel="fa2", elementwise_traffic=_traffic("eager")
+        name="pytorch-fsdp",
+        stack="fsdp",
+        attention_kernel="triton",
+        elementwise_traffic=_traffic("eager"),
+        elementwise_ops="llm-foundry-mpt",
+        loss_bytes_per_logit=6.0,
     ),
     # torchtitan (FSDP2, eager): SDPA's FlashAttention-2 backend, one kernel per elementwise op (counted op by op
     # from its Llama block, model/elementwise.py); FSDP2 prefetches one unit in both passes. `torchtitan-compile`
