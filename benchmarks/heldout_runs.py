@@ -536,12 +536,154 @@ for _c in R6.values():
     if _c["kind"] == "subset":
         _c.setdefault("truths", R6[_c["subset_of"]]["truths"])
         _c["world"] = R6[_c["subset_of"]]["world"]
+# ---------------------------------------------------------------------------
+# --set round7: scenarios not in rounds 1-6, nobody tuned against: 3-, 5- and 6-rank jobs, 4/5/7-step
+# windows, one rank's slow DataLoader (input_straggler), a host straggler under a job-wide loader, two
+# transient stragglers on different ranks, a periodic straggler, a one-step host episode, a slow node of
+# two ranks, a slow link in a 3-rank ring, a GIL-holding thread on 3 ranks, a 5-rank healthy job, and
+# incomplete rank sets of them (same keys as round 6; `loader.rank`: only that rank's loader is slow, the
+# others' the same loader without the wait).
+R7 = {}
+
+
+def r7(name, **kw):
+    r6(name, **kw)  # round 6's defaults
+    R7[name] = R6.pop(name)
+
+
+r7(
+    "input_strag_w3",
+    world=3,
+    active=6,
+    loader=dict(kind="dataloader", sleep_s=0.35, cpu_iters=0, rank=2),
+    truths=[T("input_straggler", [2])],
+    note="3 ranks, DataLoader(num_workers=0) on every rank; only rank 2's dataset sleeps 350 ms per batch",
+)
+r7(
+    "mix_host_input",
+    loader=dict(kind="dataloader", sleep_s=0.3, cpu_iters=0),
+    host=dict(rank=3, iters="all", sleep_s=0.5, where="after_forward"),
+    active=5,
+    truths=[T("host_straggler", [3]), T("input_bound")],
+    note="4 ranks; every rank's DataLoader sleeps 300 ms per batch; rank 3 also time.sleep(500 ms) between "
+    "forward and backward every step",
+)
+r7(
+    "mix_strag_gen_w3",
+    world=3,
+    active=7,
+    loader=dict(kind="generator", sleep_s=0.3, cpu_iters=0),
+    strags=[dict(rank=0, iters="all", n_mm=30, where="before_forward")],
+    truths=[T("compute_straggler", [0], "strag"), T("input_bound")],
+    note="3 ranks; every rank's plain generator sleeps 300 ms per batch (unannotated); rank 0 also +30 matmuls "
+    "before forward, every step",
+)
+r7(
+    "two_transients",
+    active=7,
+    strags=[
+        dict(rank=0, iters=[3], n_mm=48, where="after_forward"),
+        dict(rank=2, iters=[7], n_mm=48, where="after_forward"),
+    ],
+    truths=[T("compute_straggler", [0], "strag"), T("compute_straggler", [2], "strag")],
+    note="4 ranks, 7 steps; rank 0 +48 matmuls after forward on iteration 3, rank 2 the same on iteration 7",
+)
+r7(
+    "periodic_strag",
+    strags=[dict(rank=1, iters=[3, 6, 9], n_mm=36, where="after_forward")],
+    truths=[T("compute_straggler", [1], "strag")],
+    note="4 ranks; rank 1 +36 matmuls after forward on every third iteration (3, 6, 9)",
+)
+r7(
+    "host_episode_w3",
+    world=3,
+    active=5,
+    host=dict(rank=1, iters=[4], sleep_s=1.0, where="before_forward"),
+    truths=[T("host_straggler", [1], [4])],
+    note="3 ranks, 5 steps; rank 1 time.sleep(1 s) at the start of iteration 4 only (a checkpoint-like pause)",
+)
+r7(
+    "strag_w5_after_bwd",
+    world=5,
+    active=5,
+    **SMALL,
+    strags=[dict(rank=4, iters="all", n_mm=30, where="after_backward")],
+    truths=[T("compute_straggler", [4], "strag")],
+    note="5-rank DDP, 4x Linear(256,256) batch 256, 5 steps; rank 4 +30 matmuls after backward (after the "
+    "all-reduce, before opt.step) every step",
+)
+r7(
+    "slow_node_w6",
+    world=6,
+    active=5,
+    **SMALL,
+    strags=[dict(rank=r, iters="all", n_mm=30, where="after_forward") for r in (2, 3)],
+    truths=[T("compute_straggler", [2, 3], "strag")],
+    note="6-rank DDP, 4x Linear(256,256) batch 256, 5 steps; ranks 2 and 3 (a slow node) each +30 matmuls after "
+    "forward every step",
+)
+r7(
+    "slow_link_w3",
+    world=3,
+    active=5,
+    net=dict(rank=0, rate="100mbit"),
+    ring_numel=2**19,
+    truths=[T("slow_link", [0])],
+    note="3 ranks in network namespaces, rank 0's veth shaped to 100 Mbit/s both ways, a 2 MiB ring exchange "
+    "(send r+1, recv r-1) after backward every step",
+)
+r7(
+    "gil_thread_w3",
+    world=3,
+    active=5,
+    gil=dict(rank=2),
+    truths=[T("host_straggler", [2])],
+    note="3 ranks, 5 steps; rank 2 runs a busy-looping Python thread (holds the GIL, 5 ms switch interval)",
+)
+r7(
+    "host_after_bwd_a4",
+    active=4,
+    host=dict(rank=2, iters="all", sleep_s=0.4, where="after_backward"),
+    truths=[T("host_straggler", [2])],
+    note="4 ranks, 4 steps; rank 2 time.sleep(400 ms) after backward (after the all-reduce) every step",
+)
+r7(
+    "healthy_w5",
+    world=5,
+    active=5,
+    **SMALL,
+    truths=[T("healthy", steps=[])],
+    note="5-rank DDP, 4x Linear(256,256) batch 256, 5 steps, identical work on every rank",
+)
+r7(
+    "sub_input_lost",
+    kind="subset",
+    subset_of="input_strag_w3",
+    drop=[2],
+    truths=[T("untraced_culprit", [2])],
+    note="input_strag_w3 without rank 2 (the slow loader)",
+)
+r7(
+    "sub_node_half",
+    kind="subset",
+    subset_of="slow_node_w6",
+    drop=[3],
+    truths=[T("compute_straggler", [2], "strag")],
+    note="slow_node_w6 without rank 3 (one of the two slow ranks)",
+)
+r7("sub_w5_keep", kind="subset", subset_of="strag_w5_after_bwd", drop=[0, 1], note="strag_w5_after_bwd without 0, 1")
+r7("sub_two_keep", kind="subset", subset_of="two_transients", drop=[1], note="two_transients without rank 1")
+for _c in R7.values():
+    if _c["kind"] == "subset":
+        _c.setdefault("truths", R7[_c["subset_of"]]["truths"])
+        _c["world"] = R7[_c["subset_of"]]["world"]
 SETS = {
     "heldout": (S, OUT),
     "healthy2": (H, Path(os.environ.get("HELDOUT2_OUT", TMP / "heldout2"))),
     "round6": (R6, Path(os.environ.get("HELDOUT6_OUT", TMP / "heldout6"))),
+    "round7": (R7, Path(os.environ.get("HELDOUT7_OUT", TMP / "heldout7"))),
 }
-ALL = {**S, **H, **R6}
+ALL = {**S, **H, **R6, **R7}
 
 
 # ---------------------------------------------------------------------------
@@ -931,7 +1073,9 @@ def _r6_loader(torch, rank, cfg, seed):
     g = torch.Generator().manual_seed(seed * 100 + rank)
     if not ld:
         return lambda: (torch.randn(B, D, generator=g), torch.randint(0, 10, (B,), generator=g))
-    it = _slow_batches(torch, rank, seed, B, D, ld["sleep_s"], ld["cpu_iters"], ld["kind"])
+    slow = ld.get("rank", rank) == rank  # `rank`: only that rank's loader waits
+    sleep_s, cpu_iters = (ld["sleep_s"], ld["cpu_iters"]) if slow else (0, 0)
+    it = _slow_batches(torch, rank, seed, B, D, sleep_s, cpu_iters, ld["kind"])
     return lambda: next(it)
 
 
@@ -1460,7 +1604,8 @@ def main(argv=None):
         default="heldout",
         choices=sorted(SETS),
         help="heldout: round 1-2 scenarios into $HELDOUT_OUT; healthy2: round 3 new healthy runs into "
-        "$HELDOUT2_OUT; round6: mixed causes, incomplete rank sets, host-side causes, 8 ranks into $HELDOUT6_OUT",
+        "$HELDOUT2_OUT; round6: mixed causes, incomplete rank sets, host-side causes, 8 ranks into $HELDOUT6_OUT; "
+        "round7: 3/5/6 ranks, 4/5/7 steps, input straggler, slow node, periodic and two transients into $HELDOUT7_OUT",
     )
     ap.add_argument("--only", action="append", choices=sorted(ALL), help="scenario(s); default all of --set")
     ap.add_argument("--repeats", type=int, default=2)
@@ -1474,7 +1619,7 @@ def main(argv=None):
         for k in range(args.repeats):
             d = OUT / f"{name}_r{k}"
             if not args.analyze_only:
-                (generate6 if args.set == "round6" else generate)(name, k)
+                (generate6 if args.set in ("round6", "round7") else generate)(name, k)
             if (d / "manifest.json").exists():
                 dirs.append(d)
     results = [score(d) for d in dirs]

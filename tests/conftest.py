@@ -23,9 +23,11 @@ SHARED = ROOT.parent / "shared"
 SAMPLES = SHARED / "trace-samples"
 RUNS = FIXTURES / "runs"
 LATENESS_PENDING: dict[str, str] = {
-    "gil_thread": "labelled host_straggler (a GIL-holding Python thread delays rank 1's host); on this CPU-only "
-    "run the thread also takes CPU from its operators (the same ops 1.23x longer), compute is 56% of its excess "
-    "window and idle 47%, so the compute reason comes first: compute_straggler on the right rank and steps"
+    "gil_thread": "labelled host_straggler on steps 2..9 (a GIL-holding Python thread delays rank 1's host); "
+    "tracediag names host_straggler on rank 1, steps 3..8: only there does it cause the waiting",
+    "mix_strag_input_gen": "labelled input_bound (every rank) on 2..9 and compute_straggler rank 1 on 2..9; "
+    "input_bound is found on every step, the straggler only on 4, 5, 8, 9 (its compute 1.0-1.6x on the others "
+    "at load 7-18) and a second, noise straggler on rank 3 step 7 (its compute 2.6x there, not injected)",
 }
 """Real runs of fixtures/runs (made by make_lateness_runs.py) whose manifest verdict tracediag does not
 give yet, with the reason. Verdict tests xfail on them strictly: the detector that gets one right

@@ -47,7 +47,7 @@ def test_json_to_file_and_fail_on_exits_3(runner, tmp_path):
     assert result.stdout == ""  # the report went to the file
     assert out.read_bytes().endswith(b"}\n")
     doc = orjson.loads(out.read_bytes())
-    assert doc["schema_version"] == "1.8"
+    assert doc["schema_version"] == "1.9"
     assert doc["run"]["steps"] == list(range(2, 10))
     assert [(f["cause"], f["ranks"], f["steps"]) for f in doc["findings"]] == [
         ("compute_straggler", [2], doc["run"]["steps"])

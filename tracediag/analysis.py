@@ -20,7 +20,7 @@ from tracediag.api_types import CheckedEnumType, checked
 from tracediag.check_result import Check
 from tracediag.units import NS_PER_MS, count, format_ms
 
-SCHEMA_VERSION = "1.8"
+SCHEMA_VERSION = "1.9"
 SHOWN = 2
 """Findings an `Analysis` repr names (the most time lost first) before it counts the rest."""
 

@@ -28,7 +28,8 @@ def _detect(ctx: Context) -> list[Finding]:
 
 def _near(ctx: Context) -> tuple[float, str]:
     th, s = ctx.thresholds, ctx.facts.steps
-    lead = s.group_by("rank").agg((pl.col("lead_idle_ns") / pl.col("dur_ns").clip(1)).median())["lead_idle_ns"].min()
+    share = pl.col("lead_idle_ns") / input_bound.own_time()
+    lead = s.with_columns(_share=share).group_by("rank").agg(pl.col("_share").median())["_share"].min()
     return (
         lead / th.input_share,
         f"device idle before each step's first work {lead:.0%} (input_bound from {th.input_share:.0%})",

@@ -20,6 +20,7 @@ from tracediag.analysis import Cause, Finding, Lateness
 from tracediag.derive import lateness
 from tracediag.detect import straggler
 from tracediag.units import NS_PER_MS, count, rank_list
+from tracediag.vocab import ATEN_OP
 
 if TYPE_CHECKING:
     from tracediag.detect.facts import Facts
@@ -110,7 +111,7 @@ def window_excess(facts: Facts, ranks: tuple[int, ...]) -> pl.DataFrame:
     )
 
 
-def reason_of(ex: pl.DataFrame, th: Thresholds) -> tuple[str, dict[str, float]]:
+def reason_of(ex: pl.DataFrame, th: Thresholds, framework_ns: float = 0.0) -> tuple[str, dict[str, float]]:
     """Why the rank(s) of `ex` (`window_excess`) arrive late, and the numbers (ms, ratios).
 
     The excess window (its window − the peers' median, summed over its late arrivals; per member of a
@@ -118,16 +119,21 @@ def reason_of(ex: pl.DataFrame, th: Thresholds) -> tuple[str, dict[str, float]]:
     what fills it: named host work (checkpoint/logging, GC, synchronisations) first, then data
     loading, then compute, then idle device time (its host late: Python, a sleep, a busy thread,
     CPU contention). The first part reaching `lateness_reason_share` of the excess is the reason;
-    else the larger of compute and idle."""
+    else the larger of compute and idle. `framework_ns` (per member, `framework_excess`) is the part of
+    the compute excess that is framework code between the operators, not operator work: it counts as
+    host time (at most the compute excess)."""
     members = max(ex["rank"].n_unique(), 1) if ex.height else 1
     total = lambda c: float(ex[c].sum()) / members if ex.height else 0.0  # noqa: E731  (per member)
     excess = total("d_window_ns")
+    framework = min(max(framework_ns, 0.0), max(total("d_compute_ns"), 0.0))
+    work, host = total("d_compute_ns") - framework, total("d_idle_ns") + framework
     nums = {
         "late_arrivals": ex["iid"].n_unique() if ex.height else 0,
         "window_excess_ms": round(excess / NS_PER_MS, 3),
         "lateness_ms": round(total("late_ns") / NS_PER_MS, 3),
         "compute_excess_ms": round(total("d_compute_ns") / NS_PER_MS, 3),
         "idle_excess_ms": round(total("d_idle_ns") / NS_PER_MS, 3),
+        "framework_excess_ms": round(framework / NS_PER_MS, 3),
         "input_excess_ms": round(total("d_input_ns") / NS_PER_MS, 3),
         "gc_ms": round(total("gc_ns") / NS_PER_MS, 3),
         "sync_ms": round(total("sync_ns") / NS_PER_MS, 3),
@@ -142,11 +148,39 @@ def reason_of(ex: pl.DataFrame, th: Thresholds) -> tuple[str, dict[str, float]]:
             return reason, nums
     if total("d_input_ns") >= need:
         return "input", nums
-    if total("d_compute_ns") >= need:
+    if work >= need:
         return "compute", nums
-    if total("d_idle_ns") >= need:
+    if host >= need:
         return "host", nums
-    return ("compute" if total("d_compute_ns") >= total("d_idle_ns") else "host"), nums
+    return ("compute" if work >= host else "host"), nums
+
+
+def framework_excess(facts: Facts, ranks: tuple[int, ...], steps: tuple[int, ...]) -> float:
+    """Over `steps`, the own time of the compute operators that are not ATen operators (autograd engine
+    nodes, Python-level ``record_function`` ranges, module hooks) on CPU-only `ranks` (per member) minus
+    their peers' median: framework code between the operators, which a busy host (a thread holding the
+    GIL, CPU contention) stretches while the operators' own work is unchanged. On GPU ranks the compute
+    is the kernels, so 0."""
+    k = facts.kernel_steps
+    cpu = facts.steps.filter(pl.col("device") < 0)["rank"].unique()
+    if k is None or not k.height or not set(ranks) <= set(cpu.to_list()):
+        return 0.0
+    own = (
+        k.lazy()
+        .filter(
+            pl.col("category") == "compute",
+            pl.col("step").is_in(list(steps)),
+            pl.col("rank").is_in(cpu.implode()),
+            ~pl.col("name").cast(pl.String).str.contains(ATEN_OP),
+        )
+        .group_by("rank")
+        .agg(pl.col("total_ns").sum())
+        .collect()
+    )
+    mine = pl.col("rank").is_in(list(ranks))
+    peers = own.filter(~mine)["total_ns"]
+    m = float(own.filter(mine)["total_ns"].sum()) / len(ranks)
+    return m - float(peers.median() or 0.0) if peers.len() else 0.0
 
 
 def op_counts(facts: Facts, ranks: tuple[int, ...], steps: tuple[int, ...]) -> dict[str, float] | None:
@@ -200,8 +234,8 @@ def late_steps(facts: Facts, ranks: tuple[int, ...], th: Thresholds) -> tuple[in
 
 
 REASON_WORDS = {
-    "host": "its device sits idle while its host is busy elsewhere or absent (Python, a sleep, a busy thread, "
-    "CPU contention)",
+    "host": "its device sits idle, or waits in framework code between operators, while its host is busy "
+    "elsewhere or absent (Python, a sleep, a busy thread holding the GIL, CPU contention)",
     "gc": "garbage collection holds its host",
     "sync": "device synchronisations hold its host",
     "checkpoint": "a checkpoint or logging write holds its host",
@@ -282,7 +316,7 @@ def _explain(facts: Facts, late: Lateness, th: Thresholds, found: list[Finding])
     if not steps:
         return found
     ex = window_excess(facts, ranks).filter(pl.col("step").is_in(list(steps)))
-    reason, nums = reason_of(ex, th)
+    reason, nums = reason_of(ex, th, framework_excess(facts, ranks, steps))
     counted = op_counts(facts, ranks, steps)
     if counted is not None:  # the step's own counts, not the windows'
         nums.update(counted)
@@ -338,7 +372,7 @@ def _explain(facts: Facts, late: Lateness, th: Thresholds, found: list[Finding])
     rows = ex
     lost = int(rows["caused_ns"].sum() / max(facts.late["rank"].n_unique() - len(ranks), 1))
     part = {
-        "host": nums["idle_excess_ms"],
+        "host": nums["idle_excess_ms"] + nums["framework_excess_ms"],
         "gc": nums["gc_ms"],
         "sync": nums["sync_ms"],
         "checkpoint": nums["checkpoint_ms"],

@@ -33,6 +33,8 @@ SENTENCES = {
     "lateness_ms": "its arrivals after the median arrival, summed",
     "compute_excess_ms": "its extra compute in those windows",
     "idle_excess_ms": "its extra idle device time in those windows",
+    "framework_excess_ms": "of its extra compute, the own time of non-ATen operators (autograd engine, Python-level "
+    "ranges) over its peers' in its late steps: host time, not operator work",
     "input_excess_ms": "its extra data loading in those windows",
     "gc_ms": "its garbage collection in those windows",
     "sync_ms": "its host-device synchronisation in those windows",
@@ -60,7 +62,7 @@ SENTENCES = {
     "idle_other": "of the idle time: any other reason",
     "expected_bubble_share": "the schedule's ideal bubble (p−1)/(m+p−1)/v",
     "excess_over_ideal": "observed idle share over the ideal bubble",
-    "input_share_median": "share of the step spent loading data (median)",
+    "input_share_median": "share of the step's own time (less the waiting for late peers) spent loading data (median)",
     "input_share_by_rank": "that share per rank",
     "input_ms_median": "data loading per step (median)",
     "launches_per_step": "kernel launches per step",
