@@ -43,7 +43,7 @@ from tracediag.model.calibrate import calibrate_from_step_time
 from tracediag.model.flops import flops_6n, model_flops
 from tracediag.model.predict import Prediction, predict
 from tracediag.model.specs import LINKS, ModelSpec, Split, Training, resolve_device
-from tracediag.model.stack import ELEMENTWISE_FIT, Engine, resolve_engine, with_overrides
+from tracediag.model.stack import Engine, resolve_engine, with_overrides
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -53,12 +53,12 @@ DEFAULT_CSV = Path(__file__).resolve().parents[2] / "shared" / "validation" / "p
 GRID: dict[str, tuple[float, ...]] = {
     "overlap_slowdown": (0.25, 0.5, 0.75),
     "gemm_half_dim": (64.0, 128.0, 192.0),
-    "elementwise_traffic_scale": (0.75, 1.0, 1.25),
 }
-"""Global parameters chosen leave-one-source-out, each over its physically plausible range: the share of
-overlapped communication time lost by compute running beside it (Echo, arXiv 2412.12487, reports 10-70%), the
-GEMM half-efficiency dimension (half of a 128-384 wide tile: tile quantisation), and a ±25% scale on the HBM
-traffic of the memory-bound kernels (docs/model.md)."""
+"""Global parameters chosen leave-one-group-out, each over its physically plausible range: the share of
+overlapped NCCL communication time lost by compute running beside it (Echo, arXiv 2412.12487, reports 10-70%)
+and the GEMM half-efficiency dimension (half of a 128-384 wide tile: tile quantisation). The scale on the
+stacks' prior HBM round trips (`ELEMENTWISE_FIT`) is no longer chosen here: each prior belongs to one stack, so
+choosing its scale on the others and applying it to the held-out one shared a per-stack number globally."""
 
 FILLS = {
     "micro_batch": "fastest micro-batch in 1, 2, 4, 8 that fits (unprinted; the authors tuned it)",
@@ -151,8 +151,8 @@ def _engine(row: dict, publication: str) -> tuple[str, dict[str, object], str]:
     if publication == "MegaScale" and "Megatron-LM" in row["source"]:
         return (
             "megatron-core",
-            {"tp_overlap": False, "dp_overlap": False, "attention_kernel": "fa2"},
-            "Megatron-LM 285068c8 (2023): no TP or DP overlap yet",
+            {"tp_overlap": False, "dp_overlap": False, "attention_kernel": "fa1"},
+            "Megatron-LM 285068c8 (2023): no TP or DP overlap yet, FlashAttention v1",
         )
     if publication == "MegaScale":
         return "megascale", {}, ""
@@ -329,10 +329,7 @@ def _case(index: int, row: dict) -> Case | None:
 
 def engine_for(name: str, overrides: dict[str, object], params: tuple[tuple[str, float], ...]) -> Engine:
     """Engine profile `name` with the row's switches and the global parameters `params` (`GRID`)."""
-    engine = with_overrides(resolve_engine(name), **overrides)
-    kw = dict(params)
-    scale = kw.pop("elementwise_traffic_scale", ELEMENTWISE_FIT)
-    return with_overrides(engine, elementwise_traffic=engine.elementwise_traffic / ELEMENTWISE_FIT * scale, **kw)
+    return with_overrides(with_overrides(resolve_engine(name), **overrides), **dict(params))
 
 
 MEGATRON_SCHEDULES = ("Megatron-LM 2021-22", "Megatron-Core 2023-24", "MegaScale")

@@ -143,5 +143,45 @@ def test_triton_attention_gives_its_measured_bars_with_a_fast_forward():
     fwd, bwd = _attention_time(1e15, 16384, h100, engine, model)
     f2, b2 = _attention_time(1e15, 16384, h100, fa2, model)
     assert (f2 + b2) / (fwd + bwd) == pytest.approx(80 / 189)
-    with pytest.raises(SpecError, match="fa2, fa3 or triton"):
-        with_overrides(engine, attention_kernel="fa1")
+    with pytest.raises(SpecError, match="fa1, fa2, fa3 or triton"):
+        with_overrides(engine, attention_kernel="fa4")
+
+
+def test_flashattention_v1_gives_its_labelled_bars():
+    # flash-attention assets/flash2_{a100,h100}_fwd_bwd_benchmark.png (d): FlashAttention (v1), causal hd128,
+    # forward + backward 55 / 69 / 83 TFLOP/s on A100 and 98 / 108 / 137 on H100 at 512 / 2k / 16k, against
+    # FlashAttention-2's 99 / 155 / 189 and 163 / 265 / 328.
+    model = MODELS["llama3-8b"]()
+    fa1 = with_overrides(resolve_engine("megatron-core"), attention_kernel="fa1")
+    fa2 = with_overrides(fa1, attention_kernel="fa2")
+    bars = {"a100-80gb": ((55, 99), (69, 155), (83, 189)), "h100-sxm": ((98, 163), (108, 265), (137, 328))}
+    for gpu, pairs in bars.items():
+        dev = resolve_device(gpu)
+        for seq, (v1, v2) in zip((512, 2048, 16384), pairs, strict=True):
+            f1, b1 = _attention_time(1e15, seq, dev, fa1, model)
+            f2, b2 = _attention_time(1e15, seq, dev, fa2, model)
+            assert (f2 + b2) / (f1 + b1) == pytest.approx(v1 / v2)
+            assert f2 / f1 == pytest.approx(b2 / b1)  # FA2's split between the passes
+
+
+def test_transformer_engine_tp_overlap_costs_its_sms_not_overlap_slowdown():
+    # Megatron-Core's userbuffers (TE initialize_ub defaults): reduce-scatters and the two backward re-gathers
+    # hold 16 SMs while they run (6 of a layer's 10 collectives), ring-exchange all-gathers use copy engines.
+    from tracediag.model.time import step_time
+
+    model, dev = MODELS["llama3-70b"](), resolve_device("h100-sxm")
+    split = Split(tp=8, dp=1, sequence_parallel=True)
+    train = Training(seq_len=4096, global_batch=4, micro_batch=1, recompute="none")
+    te = resolve_engine("megatron-core")
+    assert te.tp_overlap_sms == 16
+    cost = layer_cost(model, dev, te, split, train)
+    hidden = 4 * model.layers * (cost.tp_comm_raw - cost.tp_comm)
+    nccl = dataclasses.replace(te, tp_overlap_sms=0)
+    no_dp = step_time(model, dev, split, train, te).interference_s
+    assert no_dp == pytest.approx(hidden * 0.6 * 16 / 132)
+    # the NCCL-style charge is overlap_slowdown x all of it, four times more here
+    assert step_time(model, dev, split, train, nccl).interference_s == pytest.approx(hidden * te.overlap_slowdown)
+    # and a bigger overlap_slowdown no longer moves a TE run's TP cost
+    assert step_time(model, dev, split, train, dataclasses.replace(te, overlap_slowdown=0.75)).interference_s == (
+        pytest.approx(no_dp)
+    )

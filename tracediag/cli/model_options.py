@@ -155,8 +155,8 @@ device_options = _options(
     click.option("--pp-overlap/--no-pp-overlap", default=None, help="Pipeline send/recv hidden behind compute."),
     click.option(
         "--attention",
-        type=click.Choice(["fa2", "fa3", "triton", "unfused"]),
-        help="Attention kernel (default: the engine's): FlashAttention-2, -3 / cuDNN, FlashAttention in Triton "
+        type=click.Choice(["fa1", "fa2", "fa3", "triton", "unfused"]),
+        help="Attention kernel (default: the engine's): FlashAttention v1, -2, -3 / cuDNN, FlashAttention in Triton "
         "(llm-foundry's attn_impl triton), or materialised softmax.",
     ),
     click.option("--cp-all-gather/--cp-ring", default=None, help="Context parallelism by all-gather or ring."),
@@ -265,7 +265,7 @@ def engine_from_options(kw: dict, name: str | None = None) -> Engine:
         "pp_overlap": kw.get("pp_overlap"),
         "cp_all_gather": kw.get("cp_all_gather"),
         "flash_attention": None if attention is None else attention != "unfused",
-        "attention_kernel": attention if attention in ("fa2", "fa3", "triton") else None,
+        "attention_kernel": attention if attention in ("fa1", "fa2", "fa3", "triton") else None,
     }
     engine = resolve_engine(name or kw["engine_name"])
     changed = [f"{k}={v}" for k, v in switches.items() if v is not None and getattr(engine, k) != v]

@@ -123,6 +123,31 @@ ATTENTION[("hopper", "triton")] = _triton_curve(
     ATTENTION[("hopper", "fa2")], "A100 Triton/FA2 bar ratio (Dao 2023 Fig. 4(d)) on the H100 FA2 curve"
 )
 
+FA1_FWD_BWD_BARS = {
+    "ampere": ((55, 62, 69, 76, 80, 83), (99, 133, 155, 173, 182, 189)),
+    "hopper": ((98, 109, 108, 126, 135, 137), (163, 221, 265, 294, 308, 328)),
+}
+"""Forward + backward TFLOP/s of FlashAttention (v1) and FlashAttention-2 at `_SEQ`, causal, head dim 128:
+flash-attention `assets/flash2_a100_fwd_bwd_benchmark.png` (d) (= Dao 2023 Fig. 4 (d)), A100 80GB SXM4, and
+`assets/flash2_h100_fwd_bwd_benchmark.png` (d), H100 80GB SXM5 (the bars' printed labels)."""
+
+
+def _scaled_curve(fa2: AttentionCurve, bars: tuple[tuple[int, ...], tuple[int, ...]], source: str) -> AttentionCurve:
+    """A kernel measured only forward + backward: fa2's forward and backward rates times the bars' ratio to fa2's
+    bar at each length (the split between the passes is fa2's; the combined rate is the measured bar's)."""
+    ratios = [k / f for k, f in zip(*bars, strict=True)]
+    fwd = tuple(f * r for f, r in zip(fa2.forward, ratios, strict=True))
+    bwd = tuple(b * r for b, r in zip(fa2.backward, ratios, strict=True))
+    return AttentionCurve(fa2.seq, fwd, bwd, source)
+
+
+# FlashAttention v1 (`flash_attn_unpadded_func`, the API Megatron-LM called from 285068c8, January 2023, until
+# FlashAttention-2's rename in July 2023).
+for _arch, _bars in FA1_FWD_BWD_BARS.items():
+    ATTENTION[(_arch, "fa1")] = _scaled_curve(
+        ATTENTION[(_arch, "fa2")], _bars, f"FlashAttention v1 bars over FA2's ({_arch}), flash2_*_fwd_bwd (d)"
+    )
+
 HEAD_DIM_FACTOR = {64: 0.80, 128: 1.0, 256: 1.05}
 """Rate at head dimension d relative to d = 128 (FA2 and FA3 papers: hd64 runs 15-25% slower)."""
 
@@ -139,6 +164,11 @@ GEMM_EFFICIENCY_BF16 = {
     "cdna3": 0.55,
 }
 """Large-GEMM bf16 efficiency by generation (the preset devices' `gemm_efficiency`)."""
+
+SM_COUNT = {"ampere": 108, "hopper": 132, "blackwell": 148, "cdna3": 304}
+"""Streaming multiprocessors (CDNA: compute units) of each generation's SXM/OAM part: A100 108, H100 SXM5 132
+(NVIDIA A100 and H100 architecture whitepapers), B200 148 (two 74-SM dies), MI300X 304 CUs (AMD CDNA 3 white
+paper). Only the share a communication kernel takes of them is read (`Engine.tp_overlap_sms`)."""
 
 FP8_GEMM_RATIO = {"hopper": 0.62 / 0.68, "blackwell": 0.62 / 0.67, "cdna3": 0.45 / 0.55, "ampere": 0.0}
 """fp8 GEMM efficiency (of fp8 dense peak) relative to bf16's (of bf16 peak): H100 cuBLASLt fp8 reaches

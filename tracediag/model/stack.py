@@ -1,9 +1,9 @@
 """What the training software does: kernels, overlap, sharding mechanics, and the global efficiency parameters.
 
 Each profile is a stack as it runs by default or as its published recipes run it; every field has a physical
-meaning and a source. `overlap_slowdown`, `gemm_half_dim` and `elementwise_traffic` are the global parameters
-chosen leave-one-source-out on published runs (benchmarks/validate_model.py, docs/model.md); the rest are read
-from the stacks' documentation and code.
+meaning and a source. `overlap_slowdown` and `gemm_half_dim` are the global parameters chosen on published runs
+(benchmarks/validate_model.py, docs/model.md); `ELEMENTWISE_FIT` was, and stays fixed; the rest are read from the
+stacks' documentation and code.
 """
 
 from __future__ import annotations
@@ -30,11 +30,18 @@ class Engine:
     flash_attention: bool = True
     """Fused attention (FlashAttention class): no s×s score tensors in memory, causal blocks skipped."""
     attention_kernel: str = "fa3"
-    """Fused attention generation: fa2 (FlashAttention-2, PyTorch SDPA), fa3 (FlashAttention-3 / cuDNN 9 fused
-    attention through Transformer Engine), triton (Tri Dao's FlashAttention-in-Triton, llm-foundry's
-    `attn_impl: triton`); Ampere runs fa2 for fa3 (model/rates.py)."""
+    """Fused attention generation: fa1 (FlashAttention v1), fa2 (FlashAttention-2, PyTorch SDPA), fa3
+    (FlashAttention-3 / cuDNN 9 fused attention through Transformer Engine), triton (Tri Dao's
+    FlashAttention-in-Triton, llm-foundry's `attn_impl: triton`); Ampere runs fa2 for fa3 (model/rates.py)."""
     tp_overlap: bool = False
     """Tensor-parallel collectives hidden behind GEMMs (Megatron --tp-comm-overlap, torchtitan async TP)."""
+    tp_overlap_sms: int = 0
+    """SMs that TP-overlap communication kernels hold while the GEMMs beside them run; 0: NCCL-style overlap,
+    charged `overlap_slowdown`. Transformer Engine's userbuffers as Megatron-Core calls them (`initialize_ub` with
+    an empty `ub_cfgs` at core_v0.8.0 `training/initialize.py`; TE v1.8 `module/base.py` defaults: `num_sm` 16,
+    `use_ce` True) run the reduce-scatters (pipelined forward, bulk wgrad) and the backward re-gathers (bulk
+    dgrad) on 16 SMs and the ring-exchange all-gathers on copy engines: the GEMMs lose 16/SMs of the device for
+    the SM-based collectives' duration."""
     dp_overlap: bool = True
     """Gradient reduce-scatter / parameter all-gather overlapped with backward / forward compute (Megatron
     --overlap-grad-reduce --overlap-param-gather, FSDP prefetch)."""
@@ -66,8 +73,9 @@ class Engine:
     """Full recompute gathers the layer's parameters a third time (DeepSpeed's fetch hooks fire again when the
     checkpointed forward reruns; FSDP recomputes inside the backward gather)."""
     overlap_slowdown: float = 0.5
-    """Compute slowdown while overlapped communication runs, as a share of that communication's time (NCCL
-    kernels take SMs and HBM bandwidth; Echo, arXiv 2412.12487; Ultra-Scale Playbook)."""
+    """Compute slowdown while overlapped NCCL communication runs, as a share of that communication's time (NCCL
+    kernels take SMs and HBM bandwidth; Echo, arXiv 2412.12487; Ultra-Scale Playbook). TP overlap through
+    Transformer Engine's userbuffers is charged by `tp_overlap_sms` instead."""
     gemm_half_dim: float = 192.0
     """GEMM tile efficiency: a GEMM whose smallest dimension is n runs at gemm_efficiency·n/(n + this)."""
     hbm_efficiency: float = 0.8
@@ -100,8 +108,8 @@ class Engine:
         if not 0 < self.hbm_efficiency <= 1:
             msg = f"hbm_efficiency must be in (0, 1], got {self.hbm_efficiency}"
             raise SpecError(msg)
-        if self.attention_kernel not in ("fa2", "fa3", "triton"):
-            msg = f"attention_kernel must be fa2, fa3 or triton, got {self.attention_kernel!r}"
+        if self.attention_kernel not in ("fa1", "fa2", "fa3", "triton"):
+            msg = f"attention_kernel must be fa1, fa2, fa3 or triton, got {self.attention_kernel!r}"
             raise SpecError(msg)
         if self.elementwise_ops and self.elementwise_ops not in ELEMENTWISE_OPS:
             msg = f"elementwise_ops must be empty or one of {', '.join(ELEMENTWISE_OPS)}, got {self.elementwise_ops!r}"
@@ -126,7 +134,9 @@ ELEMENTWISE_PRIOR = {
 """Prior HBM round trips of the memory-bound kernels by kind of stack."""
 
 ELEMENTWISE_FIT = 0.75
-"""Global scale on the priors, chosen leave-one-source-out (benchmarks/validate_model.py)."""
+"""Scale on the priors, chosen leave-one-source-out when it was a validation parameter; now fixed there too
+(each prior is one stack's, so re-choosing it on the other stacks shared a per-stack number globally; the stacks
+whose block code is known, torchtitan and llm-foundry, are counted op by op instead: model/elementwise.py)."""
 
 
 def _traffic(kind: str) -> float:
@@ -145,7 +155,12 @@ ENGINES = {
     ),
     # Megatron-Core as NVIDIA's published recipes run it (README performance table: --overlap-grad-reduce
     # --overlap-param-gather --tp-comm-overlap, Transformer Engine with cuDNN fused attention).
-    "megatron-core": lambda: Engine(name="megatron-core", tp_overlap=True, elementwise_traffic=_traffic("fused")),
+    "megatron-core": lambda: Engine(
+        name="megatron-core",
+        tp_overlap=True,
+        tp_overlap_sms=16,
+        elementwise_traffic=_traffic("fused"),
+    ),
     # MegaScale (Jiang et al. NSDI'24 §3): Megatron with overlapped TP, DP and PP communication and fused
     # LayerNorm/GeLU kernels (fewer HBM round trips).
     "megascale": lambda: Engine(

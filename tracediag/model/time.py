@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from tracediag.model.elementwise import forward_bytes
 from tracediag.model.memory import activation_bytes_per_layer, layer_params_local, stage_params
-from tracediag.model.rates import BACKWARD_FLOPS, FP8_GEMM_RATIO, attention_rate
+from tracediag.model.rates import BACKWARD_FLOPS, FP8_GEMM_RATIO, SM_COUNT, attention_rate
 from tracediag.model.specs import Split, Training, stage_layers
 
 if TYPE_CHECKING:
@@ -435,8 +435,17 @@ def step_time(model: ModelSpec, device: DeviceSpec, split: Split, train: Trainin
     # bandwidth it moves: a collective over the network, at a fraction of NVLink's rate, takes that fraction.
     intra = group_link(device, device.gpus_per_node, 1).busbw
     sm_share = {k: min(1.0, link.busbw / intra) for k, link in links.items()}
-    overlapped = (dp_total - exposed_dp) * sm_share["dp"] + m * n_slow * (lc.tp_comm_raw - lc.tp_comm) * sm_share["tp"]
-    interference = engine.overlap_slowdown * overlapped
+    dp_overlapped = (dp_total - exposed_dp) * sm_share["dp"]
+    tp_overlapped = m * n_slow * (lc.tp_comm_raw - lc.tp_comm)
+    if engine.tp_overlap_sms and split.sequence_parallel:
+        # Transformer Engine's userbuffers: the reduce-scatters and the two backward re-gathers hold
+        # `tp_overlap_sms` SMs while they run, the ring-exchange all-gathers use copy engines.
+        units = 6 if train.recompute == "full" else 4
+        sm_based = (units + 2) / (2 * units + 2)
+        tp_interference = tp_overlapped * sm_based * engine.tp_overlap_sms / SM_COUNT.get(device.arch, 132)
+    else:
+        tp_interference = engine.overlap_slowdown * tp_overlapped * sm_share["tp"]
+    interference = engine.overlap_slowdown * dp_overlapped + tp_interference
 
     dense, expert = stage_params(model, split, slowest)
     shard = split.dp * split.cp if split.zero >= 1 else 1
