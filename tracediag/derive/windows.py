@@ -49,14 +49,14 @@ def rank_windows(
     (`steps.step_spans`), the `device` timeline (`breakdown.device_sweep`) and their distinct `names`."""
     if not instances.height:
         return pl.DataFrame(schema=WINDOW_SCHEMA)
-    first = spans.filter(pl.col("start").is_not_null()).group_by("rank").agg(_first=pl.col("start").min())
+    first = spans.lazy().filter(pl.col("start").is_not_null()).group_by("rank").agg(_first=pl.col("start").min())
     windows = (
         instances.lazy()
         .select("rank", "ts", "end")
         .unique(["rank", "ts"])
         .sort("rank", "ts")
         .with_columns(_prev=pl.col("end").cum_max().shift(1).over("rank"))
-        .join(first.lazy(), on="rank", how="left")
+        .join(first, on="rank", how="left")
         .with_columns(_start=pl.coalesce("_prev", "_first", "ts"))
         .select("rank", "ts", _ws=pl.min_horizontal("_start", "ts"))
     )
@@ -85,11 +85,18 @@ def rank_windows(
     )
     end = pl.col("ts") + pl.col("dur")
     named = {"gc_ns": GC_OP, "sync_ns": SYNC_OP, "checkpoint_ns": CHECKPOINT_OP}
-    host = events.lazy().filter(pl.col("device") == -1)
+    # the host rows of every pattern in one query, each pattern's a column of the rows that match any
+    tests = {col: name_matches(names, rx) for col, rx in named.items()}
+    host = (
+        events.lazy()
+        .filter(pl.col("device") == -1, pl.any_horizontal(tests.values()))
+        .select("rank", "ts", end=end, **tests)
+        .collect(engine="in-memory")
+    )
     parts = [swept]
     have = set()
-    for col, rx in named.items():
-        rows = host.filter(name_matches(names, rx)).select("rank", "ts", end=end).collect(engine="in-memory")
+    for col in named:
+        rows = host.filter(pl.col(col))
         if rows.height:  # usually none: no coverage plan to run
             parts.append(cover(rows.lazy(), col))
             have.add(col)
@@ -112,21 +119,21 @@ def _in_windows(rows: pl.LazyFrame, windows: pl.DataFrame) -> pl.LazyFrame:
     """Per window (``rank, _key, ts, end``): the sums of `rows`' value columns over the rows of its
     rank starting in it (``ts <= row.ts < end``). Ordered by one (rank, time) key (a `Run`'s events are
     already; other orders are sorted first), a window's rows are the range between its
-    two edges' positions in that key (binary searches), its sums differences of running sums."""
+    two edges' positions in that key (binary searches), its sums differences of running sums: one
+    query for the edges and one for every column's sums."""
     values = [c for c in rows.collect_schema().names() if c not in ("rank", "ts")]
     df = rows.select(rank_time("ts").alias("_k"), *values).collect(engine="in-memory")
     if not df.get_column("_k").is_sorted():  # events not in (rank, time) order: the general path
         df = df.sort("_k")
-    key = df.get_column("_k").set_sorted()
-    first = windows.select(rank_time("ts")).to_series()
-    last = windows.select(rank_time("end")).to_series()
-    lo, hi = key.search_sorted(first, side="left"), key.search_sorted(last, side="left")
-    zero = pl.Series([0], dtype=pl.Int64)
-    sums = {}
-    for c in values:
-        running = pl.concat([zero, df.get_column(c).cast(pl.Int64).cum_sum()])
-        sums[c] = running.gather(hi) - running.gather(lo)
-    return windows.lazy().select("rank", "_key").with_columns(**sums)
+    edges = windows.select(lo=rank_time("ts"), hi=rank_time("end"))
+    key = pl.col("_k").set_sorted()
+    lo, hi = (
+        key.search_sorted(edges.get_column("lo"), side="left"),
+        key.search_sorted(edges.get_column("hi"), side="left"),
+    )
+    running = {c: pl.lit(0, pl.Int64).append(pl.col(c).cast(pl.Int64).cum_sum()) for c in values}
+    sums = df.select(**{c: r.gather(hi) - r.gather(lo) for c, r in running.items()})
+    return windows.lazy().select("rank", "_key").with_columns(sums.get_columns())
 
 
 def _compute_ops(events: pl.DataFrame) -> pl.LazyFrame:
