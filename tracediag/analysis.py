@@ -85,7 +85,8 @@ STEP_SCHEMA: dict[str, pl.DataType] = {
   (nothing queued until the launch call returns), on kernels (≤ 30 µs launch latency after it), or other
   (queued work held by an event, a sync or another device). CPU-only ranks: all idle is other.
 - ``lead_idle_ns``: the device idle with nothing to do right before the step's first activity (CPU
-  ranks: from the step start; GPU ranks: from the previous step's last activity).
+  ranks: from the step start to the first activity that starts in the step; GPU ranks: from the previous
+  step's last activity).
 """
 
 COLLECTIVE_SCHEMA: dict[str, pl.DataType] = {

@@ -26,9 +26,12 @@ span): ``host_gap`` = the training thread in no CPU operator or runtime call; ``
 loading (any host row whose name contains ``DataLoader``/``dataloader``, on any thread).
 ``stall_ns`` = from the step start to its first compute (the device starved at step start).
 ``lead_idle_ns`` = the device idle with nothing at all to do (no compute, communication or copy)
-right before the step's first activity: on CPU-only ranks from the step start, on GPU ranks from the
-previous step's last activity (a GPU step span starts at its first activity, so the wait for the
-next batch is the gap between steps). A host that prepares the batch starves the device this way.
+right before the step's first activity: on CPU-only ranks the idle from the step start to the first
+activity that starts in the step (the tail of the previous step's work running over the marker — a
+gloo all-reduce's worker row ends tens of µs after the training thread went on — is no activity of
+this step), on GPU ranks from the previous step's last activity (a GPU step span starts at its first
+activity, so the wait for the next batch is the gap between steps). A host that prepares the batch
+starves the device this way.
 """
 
 from __future__ import annotations
@@ -411,15 +414,23 @@ def breakdown(
         "copy_ns": copying & ~computing & ~communicating,
         "idle_ns": ~active,
     }
+    # a segment where some interval starts (a count rises over the rank's previous segment): the idle before
+    # the first of them in a step is its lead idle; activity before it only carries on from the step before
+    n_active = pl.col("n_compute") + pl.col("n_comm") + pl.col("n_p2p") + pl.col("n_copy")
+    starts = n_active > n_active.shift(1).over("rank").fill_null(0)
     dev_agg = _per_step(
         dev.with_columns(
             **{c: pl.when(test).then(on).otherwise(0) for c, test in per_row.items()},
             _first_compute=pl.when(computing).then(pl.col("ts")),
             _first_active=pl.when(active).then(pl.col("ts")),
+            _first_start=pl.when(active & starts).then(pl.col("ts")),
             _last_active=pl.when(active).then(pl.col("end")),
+            _idle_at=pl.when(~active).then(pl.col("ts")),
+            _idle_len=pl.when(~active).then(on),
         ),
         [pl.col(c).sum() for c in per_row]
-        + [pl.col("_first_compute").min(), pl.col("_first_active").min(), pl.col("_last_active").max()],
+        + [pl.col("_first_compute").min(), pl.col("_first_active").min(), pl.col("_last_active").max()]
+        + [pl.col("_idle_len").filter(pl.col("_idle_at") < pl.col("_first_start").min()).sum().alias("_lead_cpu")],
         keys,
     )
     # the idle gaps of the breakdown's own timeline: its segments are cut into pieces at the other
@@ -461,7 +472,7 @@ def breakdown(
             stall_ns=(pl.col("_first_compute") - pl.col("start")).fill_null(pl.col("end") - pl.col("start")),
             lead_idle_ns=pl.when(pl.col("device") >= 0)
             .then(pl.col("_first_active") - pl.col("_last_active").shift(1).over("rank", order_by="step"))
-            .otherwise(pl.col("_first_active") - pl.col("start"))
+            .otherwise(pl.col("_lead_cpu"))
             .fill_null(0)
             .clip(lower_bound=0),
         )
