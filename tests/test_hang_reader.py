@@ -179,12 +179,17 @@ def test_two_dumps_of_one_rank_and_no_rank_at_all(tmp_path):
     assert d.ranks == (0,)
 
 
-def test_a_rank_field_wins_over_the_file_name(tmp_path):
+def test_a_rank_field_is_read_where_the_file_name_names_none_and_refused_where_it_names_another(tmp_path):
+    """A rank field 7 in `nccl_trace_rank_0` was read as rank 7, so that rank 0 seemed to have written no dump
+    and ranks 1..6 to be missing too; now the contradiction is one line naming both."""
     doc = _plain(HANG / "healthy" / "nccl_trace_rank_0")
     doc["rank"] = 7
-    path = tmp_path / "nccl_trace_rank_0"
-    path.write_bytes(pickle.dumps(doc))
-    assert read_dump(str(path)).ranks == (7,)
+    unnamed, other = tmp_path / "dump.pickle", tmp_path / "nccl_trace_rank_0"
+    for path in (unnamed, other):
+        path.write_bytes(pickle.dumps(doc))
+    assert read_dump(str(unnamed)).ranks == (7,)
+    with pytest.raises(RankError, match="nccl_trace_rank_0: the dump says rank 7, its file name rank 0"):
+        read_dump(str(other))
 
 
 def test_an_empty_folder_and_a_missing_file(tmp_path):

@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import re
+from collections import Counter
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f\u2028\u2029]")
 
@@ -16,6 +21,24 @@ def shown(path: object) -> str:
 def one_line(text: str) -> str:
     """`text` with its line breaks folded into spaces (library messages span several lines)."""
     return " ".join(part.strip() for part in str(text).splitlines() if part.strip())
+
+
+SHOWN_LINES = 20
+"""Lines `capped` writes out before it counts the rest."""
+
+
+def capped(lines: Sequence[str], *, limit: int = SHOWN_LINES, noun: str = "file") -> list[str]:
+    """`lines` (`path: problem` each) for a terminal: the first `limit`, then one line counting the rest
+    by problem (a folder of thousands of empty files is one line more, not thousands; `--format json`
+    keeps every line)."""
+    if len(lines) <= limit + 1:
+        return list(lines)
+    rest = lines[limit:]
+    by_problem = Counter(line.split(": ", 1)[-1][:80] for line in rest)
+    top = "; ".join(f"{problem}: {n:,}" for problem, n in by_problem.most_common(3))
+    others = len(by_problem) - 3
+    more = f"; {others:,} other problem{'s' if others > 1 else ''}" if others > 0 else ""
+    return [*lines[:limit], f"{len(rest):,} more {noun}s ({top}{more})"]
 
 
 class TracediagError(Exception):

@@ -29,7 +29,7 @@ from tracediag.detect import Facts, Thresholds
 from tracediag.detect import lateness as lateness_detect
 from tracediag.detect.pipeline import pipeline_stages
 from tracediag.detect.warmup import warmup_steps, without_steps
-from tracediag.errors import NoStepsError, TracediagError, shown
+from tracediag.errors import NoStepsError, TracediagError, capped, one_line, shown
 from tracediag.run import Run, RunMeta
 from tracediag.same_run import check_problems, check_same_run, run_problems
 from tracediag.units import count, noun
@@ -116,6 +116,7 @@ def facts_from_tables(
     if complete.height - kept.height:
         dropped = count(complete.height - kept.height, "rank-step")
         warnings.append(f"{dropped} of steps not recorded on every rank left out")
+    warnings += overlap_warning(spans, meta)
     steps = (
         kept.join(waits, on=["rank", "step"], how="left")
         .with_columns(
@@ -264,6 +265,45 @@ def reduce_files(
     return out
 
 
+def overlap_warning(spans: pl.DataFrame, meta: RunMeta) -> tuple[str, ...]:
+    """One line counting the step markers that overlapped the next one and were cut where it begins
+    (`derive.steps.find_markers`), with the largest and its rank's file: time is then counted once, but
+    the traces say a step began before the last one ended (a damaged or merged trace, a loose --step-regex)."""
+    clipped = spans.filter(pl.col("clipped_ns") > 0)
+    if not clipped.height:
+        return ()
+    worst = clipped.sort("clipped_ns", descending=True).row(0, named=True)
+    path = next((f.path for f in meta.files if f.rank == worst["rank"]), None)
+    where = f" ({shown(path)})" if path else ""
+    return (
+        f"{count(clipped.height, 'step marker')} {'overlaps' if clipped.height == 1 else 'overlap'} the next step's, "
+        f"cut where it begins: the most, step {worst['step']} of rank {worst['rank']}{where} by "
+        f"{worst['clipped_ns'] / 1e6:.3f} ms",
+    )
+
+
+FILE_WARNINGS_SHOWN = 5
+"""Distinct reader warnings `file_warnings` writes out, one line each; the rest are counted in one more."""
+
+
+def file_warnings(meta: RunMeta) -> tuple[str, ...]:
+    """What the readers warned of per file (a file cut short, ids read as one thread, relative times), one
+    line per distinct warning naming its first file and how many more have it: `ingest` lists them file by
+    file, and an analysis must not drop them unsaid."""
+    by_text: dict[str, list[str]] = {}
+    for f in meta.files:
+        for w in f.warnings:
+            by_text.setdefault(one_line(w), []).append(f.path)
+    lines = []
+    for text, paths in list(by_text.items())[:FILE_WARNINGS_SHOWN]:
+        more = f" and {count(len(paths) - 1, 'more file')}" if len(paths) > 1 else ""
+        lines.append(f"{shown(paths[0])}{more}: {text}")
+    if len(by_text) > FILE_WARNINGS_SHOWN:
+        rest = len(by_text) - FILE_WARNINGS_SHOWN
+        lines.append(f"{count(rest, 'other reader warning')} (`tracediag ingest` lists every file's)")
+    return tuple(lines)
+
+
 def ignored_warning(meta: RunMeta) -> tuple[str, ...]:
     """One line counting the files found in the input directories that are not traces (a manifest, a
     README), with the first and its reason: skipped, never dropped without a word."""
@@ -341,7 +381,7 @@ def reduce(
             f"warm-up (every rank at least {th.warmup_ratio}x its later steps, its waits for peers left out): "
             "shown, left out of the diagnosis",
         )
-    warnings += untraced_warning(meta) + ignored_warning(meta)
+    warnings += untraced_warning(meta) + ignored_warning(meta) + file_warnings(meta)
     graph = graph_of(diagnosed, replay)
     del replay
     # priced on the steps the diagnosis read (warm-up left out), as every what-if in the output
@@ -355,7 +395,7 @@ def reduce(
         collectives=facts.collectives,
         findings=findings,
         excluded_steps=excluded,
-        warnings=tuple(meta.errors) + warnings,
+        warnings=tuple(capped(meta.errors)) + warnings,
         pipelines=tuple(pipeline_stages(facts)),
         whatif=whatif,
         kernels=kernels.group_by("rank", maintain_order=True).head(TOP_STORED) if kernels.height else None,

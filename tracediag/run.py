@@ -237,8 +237,12 @@ def resolve_paths(sources: Iterable[str | Path], storage_options: dict | None = 
     return [f.path for f in resolve_inputs(sources, storage_options)]
 
 
+STDIN = "/dev/stdin"
+"""What an input named ``-`` is read from: this process's standard input, as a stream (`ingest.sniff.is_stream`)."""
+
+
 def resolve_inputs(sources: Iterable[str | Path], storage_options: dict | None = None) -> list[InputFile]:
-    """Every input file once (by its resolved path or URL), in a stable order.
+    """Every input file once (by its resolved path or URL), in a stable order; ``-`` is standard input.
 
     A URL (``s3://``, ``gs://``, ``az://``, ``file://``, ...) is listed here through
     `ingest.remote.expand` with `storage_options`: its pattern matched, or its prefix searched as a
@@ -247,7 +251,7 @@ def resolve_inputs(sources: Iterable[str | Path], storage_options: dict | None =
     """
     out: list[InputFile] = []
     for src in sources:
-        src = str(src)
+        src = STDIN if str(src) == "-" else str(src)
         if is_remote(src):
             out.extend(
                 InputFile(f.url, f.in_directory, f.size, f.mtime_ns)
@@ -273,7 +277,7 @@ def resolve_inputs(sources: Iterable[str | Path], storage_options: dict | None =
     return [f for f in out if not ((key := location_key(f.path)) in seen or seen.add(key))]
 
 
-def _check_rank_map_names(rank_map: dict[str, int] | None, files: list[InputFile]) -> None:
+def check_rank_map_names(rank_map: dict[str, int] | None, files: list[InputFile]) -> None:
     """A `RankError` for a `--rank FILE=N` whose FILE is no input's path or base name: ignored, its file
     would keep the rank it names itself (or none) without a word (a typo, `./a.json` for `a.json`)."""
     names = {f.path for f in files} | {os.path.basename(f.path) for f in files}
@@ -370,7 +374,7 @@ def load(
         if saved is not None:  # else an op-timeline table, read as traces are
             return saved if comm_kernel is None else Run(mark_comm_kernels(saved.events, comm_kernel), saved.meta)
     resolve = rank_resolver(rank_from_filename=rank_from_filename, rank_map=rank_map)
-    _check_rank_map_names(rank_map, resolved)
+    check_rank_map_names(rank_map, resolved)
     default_rank = 0 if len(resolved) == 1 else None
     tasks: list[ReadTask] = []
     results: dict[str, list[FileTrace] | tuple[str, bool]] = {}

@@ -207,6 +207,51 @@ def conform(
     return out
 
 
+STRAY_NS = 86_400 * 10**9
+"""A row that starts or ends more than this (a day) from the median start of its file's rows is a stray: a
+negative or corrupted `ts`, a `dur` of years. No profiler window spans a day, and one such row would stretch
+its rank's timeline, or put its work in no step, without a word."""
+
+
+def drop_strays(events: pl.DataFrame, *, skipped: dict[str, int], warnings: list[str]) -> pl.DataFrame:
+    """`events` (one file's, `conform`ed) without its strays (`STRAY_NS`), counted as "malformed" in
+    `skipped` with one line in `warnings`. Costs two reductions where the rows span less than a day."""
+    if not events.height:
+        return events
+    ts, end = pl.col("ts"), pl.col("ts") + pl.col("dur")
+    lo, hi = events.select(ts.min().alias("lo"), end.max().alias("hi")).row(0)
+    if hi - lo <= STRAY_NS:
+        return events
+    median = int(events.get_column("ts").median())
+    stray = ((ts - median).abs() > STRAY_NS) | (end - median > STRAY_NS)
+    bad = events.filter(stray)
+    if not bad.height:
+        return events
+    skipped["malformed"] = skipped.get("malformed", 0) + bad.height
+    first = bad.row(0, named=True)
+    warnings.append(
+        f"{bad.height:,} events start or end more than a day from the file's other events (e.g. ts {first['ts']:,} "
+        f"ns, dur {first['dur']:,} ns, where the median ts is {median:,}): left out as malformed"
+    )
+    return events.filter(~stray)
+
+
+def stray_files(events: pl.DataFrame, file: pl.Series) -> bool:
+    """Whether the rows of any one file of a batch (`file`: the row's file, as `events`) span more than a day,
+    so that `drop_strays` of that file alone may drop some."""
+    if not events.height:
+        return False
+    lo, hi = events.select(lo=pl.col("ts").min(), hi=(pl.col("ts") + pl.col("dur")).max()).row(0)
+    if hi - lo <= STRAY_NS:
+        return False
+    spans = (
+        events.select("ts", "dur", file=file)
+        .group_by("file")
+        .agg(span=(pl.col("ts") + pl.col("dur")).max() - pl.col("ts").min())
+    )
+    return bool(spans.select((pl.col("span") > STRAY_NS).any()).item())
+
+
 # `conform`'s expressions, built once: building them costs about as much as running them.
 _AS_NULL = {col: pl.lit(None, dtype=dtype).alias(col) for col, dtype in EVENT_SCHEMA.items()}
 _LENIENT = {col: pl.col(col).cast(dtype, strict=False) for col, dtype in EVENT_SCHEMA.items()}

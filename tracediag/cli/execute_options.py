@@ -11,7 +11,7 @@ import click
 
 from tracediag.cli.common import FilePath, InputError
 from tracediag.cli.traces import parse_rank_map
-from tracediag.errors import TracediagError, shown
+from tracediag.errors import TracediagError, capped, shown
 from tracediag.execute.base import EXECUTORS, EngineMissing
 
 EXECUTOR_KEYS = (
@@ -184,7 +184,7 @@ def refuse_overwrite(
 
 def report_failed(meta_errors: tuple[str, ...], allow_missing: bool) -> None:
     """Each failed file on stderr; exit 2 unless --allow-missing (called after the report is out)."""
-    for line in meta_errors:
+    for line in capped(meta_errors):
         click.echo(f"Error: {line}", err=True)
     if meta_errors and not allow_missing:
         sys.exit(InputError.exit_code)

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import click
 
 from tracediag.cli.common import InputError, Jobs
-from tracediag.errors import TracediagError
+from tracediag.errors import TracediagError, capped
 from tracediag.output import refuse_inputs
 
 if TYPE_CHECKING:
@@ -121,5 +121,5 @@ def load_traces(
 
 def report_read_errors(meta: RunMeta) -> None:
     """Each file that could not be read, one ``Error:`` line on stderr (the others were read)."""
-    for line in meta.errors:
+    for line in capped(meta.errors):
         click.echo(f"Error: {line}", err=True)

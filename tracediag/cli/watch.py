@@ -151,8 +151,9 @@ def watch(
 
     def on_notice(n: Notice) -> None:
         click.echo(f"warning: {n.message}", err=True)
-        metrics.notice(n.reason)
-        write_metrics()
+        if n.reason != "rank_key":  # an option that matched nothing, not a file left out
+            metrics.notice(n.reason)
+            write_metrics()
 
     if metrics_port is not None:
         from tracediag.cli.metrics_http import serve

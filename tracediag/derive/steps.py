@@ -38,13 +38,16 @@ STEP_SPAN_SCHEMA: dict[str, pl.DataType] = {
     "start": pl.Int64(),
     "end": pl.Int64(),
     "partial": pl.Boolean(),
+    "clipped_ns": pl.Int64(),
 }
 """Per (rank, step): the marker thread and host span, and the span the breakdown uses (``start``,
-``end``: the device span on GPU traces, ``device`` = -1 and the host span on CPU-only traces)."""
+``end``: the device span on GPU traces, ``device`` = -1 and the host span on CPU-only traces); ``clipped_ns``:
+how much of the marker overlapped the next step's and was cut (0 where none)."""
 
 
 def find_markers(events: pl.DataFrame, *, step_regex: str | None = None) -> pl.DataFrame:
-    """Host step markers: ``rank, step, tid, host_start, host_end`` (one row per rank and step).
+    """Host step markers: ``rank, step, tid, host_start, host_end, clipped_ns`` (one row per rank and step;
+    ``clipped_ns``: how much of the marker overlapped the next one, cut off).
 
     Without `step_regex`, rows of kind ``step`` named ``ProfilerStep#N`` / ``train#N``. With it, host
     rows of any kind whose name matches; the first group is the step number, or, when the regex
@@ -81,13 +84,15 @@ def find_markers(events: pl.DataFrame, *, step_regex: str | None = None) -> pl.D
         .agg(pl.all().sort_by(pl.col("host_end") - pl.col("host_start"), maintain_order=True).last())
         .select("rank", "step", "tid", "host_start", "host_end")
         .sort("rank", "host_start", "step")
-        # nested or overlapping markers (a loose --step-regex): each ends where the next begins, so
-        # steps partition the host timeline and no time is counted twice
+        # nested or overlapping markers (a loose --step-regex, a damaged trace): each ends where the next
+        # begins, so steps partition the host timeline and no time is counted twice; `clipped_ns` says by how
+        # much (the analysis warns of it)
         .with_columns(
-            host_end=pl.min_horizontal(
+            _end=pl.min_horizontal(
                 "host_end", pl.col("host_start").shift(-1).over("rank").fill_null(pl.col("host_end"))
             )
         )
+        .select("rank", "step", "tid", "host_start", host_end="_end", clipped_ns=pl.col("host_end") - pl.col("_end"))
         .sort("rank", "step")
         .collect(engine="in-memory")
     )

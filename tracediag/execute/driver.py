@@ -47,7 +47,7 @@ from tracediag.execute.task import (
 from tracediag.ingest.commkernel import check_comm_kernel
 from tracediag.ingest.timeline import parquet_is_timeline
 from tracediag.parquet import is_url, join, read_parquet, write_parquet
-from tracediag.run import RANK_HINT, Run, RunMeta, _is_parquet, rank_resolver, resolve_inputs
+from tracediag.run import RANK_HINT, Run, RunMeta, _is_parquet, check_rank_map_names, rank_resolver, resolve_inputs
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -130,6 +130,7 @@ def _tasks(
         msg = f"{resolved[0].path}: {what} is analysed without --executor"
         raise TracediagError(msg)
     resolve = rank_resolver(rank_from_filename=rank_from_filename, rank_map=rank_map)
+    check_rank_map_names(rank_map, resolved)
     default_rank = 0 if len(resolved) == 1 else None
     tasks, errors = [], []
     for f in resolved:

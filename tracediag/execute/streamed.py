@@ -23,7 +23,15 @@ from tracediag.execute.task import summarize_traces
 from tracediag.ingest.commkernel import mark_comm_kernels
 from tracediag.ingest.sniff import is_stream
 from tracediag.ingest.workers import map_in_workers
-from tracediag.run import RunMeta, _check_unique_ranks, _groups, _paying_jobs, _read_group, rank_resolver
+from tracediag.run import (
+    RunMeta,
+    _check_unique_ranks,
+    _groups,
+    _paying_jobs,
+    _read_group,
+    check_rank_map_names,
+    rank_resolver,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -124,6 +132,7 @@ def stream_summaries(
     the run's metadata, as `run.load` then `derive.per_rank.rank_tables` would give them, holding one
     group's events at a time. Raises as `load` does: no file read, or two files claiming one rank."""
     resolve = rank_resolver(rank_from_filename=rank_from_filename, rank_map=rank_map)
+    check_rank_map_names(rank_map, resolved)
     default_rank = 0 if len(resolved) == 1 else None
     tasks: list[ReadTask] = []
     refused: dict[str, tuple[str, bool]] = {}

@@ -179,6 +179,7 @@ def resolve_dump_paths(sources: list[str], storage_options: dict | None = None) 
     """
     out: list[tuple[str, bool]] = []
     for src in map(str, sources):
+        src = "/dev/stdin" if src == "-" else src  # standard input, read as a stream
         if is_remote(src):
             out.extend((f.url, f.in_directory) for f in expand(src, storage_options, suffixes=("",)))
         elif os.path.isdir(src):
@@ -252,9 +253,18 @@ def _name(path: str) -> str:
 
 
 def _rank(doc: dict[str, Any], path: str, found: str | None) -> int:
-    """The dump's rank field, else `found`: the rank pattern's group in the file name."""
+    """The dump's rank field, else `found`: the rank pattern's group in the file name. A `RankError` when
+    both name a rank and they differ: a dump copied or renamed over another rank's would read as a rank that
+    never ran (and the rank of its name as one that wrote no dump)."""
     value = doc.get("rank")
     if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**31:
+        if found is not None and re.fullmatch(r"\d{1,9}", found) and int(found) != value:
+            msg = (
+                f"{shown(path)}: the dump says rank {value}, its file name rank {int(found)}\n\n"
+                "Hint: name dumps <prefix><rank> as torch does, or pass --rank-from-filename REGEX whose group is "
+                "the rank in the names"
+            )
+            raise RankError(msg)
         return value
     if found is not None and not re.fullmatch(r"\d{1,9}", found):
         msg = f"{shown(path)}: --rank-from-filename matched {found!r} in its name, not a rank (a whole number)"

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 import polars as pl
 
 from tracediag.ingest.trace import FileMeta, FileTrace
-from tracediag.schema import MAX_NS, check_rank, conform, shifted
+from tracediag.schema import MAX_NS, check_rank, conform, drop_strays, shifted
 from tracediag.vocab import (
     COMM_KERNEL,
     DEVICE_PLANE,
@@ -67,6 +67,7 @@ def to_events(
     events = _fill_collectives(_classify(slices, has_device_planes))
     events, time_base = _place_in_time(events, xplane_beside(path) if xplane == "beside" else xplane, warnings)
     events = conform(events.with_columns(rank=pl.lit(rank, dtype=pl.Int32)), skipped=dec.skipped, warnings=warnings)
+    events = drop_strays(events, skipped=dec.skipped, warnings=warnings)
     meta = FileMeta(
         path=path,
         format="jax",
@@ -233,12 +234,15 @@ def _group_from_rendezvous(ev: pl.DataFrame) -> pl.DataFrame:
 
 
 def _place_in_time(ev: pl.DataFrame, xplane: Path | None, warnings: list[str]) -> tuple[pl.DataFrame, str]:
-    """Epoch ns when the profile's `xplane.pb` gives the profile start, else relative."""
+    """Epoch ns when the profile's `xplane.pb` gives the profile start, else relative (one warning saying why:
+    no xplane.pb, or the one there unreadable, without a start, impossible or of another profile)."""
+    why = "no xplane.pb beside the file"
     if xplane is not None:
         try:
             span = profile_span_ns(xplane)
+            why = f"{xplane.name} gives no profile start (empty, or without its Task Environment plane)"
         except (OSError, ValueError, IndexError, EOFError, zlib.error) as e:
-            span = None
+            span, why = None, ""
             warnings.append(f"{xplane.name} could not be read ({e}); times are relative")
         if span is not None:
             start, stop = span
@@ -247,11 +251,11 @@ def _place_in_time(ev: pl.DataFrame, xplane: Path | None, warnings: list[str]) -
                 warnings.append(f"{xplane.name} gives an impossible profile span ({start}..{stop}); times are relative")
             elif end <= stop - start + _STOP_SLACK_NS:
                 return ev.with_columns(ts=shifted("ts", start)), "epoch"
-            warnings.append(f"{xplane.name} is from another profile (this trace runs past its stop time)")
-    if ev.height:
-        warnings.append(
-            "times are relative to the profile start (no xplane.pb beside the file): not comparable across hosts"
-        )
+            else:
+                warnings.append(f"{xplane.name} is from another profile (this trace runs past its stop time)")
+            why = ""
+    if ev.height and why:
+        warnings.append(f"times are relative to the profile start ({why}): not comparable across hosts")
     return ev, "relative"
 
 

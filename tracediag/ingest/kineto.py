@@ -17,7 +17,17 @@ import polars as pl
 
 from tracediag.errors import RankError, TraceError, shown
 from tracediag.ingest.trace import FileMeta, FileTrace, ProcessGroup
-from tracediag.schema import MAX_NS, CollOp, Kind, check_base_ns, check_rank, conform, shifted
+from tracediag.schema import (
+    MAX_NS,
+    CollOp,
+    Kind,
+    check_base_ns,
+    check_rank,
+    conform,
+    drop_strays,
+    shifted,
+    stray_files,
+)
 from tracediag.vocab import (
     COLLECTIVE_PREFIX,
     COMM_KERNEL,
@@ -117,7 +127,11 @@ def to_events(dec: Decoded, path: str, *, rank: int | None, default_rank: int | 
     events = _fill_collectives(events, dec, warnings)
     events = _fill_sequences(events, dec)
     events = events.hstack([pl.Series("rank", [rank], dtype=pl.Int32).new_from_index(0, events.height)])
-    events = conform(events, skipped=dec.skipped, warnings=warnings)
+    events = drop_strays(
+        conform(events, skipped=dec.skipped, warnings=warnings), skipped=dec.skipped, warnings=warnings
+    )
+    if n := events.select(THREADLESS.sum()).item():
+        warnings.append(threadless_warning(n))
     meta = FileMeta(
         path=path,
         format="kineto",
@@ -132,6 +146,17 @@ def to_events(dec: Decoded, path: str, *, rank: int | None, default_rank: int | 
         warnings=tuple(warnings),
     )
     return FileTrace(events=events, meta=meta)
+
+
+THREADLESS = pl.col("pid").is_not_null() & pl.col("tid").is_null() & pl.col("stream").is_null()
+"""Host rows of a process with no integer thread id: `tid` absent, or a string that is not decimal digits
+(`"main"`). Their process's rows of that kind are then one thread, whose nesting and B/E pairs mix
+threads; Kineto's own string tid (the profiler's span, `"pid": "Spans"`) has no integer pid and is not one."""
+
+
+def threadless_warning(n: int) -> str:
+    """The warning for `n` `THREADLESS` rows: they are read, as one thread of their process."""
+    return f'{n} events have no integer thread id (tid absent, or a string such as "main"): read as one thread'
 
 
 def _int_or_none(value: Any) -> int | None:
@@ -722,12 +747,14 @@ def to_events_small(
     for f, text in found:
         warnings[f].append(text)
     events = _fill_sequences(events, dec)
+    for f, n in events.filter(THREADLESS).get_column("file").value_counts().iter_rows():
+        warnings[f].append(threadless_warning(n))
     file = events.get_column("file")
     rank = pl.Series("rank", [rank_of.get(f) for f in range(max(batch.files) + 1)], dtype=pl.Int32).gather(file)
     counted: dict[str, int] = {}
     narrowed: list[str] = []
     events = conform(events.hstack([rank]), skipped=counted, warnings=narrowed)
-    if counted or narrowed or not file.is_sorted():
+    if counted or narrowed or not file.is_sorted() or stray_files(events, file):
         return {}
     # each file's rows in time order (ties in file order), as `run.load` orders a file's: one sort, not one a file
     events = events.with_columns(file).sort("file", "ts", maintain_order=True).drop("file")

@@ -26,7 +26,7 @@ import polars as pl
 from tracediag.errors import NotATraceError, TraceError
 from tracediag.ingest.sniff import is_stream, open_input
 from tracediag.ingest.trace import FileMeta, FileTrace
-from tracediag.schema import MAX_NS, check_base_ns, check_rank, conform, shifted
+from tracediag.schema import MAX_NS, check_base_ns, check_rank, conform, drop_strays, shifted
 from tracediag.vocab import COMM_KERNEL, STEP_MARKER, coll_op, resolve_rank
 
 if TYPE_CHECKING:
@@ -241,7 +241,7 @@ def _check_header(path: Path, head: bytes, *, shown: Path) -> None:
 
 
 def _read(con: sqlite3.Connection, path: Path, rank: int | None, default_rank: int | None) -> FileTrace:
-    tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")}
     if "StringIds" not in tables:
         raise NotATraceError(str(path), "not a trace: SQLite without the Nsight Systems StringIds table")
     strings = _query(con, "SELECT id, value FROM StringIds", {"id": pl.Int64(), "value": pl.String()}, path)
@@ -251,7 +251,7 @@ def _read(con: sqlite3.Connection, path: Path, rank: int | None, default_rank: i
     sizes = _env_values(strings, _SIZE_KEYS)
     world_size = sizes[1][0] if sizes is not None and len(sizes[1]) == 1 else None
 
-    epoch = _session_start(con, tables)
+    epoch = _session_start(con, tables, path)
     if epoch is not None:
         check_base_ns(epoch, str(path), "TARGET_INFO_SESSION_START_TIME")
     if epoch is None:
@@ -269,6 +269,7 @@ def _read(con: sqlite3.Connection, path: Path, rank: int | None, default_rank: i
     for table, shape in readers:
         raw = _fetch(con, tables, table, path)
         events_in += raw.height
+        warnings.extend(_unnamed(raw, strings, table))
         rows, skips = shape(raw, strings)
         parts.append(rows)
         for reason, n in skips.items():
@@ -292,7 +293,7 @@ def _read(con: sqlite3.Connection, path: Path, rank: int | None, default_rank: i
         skipped=skipped,
         warnings=tuple(warnings),
     )
-    events = conform(events, skipped=skipped, warnings=warnings)
+    events = drop_strays(conform(events, skipped=skipped, warnings=warnings), skipped=skipped, warnings=warnings)
     meta = dataclasses.replace(meta, skipped=dict(sorted(skipped.items())), warnings=tuple(warnings))
     return FileTrace(events=events, meta=meta)
 
@@ -360,11 +361,42 @@ def _resolve_rank(
     )
 
 
-def _session_start(con: sqlite3.Connection, tables: set[str]) -> int | None:
+_NAME_IDS = {
+    "CUPTI_ACTIVITY_KIND_KERNEL": "shortName",
+    "CUPTI_ACTIVITY_KIND_RUNTIME": "nameId",
+    "NVTX_EVENTS": "textId",
+}
+"""The column of each table whose `StringIds` id names its rows (NVTX: where `text` is null)."""
+
+
+def _unnamed(raw: pl.DataFrame, strings: pl.DataFrame, table: _Table) -> list[str]:
+    """A warning counting the rows of `table` whose name id `StringIds` lacks (a damaged or mixed export):
+    they are read unnamed, so a communication kernel among them would pass for compute."""
+    col = _NAME_IDS.get(table.name)
+    if col is None or not raw.height:
+        return []
+    named_by_id = pl.col(col).is_not_null() & (pl.col("text").is_null() if "text" in raw.columns else pl.lit(True))
+    lacking = raw.filter(named_by_id & ~pl.col(col).is_in(strings["id"].implode()))
+    if not lacking.height:
+        return []
+    return [
+        f"{lacking.height} rows of {table.name} name a string id StringIds lacks ({col} {lacking[col][0]}): "
+        "read unnamed"
+    ]
+
+
+def _session_start(con: sqlite3.Connection, tables: set[str], path: Path) -> int | None:
+    """`TARGET_INFO_SESSION_START_TIME`'s epoch ns; None without the table (or a row); a value that is no
+    integer is a `TraceError` (read as absent, the file's times would be taken as relative without cause)."""
     if "TARGET_INFO_SESSION_START_TIME" not in tables:
         return None
     row = con.execute("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME").fetchone()
-    return row[0] if row is not None and type(row[0]) is int else None
+    if row is None or row[0] is None:
+        return None
+    if type(row[0]) is not int:
+        msg = f"TARGET_INFO_SESSION_START_TIME holds {repr(row[0])[:40]} ({type(row[0]).__name__}) where a number goes"
+        raise TraceError(str(path), msg)
+    return row[0]
 
 
 def _devices(con: sqlite3.Connection, tables: set[str]) -> tuple[str, ...]:

@@ -43,7 +43,8 @@ class Notice:
 
     reason: str
     """"truncated" (a file that stays cut short), "unreadable", "not_a_trace", "late" (a file of a
-    window already reported), "duplicate", "location_gone", "listing" (the location could not be listed)."""
+    window already reported), "duplicate", "location_gone", "listing" (the location could not be listed),
+    "rank_key" (a `--rank FILE=N` whose FILE no watched file matched)."""
     message: str
 
 
@@ -86,6 +87,9 @@ class Watcher:
             self.detector.restore(self.state.detector)
         self.step_regex, self.thresholds, self.storage_options = step_regex, thresholds, storage_options
         self.resolve = rank_resolver(rank_from_filename=rank_from_filename, rank_map=dict(rank_map or {}))
+        self._rank_keys = dict(rank_map or {})
+        """`--rank FILE=N` keys no listed file has matched yet (by path or base name): each is named once the
+        watch flushes (files may land later, so not before), as `load` refuses one that names no input."""
         self.on_notice = on_notice or (lambda n: None)
         self.clock = clock
         self.prediction = prediction
@@ -125,6 +129,8 @@ class Watcher:
                 self.notice("listing", text)
             self._listing_error = text
             return self.grouper.due(now, flush=flush)
+        if self._rank_keys:
+            self._match_rank_keys(listed, flush=flush)
         fresh = [f for f in listed if f.path not in self.state.consumed and f.path not in self._held]
         self.unsettled = self.settling.unsettled(fresh)
         settled = self.settling.settled(fresh)
@@ -161,6 +167,16 @@ class Watcher:
             else:
                 self._held.add(part.path)
         return self.grouper.due(now, flush=flush)
+
+    def _match_rank_keys(self, listed: list, *, flush: bool) -> None:
+        """Forget the `--rank` keys a listed file matches; with `flush`, name each left (once)."""
+        names = {f.path for f in listed} | {f.path.rstrip("/").rsplit("/", 1)[-1] for f in listed}
+        for key in [k for k in self._rank_keys if k in names]:
+            del self._rank_keys[key]
+        if flush:
+            for key, rank in self._rank_keys.items():
+                self.notice("rank_key", f"--rank {shown(key)}={rank}: no watched file has this path or base name")
+            self._rank_keys.clear()
 
     def analyse(self, w: Pending) -> Window:
         """The `Window` of a due window (its parts' tables dropped afterwards by the caller)."""

@@ -1,0 +1,296 @@
+"""Hostile inputs the reader campaign found answered silently or differently by one path, each a real fixture
+mutated one way: thread ids that are no numbers, step markers that overlap, a Flight Recorder dump whose name
+and content give two ranks, a `--rank FILE=N` naming no input on the summary paths and in `watch`, an
+unreadable trace among readable ones on every path (the exit status README documents).
+
+Each goes through the CLI (exit 0 with a warning naming the file and the count, or exit 2 with one line
+naming the file and the problem; never a traceback) and through the Python API.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import json
+import pickle
+import re
+import shutil
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import polars as pl
+import pytest
+from click.testing import CliRunner
+from conftest import time_limit
+
+import tracediag
+from tracediag.cli import cli
+from tracediag.errors import RankError, TracediagError, shown
+from tracediag.execute.driver import analyze_sources
+from tracediag.ingest.flight import read_dumps
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
+GLOO0, GLOO1 = (FIXTURES / "kineto" / f"gen_torch2.13cpu_gloo_2rank_rank{r}.pt.trace.json.gz" for r in (0, 1))
+HANG = FIXTURES / "hang" / "healthy"
+NSYS1 = FIXTURES / "nsys" / "constructed_gpu_rank1.sqlite.gz"
+WORKER_THREAD = 6882
+"""A thread of rank 1's gloo trace other than the main one: 12 of its duration events."""
+
+
+def _invoke(args: list) -> tuple[int, str, str]:
+    with time_limit(120):
+        result = CliRunner().invoke(cli, [str(a) for a in args])
+    assert "Traceback" not in result.output, result.output
+    assert "internal error" not in result.output, result.output
+    return result.exit_code, result.stdout, result.stderr
+
+
+def _errors(err: str) -> list[str]:
+    return [line for line in err.splitlines() if line.startswith("Error:")]
+
+
+def _doc() -> dict:
+    return json.loads(gzip.decompress(GLOO1.read_bytes()))
+
+
+def _run(tmp_path: Path, doc: dict) -> tuple[Path, Path]:
+    """A run folder: rank 0's real trace and `doc` as rank 1's `rank1.json`."""
+    folder = tmp_path / "run"
+    folder.mkdir()
+    shutil.copy(GLOO0, folder / GLOO0.name)
+    (folder / "rank1.json").write_text(json.dumps(doc))
+    return folder, folder / "rank1.json"
+
+
+def _analysis(args: list) -> dict:
+    code, out, err = _invoke(["analyze", *args, "--format", "json"])
+    assert code == 0, err
+    return json.loads(out)
+
+
+# ------------------------------------------------------------------------------------ thread ids
+
+
+def test_a_thread_id_that_is_no_number_is_a_counted_warning_on_every_path(tmp_path):
+    """`"tid": "backward"` on one thread's events read them as null: that thread's ops merged with the
+    main thread's (rank 1's op-time ratio read 79x instead of 33x) without a word."""
+    doc = _doc()
+    for e in doc["traceEvents"]:
+        if e.get("tid") == WORKER_THREAD:
+            e["tid"] = "backward"
+    folder, bad = _run(tmp_path, doc)
+    warning = '12 events have no integer thread id (tid absent, or a string such as "main"): read as one thread'
+    code, out, err = _invoke(["ingest", folder, "-o", tmp_path / "o.parquet"])
+    assert code == 0, err
+    assert f"warning {shown(bad)}: {warning}" in out
+    assert f"{shown(bad)}: {warning}" in _analysis([folder])["warnings"]
+    assert f"{shown(bad)}: {warning}" in _analysis([folder, "--executor", "local"])["warnings"]
+    alone, together = tracediag.load(bad), tracediag.load(folder)  # one file read alone, and in a batch
+    assert alone.meta.files[0].warnings == (warning,)
+    assert [f.warnings for f in together.meta.files] == [(), (warning,)]
+    assert together.events.filter(pl.col("tid").is_null()).height == 12 + 2  # + the profiler spans
+
+
+# ---------------------------------------------------------------------------------------- step markers
+
+
+def test_overlapping_step_markers_are_cut_and_said_so(tmp_path):
+    """ProfilerStep#2 of rank 1 running 5 ms into ProfilerStep#3 was cut where #3 begins, unsaid."""
+    doc = _doc()
+    steps = sorted(
+        (e for e in doc["traceEvents"] if e.get("name", "").startswith("ProfilerStep#")), key=lambda e: e["ts"]
+    )
+    steps[0]["dur"] = steps[1]["ts"] - steps[0]["ts"] + 5000.0
+    folder, bad = _run(tmp_path, doc)
+    warning = (
+        f"1 step marker overlaps the next step's, cut where it begins: the most, step 2 of rank 1 ({shown(bad)}) "
+        "by 5.000 ms"
+    )
+    assert warning in _analysis([folder])["warnings"]
+    assert warning in _analysis([folder, "--executor", "local"])["warnings"]
+    healthy = tmp_path / "healthy"
+    healthy.mkdir()
+    for p in (GLOO0, GLOO1):
+        shutil.copy(p, healthy / p.name)
+    assert not [w for w in _analysis([healthy])["warnings"] if "overlap" in w]
+
+
+# -------------------------------------------------------------------------------------- Flight Recorder
+
+
+def test_a_dump_whose_name_and_content_give_two_ranks_is_refused(tmp_path):
+    """`nccl_trace_rank_1` holding `"rank": 9` was read as rank 9: rank 1 seemed to have written no dump and
+    ranks 4..8 to be missing, exit 0."""
+    folder = tmp_path / "dumps"
+    shutil.copytree(HANG, folder, ignore=shutil.ignore_patterns("manifest.json"))
+    dump = folder / "nccl_trace_rank_1"
+    dump.write_bytes(pickle.dumps({**pickle.loads(dump.read_bytes()), "rank": 9}, protocol=2))
+    problem = "the dump says rank 9, its file name rank 1"
+    code, _, err = _invoke(["hang", folder])
+    assert code == 2, err
+    assert len(_errors(err)) == 1, err
+    assert shown(dump) in _errors(err)[0]
+    assert problem in _errors(err)[0]
+    with pytest.raises(RankError, match=re.escape(problem)):
+        read_dumps(str(folder))
+
+
+# ------------------------------------------------------------------------------------------- --rank keys
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["analyze"], ["analyze", "--executor", "local"], ["ingest", "--executor", "local"]],
+    ids=["analyze", "analyze-executor", "ingest-executor"],
+)
+def test_a_rank_given_for_no_input_file_is_one_line_on_the_summary_paths(tmp_path, args):
+    """`--rank rank_1.json=1` for `rank1.json` was refused by `ingest` but ignored by `analyze` (which
+    streams summaries) and by `--executor`: the file kept its own rank, exit 0."""
+    folder, _ = _run(tmp_path, _doc())
+    extra = ["--out", tmp_path / "out"] if "ingest" in args else []
+    code, _, err = _invoke([*args, folder, "--rank", "rank_1.json=1", *extra])
+    assert code == 2, err
+    assert _errors(err) == ["Error: --rank rank_1.json=1: no input file has this path or base name"], err
+    with pytest.raises(RankError, match="no input file has this path or base name"):
+        analyze_sources(folder, rank_map={"rank_1.json": 1})
+    assert analyze_sources(folder, rank_map={"rank1.json": 1}).results[0][1].ranks == (0, 1)
+
+
+def test_watch_names_a_rank_given_for_no_file_it_saw(tmp_path):
+    folder, _ = _run(tmp_path, _doc())
+    code, out, err = _invoke(["watch", folder, "--once", "--poll", "0.2", "--rank", "rank_1.json=1"])
+    assert code == 0, err
+    assert "window 1 (steps 2-3" in out
+    assert "warning: --rank rank_1.json=1: no watched file has this path or base name" in err
+    code, _, err = _invoke(["watch", folder, "--once", "--poll", "0.2", "--rank", "rank1.json=1"])
+    assert (code, "--rank" in err) == (0, False), err
+
+
+# ---------------------------------------------------------------------------- an unreadable trace, exit
+
+
+def test_an_unreadable_trace_among_others_exits_as_documented_on_every_path(tmp_path):
+    """README: analyze goes on with the rest (exit 0); with --executor the command exits 2 unless
+    --allow-missing (docs/scale-out.md). Every path names the file in the same one line."""
+    folder, _ = _run(tmp_path, _doc())
+    bad = folder / "rank2.json"
+    bad.write_text('{"traceEvents": [')
+    line = f"Error: {shown(bad)}: invalid JSON (Input data was truncated), and no complete event could be recovered"
+    for args, expected in (
+        ([], 0),
+        (["--executor", "local"], 2),
+        (["--executor", "local", "--allow-missing"], 0),
+    ):
+        code, out, err = _invoke(["analyze", folder, "--format", "json", *args])
+        assert (code, _errors(err)) == (expected, [line]), (args, err)
+        assert json.loads(out)["run"]["ranks"] == [0, 1], args
+
+
+# ---------------------------------------------------------------------------------------------- Nsight
+
+
+def _nsys(tmp_path: Path, sql: str) -> Path:
+    db = tmp_path / "rank1.sqlite"
+    db.write_bytes(gzip.decompress(NSYS1.read_bytes()))
+    with contextlib.closing(sqlite3.connect(db)) as con:
+        con.executescript(sql)
+        con.commit()
+    return db
+
+
+def _kernel_kinds(run: tracediag.Run) -> dict[str, int]:
+    kinds = dict(run.events["kind"].cast(pl.String).value_counts().iter_rows())
+    return {k: kinds.get(k, 0) for k in ("kernel", "comm")}
+
+
+def test_nsight_kernels_named_by_ids_string_ids_lacks_are_a_counted_warning(tmp_path):
+    """Kernels whose `shortName` id is not in `StringIds` were read with no name: the 6 NCCL kernels among
+    them passed for compute, unsaid."""
+    db = _nsys(tmp_path, "UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET shortName = 99999999")
+    warning = (
+        "12 rows of CUPTI_ACTIVITY_KIND_KERNEL name a string id StringIds lacks (shortName 99999999): read unnamed"
+    )
+    code, out, err = _invoke(["ingest", db])
+    assert code == 0, err
+    assert f"warning {shown(db)}: {warning}" in out
+    run = tracediag.load(db)
+    assert (run.meta.files[0].warnings, _kernel_kinds(run)) == ((warning,), {"kernel": 12, "comm": 0})
+
+
+def test_nsight_session_start_of_the_wrong_type_is_one_line_not_relative_times(tmp_path):
+    """A text `utcEpochNs` read as no session start: the export's times were taken as relative (and
+    said so: "no TARGET_INFO_SESSION_START_TIME"), though the table is there."""
+    db = _nsys(tmp_path, "UPDATE TARGET_INFO_SESSION_START_TIME SET utcEpochNs = 'soon'")
+    problem = "TARGET_INFO_SESSION_START_TIME holds 'soon' (str) where a number goes"
+    code, _, err = _invoke(["ingest", db])
+    assert (code, _errors(err)) == (2, [f"Error: {shown(db)}: {problem}"]), err
+    with pytest.raises(TracediagError, match=re.escape(problem)):
+        tracediag.load(db)
+
+
+def test_nsight_table_behind_a_view_is_read(tmp_path):
+    """An export whose kernel table is a view (a post-processed or merged database) lost every kernel:
+    only `type = 'table'` was looked up."""
+    expected = _kernel_kinds(tracediag.load(_nsys(tmp_path, "")))
+    db = _nsys(
+        tmp_path,
+        "ALTER TABLE CUPTI_ACTIVITY_KIND_KERNEL RENAME TO kernels; "
+        "CREATE VIEW CUPTI_ACTIVITY_KIND_KERNEL AS SELECT * FROM kernels",
+    )
+    assert _kernel_kinds(tracediag.load(db)) == expected == {"kernel": 6, "comm": 6}
+
+
+# ------------------------------------------------------------------------------- times far from the rest
+
+
+def _aten(doc: dict, n: int) -> list[dict]:
+    return [e for e in doc["traceEvents"] if e.get("ph") == "X" and e.get("name", "").startswith("aten::")][:n]
+
+
+def test_events_a_day_or_more_from_the_rest_are_counted_strays(tmp_path):
+    """Three operators of 31 years (`dur` 1e15 us) were read as they were: rank 1 computed 29x its peer on
+    both steps (a persistent straggler) where the trace shows one slow step; one negative `ts` put its op
+    in no step. Each is now a malformed row, counted, with one warning."""
+    doc = _doc()
+    for e in _aten(doc, 3):
+        e["dur"] = 1e15
+    _aten(doc, 4)[3]["ts"] = -_aten(doc, 4)[3]["ts"]
+    folder, bad = _run(tmp_path, doc)
+    run = tracediag.load(bad)
+    assert run.meta.skipped["malformed"] == 4
+    assert run.events.height + sum(run.meta.skipped.values()) == run.meta.events_in
+    (warning,) = run.meta.files[0].warnings
+    assert warning.startswith("4 events start or end more than a day from the file's other events")
+    analysis = _analysis([folder])
+    assert f"{shown(bad)}: {warning}" in analysis["warnings"]
+    assert [(f["cause"], f["steps"]) for f in analysis["findings"]][:1] == [("compute_straggler", [2])]
+    together = tracediag.load(folder)  # in a batch of small files: the file is read alone, as above
+    assert together.meta.files[1].skipped["malformed"] == 4
+
+
+# --------------------------------------------------------------------------------- many bad files, stdin
+
+
+def test_thousands_of_empty_files_are_twenty_lines_and_a_count(tmp_path):
+    folder, _ = _run(tmp_path, _doc())
+    for i in range(300):
+        (folder / f"empty{i:03d}.json").touch()
+    code, out, err = _invoke(["analyze", folder])
+    assert code == 0, err
+    assert len(_errors(err)) == 21, err
+    assert _errors(err)[-1] == "Error: 280 more files (empty file: 280)"
+    assert "warning: 280 more files (empty file: 280)" in out
+    assert len(tracediag.load(folder).meta.errors) == 300  # the API keeps every line
+
+
+def test_a_dash_reads_standard_input(tmp_path):
+    """`tracediag analyze -` failed as "-: cannot read file (No such file or directory)"."""
+    command = [sys.executable, "-m", "tracediag", "ingest", "-", str(GLOO0)]
+    root = Path(__file__).resolve().parents[2]  # `-m` imports the tracediag of this checkout
+    done = subprocess.run(
+        command, input=gzip.decompress(GLOO1.read_bytes()), capture_output=True, timeout=120, cwd=root
+    )
+    assert done.returncode == 0, done.stderr
+    assert b"ranks   2 (0, 1) of world size 2" in done.stdout
