@@ -9,12 +9,14 @@ largest stage, every stage at least that deep; only where the engine interleaves
 parallelism whenever tp > 1, and ep for MoE. With `target`, only what that engine runs (`emit.unsupported`).
 Memory is checked first (cheap) against (1 − headroom) of capacity; step time is computed only for splits
 that fit, with the per-layer cost memoised across pp, dp and ZeRO. Splits within `NEAR_TIE` of the fastest
-remaining one are ties, broken towards the simpler split (`complexity`).
+remaining one are ties, broken towards the simpler split (`complexity`); splits above the published ceiling all
+rank at its MFU, and among them the step time without the engine's optimistic assumptions orders them.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
 from typing import TYPE_CHECKING
 
 from tracediag.api_types import checked
@@ -271,6 +273,9 @@ def _mem(p: Prediction) -> str:
     return f"memory {p.memory.total / 2**30:.0f}/{p.memory.capacity / 2**30:.0f} GiB"
 
 
+_AS_RANKED = " as ranked, MFU capped at the published ceiling"
+
+
 def _reason(
     p: Prediction,
     best: Prediction | None,
@@ -278,21 +283,27 @@ def _reason(
     *,
     rank_s: float,
     other_rank_s: float,
+    careful_s: float = 0.0,
+    other_careful_s: float = 0.0,
 ) -> str:
     """Why this split ranks where it does, from what actually differs (never a difference of zero).
 
     `rank_s` is the time this split was ranked by, `other_rank_s` that of #1 (or of the fastest split found,
-    for #1); they are conservative estimates for splits above the published ceiling.
+    for #1): the step time at the published ceiling's MFU for splits above it. `careful_s` and
+    `other_careful_s` are their step times without the engine's optimistic assumptions, which order splits
+    tied at the ceiling.
     """
     t = p.time
     if best is None:
         name, worst = max(((n, f(t)) for n, f in _PARTS if n != "compute"), key=lambda x: x[1])
         head = "fastest"
         if fastest is not None and fastest is not p:
-            gap = 100 * (rank_s / other_rank_s - 1)
+            tied = rank_s == other_rank_s and careful_s != other_careful_s
+            gap = 100 * ((careful_s / other_careful_s) if tied else (rank_s / other_rank_s)) - 100
+            basis = " without the engine's optimistic assumptions (both capped)" if tied else ""
             head = (
-                f"{gap:.1f}% slower than the fastest split found ({_setting_diff(fastest, p)}), within "
-                f"{100 * NEAR_TIE:.0f}%: the simpler split is preferred"
+                f"{gap:.1f}% slower than the fastest split found ({_setting_diff(fastest, p)}){basis}, "
+                f"within {100 * NEAR_TIE:.0f}%: the simpler split is preferred"
             )
         overhead = (
             f"largest overhead is {name} ({100 * worst / t.step_time_s:.0f}% of the step)"
@@ -307,13 +318,18 @@ def _reason(
     shown = [f"{d:+.3g} s {n}" for d, n in deltas if abs(d) >= floor][:3]
     what = "; ".join(shown) if shown else "no part differs by more than 0.5% of the step"
     diff = _setting_diff(p, best)
+    capped = rank_s != t.step_time_s or other_rank_s != b.step_time_s
     if slower < 100 * NEAR_TIE:
         simpler = complexity(best.split, best.training) < complexity(p.split, p.training)
-        head = f"within {100 * NEAR_TIE:.0f}% of #1 ({slower:+.1f}%), #1 is {'simpler' if simpler else 'faster'}"
+        careful = 100 * (careful_s / other_careful_s - 1) if capped and other_careful_s else 0.0
+        if capped and not (simpler and careful < 100 * NEAR_TIE):
+            times = f"{other_careful_s:.3g} s against {careful_s:.3g}"
+            why = f"faster without the engine's optimistic assumptions ({times})"
+        else:
+            why = "simpler" if simpler else "faster"
+        head = f"within {100 * NEAR_TIE:.0f}% of #1 ({slower:+.1f}%{_AS_RANKED if capped else ''}), #1 is {why}"
     else:
-        head = f"{slower:.1f}% slower than #1"
-    if rank_s != t.step_time_s or other_rank_s != b.step_time_s:
-        head += " as ranked (MFU capped at the published ceiling)"
+        head = f"{slower:.1f}% slower than #1" + (f" ({_AS_RANKED.removeprefix(' ')})" if capped else "")
     return f"{head} ({diff}): {what}; {_mem(p)}"
 
 
@@ -410,9 +426,16 @@ def plan(
             "\n\nHint: more GPUs, a device with more memory, a smaller global batch, or a lower --headroom"
         )
         raise NoFit(msg)
-    fastest_row = min(results, key=lambda r: (r[0], r[1]))
-    careful = conservative(engine)
-    chosen = _pick(results, top, lambda sp, tr: step_time(model, device, sp, tr, careful).step_time_s)
+    careful_engine = conservative(engine)
+
+    @cache
+    def careful(split: Split, train: Training) -> float:
+        return step_time(model, device, split, train, careful_engine).step_time_s
+
+    chosen = _pick(results, top, careful)
+    first = min(r[0] for r in results)
+    # Among splits tied at the ceiling, the fastest is the fastest without the optimistic assumptions.
+    fastest_row = min(results, key=lambda r: (r[0], careful(r[2], r[3]) if r[0] == first else 0.0, r[1]))
     shown = [predict(model, device, split, train, engine, gpus=gpus) for _, _, split, train in chosen]
     fastest = (
         shown[0]
@@ -423,9 +446,24 @@ def plan(
         Ranked(
             rank=i + 1,
             prediction=p,
-            reason=_reason(p, shown[0], rank_s=row[0], other_rank_s=chosen[0][0])
+            reason=_reason(
+                p,
+                shown[0],
+                rank_s=row[0],
+                other_rank_s=chosen[0][0],
+                careful_s=careful(row[2], row[3]),
+                other_careful_s=careful(chosen[0][2], chosen[0][3]),
+            )
             if i
-            else _reason(p, None, fastest, rank_s=row[0], other_rank_s=fastest_row[0]),
+            else _reason(
+                p,
+                None,
+                fastest,
+                rank_s=row[0],
+                other_rank_s=fastest_row[0],
+                careful_s=careful(row[2], row[3]),
+                other_careful_s=careful(fastest_row[2], fastest_row[3]),
+            ),
             warning=ceiling_warning(p, ranked=True),
             rank_time_s=row[0],
         )
