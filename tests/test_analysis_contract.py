@@ -122,3 +122,17 @@ def test_renderers_read_the_typed_check(pipeline_with_check):
     text = render_check_text(pipeline_with_check.check)
     assert text.startswith("observed vs predicted (tiny on 4 x a100-80gb, tp=1 pp=4 dp=1")
     assert pipeline_with_check.check.sentence in text
+
+
+def test_the_document_written_a_few_rows_at_a_time_is_orjsons_bytes(pipeline_with_check, monkeypatch):
+    from tracediag.report import analyses
+
+    a = pipeline_with_check
+    assert a.steps.height > 3  # several slices of each table
+    assert a.kernels.height > 3
+    monkeypatch.setattr(analyses, "ROWS_AT_ONCE", 3)
+    whole = orjson.dumps(a.to_dict(), option=orjson.OPT_APPEND_NEWLINE)
+    assert analyses.analyses_json_bytes([("", a)]) == whole
+    per_file = analyses.analyses_json_bytes([("a.json", a), ("b.json", a)], newline=False)
+    both = [{"file": p, **a.to_dict()} for p in ("a.json", "b.json")]
+    assert per_file == orjson.dumps({"per_file": both})

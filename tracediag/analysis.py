@@ -501,8 +501,11 @@ class Analysis:
         """The analysed step numbers, in order."""
         return sorted(self.steps["step"].unique().to_list()) if self.steps.height else []
 
-    def to_dict(self) -> dict[str, Any]:
-        """The documented JSON form (docs/analysis-json.md)."""
+    def to_dict(self, *, tables: bool = True) -> dict[str, Any]:
+        """The documented JSON form (docs/analysis-json.md). Without `tables`, the row tables (``steps``,
+        ``collectives``, ``kernels``, ``kernel_categories``) stay DataFrames, for a writer that turns them
+        into rows a slice at a time (`report.analyses.write_analyses_json`)."""
+        rows = pl.DataFrame.to_dicts if tables else (lambda t: t)
         out: dict[str, Any] = {
             "schema_version": SCHEMA_VERSION,
             "run": {
@@ -511,8 +514,8 @@ class Analysis:
                 "steps": self.step_numbers,
                 "excluded_steps": self.excluded_steps,
             },
-            "steps": self.steps.to_dicts(),
-            "collectives": self.collectives.to_dicts(),
+            "steps": rows(self.steps),
+            "collectives": rows(self.collectives),
             "findings": [f.to_dict() for f in self.findings],
             "warnings": list(self.warnings),
         }
@@ -523,9 +526,9 @@ class Analysis:
         if self.whatif is not None:
             out["whatif"] = self.whatif.to_dict()
         if self.kernels is not None and self.kernels.height:
-            out["kernels"] = self.kernels.to_dicts()
+            out["kernels"] = rows(self.kernels)
         if self.kernel_categories is not None and self.kernel_categories.height:
-            out["kernel_categories"] = self.kernel_categories.to_dicts()
+            out["kernel_categories"] = rows(self.kernel_categories)
         if self.lateness is not None:
             out["lateness"] = self.lateness.to_dict()
         return out

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from pathlib import Path
@@ -151,7 +152,7 @@ def analyze(
     with collection_paused():
         from tracediag.execute.driver import analyze_sources
         from tracediag.output import write_atomic
-        from tracediag.report.analyses import analyses_json, analyses_json_bytes, analyses_text
+        from tracediag.report.analyses import analyses_json, analyses_text, write_analyses_json
 
     gate = _causes(fail_on)
     peak = _link(link_gbps)
@@ -184,11 +185,10 @@ def analyze(
         )  # fmt: skip
     results = _with_checks(analysed.results, analysed.run, check_kw)
     if output:
-        data = (
-            analyses_json_bytes(results)
-            if fmt == "json"
-            else (analyses_text(results, kernels_top=kernels_top) + "\n").encode()
-        )
+        if fmt == "json":  # written a slice of rows at a time, never held whole
+            data = functools.partial(write_analyses_json, results)
+        else:
+            data = (analyses_text(results, kernels_top=kernels_top) + "\n").encode()
         try:
             write_atomic(output, data)
         except TracediagError as e:

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
+from tracediag.derive.intervals import in_time_order
 from tracediag.derive.sync_segments import LOCAL_CATEGORIES, LOCAL_COLUMNS
 
 if TYPE_CHECKING:
@@ -45,7 +46,7 @@ class Plan:
 
     seg: pl.DataFrame
     """Per segment (sorted by rank, ts): ``rank``, ``_k`` (the row of its (rank, step) in `keys`) and its
-    time per category (`sync_segments.LOCAL_COLUMNS`, Float64)."""
+    time per category (`sync_segments.LOCAL_COLUMNS`: the graph's Int64 columns, read as Float64)."""
     keys: pl.DataFrame
     """``rank, step, _k``: the segments' (rank, step) pairs."""
     mark_seg: pl.Series
@@ -79,9 +80,12 @@ class Plan:
 
 def plan(graph: Graph) -> Plan:
     """The replay plan of `graph` (see `Plan`)."""
-    seg = graph.segments.sort("rank", "ts").with_row_index("_j")
+    # the graph's own columns (no sort, no join copying them): a plan lives beside its graph
+    seg = graph.segments if in_time_order(graph.segments, "rank", "ts") else graph.segments.sort("rank", "ts")
+    seg = seg.with_row_index("_j")
     keys = seg.select("rank", "step").unique(maintain_order=True).with_row_index("_k")
-    seg = seg.join(keys, on=["rank", "step"], how="left", maintain_order="left")
+    k = seg.select("rank", "step").join(keys, on=["rank", "step"], how="left", maintain_order="left")["_k"]
+    seg = seg.with_columns(k)
     marks = graph.marks.with_row_index("mid")
     at = (
         marks.sort("t")
@@ -126,7 +130,7 @@ def plan(graph: Graph) -> Plan:
     cuts = (*firsts.to_series().to_list(), parts.height)
     sched, r_pid = _schedule(parts, marks, graph.ops, cuts)
     return Plan(
-        seg=seg.select("rank", "_k", *(pl.col(c).cast(pl.Float64) for c in LOCAL_COLUMNS)),
+        seg=seg.select("rank", "_k", *LOCAL_COLUMNS),
         keys=keys,
         mark_seg=at["_j"],
         mark_share=at["_share"].fill_null(0.0).cast(pl.Float64),
