@@ -90,8 +90,9 @@ class Ranked:
     warning: str = ""
     """Set when the predicted MFU exceeds the published ceiling of the device class and size."""
     rank_time_s: float = 0.0
-    """Step time the split was ranked by: the prediction's, or for a split above the published ceiling the
-    conservative one (without the engine's optimistic assumptions, and never above the ceiling's MFU)."""
+    """Step time the split was ranked by: the prediction's, or for a split predicted above the published
+    ceiling the step time at the ceiling's MFU (such splits tie; their step time without the engine's
+    optimistic assumptions orders them)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
