@@ -95,7 +95,7 @@ def collective_instances(events: pl.DataFrame) -> pl.DataFrame:
             end=pl.col("ts") + pl.col("dur"),
         )
         .select(list(INSTANCE_SCHEMA))
-        .collect()
+        .collect(engine="in-memory")
         .cast(INSTANCE_SCHEMA)
     )
 

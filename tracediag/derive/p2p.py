@@ -38,7 +38,7 @@ def p2p_per_step(events: pl.DataFrame, offsets: pl.DataFrame) -> pl.DataFrame:
             first_send_ns=pl.col("_t").filter(op == "send").min(),
         )
         .sort("rank", "step")
-        .collect()
+        .collect(engine="in-memory")
     )
 
 
@@ -49,8 +49,14 @@ def pipeline_groups(events: pl.DataFrame) -> list[list[int]]:
     with send/recv rows.
     """
     p2p = events.lazy().filter(pl.col("coll_op").is_in(["send", "recv"]))
-    ranks = sorted(p2p.select("rank").unique().collect()["rank"].to_list())
-    edges = p2p.filter(pl.col("coll_peer").is_not_null()).select("rank", "coll_peer").unique().collect().rows()
+    ranks = sorted(p2p.select("rank").unique().collect(engine="in-memory")["rank"].to_list())
+    edges = (
+        p2p.filter(pl.col("coll_peer").is_not_null())
+        .select("rank", "coll_peer")
+        .unique()
+        .collect(engine="in-memory")
+        .rows()
+    )
     if not edges:
         return [ranks] if len(ranks) > 1 else []
     parent = {r: r for r in ranks}

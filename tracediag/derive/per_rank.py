@@ -113,7 +113,7 @@ def _rank_tables(events: pl.DataFrame, *, step_regex: str | None, extents: pl.Da
         .select("rank", op.alias("coll_op"), "coll_peer")
         .unique()
         .sort("rank", "coll_op", "coll_peer", nulls_last=True)
-        .collect(),
+        .collect(engine="in-memory"),
         host=host_feed(stepped, spans, names=names, launched=launched, keys=keys),
         kernels=kernels,
         kernel_categories=kernel_categories,

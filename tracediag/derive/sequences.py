@@ -23,6 +23,6 @@ def sequence_work(events: pl.DataFrame) -> pl.DataFrame:
         .group_by("rank", "step")
         .agg(pl.col("seq_sq").sum())
         .sort("rank", "step")
-        .collect()
+        .collect(engine="in-memory")
         .cast(SEQUENCE_SCHEMA)
     )

@@ -67,7 +67,7 @@ def find_markers(events: pl.DataFrame, *, step_regex: str | None = None) -> pl.D
         number = digits.cast(pl.Int64, strict=False)
         fits = number.is_between(_STEP_MIN, _STEP_MAX)
         step = pl.when(fits).then(number).cast(pl.Int32)
-        rows = rows.with_columns(step=step, _digits=digits).collect().lazy()
+        rows = rows.with_columns(step=step, _digits=digits).collect(engine="in-memory").lazy()
         _refuse_out_of_range(rows, pattern)
         rows = rows.drop("_digits")
     else:
@@ -104,7 +104,7 @@ def _refuse_out_of_range(rows: pl.LazyFrame, pattern: str) -> None:
     bad = (
         rows.filter(pl.col("step").is_null() & pl.col("_digits").str.contains(r"^[+-]?[0-9]+$"))
         .select(pl.len(), pl.col("_digits").first())
-        .collect()
+        .collect(engine="in-memory")
     )
     if bad.item(0, 0):
         what = "ProfilerStep#N markers" if pattern == STEP_NUMBER else f"markers of --step-regex {pattern!r}"
@@ -386,7 +386,7 @@ def assign_steps(
         in_place = _host_step(lf.select("rank", "device", "ts"), markers, ordered=True, keys=keys).select(
             pl.when(pl.col("device") == -1).then(pl.col("_step")).alias("_step")
         )
-        host_steps, *device_parts = pl.collect_all([in_place, launched_rows, unlaunched])
+        host_steps, *device_parts = pl.collect_all([in_place, launched_rows, unlaunched], engine="in-memory")
         if sum(p.height for p in device_parts) == events.select((pl.col("device") >= 0).sum()).item():
             step = host_steps.get_column("_step")
             for p in device_parts:

@@ -147,6 +147,6 @@ def _compute_ops(events: pl.DataFrame) -> pl.LazyFrame:
         | (
             (pl.col("kind") == "cpu_op")
             & pl.col("coll_op").is_null()
-            & ~pl.col("rank").is_in(gpu.collect().get_column("rank").implode())
+            & ~pl.col("rank").is_in(gpu.collect(engine="in-memory").get_column("rank").implode())
         )
     ).select("rank", "ts")

@@ -461,7 +461,11 @@ def _op_from_launch(ev: pl.DataFrame, keys: tuple[str, ...] = ()) -> pl.DataFram
         .unique([*keys, "correlation"], keep="first")
     )
     # the operations of the vague rows alone, put in place: a join of every row would copy the frame
-    ops = kernels.lazy().join(found, on=[*keys, "correlation"], how="left", maintain_order="left").collect()["_op"]
+    ops = (
+        kernels.lazy()
+        .join(found, on=[*keys, "correlation"], how="left", maintain_order="left")
+        .collect(engine="in-memory")["_op"]
+    )
     if ops.null_count() == ops.len():
         return ev
     coll_op = ev.get_column("coll_op")
