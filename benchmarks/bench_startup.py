@@ -8,6 +8,8 @@ children (user + system, every thread), the median over the rounds, the checkout
 round (which goes first alternates too), so that the machine's load falls on both alike:
 
 - ``python``: the interpreter alone (``python -c pass``), the floor under every other row;
+- ``polars+click+orjson``: ``python -c "import polars, click, orjson"``, the floor under an analyze: what
+  its dependencies' own imports cost, whatever tracediag does;
 - ``--help`` and ``analyze --help``: ``python -m tracediag ...``;
 - ``analyze tiny``: ``tracediag analyze TINY --format json -o FILE`` of a real 2-rank run of 14 KB per
   rank, whose start-up outweighs its analysis;
@@ -17,9 +19,10 @@ round (which goes first alternates too), so that the machine's load falls on bot
   less twice the CPU of that second run (``tiny's work``: from its start to the interpreter's teardown,
   everything imported and warm). Imports, first-call set-up and the teardown are what is left.
 
-With ``--instructions`` each case (but the last) also runs once under valgrind's callgrind, which counts
-the instructions of every thread: exact and independent of the load, where CPU-s on a shared machine
-move by 20% from run to run.
+With ``--instructions`` each case also runs once under valgrind's callgrind, which counts the
+instructions of every thread: exact and independent of the load, where CPU-s on a shared machine move
+by 20% from run to run. The fixed cost's count is twice the tiny analyze's less the process that runs it
+twice. The checkouts are counted side by side (one callgrind each at a time).
 
 Python writes its bytecode to a cache outside the trees (``PYTHONPYCACHEPREFIX``), warmed first, so
 the start-up is an installed package's, not a compile of every module. The two analyses' JSON must be
@@ -36,6 +39,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -96,6 +100,7 @@ def _cases(runs: tuple[str, str], tmp: Path) -> dict[str, list[str]]:
     tiny, run = runs
     return {
         "python": ["-c", "pass"],
+        "polars+click+orjson": ["-c", "import polars, click, orjson"],
         "--help": ["-m", "tracediag", "--help"],
         "analyze --help": ["-m", "tracediag", "analyze", "--help"],
         "analyze tiny": _analyze(tiny, tmp / "tiny.json"),
@@ -103,10 +108,22 @@ def _cases(runs: tuple[str, str], tmp: Path) -> dict[str, list[str]]:
     }
 
 
+def _twice(runs: tuple[str, str], tmp: Path) -> list[str]:
+    return ["-c", TWICE, runs[0], str(tmp / "1.json"), str(tmp / "2.json")]
+
+
+def count(checkout: Path, runs: tuple[str, str], cache: Path, tmp: Path) -> dict[str, float]:
+    """Millions of instructions by case for `checkout`, the fixed cost's included."""
+    tmp.mkdir(exist_ok=True)
+    counted = {case: _instructions(args, checkout, cache) for case, args in _cases(runs, tmp).items()}
+    counted["fixed (tiny)"] = 2 * counted["analyze tiny"] - _instructions(_twice(runs, tmp), checkout, cache)
+    return counted
+
+
 def measure(checkout: Path, runs: tuple[str, str], cache: Path, tmp: Path) -> dict[str, float]:
     """One round of every case for `checkout`: CPU-s by case."""
     cpu = {case: _child(args, checkout, cache)[0] for case, args in _cases(runs, tmp).items()}
-    total, out = _child(["-c", TWICE, runs[0], str(tmp / "1.json"), str(tmp / "2.json")], checkout, cache)
+    total, out = _child(_twice(runs, tmp), checkout, cache)
     work = float(out.strip().splitlines()[-1])
     cpu["fixed (tiny)"] = total - 2 * work
     cpu["tiny's work"] = work
@@ -134,11 +151,14 @@ def main() -> None:
             for i in range(2):
                 if (tmp / f"this.{i}.json").read_bytes() != (tmp / f"baseline.{i}.json").read_bytes():
                     sys.exit(f"the analyze JSON of {(args.tiny, args.run)[i]} differs between the checkouts")
-        counted = {
-            name: {case: _instructions(a, tree, caches[name]) for case, a in _cases((args.tiny, args.run), tmp).items()}
-            for name, tree in trees.items()
-            if args.instructions
-        }
+        counted = {}
+        if args.instructions:
+            with ThreadPoolExecutor(len(trees)) as pool:
+                jobs = {
+                    name: pool.submit(count, tree, (args.tiny, args.run), caches[name], tmp / f"count-{name}")
+                    for name, tree in trees.items()
+                }
+                counted = {name: job.result() for name, job in jobs.items()}
         rows: dict[str, dict[str, list[float]]] = {name: {} for name in trees}
         for r in range(args.rounds):
             order = list(trees) if r % 2 == 0 else list(reversed(trees))

@@ -171,7 +171,7 @@ def _thaw(value: Any) -> Any:
 
 
 @checked
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, repr=False)
 class Finding:
     """One diagnosed cause, with the numbers that decided it. Complete when built: `cause` must be a
     `Cause` (or its value), and `evidence` is stored as a read-only copy."""
@@ -454,7 +454,7 @@ class WhatIf:
 
 
 @checked
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class Analysis:
     """Everything `tracediag analyze` found in a run."""
 

@@ -178,7 +178,7 @@ class CheckedPlan:
 
 
 @checked
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, repr=False)
 class Check:
     """Observed against predicted (`Analysis.check`; the JSON `check` section is `to_dict`)."""
 

@@ -50,7 +50,7 @@ KERNEL_MIN_NS = 10_000
 """A kernel is slower/faster when its time per step moves by ≥ 10% and ≥ 10 µs."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class Comparison:
     """Two runs side by side; `to_dict` is the `compare --format json` document."""
 

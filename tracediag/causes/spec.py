@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from tracediag.whatif.price import Pricing
 
 
-@dataclass
+@dataclass(eq=False)
 class Context:
     """One detection pass: the facts, the thresholds, the findings of the causes registered before
     this one, and per-run tables derived once and shared (`memo`)."""

@@ -69,7 +69,7 @@ BREAKDOWN_COLUMNS = (
 )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class _Names:
     """The name tests of the breakdown, evaluated once per distinct name (`tracediag.vocab`)."""
 

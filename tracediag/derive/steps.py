@@ -159,7 +159,7 @@ def _launch_steps(
     )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Launches:
     """The host runtime calls of an event table and its device rows, each with the call that
     launched it (`launches`): joined once, read by `step_spans`, `assign_steps`, the breakdown's

@@ -9,7 +9,7 @@ if TYPE_CHECKING:
     import polars as pl
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, eq=False)
 class Facts:
     """The derived facts of one run (all times in ns, aligned clocks)."""
 

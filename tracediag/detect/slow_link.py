@@ -44,7 +44,7 @@ FLOOR_NS = MATCH_TOLERANCE_NS
 a transfer time under it is the clocks' error, not the link's speed."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Slow:
     """The slowest rank or pair and the numbers behind it (`assess`)."""
 

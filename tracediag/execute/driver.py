@@ -53,7 +53,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Summaries:
     """What the tasks of a run left at `out`: the manifest (one row per input file) and the files' metadata."""
 
@@ -441,7 +441,7 @@ def analyze_ranks(
     return results[0][1], summaries
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Analysed:
     """What `analyze_sources` found: the analyses, the run when its events were read here, the files that failed."""
 

@@ -45,7 +45,7 @@ are read several at once (`ingest.read.read_small`); 32 keeps most of that gain 
 fixed cost is paid once for the group) while the driver holds 32 ranks' events, not the run's."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Group:
     """What summarising one group of files gave: per file its outcome, the joined traces' metadata
     (a rank's windows one entry, in the order of their first file) and the ranks' summary."""

@@ -18,6 +18,7 @@ from collections import Counter
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from decimal import Decimal
+from functools import cache
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Union
 
@@ -139,6 +140,7 @@ _SKIP_TYPES.update({_tagged(p, []): "other_phase" for p in _OTHER_PHASES})
 _TaggedEvent = Union[tuple(_ROW_TYPES - {_Event}) + tuple(_SKIP_TYPES)]  # noqa: UP007 - built at run time
 
 
+@cache
 def _object_type(event: Any) -> type:
     return msgspec.defstruct(
         "_Object",
@@ -157,19 +159,12 @@ _TOP_KEYS = ("baseTimeNanoseconds", "distributedInfo", "deviceProperties", "meta
 """The Object form's top-level keys tracediag reads; every other one is ignored."""
 
 
-def _decoders(event: Any) -> dict[tuple[bool, bool], msgspec.json.Decoder]:
-    """(is_array, exact) -> decoder; exact keeps floats as `Decimal` (their decimal text)."""
-    obj = _object_type(event)
-    return {
-        (is_array, exact): msgspec.json.Decoder(list[event] if is_array else obj, float_hook=Decimal if exact else None)
-        for is_array in (False, True)
-        for exact in (False, True)
-    }
-
-
-_TAGGED = _decoders(_TaggedEvent)
-_PLAIN = _decoders(_Event)
-_PlainObject = _object_type(_Event)
+@cache
+def _decoder(event: Any, is_array: bool, exact: bool) -> msgspec.json.Decoder:
+    """The decoder of `event`s (an array, or the Object form); exact keeps floats as `Decimal` (their
+    decimal text). Built on first use: the C scanner reads most documents without one, and building
+    one resolves the type hints of every struct it decodes into."""
+    return msgspec.json.Decoder(list[event] if is_array else _object_type(event), float_hook=Decimal if exact else None)
 
 
 def _decode_fast(doc: bytes, is_array: bool, *, exact: bool = False) -> Any:
@@ -178,9 +173,9 @@ def _decode_fast(doc: bytes, is_array: bool, *, exact: bool = False) -> Any:
     Raises msgspec's DecodeError (bad JSON) or ValidationError (wrong-typed fields).
     """
     try:
-        return _TAGGED[(is_array, exact)].decode(doc)
+        return _decoder(_TaggedEvent, is_array, exact).decode(doc)
     except msgspec.ValidationError:
-        return _PLAIN[(is_array, exact)].decode(doc)
+        return _decoder(_Event, is_array, exact).decode(doc)
 
 
 _EXACT_LIMIT_US = float(2**43)
@@ -198,7 +193,7 @@ _EVENTS_KEY = re.compile(rb'(?<!\\)"traceEvents"\s*:\s*\[')
 _BOUNDARY = re.compile(rb"\}\s*,\s*\{")
 
 
-@dataclass
+@dataclass(eq=False)
 class Decoded:
     """A Chrome trace decoded to columns, before any format semantics."""
 
@@ -308,7 +303,7 @@ once it holds this many (at the end of the file that reaches it), so a batch of 
 them all. A group of 256 Kineto windows (850k rows) takes one: at 200k rows, 5% more CPU joining the takes."""
 
 
-@dataclass
+@dataclass(eq=False)
 class Batch:
     """Small files decoded together (`decode_small`): one set of columns, a `file` column (UInt32, the
     file's index in the batch) on `slices` and `metadata`; `order` runs on across the files (each
@@ -905,7 +900,7 @@ def _decode_leniently(data: bytes, path: str, is_array: bool, skipped: dict[str,
     if is_array:
         return events
     rest = {k: v for k, v in loaded.items() if k in _TOP_KEYS}
-    return _PlainObject(traceEvents=events, **rest)
+    return _object_type(_Event)(traceEvents=events, **rest)
 
 
 def _decode_truncated(

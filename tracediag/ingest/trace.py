@@ -50,7 +50,7 @@ class FileMeta:
     `path` is the first window's file, these the others in time order."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class FileTrace:
     """One file read: its events (event-table schema, `rank` filled) and its metadata."""
 

@@ -16,7 +16,6 @@ package a process has used before it forks.
 from __future__ import annotations
 
 import os
-import pickle
 import queue
 import signal
 import struct
@@ -81,6 +80,8 @@ class _Raised:
 
     def __init__(self, error: Exception, travels: bool = True) -> None:
         if travels:
+            import pickle
+
             try:
                 pickle.dumps(error)
             except Exception:  # an exception that cannot travel: its text does
@@ -89,6 +90,8 @@ class _Raised:
 
 
 def _send(stream: IO[bytes], obj: Any) -> None:
+    import pickle  # here, not at the top: `import tracediag` imports this module, most processes start no worker
+
     data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
     stream.write(_LEN.pack(len(data)))
     stream.write(data)  # not joined to the length: an answer may be 100 MB of tables
@@ -96,6 +99,8 @@ def _send(stream: IO[bytes], obj: Any) -> None:
 
 
 def _receive(stream: IO[bytes]) -> Any:
+    import pickle
+
     head = stream.read(_LEN.size)
     if len(head) < _LEN.size:
         raise EOFError
@@ -112,6 +117,8 @@ def serve() -> None:
     Anything else printed to stdout (a library, a `sitecustomize`) goes to stderr instead, so it
     cannot corrupt the answers.
     """
+    import pickle
+
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the caller's; a worker ends when its input does
     _SERVING["worker"] = True
     answers = os.fdopen(os.dup(1), "wb")
@@ -164,6 +171,8 @@ class _Worker:
             raise WorkerError(msg)
 
     def call(self, fn: Callable[[Any], Any], arg: Any) -> Any:
+        import pickle
+
         try:
             _send(self.proc.stdin, (fn, arg))
             return _receive(self.proc.stdout)

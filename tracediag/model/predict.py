@@ -32,7 +32,7 @@ FLOPS_CONVENTION = {
 """What each utilisation counts (in the saved JSON as `flops_convention`)."""
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@dataclass(frozen=True, kw_only=True, slots=True, repr=False)
 class Prediction:
     """What the analytic model expects of one run; the fields `check` compares with a trace."""
 

@@ -43,7 +43,7 @@ _FACTOR_SCHEMA = {"rank": pl.Int32, "step": pl.Int32, "cat": pl.String, "factor"
 _TRANSFER_SCHEMA = {"op": pl.String, "rank": pl.Int32, "transfer_ns": pl.Float64}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Edit:
     """Durations to change before a replay."""
 

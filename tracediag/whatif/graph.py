@@ -31,7 +31,7 @@ from tracediag.derive.p2p import p2p_pairs
 from tracediag.derive.sync_segments import BLOCK_TOLERANCE_NS, BLOCK_TOLERANCE_SHARE, LOCAL_COLUMNS
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Graph:
     """What the replay needs, all on aligned clocks (ns)."""
 

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from tracediag.whatif.graph import Graph
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Plan:
     """What every replay of one graph shares, computed once per graph (`plan_of`): an edit changes only the
     segments' lengths and the transfer times, so the marks' segments, the governing blocks and the
