@@ -32,6 +32,7 @@ NOT_FOR_ANALYZE = (
     "tracediag.desync",  # other commands' work
     "tracediag.watching",
     "tracediag.compare",
+    "tracediag.check_result",  # `Analysis.check`'s type: only with --plan / --model
 )
 """What a plain `analyze` does not use: the modules of options it was not given and of other commands."""
 
@@ -73,6 +74,7 @@ def test_help_imports_no_command_and_no_heavy_library():
     mods = _imported_after(["--help"])
     assert not {m for m in mods if m.startswith("tracediag.cli.")}
     assert not {m for m in mods if m.split(".")[0] in HEAVY}
+    assert "pickle" not in mods  # `import tracediag` imports the workers' module, which pickles only in use
 
 
 def test_analyze_help_imports_its_command_only_and_no_heavy_library():
@@ -96,6 +98,7 @@ def test_analyze_imports_what_its_analysis_needs_only(fmt, tmp_path):
     assert (tmp_path / "out").stat().st_size > 1000
     assert not _under(mods, NOT_FOR_ANALYZE)
     assert not _under(mods, ("pyarrow", "plotly", "numpy", "ray", "dask"))
+    assert "pickle" not in mods  # the worker processes' messages: no worker starts
     assert not {m for m in mods if m.startswith("tracediag.cli.")} - {
         f"tracediag.cli.{m}"
         for m in ("analyze", "check_options", "common", "execute_options", "export", "model_options", "traces")

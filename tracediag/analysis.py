@@ -11,18 +11,31 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
 from tracediag import display
 from tracediag.api_types import CheckedEnumType, checked
-from tracediag.check_result import Check
 from tracediag.units import NS_PER_MS, count, format_ms
+
+if TYPE_CHECKING:  # `checked` resolves it through this module's `__getattr__`
+    from tracediag.check_result import Check  # noqa: TC004
 
 SCHEMA_VERSION = "1.9"
 SHOWN = 2
 """Findings an `Analysis` repr names (the most time lost first) before it counts the rest."""
+
+
+def __getattr__(name: str) -> object:
+    """`Check`, the type of `Analysis.check`, imported on first use: only an analysis checked against a
+    model (`--model`, `--plan`) has one, and its module builds four dataclasses."""
+    if name == "Check":
+        from tracediag.check_result import Check
+
+        return Check
+    msg = f"module {__name__!r} has no attribute {name!r}"
+    raise AttributeError(msg)
 
 
 class Cause(StrEnum, metaclass=CheckedEnumType):
@@ -538,6 +551,8 @@ class Analysis:
     def from_dict(cls, d: dict[str, Any]) -> Analysis:
         """Read back `to_dict` output (e.g. for `tracediag report analysis.json`); sections a later
         minor version adds are ignored."""
+        from tracediag.check_result import Check
+
         major = str(d.get("schema_version", "")).split(".")[0]
         if major != SCHEMA_VERSION.split(".")[0]:
             got = d.get("schema_version")

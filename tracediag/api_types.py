@@ -130,6 +130,26 @@ class Table:
             raise TracediagError(msg)
 
 
+class _ModuleNames(abc.Mapping):
+    """The names of a module as its hints see them, those it imports on first use (a module `__getattr__`:
+    `analysis.Check`) included."""
+
+    def __init__(self, module: types.ModuleType) -> None:
+        self.module = module
+
+    def __getitem__(self, name: str) -> object:
+        try:
+            return getattr(self.module, name)
+        except AttributeError:
+            raise KeyError(name) from None
+
+    def __iter__(self) -> abc.Iterator[str]:
+        return iter(vars(self.module))
+
+    def __len__(self) -> int:
+        return len(vars(self.module))
+
+
 class _Check:
     """The argument check of one public callable. Its hints are resolved and compiled into one test per
     parameter at the first call: they may name classes defined after it."""
@@ -185,7 +205,8 @@ class _Check:
         raise wrong_type(public_name(self.target), name, _describe(self.hints.get(param, Any)), value)
 
     def _compile(self) -> None:
-        self.hints = typing.get_type_hints(self.target, include_extras=True)
+        names = _ModuleNames(sys.modules[self.target.__module__])
+        self.hints = typing.get_type_hints(self.target, localns=names, include_extras=True)
         names = [*self.positional, *self.keywords, self.var_positional, self.var_keyword]
         self.tests = {n: _compiled(self.hints.get(n, Any)) for n in names if n is not None}
         self.tables = {n: _tables(self.hints[n]) for n in names if n in self.hints and _tables(self.hints[n])}

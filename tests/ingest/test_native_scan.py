@@ -78,6 +78,17 @@ def test_the_scanner_is_built() -> None:
     assert native.AVAILABLE, "tracediag/ingest/_chromescan.c was not built: `pip install -e .` needs a C compiler"
 
 
+def test_a_scanned_file_builds_no_msgspec_decoder(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The msgspec decoders are built on first use, as building one resolves the type hints of every struct it
+    decodes into (start-up, issue 31): a file the scanner reads builds none, the msgspec path the ones it uses."""
+    path = FIXTURES / "kineto/hta_a100_nccl_rank0.json.gz"
+    chrome._decoder.cache_clear()
+    assert _read(path)[0] == "ok"
+    assert chrome._decoder.cache_info().currsize == 0
+    _both(path, monkeypatch)
+    assert chrome._decoder.cache_info().currsize == 1  # the tagged union's decoder of the Object form
+
+
 @pytest.mark.parametrize("path", SOURCES, ids=lambda p: p.name)
 def test_same_table_as_msgspec_on_every_fixture(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     _assert_same(*_both(path, monkeypatch), path.name)
