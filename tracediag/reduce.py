@@ -116,7 +116,7 @@ def facts_from_tables(
     if complete.height - kept.height:
         dropped = count(complete.height - kept.height, "rank-step")
         warnings.append(f"{dropped} of steps not recorded on every rank left out")
-    warnings += overlap_warning(spans, meta)
+    warnings += overlap_warning(spans, meta) + repeat_warning(spans, meta) + stepless_warning(spans, meta, step_regex)
     steps = (
         kept.join(waits, on=["rank", "step"], how="left")
         .with_columns(
@@ -265,6 +265,38 @@ def reduce_files(
     return out
 
 
+def _path_of(meta: RunMeta, rank: int) -> str:
+    """` (FILE)` of `rank`'s file, for a warning about the rank ("" when the metadata names none)."""
+    path = next((f.path for f in meta.files if f.rank == rank), None)
+    return f" ({shown(path)})" if path else ""
+
+
+def stepless_warning(spans: pl.DataFrame, meta: RunMeta, step_regex: str | None) -> tuple[str, ...]:
+    """One line naming the ranks read whose traces hold no step marker: they are in no step, so the analysis
+    leaves them out, and without this line it would count them traced yet call them "possibly untraced"."""
+    stepless = sorted(set(meta.ranks) - set(spans.get_column("rank").to_list()))
+    if not stepless:
+        return ()
+    what = f"no host row matching --step-regex {step_regex!r}" if step_regex else "no ProfilerStep#N marker"
+    first = f"rank {stepless[0]}{_path_of(meta, stepless[0])}"
+    more = f" and {count(len(stepless) - 1, 'more rank')}" if len(stepless) > 1 else ""
+    return (f"{first}{more}: {what}, so in no step: left out of the analysis",)
+
+
+def repeat_warning(spans: pl.DataFrame, meta: RunMeta) -> tuple[str, ...]:
+    """One line counting the step markers left out because an earlier or longer one has their step number
+    (`derive.steps.find_markers` keeps one per rank and step), with the first rank's file."""
+    repeated = spans.filter(pl.col("repeats") > 0)
+    if not repeated.height:
+        return ()
+    n = int(repeated.get_column("repeats").sum())
+    first = repeated.row(0, named=True)
+    return (
+        f"{count(n, 'step marker')} {'repeats' if n == 1 else 'repeat'} the number of another of its rank "
+        f"(first: step {first['step']} of rank {first['rank']}{_path_of(meta, first['rank'])}): the longest kept",
+    )
+
+
 def overlap_warning(spans: pl.DataFrame, meta: RunMeta) -> tuple[str, ...]:
     """One line counting the step markers that overlapped the next one and were cut where it begins
     (`derive.steps.find_markers`), with the largest and its rank's file: time is then counted once, but
@@ -273,8 +305,7 @@ def overlap_warning(spans: pl.DataFrame, meta: RunMeta) -> tuple[str, ...]:
     if not clipped.height:
         return ()
     worst = clipped.sort("clipped_ns", descending=True).row(0, named=True)
-    path = next((f.path for f in meta.files if f.rank == worst["rank"]), None)
-    where = f" ({shown(path)})" if path else ""
+    where = _path_of(meta, worst["rank"])
     return (
         f"{count(clipped.height, 'step marker')} {'overlaps' if clipped.height == 1 else 'overlap'} the next step's, "
         f"cut where it begins: the most, step {worst['step']} of rank {worst['rank']}{where} by "

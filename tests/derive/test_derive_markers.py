@@ -24,7 +24,7 @@ def events() -> pl.DataFrame:
 
 def _reference(events: pl.DataFrame, regex: str) -> list[tuple]:
     """The rule read plainly: per rank, markers in stable (start) order numbered 0, 1, ...; each ends
-    no later than the next one starts, by `clipped_ns`."""
+    no later than the next one starts, by `clipped_ns`; numbered in time order, none repeats a number."""
     host = events.filter(pl.col("device") == -1).select("rank", "tid", "ts", "dur", pl.col("name").cast(pl.String))
     pattern = re.compile(regex)
     out = []
@@ -33,7 +33,7 @@ def _reference(events: pl.DataFrame, regex: str) -> list[tuple]:
         rows.sort(key=lambda r: r[2])  # stable: equal starts stay in the table's order
         for step, (_, tid, ts, dur, _) in enumerate(rows):
             nxt = rows[step + 1][2] if step + 1 < len(rows) else ts + dur
-            out.append((rank, step, tid, ts, min(ts + dur, nxt), ts + dur - min(ts + dur, nxt)))
+            out.append((rank, step, tid, ts, min(ts + dur, nxt), ts + dur - min(ts + dur, nxt), 0))
     return out
 
 

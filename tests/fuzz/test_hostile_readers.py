@@ -117,6 +117,38 @@ def test_overlapping_step_markers_are_cut_and_said_so(tmp_path):
     assert not [w for w in _analysis([healthy])["warnings"] if "overlap" in w]
 
 
+def _steps(doc: dict) -> list[dict]:
+    return sorted(
+        (e for e in doc["traceEvents"] if e.get("name", "").startswith("ProfilerStep#")), key=lambda e: e["ts"]
+    )
+
+
+def test_a_rank_whose_step_markers_lost_their_names_is_named_not_called_untraced(tmp_path):
+    """Rank 1's markers without `name` left it in no step: the analysis counted 2 ranks and then called rank 1
+    "possibly untraced", with no line saying its file has no step marker."""
+    doc = _doc()
+    for e in _steps(doc):
+        del e["name"]
+    folder, bad = _run(tmp_path, doc)
+    warning = f"rank 1 ({shown(bad)}): no ProfilerStep#N marker, so in no step: left out of the analysis"
+    assert warning in _analysis([folder])["warnings"]
+    assert warning in _analysis([folder, "--executor", "local"])["warnings"]
+
+
+def test_a_repeated_step_number_is_counted_not_dropped_unsaid(tmp_path):
+    """ProfilerStep#3 renamed #2 on rank 1: one of its two #2 markers was dropped without a word (then step 3,
+    on rank 0 alone, was left out, which was said)."""
+    doc = _doc()
+    _steps(doc)[1]["name"] = _steps(doc)[0]["name"]
+    folder, bad = _run(tmp_path, doc)
+    warnings = _analysis([folder])["warnings"]
+    assert (
+        f"1 step marker repeats the number of another of its rank (first: step 2 of rank 1 ({shown(bad)})): "
+        "the longest kept"
+    ) in warnings
+    assert "1 rank-step of steps not recorded on every rank left out" in warnings
+
+
 # -------------------------------------------------------------------------------------- Flight Recorder
 
 
@@ -268,6 +300,42 @@ def test_events_a_day_or_more_from_the_rest_are_counted_strays(tmp_path):
     assert [(f["cause"], f["steps"]) for f in analysis["findings"]][:1] == [("compute_straggler", [2])]
     together = tracediag.load(folder)  # in a batch of small files: the file is read alone, as above
     assert together.meta.files[1].skipped["malformed"] == 4
+
+
+@pytest.mark.parametrize("bad", [b"\xff\xfe", b"caf\xe9"], ids=["utf16_mark", "latin1"])
+def test_a_name_that_is_not_utf8_is_one_line_with_its_offset(tmp_path, bad):
+    """The file was refused as "invalid JSON (Invalid UTF-8 encoded string)": no place to look for it."""
+    data = gzip.decompress(GLOO1.read_bytes())
+    at = data.index(b'"name": "aten::') + len(b'"name": "')
+    path = tmp_path / "rank1.json"
+    path.write_bytes(data[:at] + bad + data[at:])
+    first = next(i for i, byte in enumerate(bad) if byte > 0x7F)  # the first byte that is not ASCII
+    code, _, err = _invoke(["ingest", path])
+    assert code == 2, err
+    found = (bad + b"aten")[first : first + 4]
+    assert _errors(err) == [
+        f"Error: {shown(path)}: invalid JSON at byte {at + first} (Invalid UTF-8 encoded string: {found!r})"
+    ]
+
+
+def test_an_op_timeline_row_a_day_from_its_rank_is_skipped_and_the_table_markers_warn_of_nothing(tmp_path):
+    """One row of the real table moved 1.7e15 us on stretched its step marker by 54 years (cut by the next
+    one, unsaid); the table's own markers, whose ops run on into the next step, were cut unsaid too."""
+    source = FIXTURES / "timeline" / "straggler_persistent.csv.gz"
+    lines = gzip.decompress(source.read_bytes()).decode().splitlines()
+    header = lines[0].split(",")
+    row = lines[5].split(",")
+    row[header.index("start_us")] = str(float(row[header.index("start_us")]) + 1.7e15)
+    path = tmp_path / "t.csv"
+    path.write_text("\n".join([*lines[:5], ",".join(row), *lines[6:]]) + "\n")
+    expected, analysis = _analysis([source]), _analysis([path])
+    assert not [w for w in expected["warnings"] if "overlap" in w]
+    assert analysis["warnings"] == [
+        f"{shown(path)}: 1 row(s) with a start or end more than a day from its rank's other rows skipped"
+    ]
+    verdict = [(f["cause"], f["ranks"], f["steps"]) for f in expected["findings"]]
+    assert [(f["cause"], f["ranks"], f["steps"]) for f in analysis["findings"]] == verdict  # one op fewer
+    assert tracediag.load(path).meta.skipped == {"malformed": 1}
 
 
 # --------------------------------------------------------------------------------- many bad files, stdin

@@ -39,15 +39,18 @@ STEP_SPAN_SCHEMA: dict[str, pl.DataType] = {
     "end": pl.Int64(),
     "partial": pl.Boolean(),
     "clipped_ns": pl.Int64(),
+    "repeats": pl.Int32(),
 }
 """Per (rank, step): the marker thread and host span, and the span the breakdown uses (``start``,
 ``end``: the device span on GPU traces, ``device`` = -1 and the host span on CPU-only traces); ``clipped_ns``:
-how much of the marker overlapped the next step's and was cut (0 where none)."""
+how much of the marker overlapped the next step's and was cut (0 where none); ``repeats``: the other markers
+of its step number left out (0 where none)."""
 
 
 def find_markers(events: pl.DataFrame, *, step_regex: str | None = None) -> pl.DataFrame:
-    """Host step markers: ``rank, step, tid, host_start, host_end, clipped_ns`` (one row per rank and step;
-    ``clipped_ns``: how much of the marker overlapped the next one, cut off).
+    """Host step markers: ``rank, step, tid, host_start, host_end, clipped_ns, repeats`` (one row per rank and
+    step; ``clipped_ns``: how much of the marker overlapped the next one, cut off; ``repeats``: the markers of
+    the same step number left out, the longest kept).
 
     Without `step_regex`, rows of kind ``step`` named ``ProfilerStep#N`` / ``train#N``. With it, host
     rows of any kind whose name matches; the first group is the step number, or, when the regex
@@ -81,8 +84,11 @@ def find_markers(events: pl.DataFrame, *, step_regex: str | None = None) -> pl.D
         .sort("rank", "host_start", maintain_order=True)
         # one marker per (rank, step): the longest, should a step be annotated twice (of equal ones, the last)
         .group_by("rank", "step")
-        .agg(pl.all().sort_by(pl.col("host_end") - pl.col("host_start"), maintain_order=True).last())
-        .select("rank", "step", "tid", "host_start", "host_end")
+        .agg(
+            pl.all().sort_by(pl.col("host_end") - pl.col("host_start"), maintain_order=True).last(),
+            repeats=(pl.len() - 1).cast(pl.Int32),
+        )
+        .select("rank", "step", "tid", "host_start", "host_end", "repeats")
         .sort("rank", "host_start", "step")
         # nested or overlapping markers (a loose --step-regex, a damaged trace): each ends where the next
         # begins, so steps partition the host timeline and no time is counted twice; `clipped_ns` says by how
@@ -92,7 +98,15 @@ def find_markers(events: pl.DataFrame, *, step_regex: str | None = None) -> pl.D
                 "host_end", pl.col("host_start").shift(-1).over("rank").fill_null(pl.col("host_end"))
             )
         )
-        .select("rank", "step", "tid", "host_start", host_end="_end", clipped_ns=pl.col("host_end") - pl.col("_end"))
+        .select(
+            "rank",
+            "step",
+            "tid",
+            "host_start",
+            pl.col("_end").alias("host_end"),
+            (pl.col("host_end") - pl.col("_end")).alias("clipped_ns"),
+            "repeats",
+        )
         .sort("rank", "step")
         .collect(engine="in-memory")
     )

@@ -675,10 +675,16 @@ def _first_error(window: memoryview) -> tuple[int, str] | None:
     return None
 
 
-def _json_error(error: str, base: int) -> str:
-    """The message of msgspec's error with its `(byte N)` (an offset in the decoded document) as the file's offset."""
+def _json_error(error: str, base: int, data: bytes | memoryview | None = None) -> str:
+    """The message of msgspec's error with its `(byte N)` (an offset in the decoded document) as the file's offset;
+    for bytes that are not UTF-8, which msgspec places nowhere, the offset and the bytes found in `data`."""
     text = error.removeprefix(_MALFORMED)
     m = _AT_BYTE.search(text)
+    if m is None and data is not None and "UTF-8" in text:
+        try:
+            bytes(data).decode("utf-8")
+        except UnicodeDecodeError as e:
+            return f"invalid JSON at byte {base + e.start} ({text}: {bytes(data[e.start : e.start + 4])!r})"
     if m is None:
         return f"invalid JSON ({text})"
     return f"invalid JSON at byte {max(base + int(m[1]), 0)} ({_AT_BYTE.sub('', text)})"
@@ -912,7 +918,7 @@ def _decode_truncated(
     under "truncated". Only files that end early are repaired; other JSON errors are reported.
     """
     if "truncated" not in error.lower() and "trailing comma" not in error.lower():
-        raise TraceError(path, _json_error(error, base))
+        raise TraceError(path, _json_error(error, base, data))
     closing = b"]" if is_array else b"]}"
     end = len(data)
     for _ in range(64):

@@ -19,7 +19,7 @@ import polars as pl
 
 from tracediag.errors import TraceError, one_line
 from tracediag.ingest.trace import FileMeta, FileTrace, ProcessGroup
-from tracediag.schema import MAX_NS, MAX_RANK, conform
+from tracediag.schema import MAX_NS, MAX_RANK, STRAY_NS, conform
 from tracediag.vocab import INPUT_OP, TIMELINE_COMM, TIMELINE_DATA, coll_op, name_matches
 
 if TYPE_CHECKING:
@@ -269,6 +269,11 @@ def _valid_rows(
         "no duration or one out of range": pl.col("dur").is_null() | (pl.col("dur") > MAX_NS),
         "a negative duration": pl.col("dur") < 0,
     }
+    lo, hi = table.select(lo=pl.col("ts").min(), hi=(pl.col("ts") + pl.col("dur")).max()).row(0)
+    if lo is not None and hi is not None and hi - lo > STRAY_NS:  # ranks may be on clocks of their own
+        median = pl.col("ts").median().over("rank")
+        far = ((pl.col("ts") - median).abs() > STRAY_NS) | (pl.col("ts") + pl.col("dur") - median > STRAY_NS)
+        tests["a start or end more than a day from its rank's other rows"] = far
     if "peer" in table.columns:
         tests["a peer outside 0..2^31-1"] = ~pl.col("peer").is_between(0, MAX_RANK)
     flags = table.select(**{why: test.fill_null(False) for why, test in tests.items()})
@@ -366,8 +371,16 @@ def _events(table: pl.DataFrame) -> pl.DataFrame:
     t = _lanes(t)
     if "group" in t.columns:
         t = _collective_ids(t)
-    markers = t.group_by("rank", "step").agg(
-        ts=pl.col("ts").min(), dur=(pl.col("ts") + pl.col("dur")).max() - pl.col("ts").min()
+    # a step's marker ends at its last op's end or the next step's first op's start, whichever comes first:
+    # ops of a step that run on into the next (a gradient all-reduce) would make markers overlap, which
+    # `derive.steps.find_markers` cuts and warns of; the table's own steps are no such damage
+    markers = (
+        t.group_by("rank", "step")
+        .agg(ts=pl.col("ts").min(), _end=(pl.col("ts") + pl.col("dur")).max())
+        .sort("rank", "ts", "step")
+        .with_columns(_end=pl.min_horizontal("_end", pl.col("ts").shift(-1).over("rank").fill_null(pl.col("_end"))))
+        .with_columns(dur=pl.col("_end") - pl.col("ts"))
+        .drop("_end")
     )
     markers = markers.with_columns(
         name=pl.lit("ProfilerStep#") + pl.col("step").cast(pl.String),
