@@ -64,3 +64,13 @@ def test_the_tail_of_the_previous_steps_work_is_no_activity_of_the_next(analyses
     # made those steps' lead idle 0 (round 7's mix_strag_gen_w3 lost a step of its input_bound that way)
     lead = analyses[name].steps["lead_idle_ns"]
     assert lead.min() >= least_ms * 1_000_000
+
+
+def test_the_host_stragglers_whatif_takes_its_framework_time_out_too(analyses):
+    # the kernel table is gone by the pricing: the finding carries the framework time per step, and the what-if
+    # takes it out of the rank's compute besides cutting its idle to its peers'
+    f = _one(analyses["gil_thread"], Cause.HOST_STRAGGLER)
+    per_step = f.evidence["framework_ms_by_step"]
+    assert set(per_step) == {str(s) for s in f.steps}
+    assert sum(per_step.values()) == pytest.approx(f.evidence["framework_excess_ms"], rel=0.01)
+    assert "ms of framework time between its operators" in f.whatif

@@ -30,7 +30,22 @@ def _detect(ctx: Context) -> list[Finding]:
 
 
 def _edit(f: Finding, facts: Facts, graph: Graph) -> causes.Edit:
-    return causes.idle_over_peers(graph, facts.steps, f.ranks, f.steps)
+    """Its idle cut to its peers' median, and its framework time between operators over its peers' (CPU-only
+    ranks: a thread holding the GIL stretches it, `detect.lateness.framework_by_step`, carried in the evidence
+    since the kernel table is gone by the pricing) taken out of its compute."""
+    idle = causes.idle_over_peers(graph, facts.steps, f.ranks, f.steps)
+    framework = _framework(f)
+    if not framework.height:
+        return idle
+    return causes.combine([idle, causes.compute_removed(graph, framework, f.ranks, f.steps)])
+
+
+def _framework(f: Finding) -> pl.DataFrame:
+    """``rank, step, removed_ns``: the finding's framework time per step (evidence ``framework_ms_by_step``, the
+    members' mean) on each of its ranks."""
+    per = f.evidence.get("framework_ms_by_step") or {}
+    rows = [(r, int(k), v * NS_PER_MS) for k, v in per.items() for r in f.ranks]
+    return pl.DataFrame(rows, schema={"rank": pl.Int32, "step": pl.Int32, "removed_ns": pl.Float64}, orient="row")
 
 
 def ranks_of(ranks: tuple[int, ...]) -> str:
@@ -43,9 +58,11 @@ def _removed(f: Finding, facts: Facts, graph: Graph) -> str:
     peers = s.filter(~pl.col("rank").is_in(list(f.ranks))).group_by("step").agg(_p=pl.col("idle_ns").median())
     own = s.filter(pl.col("rank").is_in(list(f.ranks))).join(peers, on="step")
     extra = own.select((pl.col("idle_ns") - pl.col("_p")).clip(lower_bound=0).median()).item() if own.height else 0
+    framework = _framework(f)["removed_ns"].median() or 0.0
+    also = f", and {framework / NS_PER_MS:,.1f} ms of framework time between its operators" if framework else ""
     return (
         f"with {ranks_of(f.ranks)} host on time (its device's idle cut to its peers' median in those steps: "
-        f"{float(extra or 0) / NS_PER_MS:,.1f} ms less per step)"
+        f"{float(extra or 0) / NS_PER_MS:,.1f} ms less per step{also})"
     )
 
 

@@ -155,16 +155,17 @@ def reason_of(ex: pl.DataFrame, th: Thresholds, framework_ns: float = 0.0) -> tu
     return ("compute" if work >= host else "host"), nums
 
 
-def framework_excess(facts: Facts, ranks: tuple[int, ...], steps: tuple[int, ...]) -> float:
-    """Over `steps`, the own time of the compute operators that are not ATen operators (autograd engine
-    nodes, Python-level ``record_function`` ranges, module hooks) on CPU-only `ranks` (per member) minus
-    their peers' median: framework code between the operators, which a busy host (a thread holding the
-    GIL, CPU contention) stretches while the operators' own work is unchanged. On GPU ranks the compute
-    is the kernels, so 0."""
+def framework_by_step(facts: Facts, ranks: tuple[int, ...], steps: tuple[int, ...]) -> pl.DataFrame:
+    """Per member of `ranks` (CPU-only ranks) and step of `steps`: ``framework_ns``, the own time of its compute
+    operators that are not ATen operators (autograd engine nodes, Python-level ``record_function`` ranges,
+    module hooks) minus the median of its peers' in the step, at least 0: framework code between the operators,
+    which a busy host (a thread holding the GIL, CPU contention) stretches while the operators' own work is
+    unchanged. Empty on GPU ranks (their compute is the kernels) or without the kernel table."""
+    out = pl.DataFrame(schema={"rank": pl.Int32, "step": pl.Int32, "framework_ns": pl.Float64})
     k = facts.kernel_steps
     cpu = facts.steps.filter(pl.col("device") < 0)["rank"].unique()
     if k is None or not k.height or not set(ranks) <= set(cpu.to_list()):
-        return 0.0
+        return out
     own = (
         k.lazy()
         .filter(
@@ -173,14 +174,18 @@ def framework_excess(facts: Facts, ranks: tuple[int, ...], steps: tuple[int, ...
             pl.col("rank").is_in(cpu.implode()),
             ~pl.col("name").cast(pl.String).str.contains(ATEN_OP),
         )
-        .group_by("rank")
+        .group_by("rank", "step")
         .agg(pl.col("total_ns").sum())
         .collect()
     )
     mine = pl.col("rank").is_in(list(ranks))
-    peers = own.filter(~mine)["total_ns"]
-    m = float(own.filter(mine)["total_ns"].sum()) / len(ranks)
-    return m - float(peers.median() or 0.0) if peers.len() else 0.0
+    peers = own.filter(~mine).group_by("step").agg(_p=pl.col("total_ns").median())
+    return (
+        own.filter(mine)
+        .join(peers, on="step")
+        .select("rank", "step", framework_ns=(pl.col("total_ns") - pl.col("_p")).clip(lower_bound=0).cast(pl.Float64))
+        .cast(out.schema)
+    )
 
 
 def op_counts(facts: Facts, ranks: tuple[int, ...], steps: tuple[int, ...]) -> dict[str, float] | None:
@@ -316,7 +321,8 @@ def _explain(facts: Facts, late: Lateness, th: Thresholds, found: list[Finding])
     if not steps:
         return found
     ex = window_excess(facts, ranks).filter(pl.col("step").is_in(list(steps)))
-    reason, nums = reason_of(ex, th, framework_excess(facts, ranks, steps))
+    framework = framework_by_step(facts, ranks, steps)
+    reason, nums = reason_of(ex, th, float(framework["framework_ns"].sum()) / len(ranks))
     counted = op_counts(facts, ranks, steps)
     if counted is not None:  # the step's own counts, not the windows'
         nums.update(counted)
@@ -387,6 +393,8 @@ def _explain(facts: Facts, late: Lateness, th: Thresholds, found: list[Finding])
         f"{part:.1f} ms over {count(len(steps), 'step')} against a window {nums['window_excess_ms']:.1f} ms longer "
         f"than {its} peers', {its} compute {nums['compute_ratio']:.2f}x theirs{note}"
     )
+    per_step = framework.group_by("step").agg(pl.col("framework_ns").mean()).filter(pl.col("framework_ns") > 0)
+    by_step = {str(k): round(v / NS_PER_MS, 3) for k, v in per_step.sort("step").iter_rows()}
     finding = Finding(
         cause=cause,
         ranks=ranks,
@@ -394,7 +402,12 @@ def _explain(facts: Facts, late: Lateness, th: Thresholds, found: list[Finding])
         time_lost_ns=lost,
         confidence=confidence,
         summary=summary,
-        evidence={"reason": reason, **waiting, **nums},
+        evidence={
+            "reason": reason,
+            **waiting,
+            **nums,
+            **({"framework_ms_by_step": by_step} if by_step and reason == "host" else {}),
+        },
     )
     kept = [f for f in found if not (f.cause is Cause.COMPUTE_STRAGGLER and set(f.ranks) & set(ranks))]
     return [*kept, finding]

@@ -33,6 +33,7 @@ SENTENCES = {
     "lateness_ms": "its arrivals after the median arrival, summed",
     "compute_excess_ms": "its extra compute in those windows",
     "idle_excess_ms": "its extra idle device time in those windows",
+    "framework_ms_by_step": "that framework time per step (what its what-if takes out of its compute)",
     "framework_excess_ms": "of its extra compute, the own time of non-ATen operators (autograd engine, Python-level "
     "ranges) over its peers' in its late steps: host time, not operator work",
     "input_excess_ms": "its extra data loading in those windows",

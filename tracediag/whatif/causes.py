@@ -16,6 +16,8 @@ times (``transfer``: op, rank → ns). Per cause:
 - sequence_imbalance: every data-parallel rank's compute set to the step's mean (balanced batches);
 - pipeline_bubble: stages balanced (compute → the median stage's), idle closed and send/recv
   transfers free: what is left is the bubble of the schedule itself;
+- host_straggler: the late rank's idle cut to its peers' median, and on CPU-only ranks its framework time
+  between operators (the own time of non-ATen compute operators over its peers') taken out of its compute;
 - slow_link: the slow rank's (or pair's) transfers at the other links' median transfer of the same
   class (`transfers_to`), never slower than observed, and the collectives through it (every one of its
   ranks a member) faster by the same ratio (`collectives_through`).
@@ -126,6 +128,20 @@ def idle_removed(
     )
     factor = (1 - pl.col("_rm") / pl.col("_idle")).clip(lower_bound=0.0)
     return Edit(_factor(rows, "idle", factor), Edit.empty().transfer)
+
+
+def compute_removed(graph: Graph, removed: pl.DataFrame, ranks: tuple[int, ...], on_steps: tuple[int, ...]) -> Edit:
+    """``removed`` (``rank, step, removed_ns``) taken out of the compute of `ranks` in `on_steps`: each step's
+    compute pieces scaled by 1 − removed / their sum (never below 0), as `idle_removed` does the idle."""
+    compute = graph.segments.group_by("rank", "step").agg(pl.col("compute_ns").sum().alias("_c"))
+    rows = (
+        _on(graph, ranks, on_steps)
+        .join(removed.select("rank", "step", _rm="removed_ns"), on=["rank", "step"])
+        .join(compute, on=["rank", "step"])
+        .filter(pl.col("_c") > 0)
+    )
+    factor = (1 - pl.col("_rm") / pl.col("_c")).clip(lower_bound=0.0)
+    return Edit(_factor(rows, "compute", factor), Edit.empty().transfer)
 
 
 def input_to_peers(graph: Graph, steps: pl.DataFrame, ranks: tuple[int, ...], on_steps: tuple[int, ...]) -> Edit:
