@@ -236,6 +236,12 @@ def drop_strays(events: pl.DataFrame, *, skipped: dict[str, int], warnings: list
     return events.filter(~stray)
 
 
+def unnamed_warning(n: int) -> str:
+    """The warning of a Chrome-format reader for `n` duration events with no `name` (absent, or not a string):
+    read unnamed, so no rule that goes by name (a step marker, a collective, data loading) sees them."""
+    return f"{n} events have no name (absent, or not a string): read unnamed"
+
+
 def stray_files(events: pl.DataFrame, file: pl.Series) -> bool:
     """Whether the rows of any one file of a batch (`file`: the row's file, as `events`) span more than a day,
     so that `drop_strays` of that file alone may drop some."""

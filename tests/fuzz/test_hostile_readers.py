@@ -93,6 +93,23 @@ def test_a_thread_id_that_is_no_number_is_a_counted_warning_on_every_path(tmp_pa
     assert together.events.filter(pl.col("tid").is_null()).height == 12 + 2  # + the profiler spans
 
 
+def test_events_without_a_name_are_a_counted_warning(tmp_path):
+    """20 operators whose `name` is absent or null were read as unnamed rows without a word (no real trace
+    of the fixtures or shared samples has one)."""
+    doc = _doc()
+    ops = [e for e in doc["traceEvents"] if e.get("ph") == "X" and e.get("name", "").startswith("aten::")]
+    for i, e in enumerate(ops[:20]):
+        if i % 2:
+            del e["name"]
+        else:
+            e["name"] = None
+    folder, bad = _run(tmp_path, doc)
+    warning = "20 events have no name (absent, or not a string): read unnamed"
+    assert tracediag.load(bad).meta.files[0].warnings == (warning,)
+    assert [f.warnings for f in tracediag.load(folder).meta.files] == [(), (warning,)]
+    assert f"{shown(bad)}: {warning}" in _analysis([folder])["warnings"]
+
+
 # ---------------------------------------------------------------------------------------- step markers
 
 

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 import polars as pl
 
 from tracediag.ingest.trace import FileMeta, FileTrace
-from tracediag.schema import MAX_NS, check_rank, conform, drop_strays, shifted
+from tracediag.schema import MAX_NS, check_rank, conform, drop_strays, shifted, unnamed_warning
 from tracediag.vocab import (
     COMM_KERNEL,
     DEVICE_PLANE,
@@ -68,6 +68,8 @@ def to_events(
     events, time_base = _place_in_time(events, xplane_beside(path) if xplane == "beside" else xplane, warnings)
     events = conform(events.with_columns(rank=pl.lit(rank, dtype=pl.Int32)), skipped=dec.skipped, warnings=warnings)
     events = drop_strays(events, skipped=dec.skipped, warnings=warnings)
+    if n := events.get_column("name").null_count():
+        warnings.append(unnamed_warning(n))
     meta = FileMeta(
         path=path,
         format="jax",

@@ -27,6 +27,7 @@ from tracediag.schema import (
     drop_strays,
     shifted,
     stray_files,
+    unnamed_warning,
 )
 from tracediag.vocab import (
     COLLECTIVE_PREFIX,
@@ -132,6 +133,8 @@ def to_events(dec: Decoded, path: str, *, rank: int | None, default_rank: int | 
     )
     if n := events.select(THREADLESS.sum()).item():
         warnings.append(threadless_warning(n))
+    if n := events.get_column("name").null_count():
+        warnings.append(unnamed_warning(n))
     meta = FileMeta(
         path=path,
         format="kineto",
@@ -753,6 +756,8 @@ def to_events_small(
     events = _fill_sequences(events, dec)
     for f, n in events.filter(THREADLESS).get_column("file").value_counts().iter_rows():
         warnings[f].append(threadless_warning(n))
+    for f, n in events.filter(pl.col("name").is_null()).get_column("file").value_counts().iter_rows():
+        warnings[f].append(unnamed_warning(n))
     file = events.get_column("file")
     rank = pl.Series("rank", [rank_of.get(f) for f in range(max(batch.files) + 1)], dtype=pl.Int32).gather(file)
     counted: dict[str, int] = {}
