@@ -279,6 +279,14 @@ def test_nsight_session_start_of_the_wrong_type_is_one_line_not_relative_times(t
         tracediag.load(db)
 
 
+def test_nsight_nvtx_without_its_name_columns_is_a_warning(tmp_path):
+    """NVTX_EVENTS without `text` and `textId` read its ProfilerStep ranges unnamed: no step, no word."""
+    db = _nsys(tmp_path, "ALTER TABLE NVTX_EVENTS DROP COLUMN text; ALTER TABLE NVTX_EVENTS DROP COLUMN textId")
+    warning = "NVTX_EVENTS has neither a text nor a textId column: its ranges (step markers) read unnamed"
+    assert tracediag.load(db).meta.files[0].warnings == (warning,)
+    assert tracediag.load(NSYS1).meta.files[0].warnings == ()
+
+
 def test_nsight_table_behind_a_view_is_read(tmp_path):
     """An export whose kernel table is a view (a post-processed or merged database) lost every kernel:
     only `type = 'table'` was looked up."""

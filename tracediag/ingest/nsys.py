@@ -267,7 +267,7 @@ def _read(con: sqlite3.Connection, path: Path, rank: int | None, default_rank: i
         (_NVTX, _nvtx),
     )
     for table, shape in readers:
-        raw = _fetch(con, tables, table, path)
+        raw = _fetch(con, tables, table, path, warnings)
         events_in += raw.height
         warnings.extend(_unnamed(raw, strings, table))
         rows, skips = shape(raw, strings)
@@ -316,8 +316,9 @@ def _query(con: sqlite3.Connection, sql: str, schema: dict[str, pl.DataType], pa
     return pl.concat(parts) if parts else pl.DataFrame(schema=schema)
 
 
-def _fetch(con: sqlite3.Connection, tables: set[str], table: _Table, path: Path) -> pl.DataFrame:
-    """The table's needed columns (absent optional ones as nulls); an absent table reads as empty."""
+def _fetch(con: sqlite3.Connection, tables: set[str], table: _Table, path: Path, warnings: list[str]) -> pl.DataFrame:
+    """The table's needed columns (absent optional ones as nulls, with a warning where that leaves its rows
+    unnamed: NVTX_EVENTS without `text` and `textId`); an absent table reads as empty."""
     cols = table.required + table.optional
     schema = {c: (pl.String() if c == "text" else pl.Int64()) for c in cols}
     if table.name not in tables:
@@ -327,6 +328,8 @@ def _fetch(con: sqlite3.Connection, tables: set[str], table: _Table, path: Path)
     if missing:
         problem = f"{table.name} lacks column(s) {', '.join(missing)}: unknown export schema"
         raise TraceError(str(path), problem)
+    if table.name == _NVTX.name and not {"text", "textId"} & present:
+        warnings.append("NVTX_EVENTS has neither a text nor a textId column: its ranges (step markers) read unnamed")
     select = ", ".join(f'"{c}"' if c in present else f'NULL AS "{c}"' for c in cols)
     return _query(con, f'SELECT {select} FROM "{table.name}"', schema, path)
 
