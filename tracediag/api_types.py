@@ -39,7 +39,7 @@ def checked(target: T) -> T:
     (a class: its constructor's)."""
     if isinstance(target, type):
         init = target.__init__
-        check = _Check(target, inspect.signature(target))
+        check = _Check(target)
 
         @functools.wraps(init)
         def __init__(self: object, *args: object, **kwargs: object) -> None:
@@ -49,7 +49,7 @@ def checked(target: T) -> T:
 
         target.__init__ = __init__
         return target
-    check = _Check(target, inspect.signature(target))
+    check = _Check(target)
 
     @functools.wraps(target)
     def call(*args: object, **kwargs: object) -> object:
@@ -151,11 +151,17 @@ class _ModuleNames(abc.Mapping):
 
 
 class _Check:
-    """The argument check of one public callable. Its hints are resolved and compiled into one test per
-    parameter at the first call: they may name classes defined after it."""
+    """The argument check of one public callable. Its signature and hints are read, and compiled into one
+    test per parameter, at the first call: the hints may name classes defined after it, and a process calls
+    few of the public callables it imports."""
 
-    def __init__(self, target: Any, signature: inspect.Signature) -> None:
-        self.target, self.signature = target, signature
+    def __init__(self, target: Any) -> None:
+        self.target = target
+        self.tables: dict[str, list[Table]] | None = None
+        """None until the first call compiles the check."""
+
+    def _read_signature(self) -> None:
+        self.signature = signature = inspect.signature(self.target)
         params = list(signature.parameters.values())
         self.positional = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
         self.var_positional = next((p.name for p in params if p.kind is p.VAR_POSITIONAL), None)
@@ -164,9 +170,6 @@ class _Check:
         required = {p.name for p in params if p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
         self.required_after = [required - set(self.positional[:n]) for n in range(len(self.positional) + 1)]
         """Per number of positional arguments given, the required names they leave to keywords."""
-        self.hints: dict[str, Any] = {}
-        self.tests: dict[str, Callable[[object], bool]] = {}
-        self.tables: dict[str, list[Table]] | None = None
 
     def __call__(self, args: tuple[object, ...], kwargs: dict[str, object]) -> None:
         if self.tables is None:
@@ -205,8 +208,9 @@ class _Check:
         raise wrong_type(public_name(self.target), name, _describe(self.hints.get(param, Any)), value)
 
     def _compile(self) -> None:
-        names = _ModuleNames(sys.modules[self.target.__module__])
-        self.hints = typing.get_type_hints(self.target, localns=names, include_extras=True)
+        self._read_signature()
+        module = _ModuleNames(sys.modules[self.target.__module__])
+        self.hints: dict[str, Any] = typing.get_type_hints(self.target, localns=module, include_extras=True)
         names = [*self.positional, *self.keywords, self.var_positional, self.var_keyword]
         self.tests = {n: _compiled(self.hints.get(n, Any)) for n in names if n is not None}
         self.tables = {n: _tables(self.hints[n]) for n in names if n in self.hints and _tables(self.hints[n])}
