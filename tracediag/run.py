@@ -68,6 +68,11 @@ class RunMeta:
         return max([*stated, len(self.files), *(f.rank + 1 for f in self.files)]) if self.files else 0
 
     @property
+    def hosts(self) -> dict[int, str]:
+        """Each rank's host, where its trace names one: the ranks that share a clock."""
+        return {f.rank: f.host for f in self.files if f.host}
+
+    @property
     def events_in(self) -> int:
         """Events read from all files."""
         return sum(f.events_in for f in self.files)

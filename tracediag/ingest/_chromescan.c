@@ -213,6 +213,8 @@ typedef struct {
     Py_ssize_t index;   /* 0: empty slot; else index + 1 */
 } Slot;
 
+#define N_TOP 6 /* the top-level keys read (TOP_KEYS) */
+
 typedef struct {
     /* the document being read */
     const unsigned char *base, *p, *end;
@@ -245,7 +247,7 @@ typedef struct {
     /* counts */
     Py_ssize_t n_events;
     Py_ssize_t reasons[N_REASONS];
-    Py_ssize_t top_at[5], top_len[5];
+    Py_ssize_t top_at[N_TOP], top_len[N_TOP];
     int has_events;
     int float_times, exact_times; /* a time read the float64 way; a ts that sends the msgspec path exact */
     int plain;                    /* plain mode: every event is a row (see parse_events) */
@@ -254,8 +256,8 @@ typedef struct {
     int64_t last_code[3];            /* the string codes of the last row's ph, cat and name */
 } State;
 
-static const char *TOP_KEYS[5] = {"baseTimeNanoseconds", "distributedInfo", "deviceProperties", "metadata",
-                                  "displayTimeUnit"};
+static const char *TOP_KEYS[N_TOP] = {"baseTimeNanoseconds", "distributedInfo", "deviceProperties", "metadata",
+                                      "displayTimeUnit",     "host_name"};
 
 #define FAIL(st, why) do { (st)->fail = (why); return -1; } while (0)
 
@@ -1567,7 +1569,7 @@ static int top_member(State *st, const unsigned char *k, Py_ssize_t klen, void *
         return 0;
     }
     int top = -1;
-    for (int t = 0; t < 5; t++)
+    for (int t = 0; t < N_TOP; t++)
         if (key_is(k, klen, TOP_KEYS[t])) top = t;
     const unsigned char *v = st->p;
     if (skip_value(st)) return -1;
@@ -2138,7 +2140,7 @@ static PyObject *piece_result(State *st, int ended, Py_ssize_t rows) {
         if (!v || PyDict_SetItemString(reasons, REASON_NAMES[k], v)) { Py_XDECREF(v); goto fail; }
         Py_DECREF(v);
     }
-    for (int t = 0; t < 5; t++) {
+    for (int t = 0; t < N_TOP; t++) {
         if (!st->top_len[t]) continue;
         PyObject *v = Py_BuildValue("(nn)", st->top_at[t], st->top_len[t]);
         if (!v || PyDict_SetItemString(top, TOP_KEYS[t], v)) { Py_XDECREF(v); goto fail; }

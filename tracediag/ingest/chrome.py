@@ -155,7 +155,7 @@ def _object_type(event: Any) -> type:
 ENDS_EARLY = "file ends early"
 """How the warning of a file cut short begins (its complete events were read): a watcher
 (`tracediag.watch`) takes such a file as still being written."""
-_TOP_KEYS = ("baseTimeNanoseconds", "distributedInfo", "deviceProperties", "metadata", "displayTimeUnit")
+_TOP_KEYS = ("baseTimeNanoseconds", "distributedInfo", "deviceProperties", "metadata", "displayTimeUnit", "host_name")
 """The Object form's top-level keys tracediag reads; every other one is ignored."""
 
 

@@ -144,6 +144,7 @@ def to_events(dec: Decoded, path: str, *, rank: int | None, default_rank: int | 
         process_groups=_process_groups(info),
         time_base=time_base,
         devices=_device_names(dec.top.get("deviceProperties")),
+        host=_host_name(dec.top),
         events_in=dec.events_in,
         skipped=dict(sorted(dec.skipped.items())),
         warnings=tuple(warnings),
@@ -705,6 +706,12 @@ def _process_groups(info: dict[str, Any]) -> tuple[ProcessGroup, ...]:
     return tuple(groups)
 
 
+def _host_name(top: dict[str, Any]) -> str | None:
+    """The top-level `host_name` of recent Kineto traces (the profiled host); None when absent or empty."""
+    name = top.get("host_name")
+    return name if isinstance(name, str) and name.strip() else None
+
+
 def _device_names(props: Any) -> tuple[str, ...]:
     if not isinstance(props, list):
         return ()
@@ -782,6 +789,7 @@ def to_events_small(
             process_groups=_process_groups(info),
             time_base=time_bases[f],
             devices=_device_names(top.get("deviceProperties")),
+            host=_host_name(top),
             events_in=events_in,
             skipped=dict(sorted(skipped.items())),
             warnings=tuple(warnings[f]),

@@ -289,6 +289,7 @@ def _read(con: sqlite3.Connection, path: Path, rank: int | None, default_rank: i
         backend="nccl" if has_comm else None,
         time_base="epoch" if epoch is not None else "relative",
         devices=_devices(con, tables),
+        host=_hostname(con, tables),
         events_in=events_in,
         skipped=skipped,
         warnings=tuple(warnings),
@@ -400,6 +401,14 @@ def _session_start(con: sqlite3.Connection, tables: set[str], path: Path) -> int
         msg = f"TARGET_INFO_SESSION_START_TIME holds {repr(row[0])[:40]} ({type(row[0]).__name__}) where a number goes"
         raise TraceError(str(path), msg)
     return row[0]
+
+
+def _hostname(con: sqlite3.Connection, tables: set[str]) -> str | None:
+    """The profiled host's name (`TARGET_INFO_SYSTEM_ENV` row `Hostname`); None without one."""
+    if "TARGET_INFO_SYSTEM_ENV" not in tables:
+        return None
+    row = con.execute("SELECT value FROM TARGET_INFO_SYSTEM_ENV WHERE name = 'Hostname' LIMIT 1").fetchone()
+    return row[0] if row and isinstance(row[0], str) and row[0] else None
 
 
 def _devices(con: sqlite3.Connection, tables: set[str]) -> tuple[str, ...]:

@@ -37,6 +37,9 @@ class FileMeta:
     """"epoch": ts are Unix-epoch ns; "relative": the file has no absolute time base."""
     devices: tuple[str, ...] = ()
     """Device names from the trace (e.g. "NVIDIA A100-SXM4-80GB")."""
+    host: str | None = None
+    """The host the rank ran on, where the trace names it (Kineto's `host_name`, Nsight's `Hostname`): ranks
+    of one host share one clock (`derive.collectives.clock_offsets`)."""
     events_in: int = 0
     """Input events seen in the file (every one is a row or counted in `skipped`)."""
     skipped: dict[str, int] = field(default_factory=dict)
