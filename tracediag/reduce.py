@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
-from tracediag.analysis import COLLECTIVE_SCHEMA, STEP_SCHEMA, Analysis
+from tracediag.analysis import COLLECTIVE_SCHEMA, KERNEL_SCHEMA, STEP_SCHEMA, Analysis
 from tracediag.api_types import checked
 from tracediag.causes import detect_all, price
 from tracediag.derive.collectives import align_and_match, plausible_matches, summarize_instances, wait_per_step
@@ -66,7 +66,8 @@ class Derived:
     replay: ReplayInputs
     """What the what-if replay reads beside `facts`."""
     kernels: pl.DataFrame
-    """Every kernel or operator per rank over the kept steps (`derive.kernels.kernel_view`)."""
+    """Every kernel or operator per rank over the kept steps (`derive.kernels.kernel_view`; names and
+    categories Categorical: `KERNEL_SCHEMA` once cast)."""
     kernel_categories: pl.DataFrame
     """Per rank, compute / communication / memory over the kept steps (`derive.kernels.by_category`)."""
 
@@ -87,17 +88,22 @@ def facts_from_tables(
         what = f"no host row matches --step-regex {step_regex!r}" if step_regex else "no ProfilerStep#N markers"
         msg = f"{what} in the traces; pass --step-regex REGEX for other step annotations (NVTX ranges, train)"
         raise NoStepsError(msg)
-    instances = summary.instances
-    offsets, matched = align_and_match(instances, split=needs_split(meta, instances))
-    matched, unmatched = plausible_matches(matched)
-    waits = wait_per_step(matched)
-    per_step = summary.breakdown.join(offsets, on="rank", how="left")
+    per_step = summary.breakdown
     n_ranks = per_step["rank"].n_unique()
     partial = spans.filter("partial").select("rank", "step")
     complete = per_step.join(partial, on=["rank", "step"], how="anti")
     on_all = complete.group_by("step").agg(pl.len()).filter(pl.col("len") == n_ranks)["step"]
     kept = complete.filter(pl.col("step").is_in(on_all.implode()))
     excluded = per_step.height - kept.height
+    # the kernel view first (its sums over the per-step table: the reduce's largest working set), so
+    # that the cross-rank tables below are not yet built under it
+    kernels = kernel_view(summary.kernels, kept, top=None, strings=False)
+    kernel_categories = by_category(kernels, summary.kernel_categories, kept)
+    instances = summary.instances
+    offsets, matched = align_and_match(instances, split=needs_split(meta, instances))
+    matched, unmatched = plausible_matches(matched)
+    waits = wait_per_step(matched)
+    kept = kept.join(offsets, on="rank", how="left")
     warnings = []
     step = pl.col("step")
     inner = (step > step.min().over("rank")) & (step < step.max().over("rank"))
@@ -151,14 +157,13 @@ def facts_from_tables(
     replay = ReplayInputs(
         segments=summary.replay_segments, sync=summary.replay_sync, offsets=offsets, matched=matched, pairs=pairs
     )
-    kernels = kernel_view(summary.kernels, steps, top=None)
     return Derived(
         facts=facts,
         excluded_steps=excluded,
         warnings=tuple(warnings),
         replay=replay,
         kernels=kernels,
-        kernel_categories=by_category(kernels, summary.kernel_categories, steps),
+        kernel_categories=kernel_categories,
     )
 
 
@@ -406,6 +411,8 @@ def reduce(
     facts, diagnosed = (dataclasses.replace(f, kernel_steps=None) for f in (facts, diagnosed))
     excluded, categories, warnings = derived.excluded_steps, derived.kernel_categories, derived.warnings
     del derived
+    # only the rows stored are kept under the replay (as Categorical until the end: no string a row)
+    kernels = kernels.group_by("rank", maintain_order=True).head(TOP_STORED) if kernels.height else None
     if warmup:
         warnings += (
             f"{noun(len(warmup), 'step')} {', '.join(map(str, warmup))} {'is' if len(warmup) == 1 else 'are'} "
@@ -417,6 +424,7 @@ def reduce(
     del replay
     # priced on the steps the diagnosis read (warm-up left out), as every what-if in the output
     findings, whatif = price(findings, diagnosed, graph, thresholds=th)
+    del graph
     return Analysis(
         ranks=ranks,
         world_size=meta.world_size,
@@ -429,7 +437,7 @@ def reduce(
         warnings=tuple(capped(meta.errors)) + warnings,
         pipelines=tuple(pipeline_stages(facts)),
         whatif=whatif,
-        kernels=kernels.group_by("rank", maintain_order=True).head(TOP_STORED) if kernels.height else None,
-        kernel_categories=categories if kernels.height else None,
+        kernels=kernels.cast(KERNEL_SCHEMA) if kernels is not None else None,
+        kernel_categories=categories if kernels is not None else None,
         lateness=late,
     )

@@ -194,12 +194,15 @@ def kernel_steps(
     return per_name.cast(KERNEL_STEP_SCHEMA), per_category.cast(CATEGORY_STEP_SCHEMA)
 
 
-def kernel_view(per_step: pl.DataFrame, steps: pl.DataFrame, *, top: int | None = TOP_STORED) -> pl.DataFrame:
+def kernel_view(
+    per_step: pl.DataFrame, steps: pl.DataFrame, *, top: int | None = TOP_STORED, strings: bool = True
+) -> pl.DataFrame:
     """Per rank, the `top` kernels/operators by total time over the (rank, step) pairs of `steps`
     (all of them when `top` is None): `KERNEL_SCHEMA`, from a `kernel_steps` table.
 
     `steps` holds ``rank``, ``step`` and ``dur_ns`` (the breakdown); ``share`` is the wall time over
-    their total.
+    their total. Without `strings`, ``name`` and ``category`` stay Categorical (4 bytes a row, not a
+    string: the reduce keeps the view of every rank and casts the rows it stores).
     """
     if not steps.height:
         return pl.DataFrame(schema=KERNEL_SCHEMA)
@@ -221,7 +224,8 @@ def kernel_view(per_step: pl.DataFrame, steps: pl.DataFrame, *, top: int | None 
         out = out.group_by("rank", maintain_order=True).head(top)
     # streamed: the per-step table (7.2 million rows at 16,384 ranks) is summed a batch at a time, its
     # kept rows never copied whole; the sums are of integers, so the engine changes no value
-    return out.select(list(KERNEL_SCHEMA)).collect(engine="streaming").cast(KERNEL_SCHEMA)
+    schema = KERNEL_SCHEMA if strings else {**KERNEL_SCHEMA, "name": pl.Categorical(), "category": pl.Categorical()}
+    return out.select(list(KERNEL_SCHEMA)).collect(engine="streaming").cast(schema)
 
 
 def top_kernels(events: pl.DataFrame, steps: pl.DataFrame, *, top: int | None = TOP_STORED) -> pl.DataFrame:
@@ -240,7 +244,7 @@ def top_kernels(events: pl.DataFrame, steps: pl.DataFrame, *, top: int | None = 
 
 
 def by_category(kernels: pl.DataFrame, per_category: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
-    """Per (rank, category) of a `kernel_view(..., top=None)` table: ``count`` and ``total_ns``
+    """Per (rank, category) of a `kernel_view(..., top=None)` table (either `strings`): ``count`` and ``total_ns``
     (summed), ``wall_ns`` over the (rank, step) pairs of `steps` (from `kernel_steps`' category
     table) and ``share`` = wall / the steps' total."""
     total_step = steps.group_by("rank").agg(_step=pl.col("dur_ns").sum())
@@ -253,6 +257,7 @@ def by_category(kernels: pl.DataFrame, per_category: pl.DataFrame, steps: pl.Dat
     return (
         kernels.group_by("rank", "category")
         .agg(pl.col("count").sum(), pl.col("total_ns").sum())
+        .with_columns(pl.col("category").cast(pl.String))
         .join(wall, on=["rank", "category"], how="left")
         .join(total_step, on="rank", how="left")
         .with_columns(share=pl.col("wall_ns").fill_null(0) / pl.col("_step").clip(lower_bound=1))

@@ -197,13 +197,14 @@ def op_counts(facts: Facts, ranks: tuple[int, ...], steps: tuple[int, ...]) -> d
     k = facts.kernel_steps
     if k is None or not k.height:
         return None
-    # summed per (rank, name) first: every later step reads that, not the per-step table of every rank
+    # summed per (rank, name) first: every later step reads that, not the per-step table of every rank;
+    # streamed, so its rows of these steps are not copied first (sums of integers: the same values)
     k = (
         k.lazy()
         .filter(pl.col("category") == "compute", pl.col("step").is_in(list(steps)))
         .group_by("rank", "name")
         .agg(pl.col("count").sum(), pl.col("total_ns").sum())
-        .collect()
+        .collect(engine="streaming")
     )
     mine = pl.col("rank").is_in(list(ranks))
     per_rank = k.group_by("rank").agg(pl.col("count").sum())
