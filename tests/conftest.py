@@ -100,3 +100,14 @@ def time_limit(seconds: float) -> Iterator[None]:
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, old)
+
+
+def invoke_hostile(args: list, seconds: float = 120) -> tuple[int, str, str]:
+    """Run the CLI on a hostile input: (exit code, stdout, stderr), failing on a traceback or internal error."""
+    from tracediag.cli import cli
+
+    with time_limit(seconds):
+        result = CliRunner().invoke(cli, [str(a) for a in args])
+    assert "Traceback" not in result.output, result.output
+    assert "internal error" not in result.output, result.output
+    return result.exit_code, result.stdout, result.stderr

@@ -27,11 +27,9 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from click.testing import CliRunner
-from conftest import time_limit
+from conftest import invoke_hostile, time_limit
 
 import tracediag
-from tracediag.cli import cli
 from tracediag.errors import RankError, TracediagError, shown
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
@@ -44,11 +42,7 @@ ROWS = 433
 
 
 def _invoke(args: list) -> tuple[int, str, str]:
-    with time_limit(60):
-        result = CliRunner().invoke(cli, [str(a) for a in args])
-    assert "Traceback" not in result.output, result.output
-    assert "internal error" not in result.output, result.output
-    return result.exit_code, result.stdout, result.stderr
+    return invoke_hostile(args, 60)
 
 
 def _refused(args: list, target: Path, problem: str, code: int = 2) -> None:

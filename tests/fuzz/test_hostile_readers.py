@@ -22,11 +22,9 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from click.testing import CliRunner
-from conftest import time_limit
+from conftest import invoke_hostile
 
 import tracediag
-from tracediag.cli import cli
 from tracediag.errors import RankError, TracediagError, shown
 from tracediag.execute.driver import analyze_sources
 from tracediag.ingest.flight import read_dumps
@@ -40,11 +38,7 @@ WORKER_THREAD = 6882
 
 
 def _invoke(args: list) -> tuple[int, str, str]:
-    with time_limit(120):
-        result = CliRunner().invoke(cli, [str(a) for a in args])
-    assert "Traceback" not in result.output, result.output
-    assert "internal error" not in result.output, result.output
-    return result.exit_code, result.stdout, result.stderr
+    return invoke_hostile(args, 120)
 
 
 def _errors(err: str) -> list[str]:
