@@ -75,32 +75,38 @@ class Derived:
 def derive_facts(run: Run, *, step_regex: str | None = None, link_gbps: float | None = None) -> Derived:
     """The derived per-rank and cross-rank tables of `run` (no run checks, no detectors)."""
     summary = rank_tables(run.events, step_regex=step_regex)
-    return facts_from_tables(summary, run.meta, step_regex=step_regex, link_gbps=link_gbps)
+    return facts_from_tables(Handed(summary), run.meta, step_regex=step_regex, link_gbps=link_gbps)
 
 
 def facts_from_tables(
-    summary: RankSummary, meta: RunMeta, *, step_regex: str | None = None, link_gbps: float | None = None
+    summary: RankSummary | Handed, meta: RunMeta, *, step_regex: str | None = None, link_gbps: float | None = None
 ) -> Derived:
     """The cross-rank part of `derive_facts`: from the summary of every rank (`derive.per_rank.rank_tables`,
-    in rank order) to the facts the detectors read. Raises `NoStepsError` when no rank has steps."""
-    spans = summary.spans
+    in rank order) to the facts the detectors read. Raises `NoStepsError` when no rank has steps. A `Handed`
+    summary's tables are dropped as they are read (the breakdown, spans, collective instances, windows and
+    category table once their cross-rank rows are built): not all held under the tables built after them."""
+    t = (summary.take() if isinstance(summary, Handed) else summary).tables()
+    del summary  # a handed one lives on only in `t`, each table until its last use
+    spans = t.pop("spans")
     if not spans.height:
         what = f"no host row matches --step-regex {step_regex!r}" if step_regex else "no ProfilerStep#N markers"
         msg = f"{what} in the traces; pass --step-regex REGEX for other step annotations (NVTX ranges, train)"
         raise NoStepsError(msg)
-    per_step = summary.breakdown
+    per_step = t.pop("breakdown")
     n_ranks = per_step["rank"].n_unique()
     partial = spans.filter("partial").select("rank", "step")
     complete = per_step.join(partial, on=["rank", "step"], how="anti")
     on_all = complete.group_by("step").agg(pl.len()).filter(pl.col("len") == n_ranks)["step"]
     kept = complete.filter(pl.col("step").is_in(on_all.implode()))
-    excluded = per_step.height - kept.height
+    excluded, not_on_all = per_step.height - kept.height, complete.height - kept.height
+    del per_step, complete
     # the kernel view first (its sums over the per-step table: the reduce's largest working set), so
     # that the cross-rank tables below are not yet built under it
-    kernels = kernel_view(summary.kernels, kept, top=None, strings=False)
-    kernel_categories = by_category(kernels, summary.kernel_categories, kept)
-    instances = summary.instances
+    kernels = kernel_view(t["kernels"], kept, top=None, strings=False)
+    kernel_categories = by_category(kernels, t.pop("kernel_categories"), kept)
+    instances = t.pop("instances")
     offsets, matched = align_and_match(instances, split=needs_split(meta, instances))
+    del instances
     matched, unmatched = plausible_matches(matched)
     waits = wait_per_step(matched)
     kept = kept.join(offsets, on="rank", how="left")
@@ -119,10 +125,11 @@ def facts_from_tables(
             "left before another arrived: different instances or asynchronous enqueue operators); no wait is "
             "counted for them"
         )
-    if complete.height - kept.height:
-        dropped = count(complete.height - kept.height, "rank-step")
+    if not_on_all:
+        dropped = count(not_on_all, "rank-step")
         warnings.append(f"{dropped} of steps not recorded on every rank left out")
     warnings += overlap_warning(spans, meta) + repeat_warning(spans, meta) + stepless_warning(spans, meta, step_regex)
+    del spans, partial
     steps = (
         kept.join(waits, on=["rank", "step"], how="left")
         .with_columns(
@@ -135,27 +142,28 @@ def facts_from_tables(
     )
     collectives = summarize_instances(matched).select(list(COLLECTIVE_SCHEMA)).cast(COLLECTIVE_SCHEMA)
     p2p = (
-        summary.p2p.join(offsets, on="rank", how="left")
+        t["p2p"]
+        .join(offsets, on="rank", how="left")
         .with_columns(pl.col("first_send_ns") - pl.col("offset_ns").fill_null(0))
         .drop("offset_ns")
         .filter(pl.col("step").is_in(on_all.implode()))
     )
-    pipelines = pipeline_groups(summary.p2p_edges)
-    pairs = p2p_pairs(summary.replay_sync, offsets, stage_neighbours(p2p, pipelines), steps)
+    pipelines = pipeline_groups(t["p2p_edges"])
+    pairs = p2p_pairs(t["replay_sync"], offsets, stage_neighbours(p2p, pipelines), steps)
     facts = Facts(
         steps=steps,
         collectives=collectives,
         p2p=p2p,
         pipelines=pipelines,
-        host=summary.host,
-        kernel_steps=summary.kernels,
-        late=_with_windows(late_rows(matched).filter(pl.col("step").is_in(on_all.implode())), summary.windows),
+        host=t["host"],
+        kernel_steps=t["kernels"],
+        late=_with_windows(late_rows(matched).filter(pl.col("step").is_in(on_all.implode())), t.pop("windows")),
         link_gbps=link_gbps,
         world_size=meta.world_size,
         transfers=transfers(pairs, matched).filter(pl.col("step").is_in(on_all.implode())),
     )
     replay = ReplayInputs(
-        segments=summary.replay_segments, sync=summary.replay_sync, offsets=offsets, matched=matched, pairs=pairs
+        segments=t["replay_segments"], sync=t["replay_sync"], offsets=offsets, matched=matched, pairs=pairs
     )
     return Derived(
         facts=facts,
@@ -372,12 +380,16 @@ class Handed:
 
     summary: RankSummary | None
 
-    def take(self) -> RankSummary:
-        """The summary, the only reference to it now the caller's (raises when already taken)."""
+    def peek(self) -> RankSummary:
+        """The summary, still held here (raises when already taken)."""
         if self.summary is None:
             msg = "this summary was already reduced"
             raise ValueError(msg)
-        summary, self.summary = self.summary, None
+        return self.summary
+
+    def take(self) -> RankSummary:
+        """The summary, the only reference to it now the caller's (raises when already taken)."""
+        summary, self.summary = self.peek(), None
         return summary
 
 
@@ -395,12 +407,14 @@ def reduce(
     summarised where they lie (`tracediag.execute`). The run checks (`same_run.run_problems`) read
     the metadata and the summary's ``extents``, unless `allow_mixed`. Findings are priced by the
     what-if replay from the summary's replay tables. A `Handed` summary is freed as it is read."""
-    summary = summary.take() if isinstance(summary, Handed) else summary
+    handed = summary if isinstance(summary, Handed) else Handed(summary)
+    del summary  # a handed one lives on only in `handed`, then in what the reduce still reads
+    extents = handed.peek().extents
     if not allow_mixed:
-        check_problems(meta, run_problems(meta, summary.extents))
-    derived = facts_from_tables(summary, meta, step_regex=step_regex, link_gbps=link_gbps)
-    ranks = tuple(meta.ranks) or tuple(sorted(summary.extents["rank"].to_list()))
-    del summary  # a handed one lives on only in what the reduce still reads
+        check_problems(meta, run_problems(meta, extents))
+    ranks = tuple(meta.ranks) or tuple(sorted(extents["rank"].to_list()))
+    del extents
+    derived = facts_from_tables(handed, meta, step_regex=step_regex, link_gbps=link_gbps)
     facts, replay, kernels = derived.facts, derived.replay, derived.kernels
     th = thresholds or Thresholds()
     warmup = warmup_steps(facts.steps, th)

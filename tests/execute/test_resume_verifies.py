@@ -65,8 +65,37 @@ def test_a_summary_that_reads_with_other_columns_is_redone(runner, tmp_path: Pat
     warned = [str(w.message) for w in caught if "does not read back" in str(w.message)]
     assert warned == [
         f"tracediag: {out / 'ranks' / 'rank=00002'}: a previous run's summary does not read back "
-        "(ValueError: replay_sync.parquet has other columns than a summary's); redone"
+        "(ValueError: replay_sync.parquet has other columns or types than this version's summaries); redone"
     ]
+
+
+def test_a_summary_of_the_older_kernel_schema_is_redone(runner, tmp_path: Path) -> None:
+    """Summaries written before the per-step kernel table's ``count`` became Int32 and its ``category`` an Enum
+    (Int64 and Categorical, the same rows) read back whole, but would not concatenate with new ranks'."""
+    import polars as pl
+
+    out = tmp_path / "out"
+    first = _analyze(runner, out)
+    assert first.exit_code == 0, first.output
+    table = out / "ranks" / "rank=00001" / "kernels.parquet"
+    new = pl.read_parquet(table)
+    assert (new.schema["count"], new.schema["category"]) == (
+        pl.Int32(),
+        pl.Enum(["communication", "compute", "memory"]),
+    )
+    new.with_columns(
+        pl.col("count").cast(pl.Int64), pl.col("category").cast(pl.String).cast(pl.Categorical)
+    ).write_parquet(table)
+    with pytest.warns(UserWarning, match="does not read back") as caught:
+        again = _analyze(runner, out, "--resume")
+    assert again.exit_code == 0, again.output
+    assert again.stdout == first.stdout
+    warned = [str(w.message) for w in caught if "does not read back" in str(w.message)]
+    assert warned == [
+        f"tracediag: {out / 'ranks' / 'rank=00001'}: a previous run's summary does not read back "
+        "(ValueError: kernels.parquet has other columns or types than this version's summaries); redone"
+    ]
+    assert pl.read_parquet(table).schema == new.schema  # rewritten in the new schema
 
 
 @pytest.mark.filterwarnings("error::UserWarning")

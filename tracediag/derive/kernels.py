@@ -71,12 +71,14 @@ def _self_time(ops: pl.LazyFrame) -> pl.LazyFrame:
     )
 
 
-_CATEGORIES = pl.Enum(["compute", "communication", "memory"])
+CATEGORY = pl.Enum(["communication", "compute", "memory"])
+"""The kernel categories, in string order (so a sort on the Enum is the sort on the names): one byte a
+row in the per-step tables a run's driver holds for every rank and step."""
 
 
 def _category(name: str) -> pl.Expr:
-    """A category as the Enum the rows are grouped on (no string per row)."""
-    return pl.lit(name, dtype=_CATEGORIES)
+    """A category as the Enum the rows are grouped and stored on (no string per row)."""
+    return pl.lit(name, dtype=CATEGORY)
 
 
 def _wall(rows: pl.LazyFrame, by: list[str], *, ordered: bool) -> pl.LazyFrame:
@@ -100,20 +102,22 @@ KERNEL_STEP_SCHEMA: dict[str, pl.DataType] = {
     "rank": pl.Int32(),
     "step": pl.Int32(),
     "name": pl.Categorical(),
-    "category": pl.Categorical(),
-    "count": pl.Int64(),
+    "category": CATEGORY,
+    "count": pl.Int32(),
     "total_ns": pl.Int64(),
     "wall_ns": pl.Int64(),
 }
 """`kernel_steps`: per (rank, step, name, category), how many rows, their summed (self) time and
-their wall time (the union of their spans over streams and threads). ``name`` and ``category`` are
-Categorical (4 bytes a row, sorted as strings): every rank repeats the same few hundred names, and a
-run's driver holds this table for every rank and step (`RankSummary.kernels`)."""
+their wall time (the union of their spans over streams and threads). ``name`` is Categorical (4 bytes
+a row, sorted as strings), ``category`` the `CATEGORY` Enum (1 byte) and ``count`` Int32 (rows of one
+name in one step of one rank; summed as Int64): every rank repeats the same few hundred names, and a
+run's driver holds this table for every rank and step (`RankSummary.kernels`: 7.2 million rows at
+16,384 ranks)."""
 
 CATEGORY_STEP_SCHEMA: dict[str, pl.DataType] = {
     "rank": pl.Int32(),
     "step": pl.Int32(),
-    "category": pl.Categorical(),
+    "category": CATEGORY,
     "wall_ns": pl.Int64(),
 }
 """`kernel_steps`' second table: per (rank, step, category), the wall time of the category's rows."""
@@ -160,7 +164,7 @@ def kernel_steps(
         )
     )
     cpu = cpu.select("rank", "step", "tid", "ts", "dur", "name", "category")
-    # grouped on the Categorical names and the Enum categories, both made Categorical of the global
+    # grouped on the Categorical names and the Enum categories; the names made Categorical of the global
     # string cache once per group (the two parts hold different ranks)
     keys = ["rank", "step", "name", "category"]
     has_gpu, has_cpu = devices.select(
@@ -174,7 +178,7 @@ def kernel_steps(
     per_name = pl.concat(
         [
             summed.group_by(keys)
-            .agg(count=pl.len().cast(pl.Int64), total_ns=pl.col("dur").sum().cast(pl.Int64))
+            .agg(count=pl.len().cast(pl.Int32), total_ns=pl.col("dur").sum().cast(pl.Int64))
             .join(_wall(spans, keys, ordered=ordered), on=keys, how="left")
             for summed, spans in present
         ]
@@ -182,12 +186,10 @@ def kernel_steps(
     per_category = pl.concat([_wall(spans, ["rank", "step", "category"], ordered=ordered) for _, spans in present])
     per_name, per_category = pl.collect_all(
         [
-            per_name.with_columns(pl.col("name", "category").cast(pl.String).cast(pl.Categorical))
+            per_name.with_columns(pl.col("name").cast(pl.String).cast(pl.Categorical))
             .sort("rank", "step", "name", "category")
             .select(list(KERNEL_STEP_SCHEMA)),
-            per_category.with_columns(pl.col("category").cast(pl.String).cast(pl.Categorical))
-            .sort("rank", "step", "category")
-            .select(list(CATEGORY_STEP_SCHEMA)),
+            per_category.sort("rank", "step", "category").select(list(CATEGORY_STEP_SCHEMA)),
         ],
         engine="in-memory",
     )
@@ -212,7 +214,7 @@ def kernel_view(
         per_step.lazy()
         .join(keys.lazy(), on=["rank", "step"], how="semi")
         .group_by("rank", "name", "category")
-        .agg(pl.col("count").sum(), pl.col("total_ns").sum(), pl.col("wall_ns").sum())
+        .agg(pl.col("count").cast(pl.Int64).sum(), pl.col("total_ns").sum(), pl.col("wall_ns").sum())
         .join(total_step.lazy(), on="rank")
         .with_columns(
             mean_ns=(pl.col("total_ns") // pl.col("count")).cast(pl.Int64),

@@ -203,7 +203,7 @@ def op_counts(facts: Facts, ranks: tuple[int, ...], steps: tuple[int, ...]) -> d
         k.lazy()
         .filter(pl.col("category") == "compute", pl.col("step").is_in(list(steps)))
         .group_by("rank", "name")
-        .agg(pl.col("count").sum(), pl.col("total_ns").sum())
+        .agg(pl.col("count").cast(pl.Int64).sum(), pl.col("total_ns").sum())
         .collect(engine="streaming")
     )
     mine = pl.col("rank").is_in(list(ranks))

@@ -94,7 +94,7 @@ def slowest_ops_ratio(facts: Facts, hit: pl.DataFrame) -> float | None:
     counts = (
         k.filter(pl.col("category") == "compute", pl.col("step").is_in(hit["step"].implode()))
         .group_by("step", "rank")
-        .agg(n=pl.col("count").sum())
+        .agg(n=pl.col("count").cast(pl.Int64).sum())
     )
     mine = counts.join(hit.select("step", "rank"), on=["step", "rank"])
     peers = (

@@ -205,8 +205,8 @@ def _finished(task: RankTask) -> dict[str, Any] | None:
     try:  # the tables it stands for must read whole: a damaged or truncated one would fail the analysis later
         tables = RankSummary.read(folder, task.storage_options).tables()
         wrong = next((n for n, t in tables.items() if t.schema != _summary_schemas()[n]), None)
-        if wrong is not None:  # damage that still decodes (a column's name or type): the ranks would not concat
-            msg = f"{wrong}.parquet has other columns than a summary's"
+        if wrong is not None:  # damage that still decodes, or an older version's tables: the ranks would not concat
+            msg = f"{wrong}.parquet has other columns or types than this version's summaries"
             raise ValueError(msg)
         if task.keep_events:
             read_parquet(join(task.out, "events", f"rank={row['rank']:05d}.parquet"), task.storage_options)
