@@ -48,6 +48,19 @@ def test_damaged_summaries_are_redone_with_a_warning_naming_them(runner, tmp_pat
     assert warned[0].endswith("; redone")
 
 
+def _assert_redone(runner, out: Path, first_stdout: str, table: Path) -> None:
+    """`--resume` warns once that `table`'s rank summary has another schema, redoes it, and says the same."""
+    with pytest.warns(UserWarning, match="does not read back") as caught:
+        again = _analyze(runner, out, "--resume")
+    assert again.exit_code == 0, again.output
+    assert again.stdout == first_stdout
+    warned = [str(w.message) for w in caught if "does not read back" in str(w.message)]
+    assert warned == [
+        f"tracediag: {table.parent}: a previous run's summary does not read back "
+        f"(ValueError: {table.name} has other columns or types than this version's summaries); redone"
+    ]
+
+
 def test_a_summary_that_reads_with_other_columns_is_redone(runner, tmp_path: Path) -> None:
     """Found by benchmarks/fuzz_campaign.py: a byte flipped in a column name of one rank's table still read
     back alone, so the summary was reused, and concatenating the ranks failed (SchemaError, exit 1)."""
@@ -58,15 +71,7 @@ def test_a_summary_that_reads_with_other_columns_is_redone(runner, tmp_path: Pat
     assert first.exit_code == 0, first.output
     table = out / "ranks" / "rank=00002" / "replay_sync.parquet"
     pl.read_parquet(table).rename({"bytes": "byte]"}).write_parquet(table)
-    with pytest.warns(UserWarning, match="does not read back") as caught:
-        again = _analyze(runner, out, "--resume")
-    assert again.exit_code == 0, again.output
-    assert again.stdout == first.stdout
-    warned = [str(w.message) for w in caught if "does not read back" in str(w.message)]
-    assert warned == [
-        f"tracediag: {out / 'ranks' / 'rank=00002'}: a previous run's summary does not read back "
-        "(ValueError: replay_sync.parquet has other columns or types than this version's summaries); redone"
-    ]
+    _assert_redone(runner, out, first.stdout, table)
 
 
 def test_a_summary_of_the_older_kernel_schema_is_redone(runner, tmp_path: Path) -> None:
@@ -86,15 +91,7 @@ def test_a_summary_of_the_older_kernel_schema_is_redone(runner, tmp_path: Path) 
     new.with_columns(
         pl.col("count").cast(pl.Int64), pl.col("category").cast(pl.String).cast(pl.Categorical)
     ).write_parquet(table)
-    with pytest.warns(UserWarning, match="does not read back") as caught:
-        again = _analyze(runner, out, "--resume")
-    assert again.exit_code == 0, again.output
-    assert again.stdout == first.stdout
-    warned = [str(w.message) for w in caught if "does not read back" in str(w.message)]
-    assert warned == [
-        f"tracediag: {out / 'ranks' / 'rank=00001'}: a previous run's summary does not read back "
-        "(ValueError: kernels.parquet has other columns or types than this version's summaries); redone"
-    ]
+    _assert_redone(runner, out, first.stdout, table)
     assert pl.read_parquet(table).schema == new.schema  # rewritten in the new schema
 
 
