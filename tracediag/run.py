@@ -529,17 +529,20 @@ _GZIP_RATIO = 8
 def _paying_jobs(tasks: list[ReadTask]) -> int:
     """How many processes `jobs=0` reads with: one per `WORKER_BYTES` of input (a file of an object
     store counts as that much: fetching it is waiting, which a worker overlaps)."""
-    total = 0
-    for path, *_ in tasks:
-        if is_remote(path):
-            total += WORKER_BYTES
-            continue
-        try:
-            size = os.stat(path).st_size
-        except (OSError, ValueError):
-            continue
-        total += size * (_GZIP_RATIO if path.endswith(".gz") else 1)
-    return max(1, total // WORKER_BYTES)
+    return max(1, sum(input_bytes(path) for path, *_ in tasks) // WORKER_BYTES)
+
+
+def input_bytes(path: str) -> int:
+    """About how many bytes of trace `path` holds: its size, a gzipped file's times `_GZIP_RATIO`, a file
+    of an object store `WORKER_BYTES` (fetching it is waiting, which a worker overlaps), 0 when it
+    cannot be seen."""
+    if is_remote(path):
+        return WORKER_BYTES
+    try:
+        size = os.stat(path).st_size
+    except (OSError, ValueError):
+        return 0
+    return size * (_GZIP_RATIO if path.endswith(".gz") else 1)
 
 
 def _read_shipped(group: list[ReadTask]) -> list[list[FileTrace] | tuple[str, bool]] | _Shipped:

@@ -65,6 +65,24 @@ def test_windows_of_a_rank_in_different_groups_are_summarised_together(monkeypat
     assert '"world_size":4' in in_memory[0]  # eight windows of four ranks
 
 
+def test_files_read_alone_are_summarised_together_up_to_stream_bytes(monkeypatch):
+    import tracediag.run as run_module
+
+    run = RUNS / "slow_node_6"
+    in_memory = _outcome(run, events=True)
+    monkeypatch.setattr(run_module, "SMALL_FILE_BYTES", 0)  # every file read alone, as a large one is
+    groups: list[int] = []
+    summarize = streamed.summarize_group
+    monkeypatch.setattr(streamed, "summarize_group", lambda args: groups.append(len(args[0])) or summarize(args))
+    assert _outcome(run) == in_memory
+    files = sum(1 for p in run.iterdir() if p.is_file())
+    assert groups == [files]  # a few MB in all: one group
+    groups.clear()
+    monkeypatch.setattr(streamed, "STREAM_BYTES", 0)
+    assert _outcome(run) == in_memory
+    assert groups == [1] * files
+
+
 def test_worker_processes_give_the_same_analysis(monkeypatch):
     run = RUNS / "slow_node_6"
     monkeypatch.setattr(streamed, "STREAM_GROUP", 2)

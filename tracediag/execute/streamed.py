@@ -30,6 +30,7 @@ from tracediag.run import (
     _paying_jobs,
     _read_group,
     check_rank_map_names,
+    input_bytes,
     rank_resolver,
 )
 
@@ -43,6 +44,13 @@ STREAM_GROUP = 32
 """Files read and summarised together at most: the events this process holds at once. Small files
 are read several at once (`ingest.read.read_small`); 32 keeps most of that gain (a polars call's
 fixed cost is paid once for the group) while the driver holds 32 ranks' events, not the run's."""
+
+STREAM_BYTES = 96 << 20
+"""Input that files read in this process are summarised together up to (`run.input_bytes`), beyond the
+runs of small files: about `derive.per_rank.GROUP_EVENTS` rows of Kineto JSON (a 34.8 MB A100 rank holds
+75k), which `rank_tables` derives in one go. A group costs about 45 ms of polars calls whatever its
+size: 8 A100 ranks of 34.8 MB summarised two at a time instead of one at a time took 1.85-2.05 against
+2.24-2.52 CPU-s for the whole `analyze` (peak 168-173 against 149-155 MB; alternated, load 10)."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -81,8 +89,23 @@ def _crashed(args: tuple[list[ReadTask], str | None, str | None], why: str) -> G
 
 
 def _in_groups(tasks: list[ReadTask], jobs: int) -> list[list[ReadTask]]:
-    """`run`'s groups (runs of small files, other files alone), cut to `STREAM_GROUP` files."""
-    return [g[i : i + STREAM_GROUP] for g in _groups(tasks, jobs) for i in range(0, len(g), STREAM_GROUP)]
+    """`run`'s groups (runs of small files, other files alone), cut to `STREAM_GROUP` files; in this
+    process alone (`jobs` 1: with workers, the groups are what they share) consecutive groups are joined
+    while they hold at most `STREAM_BYTES` of input and `STREAM_GROUP` files."""
+    cut = [g[i : i + STREAM_GROUP] for g in _groups(tasks, jobs) for i in range(0, len(g), STREAM_GROUP)]
+    if jobs > 1:
+        return cut
+    joined: list[list[ReadTask]] = []
+    held = 0
+    for group in cut:
+        size = sum(input_bytes(task[0]) for task in group)
+        if joined and held + size <= STREAM_BYTES and len(joined[-1]) + len(group) <= STREAM_GROUP:
+            joined[-1] = joined[-1] + group
+            held += size
+        else:
+            joined.append(group)
+            held = size
+    return joined
 
 
 def _summarize_all(
