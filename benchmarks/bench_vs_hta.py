@@ -1,7 +1,8 @@
-"""One machine, side by side: `tracediag analyze` (in-memory and `--executor local`) against HTA (issue 12, item 5).
+"""One machine, side by side: `tracediag analyze` (the default command, the in-memory API and `--executor
+local`) against HTA (issue 12, item 5).
 
     python benchmarks/bench_vs_hta.py [--hta-python PATH] [--copies 8] [--workers 0] [--baseline DIR]
-                                      [--installed-python PATH] [--repeat 3]
+                                      [--installed-python PATH] [--repeat 3] [--modes cli memory local]
 
 The set: --copies copies of HTA's trace_diff/control trace (34.8 MB, A100 + NCCL) with
 ``distributedInfo.rank`` rewritten, uncompressed, in benchmarks/data/a100x8/ (279 MB for 8). Each
@@ -45,6 +46,16 @@ TRACEDIAG = """
 import sys, time
 def main():
     folder, executor, workers = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    if executor == "cli":  # the default command, its JSON written to a file
+        import json, os, tempfile
+        from tracediag.cli import cli
+        with tempfile.TemporaryDirectory() as out:
+            report = os.path.join(out, "analysis.json")
+            cli.main(["analyze", folder, "--format", "json", "-o", report, "-j", str(workers)], standalone_mode=False)
+            with open(report) as f:
+                got = json.load(f)
+        print(len(got["run"]["ranks"]), sorted({f["cause"] for f in got["findings"]}))
+        return
     import tracediag
     if executor == "memory":
         analysis = tracediag.analyze(tracediag.load(folder, jobs=workers))
@@ -114,6 +125,14 @@ def main() -> None:
         default=[0, 1],
         help="tracediag jobs (0: its default, one per 384 MB of input)",
     )
+    ap.add_argument(
+        "--modes",
+        nargs="+",
+        choices=["cli", "memory", "local"],
+        default=["cli", "memory", "local"],
+        help="tracediag's runs: the default command (`tracediag analyze DIR --format json -o FILE`), "
+        "`tracediag.analyze(tracediag.load(DIR))`, `--executor local`",
+    )
     ap.add_argument("--hta-python", help="python of an environment with HolisticTraceAnalysis installed")
     ap.add_argument("--baseline", help="a checkout of an older tracediag, run in the same session for comparison")
     ap.add_argument("--installed-python", help="python of an environment where tracediag is installed (not editable)")
@@ -133,7 +152,12 @@ def main() -> None:
         for tool, path in sources
         for where, python in (pythons if path is None else pythons[:1])
         for w in args.workers
-        for label, mode in (("(in-memory load)", "memory"), ("--executor local", "local"))
+        for label, mode in (
+            ("analyze --format json", "cli"),
+            ("(in-memory load)", "memory"),
+            ("--executor local", "local"),
+        )
+        if mode in args.modes
     ]
     configs = [
         (n, c, a, py, path)
