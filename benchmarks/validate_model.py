@@ -139,13 +139,7 @@ def _engine(row: dict, publication: str) -> tuple[str, dict[str, object], str]:
     """The engine profile of the stack that ran the row, the switches the source states, and why."""
     if publication in ("PTD-P", "Korthikanti"):
         return "megatron-2022", {}, ""
-    if publication == "MT-NLG":
-        return (
-            "deepspeed-2021",
-            {"recompute_output_layer": True},
-            "DeepSpeed before v0.5.4 checkpoints GPTModelPipe's output layer too",
-        )
-    if publication == "BLOOM":
+    if publication in ("MT-NLG", "BLOOM"):
         return "deepspeed-2021", {}, ""
     if publication == "torchtitan":
         compiled = "torch.compile" in row["notes"] and "no torch.compile" not in row["notes"]

@@ -13,7 +13,7 @@ from tracediag.model.memory import activation_bytes_per_layer, memory_per_device
 from tracediag.model.predict import predict
 from tracediag.model.specs import MODELS, Split, Training, resolve_device
 from tracediag.model.stack import resolve_engine
-from tracediag.model.time import collective_time, group_link, logits_cost, step_time
+from tracediag.model.time import collective_time, group_link, step_time
 
 MODERN = resolve_engine("megatron-core")
 MEGATRON = resolve_engine("megatron-2022")
@@ -129,35 +129,6 @@ def test_full_recompute_costs_time_and_saves_memory():
     )
     assert none.mfu / none.hfu == pytest.approx(causal_over_full, rel=0.01)
     assert none.mfu_full_s2 == pytest.approx(none.hfu, rel=0.01)
-
-
-def test_checkpointed_output_layer_reruns_the_logits_gemm_on_the_last_stage_only():
-    """DeepSpeed before v0.5.4 checkpointed Megatron-DeepSpeed's output layer with the transformer layers
-    (`Engine.recompute_output_layer`): under full recompute the last stage runs the logits GEMM a fourth time
-    (forward again in the backward pass), counted as recompute and as executed FLOPs; other modes and the
-    first stage are untouched."""
-    model, dev = MODELS["gpt3-13b"](), resolve_device("a100-80gb")
-    split = Split(tp=8, pp=4, dp=1)
-    plain = resolve_engine("deepspeed-2021")
-    checkpointed = dataclasses.replace(plain, recompute_output_layer=True)
-    full = Training(seq_len=2048, global_batch=32, micro_batch=1, recompute="full")
-    compute, tp, extra = logits_cost(model, dev, checkpointed, split, full)
-    compute0, tp0, extra0 = logits_cost(model, dev, plain, split, full)
-    assert extra0 == 0
-    assert tp == tp0
-    # the logits GEMM runs forward, input and weight gradients (3) plus the rerun forward (1); the loss is not rerun
-    assert compute - compute0 == pytest.approx(extra)
-    loss = plain.loss_bytes_per_logit * 2048 * model.vocab / 8 / (dev.hbm_bandwidth * plain.hbm_efficiency)
-    assert extra == pytest.approx((compute0 - loss) / 3, rel=1e-9)
-    a = predict(model, dev, split, full, plain)
-    b = predict(model, dev, split, full, checkpointed)
-    m = a.time.micro_batches
-    assert b.time.recompute_s - a.time.recompute_s == pytest.approx(m * extra, rel=1e-9)
-    # executed FLOPs gain one logits forward per sequence: 2·s·h·V
-    rerun = 32 * 2 * 2048 * model.hidden * model.vocab / (dev.peak_flops * split.gpus)
-    assert b.hfu * b.step_time_s - a.hfu * a.step_time_s == pytest.approx(rerun, rel=1e-9)
-    selective = dataclasses.replace(full, recompute="selective")
-    assert logits_cost(model, dev, checkpointed, split, selective)[2] == 0
 
 
 def test_interleaving_with_uneven_stages_is_allowed_and_shrinks_the_bubble():

@@ -13,7 +13,7 @@ import orjson
 from tracediag import display
 from tracediag.api_types import checked
 from tracediag.errors import SpecError, shown
-from tracediag.model.flops import layer_forward_flops, logits_forward_flops, model_flops, param_count
+from tracediag.model.flops import layer_forward_flops, model_flops, param_count
 from tracediag.model.memory import MemoryBreakdown, memory_per_device
 from tracediag.model.specs import DeviceSpec, LinkSpec, ModelSpec, Split, Training, check_split
 from tracediag.model.stack import Engine
@@ -130,14 +130,12 @@ class Prediction:
 def executed_flops(model: ModelSpec, training: Training, engine: Engine) -> float:
     """FLOPs the kernels of one step execute: a fused (FlashAttention-class) kernel skips the masked half of
     the causal scores, a materialised softmax computes all of them; plus the recomputed forward FLOPs of
-    whole layers (full, and the output layer's when the engine checkpoints it too), every second matmul (op)
-    or the attention core (selective, unfused)."""
+    whole layers (full), every second matmul (op) or the attention core (selective, unfused)."""
     seqs, s = training.global_batch, training.seq_len
     causal = engine.flash_attention
     done = model_flops(model, s, seqs, causal=causal)
     if training.recompute == "full":
-        logits = seqs * logits_forward_flops(model, s) if engine.recompute_output_layer else 0.0
-        return done + seqs * model.layers * layer_forward_flops(model, s, causal=causal) + logits
+        return done + seqs * model.layers * layer_forward_flops(model, s, causal=causal)
     if training.recompute == "op":  # every second matmul of the linear layers
         matmul = layer_forward_flops(model, s, causal=True) - 2.0 * s * s * model.heads * model.head_dim
         return done + seqs * model.layers * matmul / 2

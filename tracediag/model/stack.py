@@ -69,14 +69,6 @@ class Engine:
     """Separate gathers (and reduce-scatters) per layer: FSDP flattens a unit into one; DeepSpeed ZeRO-3 fetches
     each submodule with parameters on its own (GPT layer: 2 norms, QKV, projection, 2 MLP linears = 6), each
     paying a ring's n−1 hops."""
-    recompute_output_layer: bool = False
-    """Full recompute also reruns the output layer's forward (logits GEMM) in the backward pass. DeepSpeed's
-    PipelineModule before v0.5.4 checkpointed every layer group holding parameters unless the model class was
-    named `GPT2ModelPipe` (`_is_checkpointable`, deepspeed/runtime/pipe/module.py at v0.5.1-v0.5.3); Megatron-
-    DeepSpeed's `GPTModelPipe` (megatron/model/gpt_model.py since 8a132ced, 2021-06) checkpoints at interval
-    `checkpoint_num_layers`, so its final LayerNorm and tied output embedding were checkpointed with the
-    transformer layers. DeepSpeed e2fdd254 (v0.5.4, 2021-10, the BigScience changes) added `GPTModelPipe` to that
-    name check."""
     zero3_regather_on_recompute: bool = False
     """Full recompute gathers the layer's parameters a third time (DeepSpeed's fetch hooks fire again when the
     checkpointed forward reruns; FSDP recomputes inside the backward gather)."""

@@ -280,21 +280,18 @@ def _with_flash(engine: Engine) -> Engine:
 def logits_cost(
     model: ModelSpec, device: DeviceSpec, engine: Engine, split: Split, train: Training
 ) -> tuple[float, float, float]:
-    """(compute seconds, exposed TP seconds, recomputed seconds within the compute) of output layer + loss, one
-    micro-batch. The output GEMM runs forward, input-gradient and weight-gradient; a fourth time when the engine
-    checkpoints the output layer with the transformer layers (`Engine.recompute_output_layer`)."""
+    """(compute seconds, exposed TP seconds) of output layer + loss, one micro-batch."""
     tokens = train.micro_batch * train.seq_len / split.cp
     cols = model.vocab / split.tp
-    fwd = gemm_time(2 * tokens * model.hidden * cols, min(tokens, model.hidden, cols), device, engine)
-    recompute = fwd if engine.recompute_output_layer and train.recompute == "full" else 0.0
-    gemm = 3 * fwd + recompute
+    flops = 3 * 2 * tokens * model.hidden * cols
+    gemm = gemm_time(flops, min(tokens, model.hidden, cols), device, engine)
     loss = engine.loss_bytes_per_logit * tokens * cols / (device.hbm_bandwidth * engine.hbm_efficiency)
     tp = 0.0
     if split.sequence_parallel:
         link = process_group_links(device, split, engine.collective_overhead_us)["tp"]
         act = 2 * tokens * model.hidden
         tp = collective_time("all_gather", act, split.tp, link) + collective_time("reduce_scatter", act, split.tp, link)
-    return gemm + loss, tp, recompute
+    return gemm + loss, tp
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -393,7 +390,7 @@ def step_time(model: ModelSpec, device: DeviceSpec, split: Split, train: Trainin
     m = train.global_batch // (train.micro_batch * split.dp)
     p, v = split.pp, split.vpp
     lc = layer_cost(model, device, engine, split, train)
-    logit_compute, logit_tp, logit_recompute = logits_cost(model, device, engine, split, train)
+    logit_compute, logit_tp = logits_cost(model, device, engine, split, train)
     layers = stage_layers(model.layers, p)
     stage_totals = [n * lc.total + (logit_compute + logit_tp if i == p - 1 else 0.0) for i, n in enumerate(layers)]
     slowest = max(range(p), key=stage_totals.__getitem__)
@@ -473,7 +470,7 @@ def step_time(model: ModelSpec, device: DeviceSpec, split: Split, train: Trainin
         step_time_s=step,
         gemm_s=m * (n_slow * lc.gemm + (logit_compute if last else 0.0)),
         elementwise_s=m * n_slow * lc.elementwise,
-        recompute_s=m * (n_slow * lc.recompute + (logit_recompute if last else 0.0)),
+        recompute_s=m * n_slow * lc.recompute,
         tp_comm_s=m * (n_slow * lc.tp_comm_raw + (logit_tp if last else 0.0)),
         interference_s=interference,
         dp_comm_s=dp_total,
