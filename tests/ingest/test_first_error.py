@@ -83,6 +83,21 @@ def test_a_gzipped_bad_file_is_not_gunzipped_to_its_end(tmp_path):
     assert _refused(path) == f"{path}: invalid JSON at byte 17 (invalid character)"
 
 
+@pytest.mark.parametrize("lead", [b"", b"\n\t  ", b"\xef\xbb\xbf ", b" " * 100_000], ids=["none", "4", "bom", "100k"])
+def test_a_gzipped_file_names_the_same_offset_as_the_plain_file(tmp_path, lead):
+    """A real trace with one bad byte, gzipped or not: the gzipped one's offset was short by the leading
+    bytes `sniff.peek_head` skipped (by 100,000 after 100,000 spaces; by 1 for a Kineto file that starts
+    with a space, as `fixtures/runs`' do)."""
+    text = lead + gzip.decompress(A100.read_bytes())
+    at = text.index(b'"ph"', len(text) // 2)
+    bad = text[:at] + b"?" + text[at + 1 :]
+    (tmp_path / "t.json").write_bytes(bad)
+    (tmp_path / "t.json.gz").write_bytes(gzip.compress(bad, 1))
+    expected = f"invalid JSON at byte {at} (object keys must be strings)"
+    assert _refused(tmp_path / "t.json").endswith(expected)
+    assert _refused(tmp_path / "t.json.gz") == f"{tmp_path / 't.json.gz'}: {expected}"
+
+
 def test_a_file_cut_short_after_a_trailing_comma_is_still_repaired(tmp_path, monkeypatch):
     """The first-error check leaves a trailing comma to the truncation repair (a file cut after `},`)."""
     monkeypatch.setattr(chrome, "CHUNK_BYTES", 1 << 10)

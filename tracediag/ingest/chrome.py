@@ -231,18 +231,19 @@ class Decoded:
         return frame
 
 
-def decode(source: bytes | Iterable[bytes] | mmap.mmap, path: str) -> Decoded:
+def decode(source: bytes | Iterable[bytes] | mmap.mmap, path: str, *, lead: int = 0) -> Decoded:
     """Decode Chrome-trace JSON (its bytes, a stream of byte blocks, or the file mapped copy-on-write by
     `sniff.map_plain`, which is then closed) into columns.
 
-    Every event is a slice or a counted skip.
+    Every event is a slice or a counted skip. `lead`: the bytes of the file before a stream's first
+    block (whitespace `sniff.peek_head` skipped), so that an error's offset is the file's.
     """
     warnings: list[str] = []
     skipped: dict[str, int] = {}
     if isinstance(source, mmap.mmap):
         buffer: _Buffer = _Mapped(source)
     else:
-        buffer = _Buffer(iter([source] if isinstance(source, (bytes, bytearray)) else source))
+        buffer = _Buffer(iter([source] if isinstance(source, (bytes, bytearray)) else source), consumed=lead)
     top: dict[str, Any] = {}
     bases: list[pl.DataFrame] = []
     metas: list[pl.DataFrame] = []
@@ -703,13 +704,13 @@ class _Buffer:
 
     ROOM = 16
 
-    def __init__(self, blocks: Iterator[bytes]) -> None:
+    def __init__(self, blocks: Iterator[bytes], *, consumed: int = 0) -> None:
         self.blocks = blocks
         self.buf = bytearray(self.ROOM)
         self.lo = self.hi = self.ROOM
         self.eof = False
-        self.consumed = 0
-        """The bytes of the stream before `lo` (dropped)."""
+        self.consumed = consumed
+        """The bytes of the file before `lo` (dropped, or skipped before the first block)."""
 
     @property
     def size(self) -> int:

@@ -77,7 +77,7 @@ def _read(
 
         path = str(export_nsys_rep(path))
     # one open: a pipe can be read only once
-    head, blocks = peek_head(iter_blocks(path, storage_options=storage_options), timeline.HEAD_BYTES)
+    head, blocks, lead = peek_head(iter_blocks(path, storage_options=storage_options), timeline.HEAD_BYTES)
     table = timeline.table_format(head)
     if table is not None:
         return _read_timeline(path, blocks, table, rank)
@@ -110,7 +110,7 @@ def _read(
     mapped = map_plain(path)
     if mapped is not None:
         blocks.close()
-    decoded = chrome.decode(blocks if mapped is None else mapped, path)
+    decoded = chrome.decode(blocks if mapped is None else mapped, path, lead=lead)
     if _is_jax(decoded):
         from tracediag.ingest import jax
 

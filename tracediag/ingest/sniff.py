@@ -161,15 +161,21 @@ def gunzip_limit(compressed: int) -> int | None:
     return max(GUNZIP_RATIO * compressed, GUNZIP_FLOOR) if compressed > 0 else None
 
 
-def peek_head(blocks: Iterator[bytes], size: int = 64) -> tuple[bytes, Iterator[bytes]]:
+def peek_head(blocks: Iterator[bytes], size: int = 64) -> tuple[bytes, Iterator[bytes], int]:
     """The first `size` bytes of content after any byte-order mark and leading whitespace (however
-    long), and the content's blocks from there on (what was read to find the head is not lost)."""
+    long), the content's blocks from there on (what was read to find the head is not lost), and how
+    many bytes were skipped before it (so that an offset in the content is one in the file)."""
     content = b""
+    lead = 0
     for block in blocks:
-        content = content + block if content else block.lstrip(_LEADING)
+        if content:
+            content += block
+        else:
+            content = block.lstrip(_LEADING)
+            lead += len(block) - len(content)
         if len(content) >= size:
             break
-    return content[:size], _chain(content, blocks)
+    return content[:size], _chain(content, blocks), lead
 
 
 def _chain(first: bytes, rest: Iterator[bytes]) -> Iterator[bytes]:
