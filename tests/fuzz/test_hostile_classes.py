@@ -46,8 +46,8 @@ def _invoke(args: list) -> tuple[int, str, str]:
 
 
 def _refused(args: list, target: Path, problem: str, code: int = 2) -> None:
-    """Exit `code` (2; 0 for the commands that go on with the files that were read), and the only error
-    line names `target` and says `problem`."""
+    """Exit `code` (2; 0 where --allow-missing lets a command go on with the files that were read), and the
+    only error line names `target` and says `problem`."""
     exit_code, _, err = _invoke(args)
     errors = [line for line in err.splitlines() if line.startswith("Error:")]
     assert exit_code == code, err
@@ -140,14 +140,16 @@ def test_rank_past_world_is_refused_by_every_command_but_a_given_rank_overrides(
     (tmp_path / "run").mkdir()
     folder, bad = _run(tmp_path / "run", "rank1.json", _with_rank(7))
     problem = "rank 7 is not below the world size 2"
-    # analyze, export and compare go on with the ranks that were read, after the line naming the file
-    _refused(["analyze", folder], bad, problem, code=0)
-    _refused(["export", folder, "-o", tmp_path / "x.trace.json"], bad, problem, code=0)
+    # analyze, export and compare go on with the ranks that were read, after the line naming the file, and
+    # exit 2 (0 with --allow-missing)
+    _refused(["analyze", folder], bad, problem)
+    _refused(["analyze", folder, "--allow-missing"], bad, problem, code=0)
+    _refused(["export", folder, "-o", tmp_path / "x.trace.json"], bad, problem)
     base = tmp_path / "base"
     base.mkdir()
     for p in (GLOO0, GLOO1):
         shutil.copy(p, base / p.name)
-    _refused(["compare", base, folder], bad, problem, code=0)
+    _refused(["compare", base, folder], bad, problem)
     run = tracediag.load(folder, rank_map={bad.name: 1})
     assert run.meta.ranks == [0, 1]
     assert run.meta.world_size == 2

@@ -24,7 +24,13 @@ from tracediag.cli.execute_options import (
     summarize_kw,
 )
 from tracediag.cli.export import perfetto_options, write_trace
-from tracediag.cli.traces import parse_rank_map, reading_progress, report_read_errors, trace_options
+from tracediag.cli.traces import (
+    exit_if_missing,
+    parse_rank_map,
+    reading_progress,
+    report_read_errors,
+    trace_options,
+)
 from tracediag.errors import TracediagError, shown
 
 if TYPE_CHECKING:
@@ -209,7 +215,10 @@ def analyze(
         write_trace(
             perfetto_path, analysed.run, results[0][1], ranks=export_ranks, max_events=max_events, step_regex=step_regex
         )
-    report_failed(analysed.failed, ex_kw["allow_missing"])
+    if ex_kw["executor"]:
+        report_failed(analysed.failed, ex_kw["allow_missing"])
+    else:  # named on stderr as they were read (`report_read_errors`)
+        exit_if_missing(analysed.failed, ex_kw["allow_missing"])
     # a finding that costs nothing measurable is reported, not gated on
     if gate and any(f.cause in gate and f.measurable for _, r in results for f in r.findings):
         raise SystemExit(EXIT_FINDING)

@@ -19,7 +19,7 @@ from tracediag.cli.model_options import (
     one_line_errors,
     split_from_options,
 )
-from tracediag.cli.traces import load_traces
+from tracediag.cli.traces import allow_missing_option, exit_if_missing, load_traces
 from tracediag.errors import TracediagError
 from tracediag.ingest.gemms import gemm_table
 from tracediag.model.calibrate import (
@@ -73,9 +73,10 @@ def _with_predict_options(f: Any) -> Any:
     required=True,
     help="Write the profile JSON here (then pass it to predict/plan/analyze with --profile).",
 )
+@allow_missing_option
 @_with_predict_options
 @one_line_errors
-def calibrate(paths: tuple[str, ...], output: Path, **kw: Any) -> None:
+def calibrate(paths: tuple[str, ...], output: Path, allow_missing: bool, **kw: Any) -> None:
     """Measure GEMM, HBM and link efficiencies from a run's traces, or fit the GEMM rate to one measured number.
 
     From traces: the GEMM rate from ops with recorded shapes (record_shapes=True), bus bandwidth per
@@ -91,6 +92,7 @@ def calibrate(paths: tuple[str, ...], output: Path, **kw: Any) -> None:
         raise InputError(msg)
     engine = engine_from_options(kw)
     device = device_from_options(kw)
+    failed: tuple[str, ...] = ()
     has_model = kw["model_name"] is not None or kw["layers"] is not None
     if paths:
         files = resolve_paths(paths)
@@ -99,6 +101,7 @@ def calibrate(paths: tuple[str, ...], output: Path, **kw: Any) -> None:
         except TracediagError as e:
             raise InputError(str(e)) from None
         run = load_traces(paths, 0, None, ())
+        failed = run.meta.errors
         # the GEMM table reads the files the run was read from: a manifest or README beside the
         # traces is skipped as analyze and ingest skip it, and said so
         read = {f.path for f in run.meta.files} | {w for f in run.meta.files for w in f.windows}
@@ -144,6 +147,7 @@ def calibrate(paths: tuple[str, ...], output: Path, **kw: Any) -> None:
         profile = dataclasses.replace(profile, notes=(*profile.notes, note))
     write_atomic(output, orjson.dumps(profile.to_dict(), option=orjson.OPT_INDENT_2) + b"\n")  # as Profile.save
     click.echo(calibration_text(profile, output))
+    exit_if_missing(failed, allow_missing)
 
 
 def _needs(kw: dict[str, Any], *names: str) -> None:

@@ -9,7 +9,7 @@ import orjson
 
 from tracediag.analysis import Analysis
 from tracediag.cli.common import EXIT_FINDING, FilePath, Finite, InputError, Jobs
-from tracediag.cli.traces import load_traces
+from tracediag.cli.traces import allow_missing_option, exit_if_missing, load_traces
 from tracediag.compare import compare as _compare
 from tracediag.errors import TracediagError, shown
 from tracediag.output import refuse_inputs, write_atomic
@@ -26,19 +26,20 @@ def _is_analysis(path: str) -> bool:
         return f.read(32).lstrip().startswith(b'{"schema_version"')
 
 
-def _side(path: str, step_regex: str | None, jobs: int, allow_mixed: bool) -> Analysis:
-    """An analysis from a saved analysis JSON, or from trace files/directories analysed now."""
+def _side(path: str, step_regex: str | None, jobs: int, allow_mixed: bool) -> tuple[Analysis, tuple[str, ...]]:
+    """An analysis from a saved analysis JSON, or from trace files/directories analysed now, and the
+    files of it that could not be read (named on stderr)."""
     from tracediag.reduce import analyze
 
     if _is_analysis(path):
         try:
-            return Analysis.from_dict(orjson.loads(Path(path).read_bytes()))
+            return Analysis.from_dict(orjson.loads(Path(path).read_bytes())), ()
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as e:
             msg = f"{path}: not a readable tracediag analysis ({e})"
             raise InputError(msg) from None
     run = load_traces((path,), jobs, None, ())
     try:
-        return analyze(run, step_regex=step_regex, allow_mixed=allow_mixed)
+        return analyze(run, step_regex=step_regex, allow_mixed=allow_mixed), run.meta.errors
     except (TracediagError, ValueError) as e:
         raise InputError(f"{path}: {e}".replace("\n", "\nError: ")) from None
 
@@ -69,6 +70,7 @@ def _hardware(a: Analysis) -> str:
     envvar="TRACEDIAG_JOBS",
     help="Processes reading files, this one included: 0 automatic, N >= 1.",
 )
+@allow_missing_option
 def compare(
     base: str,
     new: str,
@@ -78,9 +80,11 @@ def compare(
     step_regex: str | None,
     allow_mixed: bool,
     jobs: int,
+    allow_missing: bool,
 ) -> None:
     """Compare two runs (trace files, directories, or saved `analyze --format json` output)."""
-    sides = _side(base, step_regex, jobs, allow_mixed), _side(new, step_regex, jobs, allow_mixed)
+    (a, a_failed), (b, b_failed) = _side(base, step_regex, jobs, allow_mixed), _side(new, step_regex, jobs, allow_mixed)
+    sides = a, b
     kinds = [_hardware(a) for a in sides]
     if kinds[0] != kinds[1]:
         click.echo(
@@ -109,3 +113,4 @@ def compare(
             f"new median step is {result.step_time_delta_pct:+.1%} against base (limit +{fail_if_slower:g}%)", err=True
         )
         raise SystemExit(EXIT_FINDING)
+    exit_if_missing(a_failed + b_failed, allow_missing)

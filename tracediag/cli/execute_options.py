@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
 import click
 
 from tracediag.cli.common import FilePath, InputError
-from tracediag.cli.traces import parse_rank_map
+from tracediag.cli.traces import ALLOW_MISSING_HELP, exit_if_missing, parse_rank_map
 from tracediag.errors import TracediagError, capped, shown
 from tracediag.execute.base import EXECUTORS, EngineMissing
 
@@ -58,9 +57,7 @@ def executor_options(f):
         ),
         click.option("--resume", is_flag=True, help="Skip files a previous run into --out finished."),
         click.option("--retries", type=click.IntRange(0), default=2, show_default=True, help="Retries per file."),
-        click.option(
-            "--allow-missing", is_flag=True, help="Exit 0 although some files failed (they are listed on stderr)."
-        ),
+        click.option("--allow-missing", is_flag=True, help=ALLOW_MISSING_HELP),
     ]
     for option in reversed(options):
         f = option(f)
@@ -183,8 +180,7 @@ def refuse_overwrite(
 
 
 def report_failed(meta_errors: tuple[str, ...], allow_missing: bool) -> None:
-    """Each failed file on stderr; exit 2 unless --allow-missing (called after the report is out)."""
+    """Each file the executor failed on, on stderr; exit 2 unless --allow-missing (after the report is out)."""
     for line in capped(meta_errors):
         click.echo(f"Error: {line}", err=True)
-    if meta_errors and not allow_missing:
-        sys.exit(InputError.exit_code)
+    exit_if_missing(meta_errors, allow_missing)

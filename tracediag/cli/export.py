@@ -9,7 +9,14 @@ import click
 
 from tracediag.cli.common import FilePath, InputError
 from tracediag.cli.execute_options import refuse_overwrite, run_summaries
-from tracediag.cli.traces import parse_rank_map, reading_progress, report_read_errors, trace_options
+from tracediag.cli.traces import (
+    allow_missing_option,
+    exit_if_missing,
+    parse_rank_map,
+    reading_progress,
+    report_read_errors,
+    trace_options,
+)
 from tracediag.errors import TracediagError, shown
 from tracediag.report.perfetto_limits import DEFAULT_MAX_EVENTS, parse_ranks
 from tracediag.units import count
@@ -69,6 +76,7 @@ def write_trace(
 @click.option("--step-regex", metavar="REGEX", help=r"Step markers other than ProfilerStep#N, e.g. '^step (\d+)$'.")
 @perfetto_options
 @trace_options
+@allow_missing_option
 def export(
     paths: tuple[str, ...],
     output: str,
@@ -79,6 +87,7 @@ def export(
     rank_from_filename: str | None,
     rank_map: tuple[str, ...],
     comm_kernel: str | None,
+    allow_missing: bool,
 ) -> None:
     """Write trace files' timelines, aligned and annotated with the analysis, to one file for ui.perfetto.dev."""
     from tracediag.execute.driver import analyze_sources
@@ -96,3 +105,4 @@ def export(
         analysed = run_summaries(analyze_sources, paths, step_regex=step_regex, on_file_done=on_file_done, **kw)
     (_, analysis), run = analysed.results[0], analysed.run
     write_trace(output, run, analysis, ranks=export_ranks, max_events=max_events, step_regex=step_regex)
+    exit_if_missing(analysed.failed, allow_missing)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -10,7 +9,7 @@ import polars as pl
 
 from tracediag.cli.common import FilePath, InputError
 from tracediag.cli.execute_options import executor_options, refuse_without_executor, storage_options
-from tracediag.cli.traces import load_traces, trace_options
+from tracediag.cli.traces import exit_if_missing, load_traces, trace_options
 from tracediag.derive.steps import find_markers
 from tracediag.errors import NoStepsError, TracediagError, one_line, shown
 from tracediag.units import NS_PER_MS, format_ms
@@ -118,5 +117,4 @@ def ingest(
     click.echo(summary(run))
     if output:
         click.echo(f"wrote   {shown(output)}")
-    if run.meta.errors:
-        sys.exit(InputError.exit_code)
+    exit_if_missing(run.meta.errors, ex_kw["allow_missing"])

@@ -123,3 +123,22 @@ def report_read_errors(meta: RunMeta) -> None:
     """Each file that could not be read, one ``Error:`` line on stderr (the others were read)."""
     for line in capped(meta.errors):
         click.echo(f"Error: {line}", err=True)
+
+
+ALLOW_MISSING_HELP = (
+    "Exit 0 although some trace files could not be read (each is named on stderr, its rank reported missing); "
+    "without it such a run exits 2 once the output is out."
+)
+
+
+def allow_missing_option(f):
+    """`--allow-missing`, for a command that goes on with the traces it could read."""
+    return click.option("--allow-missing", is_flag=True, help=ALLOW_MISSING_HELP)(f)
+
+
+def exit_if_missing(errors: tuple[str, ...], allow_missing: bool) -> None:
+    """Exit 2 when some trace files could not be read, unless `--allow-missing`: one rule for every
+    command and path (called after the output is written). A report on an incomplete rank set is
+    written, but passing a CI gate on it would be a wrong answer nobody asked for."""
+    if errors and not allow_missing:
+        sys.exit(InputError.exit_code)

@@ -450,8 +450,8 @@ class Analysed:
     run: Run | None
     """The run read into this process (with `events`; else None: only the ranks' summaries were kept)."""
     failed: tuple[str, ...] = ()
-    """One line per file an executor could not summarise (here: none; the files that could not be
-    read are the ``errors`` of the `RunMeta` given to `on_read`)."""
+    """One line per file that could not be read or summarised (in this process the ``errors`` of the
+    `RunMeta` given to `on_read`); the results cover the other files."""
 
 
 def analyze_sources(
@@ -501,7 +501,7 @@ def analyze_sources(
         run = load(sources, jobs=jobs, on_file_done=on_file_done, comm_kernel=comm_kernel, **where)
         if on_read is not None:
             on_read(run.meta)
-        return Analysed(analyze_files(run, **kw), run)
+        return Analysed(analyze_files(run, **kw), run, run.meta.errors)
     from tracediag.execute.streamed import stream_summaries
 
     check_link_gbps(link_gbps)
@@ -516,7 +516,7 @@ def analyze_sources(
         on_read(meta)
     handed = Handed(summary)
     del summary  # the reduce frees each table once read
-    return Analysed(reduce_files(handed, meta, **kw), None)
+    return Analysed(reduce_files(handed, meta, **kw), None, meta.errors)
 
 
 def _trace_files(sources: str | Path | Sequence[str | Path], storage_options: dict[str, Any] | None) -> list | None:
