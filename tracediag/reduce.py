@@ -332,8 +332,8 @@ FILE_WARNINGS_SHOWN = 5
 
 def file_warnings(meta: RunMeta) -> tuple[str, ...]:
     """What the readers warned of per file (a file cut short, ids read as one thread, relative times), one
-    line per distinct warning naming its first file and how many more have it: `ingest` lists them file by
-    file, and an analysis must not drop them unsaid."""
+    line per distinct warning naming its first file and how many more have it: `ingest` lists the first
+    file by file, and an analysis must not drop them unsaid."""
     by_text: dict[str, list[str]] = {}
     for f in meta.files:
         for w in f.warnings:
@@ -344,7 +344,7 @@ def file_warnings(meta: RunMeta) -> tuple[str, ...]:
         lines.append(f"{shown(paths[0])}{more}: {text}")
     if len(by_text) > FILE_WARNINGS_SHOWN:
         rest = len(by_text) - FILE_WARNINGS_SHOWN
-        lines.append(f"{count(rest, 'other reader warning')} (`tracediag ingest` lists every file's)")
+        lines.append(f"{count(rest, 'other reader warning')} (`tracediag.load(...).meta.files` holds every file's)")
     return tuple(lines)
 
 

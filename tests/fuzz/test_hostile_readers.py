@@ -234,6 +234,23 @@ def test_an_unreadable_trace_among_others_exits_2_unless_allowed_on_every_path(t
     assert "ranks   2 (0, 1)" in _invoke(["ingest", folder])[1]
 
 
+def test_ingest_caps_reader_warnings_at_twenty_lines_and_counts_the_rest(tmp_path):
+    """30 ranks whose traces are each cut short printed 30 `warning` lines (a job of thousands of windows:
+    thousands), where analyze writes one; now the first 20 and one line counting the other 10 by problem."""
+    doc = _doc()
+    for r in range(30):
+        doc["distributedInfo"] = {**doc["distributedInfo"], "rank": r, "world_size": 30}
+        text = json.dumps(doc)
+        (tmp_path / f"rank{r}.json").write_text(text[: len(text) * 3 // 4])
+    code, out, err = _invoke(["ingest", tmp_path])
+    assert code == 0, err
+    warnings = [line for line in out.splitlines() if line.startswith("warning ")]
+    assert len(warnings) == 21, out
+    assert warnings[0].startswith(f"warning {shown(tmp_path / 'rank0.json')}: file ends early"), out
+    assert re.fullmatch(r"warning 10 more file warnings \(file ends early .*: 10\)", warnings[-1]), out
+    assert sum(len(f.warnings) for f in tracediag.load(tmp_path).meta.files) == 30
+
+
 # ---------------------------------------------------------------------------------------------- Nsight
 
 

@@ -11,7 +11,7 @@ from tracediag.cli.common import FilePath, InputError
 from tracediag.cli.execute_options import executor_options, refuse_without_executor, storage_options
 from tracediag.cli.traces import exit_if_missing, load_traces, trace_options
 from tracediag.derive.steps import find_markers
-from tracediag.errors import NoStepsError, TracediagError, one_line, shown
+from tracediag.errors import NoStepsError, TracediagError, capped, one_line, shown
 from tracediag.units import NS_PER_MS, format_ms
 
 if TYPE_CHECKING:
@@ -48,9 +48,10 @@ def summary(run: Run) -> str:
         lines.append(f"span    {format_ms(span_ns.max() / NS_PER_MS, 3)} (longest rank)")
     if meta.skipped:
         lines.append("skipped " + ", ".join(f"{r} {n:,}" for r, n in meta.skipped.items()))
-    for f in meta.files:
-        for w in f.warnings:
-            lines.append(f"warning {shown(f.path)}: {one_line(w)}")
+    # the first `SHOWN_LINES`, then one line counting the rest by problem (thousands of windows cut short are
+    # not thousands of lines; `run.meta.files` keeps every one)
+    said = [f"{shown(f.path)}: {one_line(w)}" for f in meta.files for w in f.warnings]
+    lines += [f"warning {line}" for line in capped(said, noun="file warning")]
     return "\n".join(lines)
 
 
