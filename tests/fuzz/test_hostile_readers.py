@@ -301,6 +301,19 @@ def test_nsight_nvtx_without_its_name_columns_is_a_warning(tmp_path):
     assert tracediag.load(NSYS1).meta.files[0].warnings == ()
 
 
+def test_nsight_nvtx_ranges_with_neither_text_nor_text_id_are_a_counted_warning(tmp_path):
+    """Ranges whose `text` and `textId` are both null read unnamed: `ProfilerStep#0` among them lost step 0
+    (3 steps read as 2) without a word, where the table without both columns said so."""
+    ranges = "SELECT rowid FROM NVTX_EVENTS WHERE eventType IN (59, 60) ORDER BY start LIMIT 3"
+    db = _nsys(tmp_path, f"UPDATE NVTX_EVENTS SET text = NULL, textId = NULL WHERE rowid IN ({ranges})")
+    warning = "3 NVTX ranges of NVTX_EVENTS have neither a text nor a textId: read unnamed"
+    run = tracediag.load(db)
+    assert run.meta.files[0].warnings == (warning,)
+    assert run.events.filter(pl.col("kind") == "step").height == 2
+    code, out, err = _invoke(["ingest", db])
+    assert (code, f"warning {shown(db)}: {warning}" in out) == (0, True), out + err
+
+
 def test_nsight_table_behind_a_view_is_read(tmp_path):
     """An export whose kernel table is a view (a post-processed or merged database) lost every kernel:
     only `type = 'table'` was looked up."""

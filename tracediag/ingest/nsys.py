@@ -27,6 +27,7 @@ from tracediag.errors import NotATraceError, TraceError
 from tracediag.ingest.sniff import is_stream, open_input
 from tracediag.ingest.trace import FileMeta, FileTrace
 from tracediag.schema import MAX_NS, check_base_ns, check_rank, conform, drop_strays, shifted
+from tracediag.units import count
 from tracediag.vocab import COMM_KERNEL, STEP_MARKER, coll_op, resolve_rank
 
 if TYPE_CHECKING:
@@ -269,7 +270,7 @@ def _read(con: sqlite3.Connection, path: Path, rank: int | None, default_rank: i
     for table, shape in readers:
         raw = _fetch(con, tables, table, path, warnings)
         events_in += raw.height
-        warnings.extend(_unnamed(raw, strings, table))
+        warnings.extend(_unnamed(raw, strings, table) + _nameless_ranges(raw, table, warnings))
         rows, skips = shape(raw, strings)
         parts.append(rows)
         for reason, n in skips.items():
@@ -317,6 +318,9 @@ def _query(con: sqlite3.Connection, sql: str, schema: dict[str, pl.DataType], pa
     return pl.concat(parts) if parts else pl.DataFrame(schema=schema)
 
 
+_NO_NVTX_NAMES = "NVTX_EVENTS has neither a text nor a textId column: its ranges (step markers) read unnamed"
+
+
 def _fetch(con: sqlite3.Connection, tables: set[str], table: _Table, path: Path, warnings: list[str]) -> pl.DataFrame:
     """The table's needed columns (absent optional ones as nulls, with a warning where that leaves its rows
     unnamed: NVTX_EVENTS without `text` and `textId`); an absent table reads as empty."""
@@ -330,7 +334,7 @@ def _fetch(con: sqlite3.Connection, tables: set[str], table: _Table, path: Path,
         problem = f"{table.name} lacks column(s) {', '.join(missing)}: unknown export schema"
         raise TraceError(str(path), problem)
     if table.name == _NVTX.name and not {"text", "textId"} & present:
-        warnings.append("NVTX_EVENTS has neither a text nor a textId column: its ranges (step markers) read unnamed")
+        warnings.append(_NO_NVTX_NAMES)
     select = ", ".join(f'"{c}"' if c in present else f'NULL AS "{c}"' for c in cols)
     return _query(con, f'SELECT {select} FROM "{table.name}"', schema, path)
 
@@ -387,6 +391,20 @@ def _unnamed(raw: pl.DataFrame, strings: pl.DataFrame, table: _Table) -> list[st
         f"{lacking.height} rows of {table.name} name a string id StringIds lacks ({col} {lacking[col][0]}): "
         "read unnamed"
     ]
+
+
+def _nameless_ranges(raw: pl.DataFrame, table: _Table, warnings: list[str]) -> list[str]:
+    """A warning counting the NVTX ranges whose `text` and `textId` are both null (a damaged export): read
+    unnamed, a step marker among them would be lost unsaid (the table without both columns says so already)."""
+    if table.name != _NVTX.name or _NO_NVTX_NAMES in warnings:
+        return []
+    no_name = pl.col("text").is_null() & pl.col("textId").is_null()
+    nameless = raw.filter(pl.col("eventType").is_in(_NVTX_RANGES) & no_name)
+    n = _well_formed(nameless)[0].height  # a malformed one is counted as such
+    if not n:
+        return []
+    verb = "has" if n == 1 else "have"
+    return [f"{count(n, 'NVTX range')} of NVTX_EVENTS {verb} neither a text nor a textId: read unnamed"]
 
 
 def _session_start(con: sqlite3.Connection, tables: set[str], path: Path) -> int | None:
