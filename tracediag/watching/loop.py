@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from tracediag.api_types import checked
 from tracediag.derive.summary import concat
 from tracediag.detect import Thresholds
-from tracediag.errors import TracediagError, one_line, shown
+from tracediag.errors import RankError, TracediagError, one_line, shown
 from tracediag.model.predict import Prediction
 from tracediag.observed_vs_predicted import check
 from tracediag.reduce import reduce
@@ -88,8 +88,9 @@ class Watcher:
         self.step_regex, self.thresholds, self.storage_options = step_regex, thresholds, storage_options
         self.resolve = rank_resolver(rank_from_filename=rank_from_filename, rank_map=dict(rank_map or {}))
         self._rank_keys = dict(rank_map or {})
-        """`--rank FILE=N` keys no listed file has matched yet (by path or base name): each is named once the
-        watch flushes (files may land later, so not before), as `load` refuses one that names no input."""
+        """`--rank FILE=N` keys no listed file has matched yet (by path or base name): with `once` refused at
+        the start (`refuse_unmatched_rank_keys`); else each is named once the watch flushes (files may land
+        later, so not before)."""
         self.on_notice = on_notice or (lambda n: None)
         self.clock = clock
         self.prediction = prediction
@@ -177,6 +178,20 @@ class Watcher:
             for key, rank in self._rank_keys.items():
                 self.notice("rank_key", f"--rank {shown(key)}={rank}: no watched file has this path or base name")
             self._rank_keys.clear()
+
+    def refuse_unmatched_rank_keys(self) -> None:
+        """With `once` (the files are there now): a `RankError` for a `--rank FILE=N` no listed file has as
+        its path or base name, at the start, as `load` refuses it; not a warning after the windows were
+        analysed with the file's own rank. A listing that fails is left to the first poll to say."""
+        try:
+            listed = list_files(self.location, self.storage_options)
+        except (TracediagError, OSError):
+            return
+        self._match_rank_keys(listed, flush=False)
+        if self._rank_keys:
+            key, rank = next(iter(self._rank_keys.items()))
+            msg = f"--rank {shown(key)}={rank}: no file of {shown(self.location)} has this path or base name"
+            raise RankError(msg)
 
     def analyse(self, w: Pending) -> Window:
         """The `Window` of a due window (its parts' tables dropped afterwards by the caller)."""
@@ -364,6 +379,8 @@ def watch(
         on_notice=on_notice,
         prediction=prediction,
     )
+    if once:
+        watcher.refuse_unmatched_rank_keys()
     return _windows(watcher, poll_seconds=poll_seconds, once=once, max_windows=max_windows, stop=stop)
 
 
