@@ -33,12 +33,20 @@ def capped(lines: Sequence[str], *, limit: int = SHOWN_LINES, noun: str = "file"
     keeps every line)."""
     if len(lines) <= limit + 1:
         return list(lines)
-    rest = lines[limit:]
-    by_problem = Counter(line.split(": ", 1)[-1][:80] for line in rest)
+    return [*lines[:limit], more_line(Counter(problem_of(line) for line in lines[limit:]), noun=noun)]
+
+
+def problem_of(line: str) -> str:
+    """The problem of a `path: problem` line, as `capped` counts it (its first 80 characters)."""
+    return line.split(": ", 1)[-1][:80]
+
+
+def more_line(by_problem: Counter[str], *, noun: str = "file") -> str:
+    """The line `capped` ends with: how many lines more, the three commonest problems and their counts."""
     top = "; ".join(f"{problem}: {n:,}" for problem, n in by_problem.most_common(3))
     others = len(by_problem) - 3
     more = f"; {others:,} other problem{'s' if others > 1 else ''}" if others > 0 else ""
-    return [*lines[:limit], f"{len(rest):,} more {noun}s ({top}{more})"]
+    return f"{by_problem.total():,} more {noun}s ({top}{more})"
 
 
 class TracediagError(Exception):

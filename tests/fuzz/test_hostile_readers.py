@@ -216,6 +216,22 @@ def test_watch_once_refuses_a_rank_given_for_no_file_at_the_start(tmp_path):
     tracediag.watch(folder, rank_map={"rank_1.json": 1})  # live: not refused at the call, the file may land
 
 
+def test_watch_warnings_are_twenty_lines_and_a_count_each_metric_kept(tmp_path):
+    """300 empty files beside a real run printed 300 `warning:` lines (a bucket of thousands: thousands);
+    now 20 and one counting the rest, while the metrics count every file left out."""
+    folder, _ = _run(tmp_path, _doc())
+    for i in range(30):
+        (folder / f"empty{i:02d}.json").touch()
+    metrics = tmp_path / "m.prom"
+    code, out, err = _invoke(["watch", folder, "--once", "--poll", "0.2", "--metrics-file", metrics])
+    assert code == 0, err
+    assert "window 1 (steps 2-3" in out
+    warnings = [line for line in err.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 21, err
+    assert re.fullmatch(r"warning: 10 more warnings \(empty file; .*: 10\)", warnings[-1]), err
+    assert 'tracediag_files_skipped_total{reason="truncated"} 30' in metrics.read_text()
+
+
 # ---------------------------------------------------------------------------- an unreadable trace, exit
 
 

@@ -8,6 +8,7 @@ window counts as reported (``--state``) only once its record is on disk.
 from __future__ import annotations
 
 import os
+from collections import Counter
 from pathlib import Path
 
 import click
@@ -16,7 +17,7 @@ import orjson
 from tracediag.cli.common import EXIT_FINDING, FilePath, Finite, InputError, read_user_file
 from tracediag.cli.execute_options import storage_options as parse_storage_options
 from tracediag.cli.traces import parse_rank_map
-from tracediag.errors import TracediagError, one_line, shown
+from tracediag.errors import SHOWN_LINES, TracediagError, more_line, one_line, problem_of, shown
 from tracediag.model.predict import Prediction, load_prediction
 from tracediag.output import write_atomic
 from tracediag.report.metrics import WatchMetrics, exposition
@@ -45,6 +46,30 @@ class JsonLines:
         self.f.write(orjson.dumps(record) + b"\n")
         self.f.flush()
         os.fsync(self.f.fileno())
+
+
+class Warnings:
+    """`watch`'s warning lines on stderr: the first `SHOWN_LINES` since the last window, then the rest
+    counted by problem in one line at the next window or the end (a folder of thousands of unusable files
+    is 21 lines, not thousands; the metrics and `on_notice` still get every one)."""
+
+    def __init__(self) -> None:
+        self.shown = 0
+        self.rest: Counter[str] = Counter()
+
+    def say(self, message: str) -> None:
+        """One warning: on stderr, or counted once `SHOWN_LINES` were."""
+        if self.shown < SHOWN_LINES:
+            click.echo(f"warning: {message}", err=True)
+            self.shown += 1
+        else:
+            self.rest[problem_of(message)] += 1
+
+    def flush(self) -> None:
+        """The line counting what was not said since the last flush; the count starts again."""
+        if self.rest:
+            click.echo(f"warning: {more_line(self.rest, noun='warning')}", err=True)
+        self.shown, self.rest = 0, Counter()
 
 
 def line(w: Window) -> str:
@@ -149,8 +174,10 @@ def watch(
             except TracediagError as e:
                 click.echo(f"warning: {e}", err=True)
 
+    said = Warnings()
+
     def on_notice(n: Notice) -> None:
-        click.echo(f"warning: {n.message}", err=True)
+        said.say(n.message)
         if n.reason != "rank_key":  # an option that matched nothing, not a file left out
             metrics.notice(n.reason)
             write_metrics()
@@ -184,6 +211,7 @@ def watch(
             prediction=prediction,
         )
         for w in windows:
+            said.flush()
             click.echo(line(w))
             if out is not None:
                 out.write(w.to_dict())
@@ -198,3 +226,5 @@ def watch(
         raise InputError(str(e)) from None
     except KeyboardInterrupt:
         raise SystemExit(130) from None
+    finally:
+        said.flush()
