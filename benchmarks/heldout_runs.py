@@ -677,13 +677,142 @@ for _c in R7.values():
     if _c["kind"] == "subset":
         _c.setdefault("truths", R7[_c["subset_of"]]["truths"])
         _c["world"] = R7[_c["subset_of"]]["world"]
+# ---------------------------------------------------------------------------
+# --set round8: scenarios not in rounds 1-7, nobody tuned against: 2-, 7- and 8-rank jobs, a straggler that
+# starts mid-run, two causes on different ranks in the same steps, a slow loader on every rank of a 7-rank
+# job, uneven batch sizes (one rank's shard 3x the others', or every rank drawing its own batch size each
+# step), a 3-stage pipeline whose middle stage is heavy, exposed communication on 8 ranks with no straggler,
+# healthy 2- and 7-rank jobs, and incomplete rank sets of them. Same keys as round 6, and `batch_of`: {rank:
+# batch} (an uneven shard), `batch_draw`: every rank draws its batch from BATCH_CHOICES each step,
+# `stage_layers`: {stage: Linear layers} of a pipeline.
+R8 = {}
+
+
+def r8(name, **kw):
+    r6(name, **kw)  # round 6's defaults
+    R8[name] = R6.pop(name)
+
+
+r8(
+    "strag_from_mid",
+    active=7,
+    strags=[dict(rank=3, iters=[5, 6, 7, 8], n_mm=30, where="after_forward")],
+    truths=[T("compute_straggler", [3], "strag")],
+    note="4 ranks, 7 steps; rank 3 +30 matmuls after forward from iteration 5 to the end (a slowdown that "
+    "starts mid-run: a throttling device)",
+)
+r8(
+    "strag_w2_late",
+    world=2,
+    active=6,
+    strags=[dict(rank=0, iters=[4, 5, 6, 7], n_mm=24, where="before_forward")],
+    truths=[T("compute_straggler", [0], "strag")],
+    note="2 ranks, 6 steps; rank 0 +24 matmuls before forward on iterations 4..7 (the last four)",
+)
+r8(
+    "mix_strag_host_same",
+    active=6,
+    strags=[dict(rank=1, iters="all", n_mm=18, where="after_forward")],
+    host=dict(rank=2, iters=[3, 5, 7], sleep_s=1.5, where="before_forward"),
+    truths=[T("compute_straggler", [1], [2, 4, 6]), T("host_straggler", [2], [3, 5, 7])],
+    note="4 ranks, 6 steps; rank 1 +18 matmuls (~2.5x) after forward every step, rank 2 time.sleep(1.5 s) before "
+    "forward on iterations 3, 5, 7 (longer than rank 1's extra work there): two causes on different ranks, "
+    "at once; rank 1 is what everyone waits for on the other steps",
+)
+r8(
+    "input_all_w7",
+    world=7,
+    active=4,
+    **SMALL,
+    loader=dict(kind="dataloader", sleep_s=0.3, cpu_iters=0),
+    truths=[T("input_bound")],
+    note="7-rank DDP, 4x Linear(256,256) batch 256, 4 steps; every rank's DataLoader(num_workers=0) sleeps "
+    "300 ms per batch (a job-wide slow input pipeline)",
+)
+r8(
+    "shard_uneven",
+    active=6,
+    batch_of={2: 1536},
+    truths=[T("compute_straggler", [2])],
+    note="4 ranks, 6 steps; rank 2's batch is 1536 rows, the others' 512 (an uneven shard): the same ops, longer",
+)
+r8(
+    "batch_draw",
+    active=8,
+    batch_draw=True,
+    truths=[T("sequence_imbalance")],
+    note="4-rank DDP MLP; every rank draws its batch size each step from 64..1536 (log-uniform): unbalanced "
+    "batches that move between ranks, no record_shapes",
+)
+r8(
+    "pp_heavy_mid_p3",
+    kind="pipeline",
+    world=3,
+    active=6,
+    schedule="GPipe",
+    m=4,
+    stage_layers={0: 2, 1: 6, 2: 2},
+    truths=[T("stage_imbalance", [1])],
+    note="3 stages, ScheduleGPipe, m=4; the middle stage holds 6 Linear(1024,1024) layers, the others 2",
+)
+r8(
+    "comm_w8",
+    kind="comm_linear",
+    world=8,
+    active=4,
+    lin_dim=2048,
+    lin_batch=8,
+    truths=[T("comm_bound")],
+    note="8-rank DDP over one Linear(2048,2048) (16 MiB grads), batch 8, 4 steps: communication exposed on "
+    "every rank, no straggler",
+)
+r8(
+    "healthy_w7",
+    world=7,
+    active=5,
+    **SMALL,
+    truths=[T("healthy", steps=[])],
+    note="7-rank DDP, 4x Linear(256,256) batch 256, 5 steps, identical work",
+)
+r8(
+    "healthy_w2_wide",
+    world=2,
+    active=6,
+    dim=1024,
+    batch=384,
+    layers=2,
+    truths=[T("healthy", steps=[])],
+    note="2-rank DDP, 2x Linear(1024,1024) batch 384, 6 steps, identical work",
+)
+r8(
+    "sub_mid_lost",
+    kind="subset",
+    subset_of="strag_from_mid",
+    drop=[3],
+    truths=[T("untraced_culprit", [3])],
+    note="strag_from_mid without rank 3 (the culprit)",
+)
+r8(
+    "sub_mix_one",
+    kind="subset",
+    subset_of="mix_strag_host_same",
+    drop=[2],
+    truths=[T("compute_straggler", [1], [2, 4, 6]), T("untraced_culprit", [2])],
+    note="mix_strag_host_same without rank 2 (the host straggler): rank 1 stays, rank 2's steps untraced",
+)
+r8("sub_input_w7", kind="subset", subset_of="input_all_w7", drop=[0, 3, 6], note="input_all_w7 without 0, 3, 6")
+for _c in R8.values():
+    if _c["kind"] == "subset":
+        _c.setdefault("truths", R8[_c["subset_of"]]["truths"])
+        _c["world"] = R8[_c["subset_of"]]["world"]
 SETS = {
     "heldout": (S, OUT),
     "healthy2": (H, Path(os.environ.get("HELDOUT2_OUT", TMP / "heldout2"))),
     "round6": (R6, Path(os.environ.get("HELDOUT6_OUT", TMP / "heldout6"))),
     "round7": (R7, Path(os.environ.get("HELDOUT7_OUT", TMP / "heldout7"))),
+    "round8": (R8, Path(os.environ.get("HELDOUT8_OUT", TMP / "heldout8"))),
 }
-ALL = {**S, **H, **R6, **R7}
+ALL = {**S, **H, **R6, **R7, **R8}
 
 
 # ---------------------------------------------------------------------------
@@ -833,7 +962,7 @@ def body_pipeline(torch, rank, cfg, seed):
     W, m = cfg["world"], cfg["m"]
     torch.manual_seed(rank)
     layers = []
-    for _ in range(mr.PP_LAYERS_PER_STAGE):
+    for _ in range(cfg.get("stage_layers", {}).get(rank, mr.PP_LAYERS_PER_STAGE)):
         layers += [nn.Linear(mr.PP_DIM, mr.PP_DIM), nn.ReLU()]
     if rank == W - 1:
         layers.append(nn.Linear(mr.PP_DIM, 10))
@@ -1068,15 +1197,22 @@ def _r6_hooks(torch, rank, cfg):
 
 
 def _r6_loader(torch, rank, cfg, seed):
+    """A function iteration -> (x, y): random batches (`batch_of` a rank's own size, `batch_draw` a size drawn
+    per step), or those of a slow loader."""
     ld = cfg.get("loader")
-    B, D = cfg["batch"], cfg["dim"]
+    B, D = cfg.get("batch_of", {}).get(rank, cfg["batch"]), cfg["dim"]
     g = torch.Generator().manual_seed(seed * 100 + rank)
     if not ld:
-        return lambda: (torch.randn(B, D, generator=g), torch.randint(0, 10, (B,), generator=g))
+
+        def make(i):
+            b = batch_size(seed, rank, i) if cfg.get("batch_draw") else B
+            return torch.randn(b, D, generator=g), torch.randint(0, 10, (b,), generator=g)
+
+        return make
     slow = ld.get("rank", rank) == rank  # `rank`: only that rank's loader waits
     sleep_s, cpu_iters = (ld["sleep_s"], ld["cpu_iters"]) if slow else (0, 0)
     it = _slow_batches(torch, rank, seed, B, D, sleep_s, cpu_iters, ld["kind"])
-    return lambda: next(it)
+    return lambda i: next(it)
 
 
 def body_r6(torch, rank, cfg, seed):
@@ -1107,7 +1243,7 @@ def body_r6(torch, rank, cfg, seed):
         ring = (torch.randn(cfg["ring_numel"]), torch.empty(cfg["ring_numel"]), (rank + 1) % W, (rank - 1) % W)
 
     def step(i):
-        x, y = batch()
+        x, y = batch(i)
         hook(i, "before_forward")
         loss = lossf(ddp(x), y)
         hook(i, "after_forward")
@@ -1124,6 +1260,14 @@ def body_r6(torch, rank, cfg, seed):
 
 
 SEQ_CHOICES = [32, 48, 64, 96, 128, 192, 256, 320, 448]  # ~log-uniform sequence lengths
+BATCH_CHOICES = [64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536]  # ~log-uniform batch sizes (round 8)
+
+
+def batch_size(seed, rank, i):
+    """The batch size `rank` draws at iteration i under `batch_draw` (a function of the seed: the manifest has it)."""
+    import random
+
+    return random.Random(seed * 100_019 + i * 103 + rank).choice(BATCH_CHOICES)
 
 
 def seq_len(seed, rank, i):
@@ -1322,6 +1466,8 @@ def generate6(name, repeat):
             for r, e in ev.items()
         },
     }
+    if cfg.get("batch_draw"):
+        man["batch_by_step"] = {str(i2s[i]): [batch_size(repeat, r, i) for r in range(cfg["world"])] for i in i2s}
     if cfg["kind"] == "seqvar":
         man["seq_len_by_step"] = {str(i2s[i]): [seq_len(repeat, r, i) for r in range(cfg["world"])] for i in i2s}
     (outdir / "manifest.json").write_text(json.dumps(man, indent=2) + "\n")
@@ -1401,10 +1547,12 @@ def generate(name, repeat):
 STRAGGLERS = ("compute_straggler", "host_straggler", "input_straggler")
 
 
-def _truth_ok(t, f, traced, kept, untraced):
+def _truth_ok(t, f, traced, kept, untraced, culprits=frozenset()):
     """(found, ranks right, steps right) of one round-6 truth among the findings `f`."""
-    if t["cause"] == "untraced_culprit":
-        blamed = [x for x in f if x["cause"] in STRAGGLERS and x["confidence"] >= 0.5]
+    if t["cause"] == "untraced_culprit":  # no confident straggler on a traced rank but the run's other culprits
+        blamed = [
+            x for x in f if x["cause"] in STRAGGLERS and x["confidence"] >= 0.5 and not set(x["ranks"]) <= culprits
+        ]
         ok = not blamed and set(t["ranks"]) <= set(untraced)
         return ok, ok, ok
     same = [x for x in f if x["cause"] == t["cause"]]
@@ -1426,7 +1574,8 @@ def score6(outdir, man, a):
     kept = a["run"]["steps"]
     untraced = (a.get("lateness") or {}).get("untraced") or []
     missing = [r for r in range(man["world_size"]) if r not in traced]
-    oks = [_truth_ok(t, f, traced, kept, untraced) for t in man["truths"]]
+    culprits = {r for t in man["truths"] if t["cause"] != "untraced_culprit" for r in t["ranks"]}
+    oks = [_truth_ok(t, f, traced, kept, untraced, culprits) for t in man["truths"]]
     named = {t["cause"] for t in man["truths"]}
     top_ok = f[0]["cause"] in named or (
         "untraced_culprit" in named and not (f[0]["cause"] in STRAGGLERS and f[0]["confidence"] >= 0.5)
@@ -1605,7 +1754,8 @@ def main(argv=None):
         choices=sorted(SETS),
         help="heldout: round 1-2 scenarios into $HELDOUT_OUT; healthy2: round 3 new healthy runs into "
         "$HELDOUT2_OUT; round6: mixed causes, incomplete rank sets, host-side causes, 8 ranks into $HELDOUT6_OUT; "
-        "round7: 3/5/6 ranks, 4/5/7 steps, input straggler, slow node, periodic and two transients into $HELDOUT7_OUT",
+        "round7: 3/5/6 ranks, 4/5/7 steps, input straggler, slow node, periodic and two transients into $HELDOUT7_OUT; "
+        "round8: 2/7/8 ranks, mid-run and simultaneous causes, uneven batches, a heavy middle stage into $HELDOUT8_OUT",
     )
     ap.add_argument("--only", action="append", choices=sorted(ALL), help="scenario(s); default all of --set")
     ap.add_argument("--repeats", type=int, default=2)
@@ -1619,7 +1769,7 @@ def main(argv=None):
         for k in range(args.repeats):
             d = OUT / f"{name}_r{k}"
             if not args.analyze_only:
-                (generate6 if args.set in ("round6", "round7") else generate)(name, k)
+                (generate6 if args.set in ("round6", "round7", "round8") else generate)(name, k)
             if (d / "manifest.json").exists():
                 dirs.append(d)
     results = [score(d) for d in dirs]
