@@ -421,8 +421,9 @@ def reduce(
     diagnosed = without_steps(facts, warmup)
     late = lateness_detect.assess(diagnosed, th)
     findings = detect_all(diagnosed, thresholds=th)
-    # the per-step kernel table is the detectors' alone (their largest input): not kept under the replay
-    facts, diagnosed = (dataclasses.replace(f, kernel_steps=None) for f in (facts, diagnosed))
+    # the per-step kernel table, the lateness rows and the host table are the detectors' alone (the
+    # kernel table their largest input): not kept under the replay
+    facts, diagnosed = (dataclasses.replace(f, kernel_steps=None, late=None, host=None) for f in (facts, diagnosed))
     excluded, categories, warnings = derived.excluded_steps, derived.kernel_categories, derived.warnings
     del derived
     # only the rows stored are kept under the replay (as Categorical until the end: no string a row)

@@ -9,9 +9,11 @@ from conftest import FIXTURES
 from polars.testing import assert_frame_equal
 
 import tracediag
+from tracediag.derive import ranked
 from tracediag.derive.intervals import asof_by_rank
-from tracediag.derive.ranked import keep_ranked, rank_value
+from tracediag.derive.ranked import keep_ranked, rank_slices, rank_value
 from tracediag.derive.steps import find_markers
+from tracediag.report.analyses import analyses_json
 
 CASES = {
     "nccl_a100": [FIXTURES / "kineto" / f"hta_a100_nccl_rank{r}.json.gz" for r in (0, 1)],
@@ -66,3 +68,27 @@ def test_asof_by_rank_matches_the_as_of_join_by_rank(events):
         assert want["step"].drop_nulls().len() > 0
     with pytest.raises(ValueError, match="nearest"):
         asof_by_rank(host, markers, "ts", "_ms", strategy="nearest")
+
+
+def test_rank_slices_cut_at_rank_boundaries(events):
+    """Every slice holds whole ranks, at least `rows` rows but the last, and the slices are the table."""
+    table = events.select("rank", "ts")
+    rows = table.height // 5
+    slices = rank_slices(table, rows)
+    assert len(slices) > 1
+    assert all(s.height >= rows for s in slices[:-1])
+    ranks = [set(s["rank"].unique().to_list()) for s in slices]
+    assert all(a.isdisjoint(b) for i, a in enumerate(ranks) for b in ranks[i + 1 :])
+    assert_frame_equal(pl.concat(slices), table)
+    assert rank_slices(table, table.height) == [table]
+
+
+def test_the_analysis_is_the_same_a_rank_slice_at_a_time(monkeypatch):
+    """The reduce's per-rank work a slice at a time (the kernel view, the lateness evidence, the replay
+    graph; 7.2 million kernel rows at 16,384 ranks) gives the analysis of the whole tables: slices of a
+    few rows here, so that each table is cut at every rank."""
+    run = tracediag.load(CASES["gloo_straggler"], jobs=1)
+    whole = analyses_json([("", tracediag.analyze(run))])
+    monkeypatch.setattr(ranked, "SLICE_ROWS", 3)
+    assert len(rank_slices(run.events.select("rank"))) == run.events["rank"].n_unique()
+    assert analyses_json([("", tracediag.analyze(run))]) == whole

@@ -28,6 +28,7 @@ import polars as pl
 
 from tracediag.derive.intervals import in_time_order, union_intervals
 from tracediag.derive.p2p import p2p_pairs
+from tracediag.derive.ranked import rank_slices
 from tracediag.derive.sync_segments import BLOCK_TOLERANCE_NS, BLOCK_TOLERANCE_SHARE, LOCAL_COLUMNS
 
 
@@ -209,20 +210,25 @@ def _assign_blocks(blocks: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
         pl.lit(BLOCK_TOLERANCE_NS), (BLOCK_TOLERANCE_SHARE * (pl.col("b_end") - pl.col("b_ts"))).cast(pl.Int64)
     )
     off_by = (pl.col("end") - pl.col("b_end")).abs()
-    b = blocks.rename({"ts": "b_ts", "end": "b_end"}).sort("b_end")
     is_send = pl.col("dir").fill_null("") == "send"
+    sides = [(s, ops.filter(is_send == s).select("op", "rank", "arrival", "end").sort("end")) for s in (False, True)]
     found = []
-    for sends in (False, True):
-        o = ops.filter(is_send == sends).select("op", "rank", "arrival", "end").sort("end")
-        near = b.join_asof(o, left_on="b_end", right_on="end", by="rank", strategy="nearest", check_sortedness=False)
-        found.append(
-            near.filter(
-                pl.col("op").is_not_null(),
-                pl.col("arrival") < pl.col("b_end"),
-                pl.col("end") > pl.col("b_ts"),
-                off_by <= tol,
-            ).with_columns(_send=pl.lit(sends))
-        )
+    # a rank slice of the blocks at a time (a million at 16,384 ranks): the as-of join's rows are a
+    # slice's, and the sort below puts the candidates in one order whatever theirs ((_send, bid) is unique)
+    for part in rank_slices(blocks):
+        b = part.rename({"ts": "b_ts", "end": "b_end"}).sort("b_end")
+        for sends, o in sides:
+            near = b.join_asof(
+                o, left_on="b_end", right_on="end", by="rank", strategy="nearest", check_sortedness=False
+            )
+            found.append(
+                near.filter(
+                    pl.col("op").is_not_null(),
+                    pl.col("arrival") < pl.col("b_end"),
+                    pl.col("end") > pl.col("b_ts"),
+                    off_by <= tol,
+                ).with_columns(_send=pl.lit(sends))
+            )
     return (
         pl.concat(found)
         .sort("_send", off_by, "bid")
@@ -238,6 +244,17 @@ def _aligned(frame: pl.LazyFrame, offsets: pl.DataFrame) -> pl.LazyFrame:
         frame.join(offsets.lazy(), on="rank", how="left", maintain_order="left")
         .with_columns(pl.col("ts") - off, pl.col("end") - off)
         .drop("offset_ns")
+    )
+
+
+def _local(segs: pl.LazyFrame, waits: pl.LazyFrame) -> pl.DataFrame:
+    """The local segments of `segs` (aligned, in (rank, ts) order): those not inside a block of their rank
+    (`waits`: ``rank, _bts, _bend``, sorted by ``_bts``), in their order."""
+    return (
+        segs.join_asof(waits, left_on="ts", right_on="_bts", by="rank", check_sortedness=False)
+        .filter(~(pl.col("_bend").is_not_null() & (pl.col("end") <= pl.col("_bend"))))
+        .select("rank", "step", "ts", "end", *LOCAL_COLUMNS)
+        .collect(engine="in-memory")
     )
 
 
@@ -259,19 +276,20 @@ def build(
     `pairs`: the send/recv pairs when already made (`derive.p2p.p2p_pairs`).
     """
     kept = steps.select("rank", "step", "start_ns", "dur_ns").sort("rank", "step")
-    # the kept steps' segments, aligned, in (rank, ts) order: a plan read twice (the blocks, the local
-    # segments), never a table beside the segments given (2.5 million rows at 16,384 ranks)
-    segs = _aligned(
-        (segments if in_time_order(segments, "rank", "ts") else segments.sort("rank", "ts"))
-        .lazy()
-        .join(kept.lazy().select("rank", "step"), on=["rank", "step"], how="semi", maintain_order="left"),
-        offsets,
-    )
-    blocks = (
-        union_intervals(segs.filter("exposed").select("rank", "ts", "end"), ["rank"])
-        .collect(engine="in-memory")
-        .with_row_index("bid")
-    )
+    # the kept steps' segments, aligned, in (rank, ts) order, a rank slice at a time: read twice (the
+    # blocks, the local segments), never a table beside the segments given but a slice's (2.5 million
+    # rows at 16,384 ranks); every row is its rank's own, so the slices' results are the run's
+    pieces = rank_slices(segments if in_time_order(segments, "rank", "ts") else segments.sort("rank", "ts"))
+    del segments
+
+    def segs(piece: pl.DataFrame) -> pl.LazyFrame:
+        kept_only = piece.lazy().join(
+            kept.lazy().select("rank", "step"), on=["rank", "step"], how="semi", maintain_order="left"
+        )
+        return _aligned(kept_only, offsets)
+
+    exposed = [union_intervals(segs(p).filter("exposed").select("rank", "ts", "end"), ["rank"]) for p in pieces]
+    blocks = pl.concat([b.collect(engine="in-memory") for b in exposed]).with_row_index("bid")
     ops = sync_ops(matched, sync, offsets, neighbours, kept, pairs)
     cand = _assign_blocks(blocks, ops)
     # a rank waits for an operation from its arrival on: exposed time before it (other communication
@@ -291,18 +309,8 @@ def build(
     assigned = assigned.join(ops.select("op", "rank"), on=["op", "rank"], how="semi")
     ops = _p2p_transfers(ops, assigned)
     # each rank's segments in time order (what the as-of join by rank reads), kept in that order
-    local = (
-        segs.join_asof(
-            assigned.lazy().select("rank", _bts="ts", _bend="end").sort("_bts"),
-            left_on="ts",
-            right_on="_bts",
-            by="rank",
-            check_sortedness=False,
-        )
-        .filter(~(pl.col("_bend").is_not_null() & (pl.col("end") <= pl.col("_bend"))))
-        .select("rank", "step", "ts", "end", *LOCAL_COLUMNS)
-        .collect(engine="in-memory")
-    )
+    waits = assigned.select("rank", _bts="ts", _bend="end").sort("_bts").lazy()
+    local = pl.concat([_local(segs(p), waits) for p in pieces])
     last = kept.group_by("rank").agg(pl.col("step").max(), (pl.col("start_ns") + pl.col("dur_ns")).max().alias("t"))
     bounds = pl.concat(
         [
