@@ -83,8 +83,7 @@ def plan(graph: Graph) -> Plan:
     # the graph's own columns (no sort, no join copying them): a plan lives beside its graph
     seg = graph.segments if in_time_order(graph.segments, "rank", "ts") else graph.segments.sort("rank", "ts")
     seg = seg.with_row_index("_j")
-    keys = seg.select("rank", "step").unique(maintain_order=True).with_row_index("_k")
-    k = seg.select("rank", "step").join(keys, on=["rank", "step"], how="left", maintain_order="left")["_k"]
+    k, keys = _step_keys(seg)
     seg = seg.with_columns(k)
     marks = graph.marks.with_row_index("mid")
     at = (
@@ -150,6 +149,21 @@ def plan(graph: Graph) -> Plan:
         dep=parts["dep"],
         bounds=marks.filter(pl.col("kind") == "boundary").select("rank", "step", "mid"),
     )
+
+
+def _step_keys(seg: pl.DataFrame) -> tuple[pl.Series, pl.DataFrame]:
+    """``_k`` of each segment (sorted by rank, ts), the number of its (rank, step) pair in order of their
+    first segment, and the pairs (``_k, rank, step``). A step's segments follow each other on its rank,
+    so the pairs are numbered by their runs (no join of 2.2 million segments, at 16,384 ranks, with
+    their distinct pairs); by that join where they do not."""
+    rank, step = pl.col("rank"), pl.col("step")
+    first = ((rank != rank.shift(1)) | (step != step.shift(1))).fill_null(True)
+    keys = seg.filter(first).select("rank", "step")
+    if keys.height == keys.n_unique():
+        k = seg.select(_k=first.cum_sum().cast(pl.UInt32) - 1).to_series()
+        return k, keys.with_row_index("_k")
+    keys = seg.select("rank", "step").unique(maintain_order=True).with_row_index("_k")
+    return seg.select("rank", "step").join(keys, on=["rank", "step"], how="left", maintain_order="left")["_k"], keys
 
 
 def _schedule(
