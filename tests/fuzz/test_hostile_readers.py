@@ -25,9 +25,10 @@ import pytest
 from conftest import invoke_hostile
 
 import tracediag
-from tracediag.errors import RankError, TracediagError, shown
+from tracediag.errors import RankError, TracediagError, TraceError, shown
 from tracediag.execute.driver import analyze_sources
 from tracediag.ingest.flight import read_dumps
+from tracediag.ingest.read import read_traces
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 GLOO0, GLOO1 = (FIXTURES / "kineto" / f"gen_torch2.13cpu_gloo_2rank_rank{r}.pt.trace.json.gz" for r in (0, 1))
@@ -333,6 +334,19 @@ def test_nsight_nvtx_ranges_with_neither_text_nor_text_id_are_a_counted_warning(
     assert run.events.filter(pl.col("kind") == "step").height == 2
     code, out, err = _invoke(["ingest", db])
     assert (code, f"warning {shown(db)}: {warning}" in out) == (0, True), out + err
+
+
+def test_nsight_string_ids_held_twice_are_one_line_not_an_internal_error(tmp_path):
+    """A damaged export whose StringIds holds an id twice (found by the fuzz campaign, seed 903039: a flipped
+    page) was an internal error from polars' replace_strict; now one line naming the file."""
+    copy = "INSERT INTO StringIds SELECT id, value || ' (copy)' FROM StringIds WHERE id < 3"
+    unkeyed = "CREATE TABLE s AS SELECT * FROM StringIds; DROP TABLE StringIds; ALTER TABLE s RENAME TO StringIds"
+    db = _nsys(tmp_path, f"{unkeyed}; {copy}")
+    problem = "StringIds holds 3 ids more than once (id "
+    with pytest.raises(TraceError, match=re.escape(problem)):
+        read_traces(db)
+    code, _, err = _invoke(["ingest", db])
+    assert (code, len(_errors(err)), _errors(err)[0].startswith(f"Error: {shown(db)}: {problem}")) == (2, 1, True), err
 
 
 def test_nsight_table_behind_a_view_is_read(tmp_path):

@@ -241,11 +241,24 @@ def _check_header(path: Path, head: bytes, *, shown: Path) -> None:
         raise TraceError(str(shown), f"truncated SQLite file ({actual} of {expected} bytes)")
 
 
+def _string_ids(con: sqlite3.Connection, path: Path) -> pl.DataFrame:
+    """`StringIds` (id -> value). An id held twice (a damaged export: it is the primary key) is a
+    `TraceError`: which name its rows carry would be a guess. A null id names no row (none is dropped)."""
+    strings = _query(con, "SELECT id, value FROM StringIds", {"id": pl.Int64(), "value": pl.String()}, path)
+    strings = strings.filter(pl.col("id").is_not_null())
+    twice = strings.filter(pl.col("id").is_duplicated())
+    if twice.height:
+        n = twice["id"].n_unique()
+        problem = f"StringIds holds {count(n, 'id')} more than once (id {twice['id'][0]}): a damaged export"
+        raise TraceError(str(path), problem)
+    return strings
+
+
 def _read(con: sqlite3.Connection, path: Path, rank: int | None, default_rank: int | None) -> FileTrace:
     tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")}
     if "StringIds" not in tables:
         raise NotATraceError(str(path), "not a trace: SQLite without the Nsight Systems StringIds table")
-    strings = _query(con, "SELECT id, value FROM StringIds", {"id": pl.Int64(), "value": pl.String()}, path)
+    strings = _string_ids(con, path)
 
     warnings: list[str] = []
     rank = check_rank(_resolve_rank(strings, rank, default_rank, path, warnings), str(path))
