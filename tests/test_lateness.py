@@ -10,6 +10,7 @@ from conftest import FIXTURES, SAMPLES, needs_shared
 
 import tracediag
 from tracediag.analysis import Analysis
+from tracediag.derive import lateness
 from tracediag.derive.lateness import per_rank
 from tracediag.detect import Thresholds
 from tracediag.detect import lateness as lateness_detect
@@ -62,12 +63,35 @@ def test_one_step_is_enough_evidence():
     assert four.chance < th.lateness_chance
 
 
-@pytest.mark.parametrize("name", ["healthy_ddp", "healthy_tp_dp", "comm_bound", "input_bound"])
+@pytest.mark.parametrize("name", ["healthy_ddp", "healthy_tp_dp", "input_bound"])
 def test_no_one_on_runs_without_a_late_rank(name):
     late = lateness_detect.assess(_facts(name), Thresholds())
     assert late.waited_for == ()
     assert late.reason
     assert late.share < Thresholds().lateness_share or late.gap < Thresholds().lateness_gap
+
+
+def test_load_noise_taking_turns_is_no_one():
+    """comm_bound (one host, one clock; no rank slowed): ranks 0 and 2 cause most of the waiting (share and gap
+    pass) and one of them is last at each of the 8 all-reduces, 0.5^8 = 0.4% by chance for a given pair; but
+    they are late at different all-reduces (5 and 3 of 8), two claims picked as the top 2 of 4 ranks: over the
+    6 pairs that could have been picked, 2.3% (> 1%): no one. A slow node's ranks, late at the same
+    all-reduces, stay one claim."""
+    th = Thresholds()
+    facts = _facts("comm_bound")
+    late = lateness_detect.assess(facts, th)
+    assert late.waited_for == ()
+    assert late.reason == "ranks 0, 2 are last this often by chance"
+    assert late.share >= th.lateness_share
+    assert late.gap >= th.lateness_gap
+    assert lateness._chance(8, 8, 2 / 4) < th.lateness_chance  # what the pair passed as one claim
+    assert late.chance == pytest.approx(6 * 0.5**8)
+    assert late.chance > th.lateness_chance
+    kw = {"late_share": th.lateness_late_share, "together": th.lateness_together}
+    assert lateness.groups(facts.late, [0, 2], **kw) == [(0,), (2,)]
+    node = _facts("slow_node_6").late
+    assert lateness.groups(node, [5, 4], **kw) == [(4, 5)]
+    assert lateness.set_chance(node, (4, 5), 6, **kw) == pytest.approx((2 / 6) ** 6)  # one claim: not multiplied
 
 
 def test_in_the_analysis_json_and_text():

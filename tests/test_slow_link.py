@@ -159,4 +159,5 @@ def test_the_edit_frees_the_link_and_the_collectives_through_it(pair):
     assert (coll["transfer_ns"] * f.evidence["transfer_ratio_median"] - coll["_was"]).abs().max() < 1
     mine = was.filter(pl.col("op").str.starts_with("p2p:3>4"))
     assert mine.height == 16
-    assert (mine["transfer_ns"] <= f.evidence["peer_transfer_ms_median"] * 1e6 + 1).all()
+    # at the other links' pace, to the evidence's rounding (ms to 3 decimals: half a microsecond)
+    assert (mine["transfer_ns"] <= f.evidence["peer_transfer_ms_median"] * 1e6 + 500).all()

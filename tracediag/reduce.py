@@ -105,7 +105,7 @@ def facts_from_tables(
     kernels = kernel_view(t["kernels"], kept, top=None, strings=False)
     kernel_categories = by_category(kernels, t.pop("kernel_categories"), kept)
     instances = t.pop("instances")
-    offsets, matched = align_and_match(instances, split=needs_split(meta, instances))
+    offsets, matched = align_and_match(instances, split=needs_split(meta, instances), hosts=meta.hosts)
     del instances
     matched, unmatched = plausible_matches(matched)
     waits = wait_per_step(matched)

@@ -53,6 +53,14 @@ def test_every_event_of_the_run_is_on_the_timeline(exported):
     assert trace.other["tracediag"]["left_out"]["timeline_events"] == 0
 
 
+def test_clock_offsets_are_one_per_host(exported):
+    """The fixture runs were recorded on one host ("vm"): one clock, no offset on any rank."""
+    _, _, trace = exported
+    clocks = trace.other["tracediag"]
+    assert clocks["host_offset_ns"] == {"vm": 0}
+    assert set(clocks["offset_ns"].values()) == {0}
+
+
 def test_ranks_are_processes_the_waited_for_rank_on_top(exported):
     run, analysis, trace = exported
     names = trace.process_names()

@@ -6,10 +6,11 @@ traces (else collective CPU operators). Point-to-point traffic (send/recv) and u
 
 Matching key: (process group, ``Seq``) when the trace has a sequence number, else (group, op, k) for
 the k-th occurrence of that op in that group on the rank. Clock alignment: ranks leave a collective
-together, so each rank's clock offset is the median over its instances of (its end − the median end
-of the instance over ranks). Then, on aligned clocks: arrival = start, last arriver, skew, a rank's
-wait = last arrival − its arrival (capped by its duration), transfer = end − last arrival, and the
-nccl-tests bandwidths: algbw = bytes / transfer, busbw = algbw × factor(op, n).
+together, so each clock's offset is the median over its instances of (its end − the median end of
+the instance over ranks); a clock is a host where the traces name it (ranks of one host share one
+clock: a one-host job needs no offset), else a rank. Then, on aligned clocks: arrival = start, last
+arriver, skew, a rank's wait = last arrival − its arrival (capped by its duration), transfer = end −
+last arrival, and the nccl-tests bandwidths: algbw = bytes / transfer, busbw = algbw × factor(op, n).
 
 Without group names (gloo), a k-th occurrence may mix instances of different groups (tensor- and
 data-parallel all-reduces in the same order on every rank). When the run has several process groups
@@ -100,25 +101,40 @@ def collective_instances(events: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def clock_offsets(instances: pl.DataFrame, key: tuple[str, ...] = ("group", "op", "seq")) -> pl.DataFrame:
+def clock_offsets(
+    instances: pl.DataFrame, key: tuple[str, ...] = ("group", "op", "seq"), *, hosts: dict[int, str] | None = None
+) -> pl.DataFrame:
     """Per rank: ``offset_ns`` to subtract from its timestamps (median of end − instance median end).
 
-    Ranks with no instance shared with another rank get 0.
+    `hosts`: each rank's host, where its trace names one. Ranks of one host share one clock, so the
+    median is taken over the instances of all the host's ranks and every one of them gets it, relative
+    to the host of the lowest rank (0: a one-host job is not shifted at all, however unevenly its ranks
+    leave a collective: gloo's ring with a slow link does not release them together). A rank whose host
+    is unknown is its own clock. Ranks with no instance shared with another rank get their host's
+    offset, else 0.
     """
     key = list(key)
+    clock = _clock(hosts)
     shared = instances.lazy().filter(pl.len().over(key) > 1)
     off = (
-        shared.with_columns(_d=pl.col("end") - pl.col("end").median().over(key))
-        .group_by("rank")
+        shared.with_columns(_d=pl.col("end") - pl.col("end").median().over(key), _clock=clock)
+        .group_by("_clock")
         .agg(offset_ns=pl.col("_d").median().round(0).cast(pl.Int64))
     )
-    ranks = instances.lazy().select("rank").unique()
-    return (
-        ranks.join(off, on="rank", how="left")
-        .with_columns(pl.col("offset_ns").fill_null(0))
-        .sort("rank")
-        .collect(engine="in-memory")
-    )
+    ranks = instances.lazy().select("rank").unique().with_columns(_clock=clock)
+    out = ranks.join(off, on="_clock", how="left").with_columns(pl.col("offset_ns").fill_null(0)).sort("rank")
+    if hosts:
+        out = out.with_columns(pl.col("offset_ns") - pl.col("offset_ns").first())
+    return out.drop("_clock").collect(engine="in-memory")
+
+
+def _clock(hosts: dict[int, str] | None) -> pl.Expr:
+    """Each row's clock: its rank's host (`hosts`), else the rank itself (``"rank N"``)."""
+    own = pl.format("rank {}", pl.col("rank"))
+    if not hosts:
+        return own
+    host = pl.col("rank").replace_strict(hosts, default=None, return_dtype=pl.String)
+    return pl.coalesce(pl.format("host {}", host), own)
 
 
 def match_instances(instances: pl.DataFrame, offsets: pl.DataFrame, *, split_gap_ns: int | None = None) -> pl.DataFrame:
@@ -159,17 +175,20 @@ def match_instances(instances: pl.DataFrame, offsets: pl.DataFrame, *, split_gap
     )
 
 
-def align_and_match(instances: pl.DataFrame, *, split: bool = False) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """Clock offsets and matched instances (`clock_offsets`, then `match_instances`).
+def align_and_match(
+    instances: pl.DataFrame, *, split: bool = False, hosts: dict[int, str] | None = None
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Clock offsets and matched instances (`clock_offsets`, one clock per host of `hosts`, then
+    `match_instances`).
 
     With `split`, instances are split by `SPLIT_GAP_NS` on the first offsets, and the offsets are
     recomputed on the split instances before the final match.
     """
-    offsets = clock_offsets(instances)
+    offsets = clock_offsets(instances, hosts=hosts)
     if not split:
         return offsets, match_instances(instances, offsets)
     first = match_instances(instances, offsets, split_gap_ns=SPLIT_GAP_NS)
-    offsets = clock_offsets(first.select(*INSTANCE_SCHEMA, "iid"), key=("iid",))
+    offsets = clock_offsets(first.select(*INSTANCE_SCHEMA, "iid"), key=("iid",), hosts=hosts)
     return offsets, match_instances(instances, offsets, split_gap_ns=SPLIT_GAP_NS)
 
 

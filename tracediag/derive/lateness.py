@@ -12,12 +12,14 @@ collectives as well as from many steps.
 `assess` names the ranks everyone waits for: the smallest set of the ranks that cause the most
 whose combined share reaches `lateness_share`, at most half the ranks, each member causing at least
 `lateness_gap` × what any other rank causes, the members among the last arrivers more often than
-chance allows, and the waiting they cause material (`lateness_min_wait` of the step). Else no one.
+chance allows (`set_chance`: counted over the sets that could have been picked unless they are
+late together), and the waiting they cause material
+(`lateness_min_wait` of the step). Else no one.
 """
 
 from __future__ import annotations
 
-from math import exp, lgamma, log, log1p
+from math import comb, exp, lgamma, log, log1p
 
 import polars as pl
 
@@ -158,6 +160,38 @@ def overlaps(a: set[int], b: set[int], together: float) -> bool:
     return bool(a | b) and len(a & b) >= together * len(a | b)
 
 
+def groups(
+    rows: pl.DataFrame, ranks: tuple[int, ...] | list[int], *, late_share: float, together: float
+) -> list[tuple[int, ...]]:
+    """`ranks` in groups late together: a rank joins a group when the instances where it is late (`late_at`)
+    overlap the group's by at least `together` (`overlaps`), in the order of `ranks`."""
+    late = late_at(rows, ranks, late_share)
+    found: list[tuple[list[int], set[int]]] = []
+    for r in ranks:
+        for members, iids in found:
+            if overlaps(late[r], iids, together):
+                members.append(r)
+                iids |= late[r]
+                break
+        else:
+            found.append(([r], set(late[r])))
+    return [tuple(sorted(m)) for m, _ in found]
+
+
+def set_chance(rows: pl.DataFrame, members: tuple[int, ...], n: int, *, late_share: float, together: float) -> float:
+    """P(`members`, the top ranks of `n`, are among the last arrivers at this many instances by chance): a
+    Binomial(instances, set size / `n`). A set late together (one of `groups`: a slow node's ranks, late at the
+    same collectives) is one claim. Ranks late at different collectives are separate claims, the set picked as
+    the top k of `n` after looking: the chance is counted over the C(n, k) sets that could have been picked
+    (Bonferroni). Two load-noise ranks taking turns last pass as a set what neither passes alone (2 of 4 ranks
+    at 8 of 8 all-reduces: 0.5^8 = 0.4%, 2.3% over the 6 pairs)."""
+    hit = rows.group_by("iid").agg(m=(pl.col("is_last") & pl.col("rank").is_in(members)).any())["m"]
+    p = _chance(int(hit.sum()), hit.len(), len(members) / n)
+    if len(members) > 1 and len(groups(rows, members, late_share=late_share, together=together)) > 1:
+        p = min(1.0, p * comb(n, len(members)))
+    return p
+
+
 def with_masked(
     rows: pl.DataFrame, members: tuple[int, ...], *, share: float, most: int, late_share: float, together: float
 ) -> tuple[int, ...]:
@@ -228,8 +262,7 @@ def assess(
         if mine < share or g < gap:
             continue
         members = tuple(sorted(ranks[:k]))
-        hit = rows.group_by("iid").agg(m=(pl.col("is_last") & pl.col("rank").is_in(members)).any())["m"]
-        p = _chance(int(hit.sum()), hit.len(), k / n)
+        p = set_chance(rows, members, n, late_share=late_share, together=together)
         ws = sum(caused[:k]) / (n - k) / max(step_time_ns, 1.0)
         big = episode_waits(rows, members, median_step_ns)["per_step"].max() or 0.0
         if p > chance and big < episode:

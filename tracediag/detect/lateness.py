@@ -269,17 +269,7 @@ def together(facts: Facts, ranks: tuple[int, ...], th: Thresholds) -> list[tuple
     group's by at least `lateness_together` (Jaccard): a slow node's ranks are late at the same collectives
     (one of them last at each); two ranks late at different ones (each its own cause, its own steps) are
     explained apart."""
-    late = lateness.late_at(facts.late, ranks, th.lateness_late_share)
-    groups: list[tuple[list[int], set[int]]] = []
-    for r in ranks:
-        for members, iids in groups:
-            if lateness.overlaps(late[r], iids, th.lateness_together):
-                members.append(r)
-                iids |= late[r]
-                break
-        else:
-            groups.append(([r], set(late[r])))
-    return [tuple(sorted(m)) for m, _ in groups]
+    return lateness.groups(facts.late, ranks, late_share=th.lateness_late_share, together=th.lateness_together)
 
 
 def detect(facts: Facts, late: Lateness | None, th: Thresholds, found: list[Finding]) -> list[Finding]:

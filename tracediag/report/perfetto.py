@@ -153,8 +153,9 @@ def _other_data(exported: Exported, tracks: Tracks, origin: int, analysis: Analy
     return {
         "tracediag": {
             "origin_ns": origin,
-            "clock": "each rank's ts - offset_ns (aligned at the collectives, as the analysis), minus origin_ns",
+            "clock": "each rank's ts - offset_ns (aligned at the collectives, one offset per host), minus origin_ns",
             "offset_ns": {str(r): o for r, o in tracks.offsets.select("rank", "offset_ns").iter_rows()},
+            "host_offset_ns": tracks.host_offsets(),
             "ranks": list(exported.ranks),
             "waited_for": list(late),
             "left_out": {

@@ -9,7 +9,7 @@ and the idle gaps are split into waiting on the host / on kernels / other by the
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import polars as pl
@@ -43,6 +43,12 @@ class Tracks:
     late_rank`` (the instance's last arriver; of equal arrivals the lowest rank, as the analysis names it)."""
     idle: pl.DataFrame
     """``rank, step, kind, ts, end``: idle device time by kind (`IDLE_KINDS`) over the analysed steps."""
+    hosts: dict[int, str] = field(default_factory=dict)
+    """Each rank's host, where its trace names one (`run.RunMeta.hosts`): one clock, one offset per host."""
+
+    def host_offsets(self) -> dict[str, int]:
+        """Each named host's clock offset (ns; the lowest rank's host 0), as the analysis aligned it."""
+        return {self.hosts[r]: o for r, o in self.offsets.select("rank", "offset_ns").iter_rows() if r in self.hosts}
 
 
 def derive_tracks(run: Run, analysis: Analysis, *, step_regex: str | None = None) -> Tracks:
@@ -56,14 +62,14 @@ def derive_tracks(run: Run, analysis: Analysis, *, step_regex: str | None = None
     spans = step_spans(events, markers, names=names, ordered=ordered, launched=launched, keys=keys)
     stepped = assign_steps(events, spans, ordered=ordered, launched=launched, keys=keys)
     instances = collective_instances(stepped)
-    offsets, matched = align_and_match(instances, split=needs_split(run.meta, instances))
+    offsets, matched = align_and_match(instances, split=needs_split(run.meta, instances), hosts=run.meta.hosts)
     matched, _ = plausible_matches(matched)
     device = device_sweep(stepped, spans, names=names, keys=keys)
     kept = analysis.steps.select("rank", "step")
     idle = (
         idle_gaps(device, spans, launched.links, offsets).join(kept, on=["rank", "step"], how="semi").sort("rank", "ts")
     )
-    return Tracks(offsets=offsets, arrivals=_arrivals(matched), idle=idle)
+    return Tracks(offsets=offsets, arrivals=_arrivals(matched), idle=idle, hosts=run.meta.hosts)
 
 
 def _arrivals(matched: pl.DataFrame) -> pl.DataFrame:
