@@ -103,6 +103,9 @@ def facts_from_tables(
     # the kernel view first (its sums over the per-step table: the reduce's largest working set), so
     # that the cross-rank tables below are not yet built under it
     kernels = kernel_view(t["kernels"], kept, top=None, strings=False)
+    # the detectors read the per-step kernel table's counts and times, not its wall times (58 MB at
+    # 16,384 ranks): dropped now, not held under the cross-rank tables
+    t["kernels"] = t["kernels"].drop("wall_ns")
     kernel_categories = by_category(kernels, t.pop("kernel_categories"), kept)
     instances = t.pop("instances")
     offsets, matched = align_and_match(instances, split=needs_split(meta, instances), hosts=meta.hosts)

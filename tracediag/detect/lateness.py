@@ -204,29 +204,32 @@ def op_counts(facts: Facts, ranks: tuple[int, ...], steps: tuple[int, ...]) -> d
     k = facts.kernel_steps
     if k is None or not k.height:
         return None
-    # summed per (rank, name) first: every later step reads that, not the per-step table of every rank;
-    # streamed, so its rows of these steps are not copied first (sums of integers: the same values)
-    k = pl.concat(
-        [
-            rows.lazy()
-            .filter(pl.col("category") == "compute", pl.col("step").is_in(list(steps)))
-            .group_by("rank", "name")
-            .agg(pl.col("count").cast(pl.Int64).sum(), pl.col("total_ns").sum())
-            .collect(engine="streaming")
-            for rows in rank_slices(k)  # a slice's hash tables at a time (every row is its rank's own)
-        ]
-    )
     mine = pl.col("rank").is_in(list(ranks))
-    per_rank = k.group_by("rank").agg(pl.col("count").sum())
+    # per rank, and per side (members or peers) and name, a rank slice at a time: every row is its rank's
+    # own, and the sums are of integers, so the slices' sums add up to the whole table's
+    sums = [
+        pl.collect_all(
+            [
+                rows.group_by("rank").agg(pl.col("count").cast(pl.Int64).sum()),
+                rows.group_by(mine.alias("_m"), "name").agg(
+                    pl.col("count").cast(pl.Int64).sum(), pl.col("total_ns").sum()
+                ),
+            ]
+        )
+        for rows in (
+            part.lazy().filter(pl.col("category") == "compute", pl.col("step").is_in(list(steps)))
+            for part in rank_slices(k)
+        )
+    ]
+    per_rank = pl.concat([by_rank for by_rank, _ in sums])
     m = per_rank.filter(mine)["count"].mean()
     p = per_rank.filter(~mine)["count"].median()
     if not m or not p:
         return None
-    # the mean duration of the ops both run, the late rank's over its peers'
-    shared = k.join(k.filter(mine).select("name").unique(), on="name", how="semi").join(
-        k.filter(~mine).select("name").unique(), on="name", how="semi"
-    )
-    each = shared.group_by(mine.alias("_m")).agg(_t=pl.col("total_ns").sum() / pl.col("count").sum())
+    # the mean duration of the ops both run (a name on both sides), the late rank's over its peers'
+    sides = pl.concat([by_name for _, by_name in sums]).group_by("_m", "name").agg(pl.col("count", "total_ns").sum())
+    shared = sides.filter(pl.len().over("name") == 2)
+    each = shared.group_by("_m").agg(_t=pl.col("total_ns").sum() / pl.col("count").sum())
     t_m, t_p = (each.filter(pl.col("_m") == v)["_t"] for v in (True, False))
     t = float(t_m[0]) / float(t_p[0]) if t_m.len() and t_p.len() and t_p[0] else None
     return {"ops_ratio": round(float(m) / float(p), 3), "op_time_ratio": round(t, 3) if t else None}
