@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 import polars as pl
 
 from tracediag.derive.intervals import in_time_order
+from tracediag.derive.ranked import rank_slices
 from tracediag.derive.sync_segments import LOCAL_CATEGORIES, LOCAL_COLUMNS
 
 if TYPE_CHECKING:
@@ -86,21 +87,7 @@ def plan(graph: Graph) -> Plan:
     k, keys = _step_keys(seg)
     seg = seg.with_columns(k)
     marks = graph.marks.with_row_index("mid")
-    at = (
-        marks.sort("t")
-        .join_asof(
-            seg.select("rank", "_j", _sts="ts", _send="end").sort("_sts"),
-            left_on="t",
-            right_on="_sts",
-            by="rank",
-            check_sortedness=False,
-        )
-        .with_columns(
-            _share=(pl.min_horizontal(pl.col("t"), pl.col("_send")) - pl.col("_sts")).clip(lower_bound=0)
-            / (pl.col("_send") - pl.col("_sts"))
-        )
-        .sort("mid")
-    )
+    at = _on_segments(marks, seg)
     starts = dict(graph.steps.group_by("rank").agg(pl.col("start_ns").min().cast(pl.Float64)).iter_rows())
     # the governing block of each mark: the last block that ended before it on its rank
     blocks = marks.filter(pl.col("kind") == "block").select("rank", _bmid="mid", _bend="t_end").sort("_bend")
@@ -149,6 +136,33 @@ def plan(graph: Graph) -> Plan:
         dep=parts["dep"],
         bounds=marks.filter(pl.col("kind") == "boundary").select("rank", "step", "mid"),
     )
+
+
+def _on_segments(marks: pl.DataFrame, seg: pl.DataFrame) -> pl.DataFrame:
+    """Per mark (``mid`` order): ``_j``, the last segment of its rank starting at or before it, and ``_share``,
+    the share of that segment elapsed at the mark. `marks` and `seg` are sorted by rank: a rank slice of
+    the marks at a time, with its ranks' segments (2.2 million at 16,384 ranks), never a sorted copy of
+    every segment; a mark's segment is of its rank, so the slices' rows are the whole tables'."""
+    ranks = seg.get_column("rank")
+    out = []
+    for part in rank_slices(marks):
+        lo = int(ranks.search_sorted(part.get_column("rank").min(), side="left"))
+        hi = int(ranks.search_sorted(part.get_column("rank").max(), side="right"))
+        out.append(
+            part.sort("t")
+            .join_asof(
+                seg.slice(lo, hi - lo).select("rank", "_j", _sts="ts", _send="end").sort("_sts"),
+                left_on="t",
+                right_on="_sts",
+                by="rank",
+                check_sortedness=False,
+            )
+            .with_columns(
+                _share=(pl.min_horizontal(pl.col("t"), pl.col("_send")) - pl.col("_sts")).clip(lower_bound=0)
+                / (pl.col("_send") - pl.col("_sts"))
+            )
+        )
+    return pl.concat(out).sort("mid")
 
 
 def _step_keys(seg: pl.DataFrame) -> tuple[pl.Series, pl.DataFrame]:
