@@ -28,6 +28,9 @@ LATENESS_PENDING: dict[str, str] = {
     "mix_strag_input_gen": "labelled input_bound (every rank) on 2..9 and compute_straggler rank 1 on 2..9; "
     "input_bound is found on every step, the straggler only on 4, 5, 8, 9 (its compute 1.0-1.6x on the others "
     "at load 7-18) and a second, noise straggler on rank 3 step 7 (its compute 2.6x there, not injected)",
+    "mix_strag_host_same": "labelled host_straggler rank 2 on 3, 5, 7 beside compute_straggler rank 1 on 2, 4, 6; "
+    "rank 2 is named on 3, 5 only: last at 6 of 12 instances (no more than chance), its steps are those reaching "
+    "half its worst step's waiting, and on 7 the peers wait 0.2-1.2 s (rank 0 computes 2.4x there by noise)",
 }
 """Real runs of fixtures/runs (made by make_lateness_runs.py) whose manifest verdict tracediag does not
 give yet, with the reason. Verdict tests xfail on them strictly: the detector that gets one right

@@ -11,7 +11,9 @@ share of the others' wait, and the excess is at least `straggler_min_excess` of 
   at least half of the steps, or the pattern on at least `straggler_pattern_share` of the steps with
   a median ratio ≥ `straggler_min_ratio` when being last that often is unlikely by chance
   (`straggler_pattern_chance`, binomial with p = 1/ranks); its steps are those with the pattern, and
-  those where it computes at least its least ratio of a pattern step though a noisy peer was later still.
+  those where it computes at least its least ratio of a pattern step though a noisy peer was later still
+  (by at most `straggler_peer_wait` × its excess: a rank later by more, from another cause in the same
+  step, is what the peers waited for there).
 - Transient: otherwise, single steps with the pattern, ratio ≥ `straggler_transient_ratio` and the
   step ≥ `straggler_slow_step` × the median step (one rank per step: the highest ratio). Extra
   compute after a step's last collective (logging, a checkpoint) makes the peers wait only in the
@@ -177,12 +179,15 @@ def detect(facts: Facts, *, thresholds: Thresholds, ratios: pl.DataFrame | None 
     for rank, med_ratio, share, *_ in persistent.iter_rows():
         rows = r.filter(pl.col("rank") == rank, pl.col("pattern"))
         # a step where it computes at least as much more as on a step the peers waited for it, though
-        # another rank was later still by noise: the same cause (its time lost there is what the peers waited)
+        # another rank was later still by noise: the same cause (its time lost there is what the peers waited).
+        # By noise: it waits for that rank at most half its own excess; a rank later by more (another cause in
+        # the same step) is what the peers waited for, and this rank's excess there cost nothing
         shared = r.filter(
             pl.col("rank") == rank,
             ~pl.col("pattern"),
             pl.col("ratio") >= rows["ratio"].min(),
             pl.col("excess_ns") >= th.straggler_min_excess * pl.col("step_ns"),
+            pl.col("wait_ns") <= th.straggler_peer_wait * pl.col("excess_ns"),
         )
         rows = pl.concat([rows, shared]).sort("step")
         strength = min(1.0, (med_ratio - 1) / (2 * (th.straggler_persistent_ratio - 1)))
