@@ -273,6 +273,21 @@ def test_ingest_caps_reader_warnings_at_twenty_lines_and_counts_the_rest(tmp_pat
     assert sum(len(f.warnings) for f in tracediag.load(tmp_path).meta.files) == 30
 
 
+def test_a_phase_that_is_a_list_of_mixed_values_is_counted_not_an_internal_error(tmp_path):
+    """`"ph": [[], -1e308, {}, null]` in a real trace's event (the fuzz campaign, seed 1203527 over 1,200,000+)
+    made polars' string cast raise (TypeError: no supertype of list[null] and f64): an internal error. Now the
+    phase is that JSON text, an unknown phase counted as such, the other events read."""
+    doc = _doc()
+    doc["traceEvents"][40]["ph"] = [[], -1e308, {}, None]
+    folder, bad = _run(tmp_path, doc)
+    before = tracediag.load(GLOO1).meta
+    run = tracediag.load(bad)
+    assert run.meta.skipped.get("other_phase", 0) == before.skipped.get("other_phase", 0) + 1
+    assert run.meta.events_in == before.events_in
+    code, _, err = _invoke(["ingest", folder])
+    assert (code, _errors(err)) == (0, []), err
+
+
 # ---------------------------------------------------------------------------------------------- Nsight
 
 

@@ -501,7 +501,7 @@ def _metadata_frame(meta: list[Any]) -> pl.DataFrame:
     pid_int = _int_series(pid)
     return pl.DataFrame(
         {
-            "name": pl.Series([e.name for e in meta], dtype=pl.String, strict=False),
+            "name": _texts([e.name for e in meta]),
             "pid": pid_int,
             "pid_str": pl.Series([p if type(p) is str else None for p in pid], dtype=pl.String),
             "tid": _tid_series([e.tid for e in meta]),
@@ -983,6 +983,23 @@ _NUMBER = (int, float)
 """The types a JSON number decodes to (`bool` is not one of them: `type(True) is bool`)."""
 
 
+def _texts(values: list[Any]) -> pl.Series:
+    """A field that should hold strings, as strings: a number or other JSON value as its text (polars'
+    non-strict cast). A list mixing kinds (`[[], 1e308, {}]`), which that cast refuses with a TypeError,
+    is written as its JSON (found by the fuzz campaign: an internal error where a phase was such a list)."""
+    try:
+        return pl.Series(values, dtype=pl.String, strict=False)
+    except TypeError:
+        return pl.Series([v if v is None or type(v) is str else _json_text(v) for v in values], dtype=pl.String)
+
+
+def _json_text(value: Any) -> str:
+    try:
+        return orjson.dumps(value).decode()
+    except TypeError:  # an integer past 64 bits
+        return str(value)
+
+
 def _piece_frame(
     events: list[_Event], offset: int, piece: bytes, is_array: bool, warnings: list[str]
 ) -> tuple[pl.DataFrame, list[_Args]]:
@@ -1004,9 +1021,9 @@ def _piece_frame(
     args = [e.args for e in events]
     frame = pl.DataFrame(
         {
-            "ph": pl.Series([e.phase for e in events], dtype=pl.String, strict=False),
-            "cat": pl.Series([e.cat for e in events], dtype=pl.String, strict=False).cast(pl.Categorical),
-            "name": pl.Series([e.name for e in events], dtype=pl.String, strict=False).cast(pl.Categorical),
+            "ph": _texts([e.phase for e in events]),
+            "cat": _texts([e.cat for e in events]).cast(pl.Categorical),
+            "name": _texts([e.name for e in events]).cast(pl.Categorical),
             "pid": pid_int,
             "tid": _tid_series([e.tid for e in events]),
             "pid_str": pl.Series([p if type(p) is str else None for p in pid], dtype=pl.String)
