@@ -8,6 +8,7 @@ the generator, so a seed replays a case exactly (`describe` names what was done)
 
 from __future__ import annotations
 
+import copy
 import gzip
 import pickle
 import sqlite3
@@ -44,10 +45,12 @@ HOSTILE_VALUES: list[Any] = [
 
 
 def hostile_value(rng: random.Random) -> Any:
-    """A hostile value: one orjson writes, or a literal of `HOSTILE_TEXT`."""
+    """A hostile value: one orjson writes (a copy: a later mutation of the document writes into a list or
+    object put there, which shared would carry into every later case and make a seed's replay another
+    case), or a literal of `HOSTILE_TEXT`."""
     if rng.random() < 0.4:
         return _literal(rng.choice(HOSTILE_TEXT))
-    return rng.choice(HOSTILE_VALUES)
+    return copy.deepcopy(rng.choice(HOSTILE_VALUES))
 
 
 def dump_json(doc: Any) -> bytes:

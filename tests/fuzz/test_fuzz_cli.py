@@ -8,11 +8,12 @@ benchmarks/fuzz_campaign.py."""
 from __future__ import annotations
 
 import os
+import random
 
 import pytest
 from conftest import time_limit
 
-from fuzz import cases
+from fuzz import cases, mutate
 
 N = int(os.environ.get("TRACEDIAG_FUZZ_N", "150"))
 SEED = int(os.environ.get("TRACEDIAG_FUZZ_SEED", "0"))
@@ -40,3 +41,17 @@ def test_fuzzed_inputs_keep_the_invariant(tmp_path, sides, start):
             tail = outcome.output.strip().splitlines()[-3:]
             failed.append(f"seed {seed} ({case.kind}: {case.what}; {' '.join(case.args[:2])}): {found} {tail}")
     assert not failed, "\n".join(failed)
+
+
+def test_a_hostile_value_is_a_copy_so_a_seed_replays_alone():
+    """The campaign's seed 1203527 failed in the run but not replayed alone: a mutation wrote into a `[]`
+    or `{}` of `HOSTILE_VALUES` put in an earlier case's document, so later cases got the grown value."""
+    rng = random.Random(0)
+    before = repr(mutate.HOSTILE_VALUES)
+    for _ in range(500):
+        value = mutate.hostile_value(rng)
+        if isinstance(value, list):
+            value.append([])
+        elif isinstance(value, dict):
+            value["grown"] = 1
+    assert repr(mutate.HOSTILE_VALUES) == before
