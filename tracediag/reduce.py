@@ -19,7 +19,13 @@ import polars as pl
 from tracediag.analysis import COLLECTIVE_SCHEMA, KERNEL_SCHEMA, STEP_SCHEMA, Analysis
 from tracediag.api_types import checked
 from tracediag.causes import detect_all, price
-from tracediag.derive.collectives import align_and_match, plausible_matches, summarize_instances, wait_per_step
+from tracediag.derive.collectives import (
+    align_and_match,
+    broken_clocks,
+    plausible_matches,
+    summarize_instances,
+    wait_per_step,
+)
 from tracediag.derive.kernels import TOP_STORED, by_category, kernel_view
 from tracediag.derive.lateness import late_rows
 from tracediag.derive.p2p import p2p_pairs, pipeline_groups, stage_neighbours
@@ -110,10 +116,15 @@ def facts_from_tables(
     instances = t.pop("instances")
     offsets, matched = align_and_match(instances, split=needs_split(meta, instances), hosts=meta.hosts)
     del instances
+    refused = broken_clocks(matched, meta.hosts)
     matched, unmatched = plausible_matches(matched)
     waits = wait_per_step(matched)
     kept = kept.join(offsets, on="rank", how="left")
-    warnings = []
+    warnings = [
+        f"the ranks that name host {host!r} do not keep one clock (a collective ends on one before it starts on "
+        "another): aligned rank by rank"
+        for host in refused
+    ]
     step = pl.col("step")
     inner = (step > step.min().over("rank")) & (step < step.max().over("rank"))
     no_span = spans.filter(inner & (pl.col("start").is_null() | pl.col("end").is_null())).height

@@ -36,13 +36,13 @@ def test_one_host_needs_no_offset_where_ranks_do_not_leave_together():
 _INSTANCE = ("rank", "group", "op", "seq", "step", "bytes", "group_size", "ts", "end")
 
 
-def _shifted_copy(src: Path, dst: Path, ranks: set[int]) -> None:
-    """`src`'s traces, those of `ranks` claimed on host "other" with a clock `SHIFT_NS` ahead."""
+def _shifted_copy(src: Path, dst: Path, ranks: set[int], host: str = "other") -> None:
+    """`src`'s traces, those of `ranks` claimed on `host` with a clock `SHIFT_NS` ahead."""
     dst.mkdir()
     for path in sorted(src.glob("rank*.pt.trace.json.gz")):
         doc = json.loads(gzip.decompress(path.read_bytes()))
         if doc["distributedInfo"]["rank"] in ranks:
-            doc["host_name"] = "other"
+            doc["host_name"] = host
             doc["baseTimeNanoseconds"] += SHIFT_NS
         (dst / path.name).write_bytes(gzip.compress(json.dumps(doc).encode()))
 
@@ -58,3 +58,30 @@ def test_another_hosts_clock_is_aligned(tmp_path):
     same = tracediag.analyze(tracediag.load(HEALTHY))
     shifted = tracediag.analyze(run)
     assert [(f.cause, f.ranks) for f in shifted.findings] == [(f.cause, f.ranks) for f in same.findings]
+
+
+STRAGGLER = FIXTURES / "runs/straggler_persistent"
+
+
+def test_a_host_name_that_keeps_no_one_clock_is_aligned_rank_by_rank(tmp_path):
+    """Ranks 2 and 3 still name host "vm" with their clock 50 ms ahead: their all-reduces end before ranks 0
+    and 1 start them, so "vm" is not one clock; aligned rank by rank, the straggler is found as on the
+    true run, and the warning says why."""
+    _shifted_copy(STRAGGLER, tmp_path / "run", {2, 3}, host="vm")
+    run = tracediag.load(tmp_path / "run")
+    assert set(run.meta.hosts.values()) == {"vm"}
+    derived = derive_facts(run)
+    offsets = dict(derived.replay.offsets.rows())
+    assert abs(offsets[2] - offsets[0] - SHIFT_NS) < 1_000_000
+    assert abs(offsets[3] - offsets[0] - SHIFT_NS) < 1_000_000
+    assert any("host 'vm' do not keep one clock" in w for w in derived.warnings)
+    same = tracediag.analyze(tracediag.load(STRAGGLER))
+    shifted = tracediag.analyze(run)
+    assert same.findings[0].cause == "compute_straggler"
+    assert [(f.cause, f.ranks) for f in shifted.findings] == [(f.cause, f.ranks) for f in same.findings]
+
+
+def test_one_clock_is_kept_where_no_collective_breaks_the_order():
+    derived = derive_facts(tracediag.load(STRAGGLER))
+    assert not any("keep one clock" in w for w in derived.warnings)
+    assert set(derived.replay.offsets["offset_ns"]) == {0}

@@ -175,15 +175,60 @@ def match_instances(instances: pl.DataFrame, offsets: pl.DataFrame, *, split_gap
     )
 
 
+ALL_INPUT_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "barrier")
+"""Collectives no rank can leave before every rank has entered: on one clock, none of them ends on a rank
+before it starts on another."""
+
+BROKEN_CLOCK_SHARE = 0.1
+"""A host whose ranks break that order at more than this share of their matched instances does not
+keep one clock (copies of traces, containers that all report one host name): its ranks are aligned
+one by one. A few breaks are instances matched wrongly by occurrence, not the clock."""
+
+
+def broken_clocks(matched: pl.DataFrame, hosts: dict[int, str] | None) -> tuple[str, ...]:
+    """The hosts of `hosts` whose ranks, on their own timestamps, end a collective of `ALL_INPUT_OPS`
+    before another of them starts it (beyond `MATCH_TOLERANCE_NS`) at more than `BROKEN_CLOCK_SHARE`
+    of their instances of `matched` (`match_instances`): they do not share one clock."""
+    if not hosts:
+        return ()
+    host = pl.col("rank").replace_strict(hosts, default=None, return_dtype=pl.String)
+    broken = (
+        matched.lazy()
+        .filter(pl.col("op").cast(pl.String).is_in(ALL_INPUT_OPS))
+        .with_columns(_host=host)
+        .filter(pl.col("_host").is_not_null())
+        .group_by("iid", "_host")
+        .agg(n=pl.len(), first_end=pl.col("end").min(), last_start=pl.col("ts").max())
+        .filter(pl.col("n") > 1)
+        .group_by("_host")
+        .agg(share=(pl.col("first_end") < pl.col("last_start") - MATCH_TOLERANCE_NS).mean())
+        .filter(pl.col("share") > BROKEN_CLOCK_SHARE)
+        .sort("_host")
+        .collect(engine="in-memory")
+    )
+    return tuple(broken["_host"])
+
+
 def align_and_match(
     instances: pl.DataFrame, *, split: bool = False, hosts: dict[int, str] | None = None
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Clock offsets and matched instances (`clock_offsets`, one clock per host of `hosts`, then
-    `match_instances`).
+    `match_instances`); the ranks of a host that keeps no one clock (`broken_clocks`) are aligned
+    each on its own.
 
     With `split`, instances are split by `SPLIT_GAP_NS` on the first offsets, and the offsets are
     recomputed on the split instances before the final match.
     """
+    offsets, matched = _align_and_match(instances, split, hosts)
+    refused = broken_clocks(matched, hosts)
+    if not refused:
+        return offsets, matched
+    return _align_and_match(instances, split, {r: h for r, h in hosts.items() if h not in refused})
+
+
+def _align_and_match(
+    instances: pl.DataFrame, split: bool, hosts: dict[int, str] | None
+) -> tuple[pl.DataFrame, pl.DataFrame]:
     offsets = clock_offsets(instances, hosts=hosts)
     if not split:
         return offsets, match_instances(instances, offsets)
