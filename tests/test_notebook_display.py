@@ -59,9 +59,9 @@ def test_reprs_are_one_short_line_with_the_verdict(straggler):
         "check": repr(result),
     }
     assert all(len(text) < SHORT and "\n" not in text for text in shown.values()), shown
-    assert shown["analysis"] == "<Analysis: 4 ranks, 8 steps, 1 finding: compute_straggler rank 2 (982.0 ms lost)>"
+    assert shown["analysis"] == "<Analysis: 4 ranks, 8 steps, 1 finding: compute_straggler rank 2 (981.3 ms lost)>"
     assert shown["finding"].startswith(
-        "<Finding compute_straggler: rank 2, steps 2–9, 982.0 ms lost, confidence 1.00: "
+        "<Finding compute_straggler: rank 2, steps 2–9, 981.3 ms lost, confidence 1.00: "
     )
     assert shown["comparison"].startswith("<Comparison: the median step changed +157.8 ms (+163.6%)")
     assert shown["prediction"].startswith("<Prediction: tiny on 4 x a100-80gb, tp=1 pp=1 dp=4: step ")
@@ -164,5 +164,5 @@ def test_a_notebook_shows_each_result_type(tmp_path, monkeypatch):
         assert text.startswith("<"), (name, text)
         assert len(text) < SHORT, (name, text)
     assert nb.cells[1].outputs[0].data["text/plain"] == (
-        "<Analysis: 4 ranks, 8 steps, 1 finding: compute_straggler rank 2 (982.0 ms lost)>"
+        "<Analysis: 4 ranks, 8 steps, 1 finding: compute_straggler rank 2 (981.3 ms lost)>"
     )
