@@ -147,7 +147,10 @@ def _engine(row: dict, publication: str) -> tuple[str, dict[str, object], str]:
         why = "CP rotation allgather (torchtitan's default)" if int(row["cp"] or 1) > 1 else ""
         return "torchtitan-compile" if compiled else "torchtitan", overrides, why
     if publication == "llm-foundry":
-        return "pytorch-fsdp", {}, ""
+        # `attn_impl flash` (FlashAttention-2, llm-foundry's `.[gpu-flash2]`) where the row says its runs chose it
+        # (the large-scale H100 table's sweep.py); else the Triton kernel, submit_benchmarks.py's default.
+        flash = "attn_impl flash" in row["notes"]
+        return "pytorch-fsdp", {"attention_kernel": "fa2"} if flash else {}, ""
     if publication == "MegaScale" and "Megatron-LM" in row["source"]:
         return (
             "megatron-core",
@@ -283,8 +286,9 @@ def _case(index: int, row: dict) -> Case | None:
         global_batch=global_batch,
         micro_batch=micro_batches[0],
         recompute=recomputes[0],
-        # llm-foundry trains with FSDP mixed_precision PURE (bf16 gradient reduction); Megatron keeps fp32 grads.
-        grad_bytes=2 if foundry else 4,
+        # llm-foundry's FSDP mixed_precision PURE reduces bf16 gradients, DEFAULT fp32 ones (Composer
+        # `get_mixed_precision`: reduce_dtype float32), as the table's MP Mode says; Megatron keeps fp32 grads.
+        grad_bytes=2 if foundry and "mixed_precision DEFAULT" not in row["notes"] else 4,
         dtype="fp8" if row["precision"].startswith("fp8") else "bf16",
     )
     engine, engine_overrides, why = _engine(row, publication)

@@ -1,19 +1,23 @@
 """Issue 28: the terms the held-out runs exposed (benchmarks/heldout_model.py): attention's backward work in the
-rates' own convention, and torchtitan's and llm-foundry's memory-bound ops counted op by op."""
+rates' own convention, torchtitan's and llm-foundry's memory-bound ops counted op by op, and FSDP's SHARD_GRAD_OP
+as it issues its collectives."""
 
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
+import sys
 
 import pytest
+from conftest import ROOT
 
 from tracediag.errors import SpecError
 from tracediag.model.elementwise import forward_bytes
-from tracediag.model.memory import activation_bytes_per_layer
+from tracediag.model.memory import activation_bytes_per_layer, layer_params_local, stage_params
 from tracediag.model.rates import BACKWARD_FLOPS, attention_rate
 from tracediag.model.specs import MODELS, ModelSpec, Split, Training, resolve_device
 from tracediag.model.stack import resolve_engine, with_overrides
-from tracediag.model.time import _attention_time, collective_time, layer_cost, process_group_links
+from tracediag.model.time import _attention_time, collective_time, layer_cost, process_group_links, step_time
 
 
 def test_attention_backward_is_two_and_a_half_forwards_at_the_backward_rate():
@@ -185,3 +189,74 @@ def test_transformer_engine_tp_overlap_costs_its_sms_not_overlap_slowdown():
     assert step_time(model, dev, split, train, dataclasses.replace(te, overlap_slowdown=0.75)).interference_s == (
         pytest.approx(no_dp)
     )
+
+
+def test_fsdp_shard_grad_op_gathers_each_unit_once_and_reduce_scatters_each_unit():
+    # FSDP1 SHARD_GRAD_OP (llm-foundry's large-scale 1B/3B runs): each unit's parameters are all-gathered for its
+    # forward and kept through its backward, its gradients reduce-scattered after it, in every micro-batch; not
+    # one bulk reduce-scatter and all-gather per step as Megatron's distributed optimizer issues them.
+    model, dev = MODELS["gpt3-1.3b"](), resolve_device("h100-sxm")
+    split = Split(dp=512, zero=2)
+    train = Training(seq_len=2048, global_batch=512 * 12 * 2, micro_batch=12, grad_bytes=4)
+    fsdp = resolve_engine("pytorch-fsdp")
+    assert fsdp.zero2_per_unit
+    assert not resolve_engine("megatron-core").zero2_per_unit
+    link = process_group_links(dev, split)["dp"]
+    unit = layer_params_local(model, split)[0]
+    total = sum(stage_params(model, split, 0))
+    rest = total - model.layers * unit
+    gather = collective_time("all_gather", 2 * unit, 512, link)
+    reduce = collective_time("reduce_scatter", 4 * unit, 512, link)
+    edge = collective_time("all_gather", 2 * rest, 512, link) + collective_time("reduce_scatter", 4 * rest, 512, link)
+    t = step_time(model, dev, split, train, fsdp)
+    assert t.micro_batches == 2
+    assert t.dp_comm_s == pytest.approx(2 * (model.layers * (gather + reduce) + edge))
+    # FULL_SHARD gathers each unit again for the backward
+    t3 = step_time(model, dev, dataclasses.replace(split, zero=3), train, fsdp)
+    assert t3.dp_comm_s == pytest.approx(
+        2 * (model.layers * (2 * gather + reduce) + edge + collective_time("all_gather", 2 * rest, 512, link))
+    )
+    # the bulk pair, once per step, is what the mechanism replaces
+    bulk = step_time(model, dev, split, train, with_overrides(fsdp, zero2_per_unit=False))
+    assert bulk.dp_comm_s == pytest.approx(
+        collective_time("reduce_scatter", 4 * total, 512, link) + collective_time("all_gather", 2 * total, 512, link)
+    )
+    assert t.dp_comm_s > 10 * bulk.dp_comm_s  # 24 units' rings of 511 steps against one of each
+
+
+def _validate_model():
+    if "validate_model" in sys.modules:
+        return sys.modules["validate_model"]
+    spec = importlib.util.spec_from_file_location("validate_model", ROOT / "benchmarks" / "validate_model.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_llm_foundry_rows_run_the_kernel_sharding_and_gradient_dtype_their_tables_say():
+    # llm-foundry 5e85bd62 scripts/train/benchmarking/sweep.py (the large-scale H100 table's runs): 1b/3b
+    # SHARD_GRAD_OP, attn_impl flash for 1b/7b/70b and triton for 13b/30b; every table's MP Mode column is the
+    # run's fsdp_config.mixed_precision (collect_results.py), DEFAULT reducing fp32 gradients (Composer).
+    vm = _validate_model()
+    cases, _ = vm.cases(ROOT / "benchmarks" / "heldout_model.csv")
+    large = {
+        c.name: c
+        for c in cases
+        if c.publication == "llm-foundry" and c.device_name == "h100-sxm" and dict(c.split)["dp"] == 512
+    }
+    assert set(large) == {"MPT-70b", "MPT-30b", "MPT-13b", "MPT-7b", "MPT-1b"}
+    assert {n: dict(c.split)["zero"] for n, c in large.items()} == {
+        "MPT-70b": 3,
+        "MPT-30b": 3,
+        "MPT-13b": 3,
+        "MPT-7b": 3,
+        "MPT-1b": 2,
+    }
+    kernel = {n: vm.engine_for(c.engine, dict(c.engine_overrides), ()).attention_kernel for n, c in large.items()}
+    assert kernel == {"MPT-70b": "fa2", "MPT-30b": "triton", "MPT-13b": "triton", "MPT-7b": "fa2", "MPT-1b": "fa2"}
+    foundry = [c for c in cases if c.publication == "llm-foundry"]
+    assert len(foundry) == 35
+    # the A100 80GB table's 70b rows ran PURE (bf16 reduction), every other held-out row DEFAULT
+    pure = [c for c in foundry if c.train.grad_bytes == 2]
+    assert [(c.name, c.device_name) for c in pure] == [("MPT-70b", "a100-80gb")]

@@ -69,6 +69,12 @@ class Engine:
     """Separate gathers (and reduce-scatters) per layer: FSDP flattens a unit into one; DeepSpeed ZeRO-3 fetches
     each submodule with parameters on its own (GPT layer: 2 norms, QKV, projection, 2 MLP linears = 6), each
     paying a ring's n−1 hops."""
+    zero2_per_unit: bool = False
+    """ZeRO-2 issued unit by unit, as FSDP's SHARD_GRAD_OP runs it: each unit's parameters all-gathered before its
+    forward (prefetched as ZeRO-3's are) and kept through its backward, its gradients reduce-scattered after its
+    backward, in every micro-batch (FSDP1 frees the gathered parameters after each backward that syncs
+    gradients: `_should_free_in_backward`, torch 2.1 `distributed/fsdp/_runtime_utils.py`). False: one bulk
+    reduce-scatter and all-gather per step (Megatron's distributed optimizer, DeepSpeed's ZeRO-2 buckets)."""
     zero3_regather_on_recompute: bool = False
     """Full recompute gathers the layer's parameters a third time (DeepSpeed's fetch hooks fire again when the
     checkpointed forward reruns; FSDP recomputes inside the backward gather)."""
@@ -183,6 +189,7 @@ ENGINES = {
         elementwise_traffic=_traffic("eager"),
         elementwise_ops="llm-foundry-mpt",
         loss_bytes_per_logit=6.0,
+        zero2_per_unit=True,
     ),
     # torchtitan (FSDP2, eager): SDPA's FlashAttention-2 backend, one kernel per elementwise op (counted op by op
     # from its Llama block, model/elementwise.py); FSDP2 prefetches one unit in both passes. `torchtitan-compile`

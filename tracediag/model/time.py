@@ -334,9 +334,10 @@ class TimeBreakdown:
 def _dp_time(
     model: ModelSpec, device: DeviceSpec, split: Split, train: Training, link: GroupLink, engine: Engine
 ) -> tuple[float, float, float, float, float, float]:
-    """Per-step gradient reduce and parameter gather seconds (ZeRO 0-2), and for ZeRO-3 / FSDP the seconds of
-    one unit's (one layer's) parameter all-gather and gradient reduce-scatter, its size in parameters, and the
-    gathers of the embedding and output layers per micro-batch.
+    """Per-step gradient reduce and parameter gather seconds (ZeRO 0-2), and for ZeRO-3 / FSDP (and ZeRO-2 where
+    the engine shards per unit, `Engine.zero2_per_unit`) the seconds of one unit's (one layer's) parameter
+    all-gather and gradient reduce-scatter, its size in parameters, and the embedding and output layers' traffic
+    per micro-batch (ZeRO-3 gathers them twice, ZeRO-2 once).
 
     Dense weights are replicated over dp·cp ranks, expert weights over dp·cp/ep ranks.
     """
@@ -344,7 +345,7 @@ def _dp_time(
     dense, expert = max((stage_params(model, split, i) for i in {0, split.pp - 1}), key=sum)
     groups = [(dense, n)] + ([(expert, n // split.ep)] if expert else [])
     reduce_s = gather_s = unit_gather = unit_reduce = unit_params = edge = 0.0
-    if split.zero == 3:
+    if _per_unit(split, engine):
         layer_dense, layer_expert = layer_params_local(model, split)
         layers = max(stage_layers(model.layers, split.pp))
         k = engine.zero3_collectives_per_unit
@@ -353,7 +354,7 @@ def _dp_time(
             unit_reduce += k * collective_time("reduce_scatter", train.grad_bytes * params / k, size, link)
         unit_params = layer_dense + layer_expert
         rest = max(dense + expert - layers * unit_params, 0.0)
-        edge = 2 * collective_time("all_gather", 2 * rest, n, link) + collective_time(
+        edge = _gathers(split) * collective_time("all_gather", 2 * rest, n, link) + collective_time(
             "reduce_scatter", train.grad_bytes * rest, n, link
         )
         return 0.0, 0.0, unit_gather, unit_reduce, unit_params, edge
@@ -366,11 +367,31 @@ def _dp_time(
     return reduce_s, gather_s, 0.0, 0.0, 0.0, 0.0
 
 
+def _per_unit(split: Split, engine: Engine) -> bool:
+    """Whether the data-parallel traffic is issued unit by unit in every micro-batch: ZeRO-3 / FSDP FULL_SHARD,
+    and ZeRO-2 as FSDP's SHARD_GRAD_OP runs it (`Engine.zero2_per_unit`)."""
+    return split.zero == 3 or (split.zero == 2 and engine.zero2_per_unit)
+
+
+def _gathers(split: Split) -> int:
+    """Parameter all-gathers per unit and micro-batch: ZeRO-3 gathers again for the backward, per-unit ZeRO-2
+    keeps the forward's gathered parameters through the backward."""
+    return 2 if split.zero == 3 else 1
+
+
 def _zero3_exposed(
-    unit_gather: float, unit_reduce: float, unit_params: float, t_fwd: float, t_bwd: float, engine: Engine
+    unit_gather: float,
+    unit_reduce: float,
+    unit_params: float,
+    t_fwd: float,
+    t_bwd: float,
+    engine: Engine,
+    *,
+    backward_gather: bool = True,
 ) -> float:
-    """Exposed seconds of one unit's ZeRO-3 traffic in one micro-batch (forward gather, backward gather and
-    reduce-scatter), given the unit's forward and backward compute.
+    """Exposed seconds of one unit's per-unit sharded traffic in one micro-batch (forward gather, backward
+    gather unless the parameters are kept (`backward_gather` False: ZeRO-2 per unit), reduce-scatter), given
+    the unit's forward and backward compute.
 
     The next unit's gather runs while this one computes; only `zero3_prefetch_params` of it can be issued
     ahead (FSDP: all of it; DeepSpeed: its prefetch bucket), the rest waits in line.
@@ -380,7 +401,7 @@ def _zero3_exposed(
     if not engine.dp_overlap:
         ahead = 0.0
     fwd = unit_gather * (1 - ahead) + max(0.0, unit_gather * ahead - t_fwd)
-    bwd_comm = unit_gather + unit_reduce
+    bwd_comm = (unit_gather if backward_gather else 0.0) + unit_reduce
     bwd = bwd_comm * (1 - ahead) + max(0.0, bwd_comm * ahead - t_bwd)
     return fwd + bwd
 
@@ -412,13 +433,20 @@ def step_time(model: ModelSpec, device: DeviceSpec, split: Split, train: Trainin
     reduce_s, gather_s, unit_gather, unit_reduce, unit_params, edge = _dp_time(
         model, device, split, train, links["dp"], engine
     )
-    if split.zero == 3:
+    if _per_unit(split, engine):
         layer_fwd = (lc.gemm + lc.elementwise) / 3
-        regather = unit_gather if train.recompute == "full" and engine.zero3_regather_on_recompute else 0.0
-        per_mb = n_slow * (
-            _zero3_exposed(unit_gather, unit_reduce + regather, unit_params, layer_fwd, 2 * layer_fwd, engine)
+        zero3 = split.zero == 3
+        regather = unit_gather if zero3 and train.recompute == "full" and engine.zero3_regather_on_recompute else 0.0
+        per_mb = n_slow * _zero3_exposed(
+            unit_gather,
+            unit_reduce + regather,
+            unit_params,
+            layer_fwd,
+            2 * layer_fwd,
+            engine,
+            backward_gather=zero3,
         )
-        dp_total = m * (n_slow * (2 * unit_gather + regather + unit_reduce) + edge)
+        dp_total = m * (n_slow * (_gathers(split) * unit_gather + regather + unit_reduce) + edge)
         # The first unit's gather and the last reduce-scatter wait in every micro-batch; the embedding and
         # output layers' traffic too.
         exposed_dp = min(dp_total, m * (per_mb + edge + unit_gather))
