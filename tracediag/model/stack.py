@@ -60,6 +60,14 @@ class Engine:
     """The backward all-gathers K,V again and passes their gradients round a ring in fp32, one hop behind each
     attention step (torch's `_templated_ring_attention_backward`: `dkv_rotater` ALL_TO_ALL, `convert_to_f32`
     True), instead of one bf16 reduce-scatter."""
+    cp_compiled: bool = False
+    """torch's CP ring runs inside a torch.compile graph, where nothing hides its collectives: torchtitan compiles
+    each TransformerBlock with `fullgraph=True` (`apply_compile`, parallelize_llama.py at 9dec370) and the
+    patched SDPA runs inside it, so the ring is traced; a traced functional collective is waited on where it is
+    issued (`_maybe_wrap_tensor` returns `wait_tensor(...)` when `_are_we_tracing()`,
+    torch/distributed/_functional_collectives.py) and Inductor moves no wait unless
+    `reorder_for_compute_comm_overlap` is set (default False; torchtitan sets only `_micro_pipeline_tp`). Eager,
+    the same collectives return an AsyncCollectiveTensor waited on at first use, behind the next attention step."""
     interleaving: bool = True
     """The pipeline schedule supports virtual stages (DeepSpeed's PipelineEngine does not)."""
     zero3_prefetch_params: float | None = None
@@ -209,6 +217,7 @@ ENGINES = {
         stack="torchtitan",
         cp_repeat_kv=True,
         cp_grad_ring_fp32=True,
+        cp_compiled=True,
         attention_kernel="fa2",
         elementwise_traffic=_traffic("fused"),
         elementwise_ops="torchtitan-compile",

@@ -227,12 +227,8 @@ def layer_cost(model: ModelSpec, device: DeviceSpec, engine: Engine, split: Spli
         kv_heads = model.heads / t if engine.cp_repeat_kv else max(model.groups // t, 1)
         kv_bytes = 2 * tokens * kv_heads * dh * 2
         passes = 2 if train.recompute == "full" else 1
-        if engine.cp_all_gather and engine.cp_grad_ring_fp32:
-            # torch CP: each pass all-gathers K,V behind its first attention step; the backward gathers them
-            # again and rings their fp32 gradients, each hop behind one backward step (c steps of 1/c each).
-            gather = collective_time("all_gather", c * kv_bytes, c, links["cp"])
-            hop = collective_time("p2p", 2 * kv_bytes, 2, links["cp"])
-            cp_comm = (passes + 1) * max(gather - attn_fwd / c, 0.0) + (c - 1) * max(hop - attn_bwd / c, 0.0)
+        if engine.cp_grad_ring_fp32:
+            cp_comm = _torch_cp_comm(kv_bytes, c, passes, attn_fwd / c, attn_bwd / c, links["cp"], engine)
         elif engine.cp_all_gather:
             # All-gather K,V of the whole sequence before attention, reduce-scatter their gradients after
             # (Llama 3 §3.3.2); neither overlaps the attention that needs them.
@@ -244,8 +240,7 @@ def layer_cost(model: ModelSpec, device: DeviceSpec, engine: Engine, split: Spli
             # next rank while one block of attention computes; a step costs the slower of the two, so what
             # shows is the transfer beyond the block's compute plus every step's latency.
             step_fwd = collective_time("p2p", kv_bytes, 2, links["cp"])
-            grads = 2 if engine.cp_grad_ring_fp32 else 1
-            step_bwd = collective_time("p2p", (1 + grads) * kv_bytes, 2, links["cp"])
+            step_bwd = collective_time("p2p", 2 * kv_bytes, 2, links["cp"])
             block_fwd, block_bwd = (attn_fwd / c, attn_bwd / c)
             cp_comm = (c - 1) * (
                 passes * max(step_fwd - block_fwd, 0.0)
@@ -270,6 +265,26 @@ def layer_cost(model: ModelSpec, device: DeviceSpec, engine: Engine, split: Spli
         cp_comm=cp_comm,
         ep_comm=ep_comm,
     )
+
+
+def _torch_cp_comm(
+    kv_bytes: float, c: int, passes: int, step_fwd: float, step_bwd: float, link: GroupLink, engine: Engine
+) -> float:
+    """Exposed seconds of torch's CP in one layer and micro-batch (`_templated_ring_attention` and its backward,
+    torch/distributed/tensor/experimental/_attention.py): every pass (forward, recompute, backward) gets the other
+    ranks' K,V, by one all-gather (rotation "allgather") or c−1 hops (rotation "alltoall"); the backward passes
+    the fp32 dK,dV of each of its c steps to the next rank. Eager, each collective hides behind the attention
+    step it precedes (`step_fwd` / `step_bwd`: one of the c steps) but the backward's last hop, waited on after
+    the loop with nothing left to hide behind; compiled (`Engine.cp_compiled`), none hides."""
+    grad_hop = collective_time("p2p", 2 * kv_bytes, 2, link)
+    if engine.cp_all_gather:
+        kv_fetch, fetches = collective_time("all_gather", c * kv_bytes, c, link), 1
+    else:
+        kv_fetch, fetches = collective_time("p2p", kv_bytes, 2, link), c - 1
+    if engine.cp_compiled:
+        return (passes + 1) * fetches * kv_fetch + c * grad_hop
+    fetch = fetches * (passes * max(kv_fetch - step_fwd, 0.0) + max(kv_fetch - step_bwd, 0.0))
+    return fetch + (c - 1) * max(grad_hop - step_bwd, 0.0) + grad_hop
 
 
 def _with_flash(engine: Engine) -> Engine:
