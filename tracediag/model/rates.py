@@ -94,8 +94,12 @@ TRITON_FWD_BWD_BARS = {
     "fa2": (99, 133, 155, 173, 182, 189),
 }
 """Forward + backward TFLOP/s (3.5 × forward FLOPs over the time) at `_SEQ`, A100 80GB SXM4, causal, head dim 128:
-FlashAttention-in-Triton (Tri Dao's `flash_attn_triton.py`, the kernel llm-foundry's `attn_impl: triton` copies)
-against FlashAttention-2, Dao 2023 Figure 4(d) = flash-attention `assets/flash2_a100_fwd_bwd_benchmark.png` (d)."""
+FlashAttention in Triton against FlashAttention-2, Dao 2023 Figure 4(d) = flash-attention
+`assets/flash2_a100_fwd_bwd_benchmark.png` (d). The bars are OpenAI's `triton.ops.flash_attention` (the kernel
+flash-attention's `benchmarks/benchmark_flash_attention.py`, 60499abc, times on the figure's grid), not Tri Dao's
+`flash_attn_triton.py` that llm-foundry's `attn_impl: triton` copies; no rate of that one is published, and its
+header says what these bars also show against FlashAttention v1's (`FA1_FWD_BWD_BARS`): on A100 its forward +
+backward is "slightly slower" than v1's. They stand in for it."""
 
 TRITON_FORWARD_SLOWDOWN = 1.4
 """FlashAttention-2's forward runs "around 1.3-1.5×" faster than FlashAttention in Triton, its backward about 2×
