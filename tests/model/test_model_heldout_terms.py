@@ -12,7 +12,7 @@ import pytest
 from conftest import ROOT
 
 from tracediag.errors import SpecError
-from tracediag.model.elementwise import forward_bytes
+from tracediag.model.elementwise import forward_bytes, torch_cp_bytes
 from tracediag.model.memory import activation_bytes_per_layer, layer_params_local, stage_params
 from tracediag.model.rates import BACKWARD_FLOPS, attention_rate
 from tracediag.model.specs import MODELS, ModelSpec, Split, Training, resolve_device
@@ -135,6 +135,29 @@ def test_torch_cp_moves_repeated_kv_and_rings_fp32_gradients():
         model, dev, dataclasses.replace(titan, cp_repeat_kv=False, cp_grad_ring_fp32=False), split, train
     )
     assert plain.cp_comm < cost.cp_comm / 10
+
+
+def test_torch_cp_ring_merges_and_accumulates_over_hbm():
+    # Llama 3.1 8B at 256K on 8 GPUs, cp8, full recompute (torchtitan Table 2): each rank's 32K queries, 32 heads
+    # of 128 = 134M elements; compiled, the 7 steps after the first merge into the fp32 output at 10 bytes an
+    # element (plus the all-gather's pack and the result's cast, 14 a pass) and the backward accumulates dQ and
+    # dK,dV at 30 (plus 44 a pass: zeros, first step, casts, pack)
+    model = MODELS["llama3.1-8b"]()
+    dev = resolve_device("h100-hbm2e-500w")
+    split = Split(tp=1, cp=8, dp=1, pp=1)
+    train = Training(seq_len=262144, global_batch=1, micro_batch=1, recompute="full")
+    n_q = 32768 * 32 * 128
+    assert torch_cp_bytes(model, split, train, compiled=True, all_gather=True) == (84 * n_q, 254 * n_q)
+    assert torch_cp_bytes(model, split, train, compiled=False, all_gather=True) == (342 * n_q, 504 * n_q)
+    assert torch_cp_bytes(model, dataclasses.replace(split, cp=1), train, compiled=True, all_gather=True) == (0, 0)
+    titan = with_overrides(resolve_engine("torchtitan-compile"), cp_all_gather=True)
+    bw = dev.hbm_bandwidth * titan.hbm_efficiency
+    with_ring = layer_cost(model, dev, titan, split, train)
+    without = layer_cost(model, dev, dataclasses.replace(titan, cp_grad_ring_fp32=False), split, train)
+    # two forward passes (forward, recompute) and the backward: 422 bytes an element, 57 GB, ~29 ms a layer
+    assert with_ring.elementwise - without.elementwise == pytest.approx((2 * 84 + 254) * n_q / bw)
+    assert with_ring.recompute - without.recompute == pytest.approx(84 * n_q / bw)
+    assert 0.025 < (2 * 84 + 254) * n_q / bw < 0.035
 
 
 def test_triton_attention_gives_its_measured_bars_with_a_fast_forward():

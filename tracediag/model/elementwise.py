@@ -28,6 +28,22 @@ benchmark tables' commits; `submit_benchmarks.py` sets `norm_type: low_precision
   at p = 0; q, k, v are `split` views of the QKV output and the Triton kernel takes them strided (no copy).
 
 The backward pass moves twice the forward's bytes, as in the generic estimate.
+
+torch's context-parallel ring (`_templated_ring_attention` and its backward,
+torch/distributed/tensor/experimental/_attention.py, Dec 2024) adds its own memory-bound ops around the c
+attention steps, counted in bytes per element of one rank's queries (E = tokens/c · heads/t · head_dim; K and
+V come repeated to as many heads): forward, each step after the first merges its block into the fp32 output
+(`_SDPAMerger`: `block.to(float32)` 2+4, `out - block` 4+4+4, `sigmoid(...) *` 4+4, `out -` 4+4+4 = 38 eager;
+fused, read the fp32 output and the bf16 block, write the output: 10; a round that takes half the queries
+rewrites half and `_partial_update`'s `torch.cat` copies the other, no more), and packs K,V for the next
+exchange (`torch.cat([key.flatten(), value.flatten()])`, 4+4 = 8, left out compiled with the all-gather
+rotation, whose later packs nothing reads); per pass eager `key/value.contiguous()` 8 and the first block's
+and the result's casts 6+6, compiled the first pack 8 and the result's cast 6. Backward, each step after the
+first adds its dQ into the fp32 dQ (4+2+4 = 10, eager or fused) and its dK,dV into the received fp32 dK,dV
+and packs them for the next hop (eager `+=` 2 × 10 and `torch.cat` 8+8, or `_partial_update` 2 × (5 + 8)
+and the pack, up to 42; fused, read 8 + 4, write 8 = 20), plus the K,V pack; per pass eager zeros 12, the
+first step's adds 30, its pack 16, the final casts 6 + 12 and `contiguous()` 8 = 84, compiled 36 (and the
+gather's pack 8).
 """
 
 from __future__ import annotations
@@ -60,3 +76,30 @@ def forward_bytes(model: ModelSpec, split: Split, train: Training, ops: str) -> 
         return (2 * 4 + 2 * 6) * n_h + repeat + (10 if model.swiglu else 4) * n_f
     msg = f"unknown elementwise ops {ops!r}; one of {', '.join(OPS)}"
     raise SpecError(msg)
+
+
+TORCH_CP_BYTES = {
+    # (forward per pass, forward per step after the first, backward per pass, per step): bytes per element of
+    # one rank's queries (module docstring), eager and compiled.
+    "eager": (20.0, 46.0, 84.0, 60.0),
+    "compiled": (6.0, 10.0, 36.0, 30.0),
+}
+"""torch's CP ring's own HBM traffic by stage (module docstring)."""
+
+
+def torch_cp_bytes(
+    model: ModelSpec, split: Split, train: Training, *, compiled: bool, all_gather: bool
+) -> tuple[float, float]:
+    """HBM bytes of torch's CP ring's own memory-bound ops (merges, accumulation, packing) in one layer's forward
+    pass and its backward, one micro-batch, on one device; 0 without CP."""
+    c = split.cp
+    if c <= 1:
+        return 0.0, 0.0
+    n_q = train.micro_batch * train.seq_len / c * model.heads * model.head_dim / split.tp
+    fwd_pass, fwd_step, bwd_pass, bwd_step = TORCH_CP_BYTES["compiled" if compiled else "eager"]
+    if compiled:
+        # the K,V pack: once per pass for the all-gather, every step for the ring's hops
+        pack = (8.0, 0.0) if all_gather else (0.0, 8.0)
+        fwd_pass, fwd_step = fwd_pass + pack[0], fwd_step + pack[1]
+        bwd_pass, bwd_step = bwd_pass + pack[0], bwd_step + pack[1]
+    return n_q * (fwd_pass + (c - 1) * fwd_step), n_q * (bwd_pass + (c - 1) * bwd_step)

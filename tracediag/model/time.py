@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, replace
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
-from tracediag.model.elementwise import forward_bytes
+from tracediag.model.elementwise import forward_bytes, torch_cp_bytes
 from tracediag.model.memory import activation_bytes_per_layer, layer_params_local, stage_params
 from tracediag.model.rates import BACKWARD_FLOPS, FP8_GEMM_RATIO, SM_COUNT, attention_rate
 from tracediag.model.specs import Split, Training, stage_layers
@@ -207,6 +207,14 @@ def layer_cost(model: ModelSpec, device: DeviceSpec, engine: Engine, split: Spli
     else:
         ew_recompute = 0.0
     elementwise = 3 * elementwise_fwd + ew_recompute
+    if engine.cp_grad_ring_fp32:
+        # torch's CP ring merges, accumulates and packs around its attention steps (model/elementwise.py)
+        cp_fwd, cp_bwd = torch_cp_bytes(
+            model, split, train, compiled=engine.cp_compiled, all_gather=engine.cp_all_gather
+        )
+        ring_passes = 2 if train.recompute == "full" else 1
+        elementwise += (ring_passes * cp_fwd + cp_bwd) / bw
+        ew_recompute += (ring_passes - 1) * cp_fwd / bw
 
     links = process_group_links(device, split, engine.collective_overhead_us)
     act = 2 * tokens * h
