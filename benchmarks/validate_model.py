@@ -165,6 +165,11 @@ def _engine(row: dict, publication: str) -> tuple[str, dict[str, object], str]:
             {"attention_kernel": "fa2", "cp_all_gather": True},
             "trained before FlashAttention-3 (July 2024); all-gather CP (paper §3.3.2)",
         )
+    if publication == "NeMo":
+        # NeMo 24.07 builds Megatron-Core's DDP with `check_for_nan_in_grad` off unless its optim config sets it
+        # (nemo/collections/nlp/models/language_modeling/megatron_gpt_model.py at 8e3d65dc): it only zeroes the
+        # gradient buffer each step, where Megatron-LM's training loop also takes every bucket's norm.
+        return "megatron-core", {"grad_buffer_passes": 1.0}, ""
     return "megatron-core", {}, ""
 
 
@@ -207,12 +212,16 @@ def _case(index: int, row: dict) -> Case | None:
         ffn=ffn,
         swiglu=llama,
         vocab=int(row["vocab"]),
-        tied_embeddings=gpt or foundry,
+        # Megatron-Core's H100 table (README, f2e5db402c) gives model sizes that are the untied counts (1.745, 7.115,
+        # 16.11 ... 461.5 B; tied: 1.48, 6.58, 15.30): its runs untied the output layer from the embedding.
+        tied_embeddings=(gpt and publication != "Megatron-Core H100") or foundry,
         # Megatron GPT: learned positions, biases, dropout 0.1; MPT: ALiBi, no biases; Llama: rotary.
         learned_positions=int(row["seq_len"]) if gpt and publication in ("PTD-P", "Korthikanti", "MT-NLG") else 0,
         bias=gpt,
         dropout=publication in ("PTD-P", "Korthikanti", "MT-NLG"),
     )
+    if publication == "Megatron-Core H100":
+        fills.append("untied output layer (the table's model sizes)")
     gpu = row["gpu_type"]
     device = (
         "h200"

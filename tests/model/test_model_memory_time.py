@@ -9,10 +9,10 @@ import pytest
 
 from tracediag.errors import SpecError
 from tracediag.model.flops import param_count
-from tracediag.model.memory import activation_bytes_per_layer, memory_per_device
+from tracediag.model.memory import activation_bytes_per_layer, memory_per_device, stage_params
 from tracediag.model.predict import predict
-from tracediag.model.specs import MODELS, Split, Training, resolve_device
-from tracediag.model.stack import resolve_engine
+from tracediag.model.specs import MODELS, ModelSpec, Split, Training, resolve_device
+from tracediag.model.stack import resolve_engine, with_overrides
 from tracediag.model.time import collective_time, group_link, step_time
 
 MODERN = resolve_engine("megatron-core")
@@ -203,3 +203,27 @@ def test_zero3_ring_latency_makes_wide_data_parallel_groups_slower_per_gpu():
         per_gpu.append(p.mfu)
         assert p.time.exposed_dp_s > 0
     assert per_gpu[1] < 0.6 * per_gpu[0]
+
+
+def test_megatron_core_pays_its_gradient_buffer_and_dense_embedding_gradient():
+    """Megatron-Core (core_r0.8.0) zeroes the whole DDP gradient buffer each step and Megatron-LM takes each bucket's
+    norm before the reduce, whatever the distributed optimizer's shard; and each micro-batch's dense embedding
+    gradient (bf16, zeroed) is added into the fp32 main gradient on the first stage."""
+    model = ModelSpec(name="gpt-1.7b", layers=24, hidden=2048, heads=16, ffn=8192, vocab=131072, tied_embeddings=False)
+    dev = resolve_device("h100-sxm")
+    split = Split(dp=48, zero=1)
+    train = Training(seq_len=4096, global_batch=192, micro_batch=1, recompute="none")
+    core = resolve_engine("megatron-core")
+    assert (core.grad_buffer_passes, core.embedding_grad_bytes, core.optimizer_bytes_per_param) == (2, 12, 34)
+    without = with_overrides(core, grad_buffer_passes=0.0, embedding_grad_bytes=0.0, optimizer_bytes_per_param=38.0)
+    on, off = step_time(model, dev, split, train, core), step_time(model, dev, split, train, without)
+    bw = dev.hbm_bandwidth * core.hbm_efficiency
+    replica = sum(stage_params(model, split, 0))
+    # two 4-byte passes over every local gradient; the 4 bytes of zeroing leave the optimizer's 1/48 shard
+    assert on.optimizer_s - off.optimizer_s == pytest.approx((replica * 2 * 4 - replica / 48 * 4) / bw)
+    embedding = 12 * model.vocab * model.hidden / bw
+    assert on.elementwise_s - off.elementwise_s == pytest.approx(on.micro_batches * embedding)
+    # the embedding is the first stage's: with pp 2 the last stage (logits) paces the step and pays none of it
+    split2 = Split(pp=2, dp=24, zero=1)
+    on2, off2 = step_time(model, dev, split2, train, core), step_time(model, dev, split2, train, without)
+    assert on2.elementwise_s == pytest.approx(off2.elementwise_s)

@@ -114,6 +114,20 @@ class Engine:
     optimizer_bytes_per_param: float = 38.0
     """HBM traffic of one mixed-precision Adam update per parameter: read grad (4) + master, m, v (12),
     write master, m, v (12) + bf16 weight (2), grad-norm read (4) and zeroing (4)."""
+    grad_buffer_passes: float = 0.0
+    """Passes per step over the data-parallel gradient buffer, which holds the gradient of every parameter the
+    device computes (not only its optimizer shard), at `Training.grad_bytes` per element. Megatron-Core
+    (core_r0.8.0 `distributed/param_and_grad_buffer.py`) zeroes it at the start of each step
+    (`zero_grad_buffer` → `ParamAndGradBuffer.reset`: `grad_data.zero_()`), and Megatron-LM's
+    `--check-for-nan-in-loss-and-grad` (on by default in bf16, `training/arguments.py`) takes each bucket's norm
+    before its reduce (`Bucket.start_grad_sync`: `grad_data.norm(p=2)`): 2 passes, the zeroing then leaving
+    `optimizer_bytes_per_param` (34). 0: the zeroing is counted there, over the optimizer's shard."""
+    embedding_grad_bytes: float = 0.0
+    """HBM bytes per element of the device's embedding table, per micro-batch, for its gradient: PyTorch's dense
+    embedding backward writes a zeroed [vocab/t, h] gradient in the bf16 parameter dtype (2), which Megatron's DDP
+    hook adds into the fp32 main gradient (core_r0.8.0 `distributed_data_parallel.py` `param_hook`:
+    `param.main_grad.add_(param.grad.data)`, read 2 + 4, write 4): 12, on the first pipeline stage. 0: not
+    counted."""
     memory_reserved_bytes: float = 2.0 * 2**30
     """CUDA context, NCCL buffers and workspace not counted by the formulas."""
     fragmentation: float = 0.05
@@ -175,6 +189,9 @@ ENGINES = {
         tp_overlap=True,
         tp_overlap_sms=16,
         elementwise_traffic=_traffic("fused"),
+        optimizer_bytes_per_param=34.0,
+        grad_buffer_passes=2.0,
+        embedding_grad_bytes=12.0,
     ),
     # MegaScale (Jiang et al. NSDI'24 §3): Megatron with overlapped TP, DP and PP communication and fused
     # LayerNorm/GeLU kernels (fewer HBM round trips).

@@ -436,12 +436,18 @@ def step_time(model: ModelSpec, device: DeviceSpec, split: Split, train: Trainin
     lc = layer_cost(model, device, engine, split, train)
     logit_compute, logit_tp = logits_cost(model, device, engine, split, train)
     layers = stage_layers(model.layers, p)
-    stage_totals = [n * lc.total + (logit_compute + logit_tp if i == p - 1 else 0.0) for i, n in enumerate(layers)]
+    bw = device.hbm_bandwidth * engine.hbm_efficiency
+    embed_grad = engine.embedding_grad_bytes * model.vocab * model.hidden / split.tp / bw
+    stage_totals = [
+        n * lc.total + (logit_compute + logit_tp if i == p - 1 else 0.0) + (embed_grad if i == 0 else 0.0)
+        for i, n in enumerate(layers)
+    ]
     slowest = max(range(p), key=stage_totals.__getitem__)
     n_slow = layers[slowest]
     last = slowest == p - 1
+    embed_mb = embed_grad if slowest == 0 else 0.0
     t_mb = stage_totals[slowest]
-    compute_mb = n_slow * (lc.gemm + lc.elementwise) + (logit_compute if last else 0.0)
+    compute_mb = n_slow * (lc.gemm + lc.elementwise) + (logit_compute if last else 0.0) + embed_mb
 
     links = process_group_links(device, split, engine.collective_overhead_us)
     exposed_pp = 0.0
@@ -501,7 +507,9 @@ def step_time(model: ModelSpec, device: DeviceSpec, split: Split, train: Trainin
     dense, expert = stage_params(model, split, slowest)
     shard = split.dp * split.cp if split.zero >= 1 else 1
     local = dense / shard + expert / (max(shard // split.ep, 1) if split.zero >= 1 else 1)
-    optimizer = local * engine.optimizer_bytes_per_param / (device.hbm_bandwidth * engine.hbm_efficiency)
+    # The gradient buffer holds every parameter the device computes, whatever the optimizer's shard (ZeRO-3 shards it).
+    buffer = (dense + expert) / (shard if split.zero == 3 else 1)
+    optimizer = (local * engine.optimizer_bytes_per_param + buffer * engine.grad_buffer_passes * train.grad_bytes) / bw
 
     bubble = (p - 1) / v * t_mb
     tp_mb = n_slow * lc.tp_comm + (logit_tp if last else 0.0)
@@ -520,7 +528,7 @@ def step_time(model: ModelSpec, device: DeviceSpec, split: Split, train: Trainin
         optimizer_s=optimizer,
         step_time_s=step,
         gemm_s=m * (n_slow * lc.gemm + (logit_compute if last else 0.0)),
-        elementwise_s=m * n_slow * lc.elementwise,
+        elementwise_s=m * (n_slow * lc.elementwise + embed_mb),
         recompute_s=m * n_slow * lc.recompute,
         tp_comm_s=m * (n_slow * lc.tp_comm_raw + (logit_tp if last else 0.0)),
         interference_s=interference,
