@@ -155,9 +155,9 @@ device_options = _options(
     click.option("--pp-overlap/--no-pp-overlap", default=None, help="Pipeline send/recv hidden behind compute."),
     click.option(
         "--attention",
-        type=click.Choice(["fa1", "fa2", "fa3", "triton", "unfused"]),
-        help="Attention kernel (default: the engine's): FlashAttention v1, -2, -3 / cuDNN, FlashAttention in Triton "
-        "(llm-foundry's attn_impl triton), or materialised softmax.",
+        type=click.Choice(["fa1", "fa2", "fa3", "cudnn", "triton", "unfused"]),
+        help="Attention kernel (default: the engine's): FlashAttention v1, -2, -3, cuDNN as Transformer Engine runs "
+        "it, FlashAttention in Triton (llm-foundry's attn_impl triton), or materialised softmax.",
     ),
     click.option("--cp-all-gather/--cp-ring", default=None, help="Context parallelism by all-gather or ring."),
     click.option("--seq-len", type=COUNT, required=True, help="Tokens per sequence."),
@@ -256,7 +256,7 @@ def device_from_options(kw: dict, profile: Profile | None = None) -> DeviceSpec:
 
 def engine_from_options(kw: dict, name: str | None = None) -> Engine:
     """The engine profile named by `--engine` (or `name`), with the switches the options set."""
-    from tracediag.model.stack import resolve_engine, with_overrides
+    from tracediag.model.stack import ATTENTION_KERNELS, resolve_engine, with_overrides
 
     attention = kw.get("attention")
     switches = {
@@ -265,7 +265,7 @@ def engine_from_options(kw: dict, name: str | None = None) -> Engine:
         "pp_overlap": kw.get("pp_overlap"),
         "cp_all_gather": kw.get("cp_all_gather"),
         "flash_attention": None if attention is None else attention != "unfused",
-        "attention_kernel": attention if attention in ("fa1", "fa2", "fa3", "triton") else None,
+        "attention_kernel": attention if attention in ATTENTION_KERNELS else None,
     }
     engine = resolve_engine(name or kw["engine_name"])
     changed = [f"{k}={v}" for k, v in switches.items() if v is not None and getattr(engine, k) != v]

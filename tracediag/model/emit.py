@@ -365,7 +365,7 @@ def megatron_args(p: Prediction) -> list[str]:
     if not e.flash_attention:
         args += ["--attention-backend", "unfused"]
     else:
-        args += ["--attention-backend", "fused" if e.attention_kernel == "fa3" else "flash"]
+        args += ["--attention-backend", "fused" if e.attention_kernel in ("fa3", "cudnn") else "flash"]
     if t.recompute == "selective":
         args += ["--recompute-granularity", "selective"]
     elif t.recompute == "full":

@@ -136,7 +136,9 @@ flash-attention `assets/flash2_a100_fwd_bwd_benchmark.png` (d) (= Dao 2023 Fig. 
 `assets/flash2_h100_fwd_bwd_benchmark.png` (d), H100 80GB SXM5 (the bars' printed labels)."""
 
 
-def _scaled_curve(fa2: AttentionCurve, bars: tuple[tuple[int, ...], tuple[int, ...]], source: str) -> AttentionCurve:
+def _scaled_curve(
+    fa2: AttentionCurve, bars: tuple[tuple[float, ...], tuple[float, ...]], source: str
+) -> AttentionCurve:
     """A kernel measured only forward + backward: fa2's forward and backward rates times the bars' ratio to fa2's
     bar at each length (the split between the passes is fa2's; the combined rate is the measured bar's)."""
     ratios = [k / f for k, f in zip(*bars, strict=True)]
@@ -151,6 +153,31 @@ for _arch, _bars in FA1_FWD_BWD_BARS.items():
     ATTENTION[(_arch, "fa1")] = _scaled_curve(
         ATTENTION[(_arch, "fa2")], _bars, f"FlashAttention v1 bars over FA2's ({_arch}), flash2_*_fwd_bwd (d)"
     )
+
+TE_CUDNN_FWD_BWD_MS = {2048: (0.5415, 0.7496), 8192: (12.0122, 19.0716)}
+"""cuDNN attention against flash-attn, forward + backward milliseconds, as Transformer Engine measured them for its
+own backends: TE v1.8 `docs/examples/attention/attention.ipynb` (June 2024, "As of Transformer Engine 1.7, cuDNN 9.0
+and flash-attn 2.4.2"), `benchmarks/attention/benchmark_attention.py` on an H100 PCIe, bf16, training: test_1 (batch
+2, 16 heads, head dim 128, 2K causal) and test_3 (batch 2, 32 heads in 4 KV groups, head dim 128, 8K causal). These
+are the cuDNN and TE that Megatron-Core r0.8 and NeMo 24.07 ran (TE 1.7-1.8 picks cuDNN on sm90); the FlashAttention-3
+paper's cuDNN bars (the `fa3` curve) are a later cuDNN's, 1.55-1.68x FA2 where this one is 1.38-1.59x."""
+
+
+def _te_cudnn_ratios() -> tuple[float, ...]:
+    """The speed of cuDNN over flash-attn at `_SEQ`: TE's two measured lengths, interpolated in log(s), held beyond."""
+    (s0, (c0, f0)), (s1, (c1, f1)) = sorted(TE_CUDNN_FWD_BWD_MS.items())
+    r0, r1 = f0 / c0, f1 / c1
+    w = [min(1.0, max(0.0, math.log(s / s0) / math.log(s1 / s0))) for s in _SEQ]
+    return tuple(r0 + x * (r1 - r0) for x in w)
+
+
+# Transformer Engine's cuDNN attention (`--attention cudnn`, Megatron-Core's): FA2's H100 curve times TE's measured
+# speed-up over flash-attn (the split between the passes is FA2's).
+ATTENTION[("hopper", "cudnn")] = _scaled_curve(
+    ATTENTION[("hopper", "fa2")],
+    (_te_cudnn_ratios(), (1.0,) * len(_SEQ)),
+    "TE 1.7 / cuDNN 9.0 over flash-attn 2.4.2 (TE docs attention.ipynb) on the H100 FA2 curve",
+)
 
 HEAD_DIM_FACTOR = {64: 0.80, 128: 1.0, 256: 1.05}
 """Rate at head dimension d relative to d = 128 (FA2 and FA3 papers: hd64 runs 15-25% slower)."""

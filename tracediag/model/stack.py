@@ -15,6 +15,9 @@ from tracediag.api_types import checked
 from tracediag.errors import SpecError
 from tracediag.model.elementwise import OPS as ELEMENTWISE_OPS
 
+ATTENTION_KERNELS = ("fa1", "fa2", "fa3", "cudnn", "triton")
+"""Fused attention kernels with measured rates (`Engine.attention_kernel`, model/rates.py)."""
+
 STACKS = ("megatron", "torchtitan", "deepspeed", "fsdp")
 """Software stacks whose supported settings the plan search knows (`emit.unsupported`)."""
 
@@ -31,8 +34,9 @@ class Engine:
     """Fused attention (FlashAttention class): no s×s score tensors in memory, causal blocks skipped."""
     attention_kernel: str = "fa3"
     """Fused attention generation: fa1 (FlashAttention v1), fa2 (FlashAttention-2, PyTorch SDPA), fa3
-    (FlashAttention-3 / cuDNN 9 fused attention through Transformer Engine), triton (Tri Dao's
-    FlashAttention-in-Triton, llm-foundry's `attn_impl: triton`); Ampere runs fa2 for fa3 (model/rates.py)."""
+    (FlashAttention-3, and cuDNN's as the FlashAttention-3 paper measured it), cudnn (cuDNN fused attention as
+    Transformer Engine 1.7 measured its own backend: Megatron-Core's), triton (Tri Dao's FlashAttention-in-Triton,
+    llm-foundry's `attn_impl: triton`); Ampere runs fa2 for fa3 and cudnn (model/rates.py)."""
     tp_overlap: bool = False
     """Tensor-parallel collectives hidden behind GEMMs (Megatron --tp-comm-overlap, torchtitan async TP)."""
     tp_overlap_sms: int = 0
@@ -137,8 +141,8 @@ class Engine:
         if not 0 < self.hbm_efficiency <= 1:
             msg = f"hbm_efficiency must be in (0, 1], got {self.hbm_efficiency}"
             raise SpecError(msg)
-        if self.attention_kernel not in ("fa1", "fa2", "fa3", "triton"):
-            msg = f"attention_kernel must be fa1, fa2, fa3 or triton, got {self.attention_kernel!r}"
+        if self.attention_kernel not in ATTENTION_KERNELS:
+            msg = f"attention_kernel must be fa1, fa2, fa3, cudnn or triton, got {self.attention_kernel!r}"
             raise SpecError(msg)
         if self.elementwise_ops and self.elementwise_ops not in ELEMENTWISE_OPS:
             msg = f"elementwise_ops must be empty or one of {', '.join(ELEMENTWISE_OPS)}, got {self.elementwise_ops!r}"
@@ -183,9 +187,11 @@ ENGINES = {
         elementwise_traffic=_traffic("fused"),
     ),
     # Megatron-Core as NVIDIA's published recipes run it (README performance table: --overlap-grad-reduce
-    # --overlap-param-gather --tp-comm-overlap, Transformer Engine with cuDNN fused attention).
+    # --overlap-param-gather --tp-comm-overlap, Transformer Engine with cuDNN fused attention: TE 1.7-1.8 picks it on
+    # sm90, "Select FusedAttention on sm90 and FlashAttention on others for performance").
     "megatron-core": lambda: Engine(
         name="megatron-core",
+        attention_kernel="cudnn",
         tp_overlap=True,
         tp_overlap_sms=16,
         elementwise_traffic=_traffic("fused"),
