@@ -12,7 +12,7 @@ import pytest
 from conftest import ROOT
 
 from tracediag.errors import SpecError
-from tracediag.model.elementwise import forward_bytes, torch_cp_bytes
+from tracediag.model.elementwise import forward_bytes, te_cp_bytes, torch_cp_bytes
 from tracediag.model.memory import activation_bytes_per_layer, layer_params_local, stage_params
 from tracediag.model.rates import BACKWARD_FLOPS, attention_rate
 from tracediag.model.specs import MODELS, ModelSpec, Split, Training, resolve_device
@@ -317,3 +317,30 @@ def test_te_cudnn_attention_gives_transformer_engines_own_measured_speedup_over_
     # Ampere: TE prefers flash-attn there (and the model has no Ampere cuDNN rate): FA2's
     a100 = resolve_device("a100-80gb")
     assert _attention_time(1e15, 4096, a100, core, model) == _attention_time(1e15, 4096, a100, fa2, model)
+
+
+def test_transformer_engine_cp_ring_pays_its_merges_and_gradient_accumulation():
+    """Megatron-Core's CP is TE's P2P ring (`AttnFuncWithCP`, TE v1.8): per pass K,V packed, the output zeroed and every
+    step merged into it; backward K,V copied, and each step's dQ added and dK,dV packed and added. Llama 3's
+    all-gather CP does not run it."""
+    model = MODELS["llama3-8b"]()  # 32 heads, 8 KV heads, hd 128
+    train = Training(seq_len=8192, global_batch=4, micro_batch=1, recompute="none")
+    split = Split(dp=2, cp=2, zero=1)
+    n_q, n_kv = 4096 * 32 * 128, 4096 * 8 * 128
+    fwd, bwd = te_cp_bytes(model, split, train)
+    assert fwd == 8 * n_kv + 2 * n_q + 2 * 6 * n_q
+    assert bwd == 8 * n_kv + 2 * (6 * n_q + 20 * n_kv)
+    assert te_cp_bytes(model, Split(dp=4, zero=1), train) == (0.0, 0.0)
+    h100 = resolve_device("h100-sxm")
+    core = resolve_engine("megatron-core")
+    assert core.cp_te_p2p
+    off = with_overrides(core, cp_te_p2p=False)
+    bw = h100.hbm_bandwidth * core.hbm_efficiency
+    diff = (
+        layer_cost(model, h100, core, split, train).elementwise - layer_cost(model, h100, off, split, train).elementwise
+    )
+    assert diff == pytest.approx((fwd + bwd) / bw)
+    gathered = with_overrides(core, cp_all_gather=True)
+    assert layer_cost(model, h100, gathered, split, train).elementwise == pytest.approx(
+        layer_cost(model, h100, with_overrides(off, cp_all_gather=True), split, train).elementwise
+    )

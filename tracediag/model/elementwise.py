@@ -78,6 +78,29 @@ def forward_bytes(model: ModelSpec, split: Split, train: Training, ops: str) -> 
     raise SpecError(msg)
 
 
+def te_cp_bytes(model: ModelSpec, split: Split, train: Training) -> tuple[float, float]:
+    """HBM bytes of Transformer Engine's P2P context-parallel attention's own memory-bound ops (`AttnFuncWithCP`,
+    transformer_engine/pytorch/attention.py at v1.8, Megatron-Core's CP) in one layer's forward pass and its
+    backward, one micro-batch, on the rank whose steps all take full blocks (the pacing one); 0 without CP.
+
+    Forward: K and V packed into the ring buffer (`torch.cat((k.unsqueeze(0), v.unsqueeze(0)))`, 2 + 2 bytes per
+    element of each), the bf16 output zeroed (2 per query element), and every one of the c steps merged into it
+    (`flash_attn_fwd_out_correction`, jit-fused: read the step's output and the running one, write it, 6).
+    Backward: K, V copied into the ring buffer again (4 each), and each step's dQ added into dq (`dq.add_`, 6 per
+    query element) and its dK, dV packed (`torch.cat`, 4 each) and added into the dKV travelling the ring
+    (`dkv.add_`, 6 each).
+    """
+    c = split.cp
+    if c <= 1:
+        return 0.0, 0.0
+    tokens = train.micro_batch * train.seq_len / c
+    n_q = tokens * model.heads * model.head_dim / split.tp
+    n_kv = tokens * max(model.groups // split.tp, 1) * model.head_dim
+    forward = 2 * 4 * n_kv + 2 * n_q + c * 6 * n_q
+    backward = 2 * 4 * n_kv + c * (6 * n_q + 2 * (4 + 6) * n_kv)
+    return forward, backward
+
+
 TORCH_CP_BYTES = {
     # (forward per pass, forward per step after the first, backward per pass, per step): bytes per element of
     # one rank's queries (module docstring), eager and compiled.

@@ -64,6 +64,10 @@ class Engine:
     """The backward all-gathers K,V again and passes their gradients round a ring in fp32, one hop behind each
     attention step (torch's `_templated_ring_attention_backward`: `dkv_rotater` ALL_TO_ALL, `convert_to_f32`
     True), instead of one bf16 reduce-scatter."""
+    cp_te_p2p: bool = False
+    """Context parallelism runs Transformer Engine's P2P ring (`AttnFuncWithCP`, Megatron-Core's CP): c attention
+    steps whose outputs it merges and whose gradients it accumulates with memory-bound ops of its own
+    (model/elementwise.py `te_cp_bytes`); not with `cp_all_gather`."""
     cp_compiled: bool = False
     """torch's CP ring runs inside a torch.compile graph, where nothing hides its collectives: torchtitan compiles
     each TransformerBlock with `fullgraph=True` (`apply_compile`, parallelize_llama.py at 9dec370) and the
@@ -192,6 +196,7 @@ ENGINES = {
     "megatron-core": lambda: Engine(
         name="megatron-core",
         attention_kernel="cudnn",
+        cp_te_p2p=True,
         tp_overlap=True,
         tp_overlap_sms=16,
         elementwise_traffic=_traffic("fused"),

@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, replace
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
-from tracediag.model.elementwise import forward_bytes, torch_cp_bytes
+from tracediag.model.elementwise import forward_bytes, te_cp_bytes, torch_cp_bytes
 from tracediag.model.memory import activation_bytes_per_layer, layer_params_local, stage_params
 from tracediag.model.rates import BACKWARD_FLOPS, FP8_GEMM_RATIO, SM_COUNT, attention_rate
 from tracediag.model.specs import Split, Training, stage_layers
@@ -212,6 +212,12 @@ def layer_cost(model: ModelSpec, device: DeviceSpec, engine: Engine, split: Spli
         cp_fwd, cp_bwd = torch_cp_bytes(
             model, split, train, compiled=engine.cp_compiled, all_gather=engine.cp_all_gather
         )
+        ring_passes = 2 if train.recompute == "full" else 1
+        elementwise += (ring_passes * cp_fwd + cp_bwd) / bw
+        ew_recompute += (ring_passes - 1) * cp_fwd / bw
+    elif engine.cp_te_p2p and not engine.cp_all_gather:
+        # Transformer Engine's CP ring merges and accumulates around its attention steps (model/elementwise.py)
+        cp_fwd, cp_bwd = te_cp_bytes(model, split, train)
         ring_passes = 2 if train.recompute == "full" else 1
         elementwise += (ring_passes * cp_fwd + cp_bwd) / bw
         ew_recompute += (ring_passes - 1) * cp_fwd / bw
