@@ -12,7 +12,7 @@ import pytest
 from conftest import ROOT
 
 from tracediag.errors import SpecError
-from tracediag.model.elementwise import forward_bytes, te_cp_bytes, torch_cp_bytes
+from tracediag.model.elementwise import forward_bytes, te_cp_bytes, te_fp8_bytes, torch_cp_bytes
 from tracediag.model.memory import activation_bytes_per_layer, layer_params_local, stage_params
 from tracediag.model.rates import BACKWARD_FLOPS, attention_rate
 from tracediag.model.specs import MODELS, ModelSpec, Split, Training, resolve_device
@@ -344,3 +344,31 @@ def test_transformer_engine_cp_ring_pays_its_merges_and_gradient_accumulation():
     assert layer_cost(model, h100, gathered, split, train).elementwise == pytest.approx(
         layer_cost(model, h100, with_overrides(off, cp_all_gather=True), split, train).elementwise
     )
+
+
+def test_transformer_engine_fp8_casts_are_counted_from_its_linear_layers():
+    """Megatron-Core's fp8 (TE v1.8, delayed scaling): the norms write fp8, the projection's and fc2's inputs and every
+    GEMM's output gradient are cast and transposed, the norms' outputs transposed for the wgrad, and each weight is
+    cast and transposed once a step; other stacks keep 1.25 x their memory-bound traffic."""
+    model = ModelSpec(
+        name="llama2-7b", layers=32, hidden=4096, heads=32, ffn=11008, vocab=32000, swiglu=True, tied_embeddings=False
+    )
+    train = Training(seq_len=4096, global_batch=8, micro_batch=1, recompute="none", dtype="fp8")
+    split = Split(dp=8, zero=1)
+    n, f = 4096 * 4096, 4096 * 11008  # per micro-batch: h, q, k and v are all 4096 wide here; ffn 11008
+    fwd, bwd = te_fp8_bytes(model, split, train)
+    assert fwd == 4 * (n + f) - 2 * n
+    assert bwd == 4 * (n + 2 * n) + 4 * 2 * f + 2 * 4 * n + 2 * 2 * n
+    h100 = resolve_device("h100-sxm")
+    core = resolve_engine("megatron-core")
+    assert core.fp8_te_casts
+    bf16 = dataclasses.replace(train, dtype="bf16")
+    bw = h100.hbm_bandwidth * core.hbm_efficiency
+    fp8_ew = layer_cost(model, h100, core, split, train).elementwise
+    assert fp8_ew - layer_cost(model, h100, core, split, bf16).elementwise == pytest.approx((fwd + bwd) / bw)
+    generic = with_overrides(core, fp8_te_casts=False)
+    bf16_ew = layer_cost(model, h100, generic, split, bf16).elementwise
+    assert layer_cost(model, h100, generic, split, train).elementwise == pytest.approx(1.25 * bf16_ew)
+    # the weights: 4 bytes per local parameter a step
+    on, off = step_time(model, h100, split, train, core), step_time(model, h100, split, train, generic)
+    assert on.optimizer_s - off.optimizer_s == pytest.approx(4 * sum(stage_params(model, split, 0)) / bw)

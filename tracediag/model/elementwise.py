@@ -78,6 +78,33 @@ def forward_bytes(model: ModelSpec, split: Split, train: Training, ops: str) -> 
     raise SpecError(msg)
 
 
+def te_fp8_bytes(model: ModelSpec, split: Split, train: Training) -> tuple[float, float]:
+    """HBM bytes Transformer Engine's fp8 linear layers move beyond the bf16 block's, in one layer's forward pass and
+    its backward, one micro-batch, on one device (Megatron-Core's TE layer: LayerNormLinear QKV and fc1, Linear
+    projection and fc2; transformer_engine/pytorch/module at v1.8, delayed scaling).
+
+    Forward: the norms write their output in fp8 (`layernorm_fwd_fp8` into a uint8 buffer: 1 byte less per
+    element than bf16); the projection's and fc2's bf16 inputs are cast and transposed for the wgrad
+    (`fp8_cast_transpose_fused`: read 2, write 1 + 1). Backward: every GEMM's output gradient is cast and
+    transposed (`grad_output_preprocess`: 4 per element of the QKV, projection, fc1 and fc2 outputs; with sequence
+    parallelism the row-parallel ones are cast on the shard, 3, and transposed once gathered, 2), and the two norms'
+    fp8 outputs are transposed for their wgrad (`tex.fp8_transpose`, 1 + 1, on the gathered tensor under sequence
+    parallelism). The weights' casts run once a step (`is_first_microbatch`), not here.
+    """
+    tokens = train.micro_batch * train.seq_len / split.cp
+    t, t_sp = split.tp, (split.tp if split.sequence_parallel else 1)
+    n_h = tokens * model.hidden / t_sp
+    n_full = tokens * model.hidden
+    n_q = tokens * model.heads * model.head_dim / t
+    n_kv = tokens * max(model.groups // t, 1) * model.head_dim
+    n_f = tokens * model.ffn * model.top_k / t
+    fc1_out = (2 if model.swiglu else 1) * n_f
+    row_grad = 3 * n_h + 2 * n_full if split.sequence_parallel else 4 * n_h
+    forward = 4 * (n_q + n_f) - 2 * n_h
+    backward = 4 * (n_q + 2 * n_kv) + 4 * fc1_out + 2 * row_grad + 2 * 2 * n_full
+    return forward, backward
+
+
 def te_cp_bytes(model: ModelSpec, split: Split, train: Training) -> tuple[float, float]:
     """HBM bytes of Transformer Engine's P2P context-parallel attention's own memory-bound ops (`AttnFuncWithCP`,
     transformer_engine/pytorch/attention.py at v1.8, Megatron-Core's CP) in one layer's forward pass and its

@@ -64,6 +64,10 @@ class Engine:
     """The backward all-gathers K,V again and passes their gradients round a ring in fp32, one hop behind each
     attention step (torch's `_templated_ring_attention_backward`: `dkv_rotater` ALL_TO_ALL, `convert_to_f32`
     True), instead of one bf16 reduce-scatter."""
+    fp8_te_casts: bool = False
+    """fp8 training casts counted from Transformer Engine's fp8 linear layers (model/elementwise.py `te_fp8_bytes`,
+    per layer, and 4 bytes per local parameter a step for the weights' cast and transpose) instead of 1.25 × the
+    memory-bound traffic."""
     cp_te_p2p: bool = False
     """Context parallelism runs Transformer Engine's P2P ring (`AttnFuncWithCP`, Megatron-Core's CP): c attention
     steps whose outputs it merges and whose gradients it accumulates with memory-bound ops of its own
@@ -197,6 +201,7 @@ ENGINES = {
         name="megatron-core",
         attention_kernel="cudnn",
         cp_te_p2p=True,
+        fp8_te_casts=True,
         tp_overlap=True,
         tp_overlap_sms=16,
         elementwise_traffic=_traffic("fused"),

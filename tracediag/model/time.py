@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, replace
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
-from tracediag.model.elementwise import forward_bytes, te_cp_bytes, torch_cp_bytes
+from tracediag.model.elementwise import forward_bytes, te_cp_bytes, te_fp8_bytes, torch_cp_bytes
 from tracediag.model.memory import activation_bytes_per_layer, layer_params_local, stage_params
 from tracediag.model.rates import BACKWARD_FLOPS, FP8_GEMM_RATIO, SM_COUNT, attention_rate
 from tracediag.model.specs import Split, Training, stage_layers
@@ -196,7 +196,7 @@ def layer_cost(model: ModelSpec, device: DeviceSpec, engine: Engine, split: Spli
         traffic = forward_bytes(model, split, train, engine.elementwise_ops)
     else:
         traffic = engine.elementwise_traffic * activation_bytes_per_layer(model, split, train, engine)
-    if train.dtype == "fp8":
+    if train.dtype == "fp8" and not engine.fp8_te_casts:
         traffic *= 1.25  # casts and amax reductions of every GEMM input (Transformer Engine fp8 recipes)
     elementwise_fwd = traffic / bw
     if train.recompute in ("full", "op"):
@@ -207,6 +207,12 @@ def layer_cost(model: ModelSpec, device: DeviceSpec, engine: Engine, split: Spli
     else:
         ew_recompute = 0.0
     elementwise = 3 * elementwise_fwd + ew_recompute
+    if train.dtype == "fp8" and engine.fp8_te_casts:
+        # Transformer Engine's fp8 casts and transposes, counted from its linear layers (model/elementwise.py)
+        fp8_fwd, fp8_bwd = te_fp8_bytes(model, split, train)
+        fp8_passes = 2 if train.recompute == "full" else 1
+        elementwise += (fp8_passes * fp8_fwd + fp8_bwd) / bw
+        ew_recompute += (fp8_passes - 1) * fp8_fwd / bw
     if engine.cp_grad_ring_fp32:
         # torch's CP ring merges, accumulates and packs around its attention steps (model/elementwise.py)
         cp_fwd, cp_bwd = torch_cp_bytes(
@@ -516,6 +522,9 @@ def step_time(model: ModelSpec, device: DeviceSpec, split: Split, train: Trainin
     # The gradient buffer holds every parameter the device computes, whatever the optimizer's shard (ZeRO-3 shards it).
     buffer = (dense + expert) / (shard if split.zero == 3 else 1)
     optimizer = (local * engine.optimizer_bytes_per_param + buffer * engine.grad_buffer_passes * train.grad_bytes) / bw
+    if train.dtype == "fp8" and engine.fp8_te_casts:
+        # each weight cast to fp8 and transposed on a step's first micro-batch (read 2, write 1 + 1)
+        optimizer += 4 * (dense + expert) / bw
 
     bubble = (p - 1) / v * t_mb
     tp_mb = n_slow * lc.tp_comm + (logit_tp if last else 0.0)
