@@ -805,14 +805,84 @@ for _c in R8.values():
     if _c["kind"] == "subset":
         _c.setdefault("truths", R8[_c["subset_of"]]["truths"])
         _c["world"] = R8[_c["subset_of"]]["world"]
+# ---------------------------------------------------------------------------
+# --set round9: communication-bound jobs that also have a straggler (mixed runs: exposed all-reduce time on every
+# rank plus one rank's extra work), and their single-cause twins. `comm_dim`: one Linear(comm_dim, comm_dim) beside
+# the MLP, fed one row (comm_dim² gradients for DDP's all-reduce, almost no compute); a straggler's `dim`/`batch`: the
+# size of its extra matmuls, when not the MLP's.
+R9 = {}
+_MIXC = "MLP (4x Linear(256,256), batch 256) + Linear(8192,8192) fed one row (256 MiB of gradients)"
+BIG_MM = dict(dim=1024, batch=512)  # a straggler's extra matmuls: Linear(1024,1024) on 512 rows each
+
+
+def r9(name, **kw):
+    r6(name, **kw)
+    R9[name] = R6.pop(name)
+
+
+r9(
+    "mixc_strag_all",
+    comm_dim=8192,
+    **SMALL,
+    active=6,
+    strags=[dict(rank=2, iters="all", n_mm=12, where="after_forward", **BIG_MM)],
+    truths=[T("compute_straggler", [2]), T("comm_bound")],
+    note="4-rank DDP "
+    + _MIXC
+    + ": exposed all-reduce on every rank; rank 2 +12 matmuls of 512x1024 @ 1024x1024 after forward every step",
+)
+r9(
+    "mixc_strag_heavy",
+    comm_dim=10240,
+    active=6,
+    strags=[dict(rank=2, iters="all", n_mm=24, where="after_forward")],
+    truths=[T("compute_straggler", [2]), T("comm_bound")],
+    note="4-rank DDP MLP (the fixtures') + Linear(10240,10240) fed one row (400 MiB of gradients): exposed "
+    "all-reduce on every rank; rank 2 +24 matmuls after forward every step (a persistent straggler)",
+)
+r9(
+    "mixc_strag_before",
+    comm_dim=8192,
+    **SMALL,
+    active=6,
+    world=3,
+    strags=[dict(rank=0, iters="all", n_mm=10, where="before_forward", **BIG_MM)],
+    truths=[T("compute_straggler", [0]), T("comm_bound")],
+    note="3-rank DDP " + _MIXC + ": exposed all-reduce; rank 0 +10 such matmuls before forward every step",
+)
+r9(
+    "mixc_strag_some",
+    comm_dim=8192,
+    **SMALL,
+    active=6,
+    strags=[dict(rank=1, iters=[3, 5], n_mm=18, where="after_forward", **BIG_MM)],
+    truths=[T("comm_bound"), T("compute_straggler", [1], "strag")],
+    note="4-rank DDP " + _MIXC + ": exposed all-reduce every step; rank 1 +18 such matmuls on iterations 3 and 5 only",
+)
+r9(
+    "mixc_comm_only",
+    comm_dim=8192,
+    **SMALL,
+    active=6,
+    truths=[T("comm_bound")],
+    note="4-rank DDP " + _MIXC + ": exposed all-reduce on every rank, no straggler",
+)
+r9(
+    "mixc_strag_only",
+    active=6,
+    strags=[dict(rank=2, iters="all", n_mm=24, where="after_forward")],
+    truths=[T("compute_straggler", [2])],
+    note="4-rank DDP MLP (no wide layer): rank 2 +24 matmuls after forward every step; communication small",
+)
 SETS = {
     "heldout": (S, OUT),
     "healthy2": (H, Path(os.environ.get("HELDOUT2_OUT", TMP / "heldout2"))),
     "round6": (R6, Path(os.environ.get("HELDOUT6_OUT", TMP / "heldout6"))),
     "round7": (R7, Path(os.environ.get("HELDOUT7_OUT", TMP / "heldout7"))),
     "round8": (R8, Path(os.environ.get("HELDOUT8_OUT", TMP / "heldout8"))),
+    "round9": (R9, Path(os.environ.get("HELDOUT9_OUT", TMP / "heldout9"))),
 }
-ALL = {**S, **H, **R6, **R7, **R8}
+ALL = {**S, **H, **R6, **R7, **R8, **R9}
 
 
 # ---------------------------------------------------------------------------
@@ -1189,7 +1259,9 @@ def _r6_hooks(torch, rank, cfg):
     def hook(i, where):
         for st in strags:
             if st["where"] == where and (st["iters"] == "all" or i in st["iters"]):
-                mr._extra_compute(torch, n=st["n_mm"], dim=cfg["dim"], batch=cfg["batch"])
+                mr._extra_compute(
+                    torch, n=st["n_mm"], dim=st.get("dim", cfg["dim"]), batch=st.get("batch", cfg["batch"])
+                )
         if host and host["where"] == where and i >= 0 and (host["iters"] == "all" or i in host["iters"]):
             time.sleep(host["sleep_s"])
 
@@ -1215,6 +1287,23 @@ def _r6_loader(torch, rank, cfg, seed):
     return lambda i: next(it)
 
 
+def _with_wide_layer(torch, mlp, dim):
+    """`mlp` beside one Linear(dim, dim) fed a single row: little compute, dim² gradients for DDP's all-reduce
+    (`comm_dim`: communication that the small MLP's backward cannot hide)."""
+    nn = torch.nn
+
+    class Wide(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.mlp, self.wide = mlp, nn.Linear(dim, dim)
+            self.register_buffer("z", torch.ones(1, dim))
+
+        def forward(self, x):
+            return self.mlp(x) + self.wide(self.z).mean()
+
+    return Wide()
+
+
 def body_r6(torch, rank, cfg, seed):
     """DDP MLP with round 6's injections: extra matmuls, host sleeps, a slow loader, a GIL-holding
     thread, a CPU-starved rank, a ring exchange after backward (for the shaped link)."""
@@ -1224,7 +1313,12 @@ def body_r6(torch, rank, cfg, seed):
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     torch.manual_seed(0)
-    ddp = DDP(mr._mlp(torch, dim=cfg["dim"], layers=cfg["layers"]))
+    cd = cfg.get("comm_dim")
+    ddp = DDP(
+        _with_wide_layer(torch, mr._mlp(torch, dim=cfg["dim"], layers=cfg["layers"]), cd)
+        if cd
+        else mr._mlp(torch, dim=cfg["dim"], layers=cfg["layers"])
+    )
     opt = torch.optim.SGD(ddp.parameters(), lr=1e-3)
     lossf = torch.nn.CrossEntropyLoss()
     batch = _r6_loader(torch, rank, cfg, seed)
@@ -1755,7 +1849,9 @@ def main(argv=None):
         help="heldout: round 1-2 scenarios into $HELDOUT_OUT; healthy2: round 3 new healthy runs into "
         "$HELDOUT2_OUT; round6: mixed causes, incomplete rank sets, host-side causes, 8 ranks into $HELDOUT6_OUT; "
         "round7: 3/5/6 ranks, 4/5/7 steps, input straggler, slow node, periodic and two transients into $HELDOUT7_OUT; "
-        "round8: 2/7/8 ranks, mid-run and simultaneous causes, uneven batches, a heavy middle stage into $HELDOUT8_OUT",
+        "round8: 2/7/8 ranks, mid-run and simultaneous causes, uneven batches, a heavy middle stage into "
+        "$HELDOUT8_OUT; "
+        "round9: communication-bound jobs with a straggler, and their single-cause twins into $HELDOUT9_OUT",
     )
     ap.add_argument("--only", action="append", choices=sorted(ALL), help="scenario(s); default all of --set")
     ap.add_argument("--repeats", type=int, default=2)
@@ -1769,7 +1865,7 @@ def main(argv=None):
         for k in range(args.repeats):
             d = OUT / f"{name}_r{k}"
             if not args.analyze_only:
-                (generate6 if args.set in ("round6", "round7", "round8") else generate)(name, k)
+                (generate6 if args.set in ("round6", "round7", "round8", "round9") else generate)(name, k)
             if (d / "manifest.json").exists():
                 dirs.append(d)
     results = [score(d) for d in dirs]

@@ -1,6 +1,6 @@
 """comm_bound: communication that no compute hides takes a large share of every rank's step.
 
-Detector: `detect.comm_bound` (not while a persistent straggler sets the pace). What-if: every
+Detector: `detect.comm_bound` (the waiting the outliers found before cause taken out). What-if: every
 collective's transfer at the link's bus bandwidth (`whatif.causes.comm`).
 """
 

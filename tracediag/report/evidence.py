@@ -48,6 +48,7 @@ SENTENCES = {
     "exposed_comm_share_by_rank": "that share per rank",
     "exposed_comm_ms_median": "exposed communication per step (median)",
     "wait_for_peers_ms_median": "the part of it spent waiting for late peers (median)",
+    "outlier_wait_ms_median": "waiting for the outlier ranks found first, left out of the exposed share (median)",
     "step_ms_median": "the step time (median)",
     "collectives_per_step_median": "collectives per step (median)",
     "message_bytes_median": "a collective's message size (median)",
