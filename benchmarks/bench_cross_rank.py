@@ -96,7 +96,7 @@ def stage(ranks: int, steps: int, per_step: int) -> dict:
     base = _hwm()
     times = {}
     t = time.perf_counter()
-    _offsets, matched = align_and_match(instances)
+    _offsets, matched, _ = align_and_match(instances)
     times["match_s"] = time.perf_counter() - t
     t = time.perf_counter()
     waits = wait_per_step(matched)

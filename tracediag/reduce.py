@@ -21,7 +21,6 @@ from tracediag.api_types import checked
 from tracediag.causes import detect_all, price
 from tracediag.derive.collectives import (
     align_and_match,
-    broken_clocks,
     plausible_matches,
     summarize_instances,
     wait_per_step,
@@ -114,9 +113,8 @@ def facts_from_tables(
     t["kernels"] = t["kernels"].drop("wall_ns")
     kernel_categories = by_category(kernels, t.pop("kernel_categories"), kept)
     instances = t.pop("instances")
-    offsets, matched = align_and_match(instances, split=needs_split(meta, instances), hosts=meta.hosts)
+    offsets, matched, refused = align_and_match(instances, split=needs_split(meta, instances), hosts=meta.hosts)
     del instances
-    refused = broken_clocks(matched, meta.hosts)
     matched, unmatched = plausible_matches(matched)
     waits = wait_per_step(matched)
     kept = kept.join(offsets, on="rank", how="left")

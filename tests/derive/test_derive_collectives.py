@@ -48,7 +48,7 @@ def test_offsets_recovered_and_waits_split_from_transfer(with_seq):
     ev = _run(with_seq)
     spans = step_spans(ev, find_markers(ev))
     inst = collective_instances(assign_steps(ev, spans))
-    offsets, matched = align_and_match(inst)
+    offsets, matched, _ = align_and_match(inst)
     assert dict(offsets.rows()) == OFFSETS
     summary = summarize_instances(matched).sort("first_arrival_ns")
     assert summary["n_ranks"].to_list() == [3, 3]
@@ -83,6 +83,6 @@ def test_last_rank_among_simultaneous_arrivals_is_the_lowest_whatever_the_row_or
         for r, arrive in ((0, 10), (1, 30), (2, 30))
     ]
     ev = events(rows)
-    _, matched = align_and_match(collective_instances(assign_steps(ev, step_spans(ev, find_markers(ev)))))
+    _, matched, _ = align_and_match(collective_instances(assign_steps(ev, step_spans(ev, find_markers(ev)))))
     orders = [matched, matched.reverse(), matched.sort("rank", descending=True)]
     assert [summarize_instances(m)["last_rank"].to_list() for m in orders] == [[1], [1], [1]]

@@ -211,9 +211,9 @@ def broken_clocks(matched: pl.DataFrame, hosts: dict[int, str] | None) -> tuple[
 
 def align_and_match(
     instances: pl.DataFrame, *, split: bool = False, hosts: dict[int, str] | None = None
-) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """Clock offsets and matched instances (`clock_offsets`, one clock per host of `hosts`, then
-    `match_instances`); the ranks of a host that keeps no one clock (`broken_clocks`) are aligned
+) -> tuple[pl.DataFrame, pl.DataFrame, tuple[str, ...]]:
+    """Clock offsets, matched instances (`clock_offsets`, one clock per host of `hosts`, then
+    `match_instances`) and the hosts that keep no one clock (`broken_clocks`), whose ranks are aligned
     each on its own.
 
     With `split`, instances are split by `SPLIT_GAP_NS` on the first offsets, and the offsets are
@@ -222,8 +222,8 @@ def align_and_match(
     offsets, matched = _align_and_match(instances, split, hosts)
     refused = broken_clocks(matched, hosts)
     if not refused:
-        return offsets, matched
-    return _align_and_match(instances, split, {r: h for r, h in hosts.items() if h not in refused})
+        return offsets, matched, ()
+    return (*_align_and_match(instances, split, {r: h for r, h in hosts.items() if h not in refused}), refused)
 
 
 def _align_and_match(
