@@ -128,6 +128,7 @@ def _publication(source: str) -> str:
         ("Llama 3", "Llama 3"),
         ("MT-NLG", "MT-NLG"),
         ("BLOOM", "BLOOM"),
+        ("Megatron-Bridge", "Megatron-Bridge"),
         ("NeMo", "NeMo"),
     ):
         if key in source:
@@ -170,6 +171,10 @@ def _engine(row: dict, publication: str) -> tuple[str, dict[str, object], str]:
         # (nemo/collections/nlp/models/language_modeling/megatron_gpt_model.py at 8e3d65dc): it only zeroes the
         # gradient buffer each step, where Megatron-LM's training loop also takes every bucket's norm.
         return "megatron-core", {"grad_buffer_passes": 1.0}, ""
+    if publication == "Megatron-Bridge" and "check_for_nan_in_grad false" in row["notes"]:
+        # Megatron-Bridge 25.09's perf YAMLs set `ddp.check_for_nan_in_grad: false` (as NeMo 24.07 does): the
+        # gradient buffer is only zeroed each step; 25.11's llama recipes keep the recipe default True.
+        return "megatron-core", {"grad_buffer_passes": 1.0}, ""
     return "megatron-core", {}, ""
 
 
@@ -185,6 +190,10 @@ STACKS = {
 """The stack that ran a row, by its engine profile. Llama 3's runs are Meta's own stack (timed with the
 megatron-core profile and the paper's settings), so they are a stack of their own; MegaScale's Megatron-LM
 baseline (2023) and NVIDIA's Megatron-Core table are one."""
+
+
+GENERATIONS = {"ampere": "A100", "hopper": "H100", "blackwell": "B200", "cdna3": "MI300"}
+"""The GPU generation a row's device belongs to, for leave-one-generation-out (H200 and H800 are Hopper)."""
 
 
 def _stack(engine: str, publication: str) -> str:
@@ -224,7 +233,11 @@ def _case(index: int, row: dict) -> Case | None:
         fills.append("untied output layer (the table's model sizes)")
     gpu = row["gpu_type"]
     device = (
-        "h200"
+        "gb200"
+        if "GB200" in gpu
+        else "b200"
+        if "B200" in gpu
+        else "h200"
         if "H200" in gpu
         else "h100-sxm"
         if "H100" in gpu
@@ -297,7 +310,11 @@ def _case(index: int, row: dict) -> Case | None:
         recompute=recomputes[0],
         # llm-foundry's FSDP mixed_precision PURE reduces bf16 gradients, DEFAULT fp32 ones (Composer
         # `get_mixed_precision`: reduce_dtype float32), as the table's MP Mode says; Megatron keeps fp32 grads.
-        grad_bytes=2 if foundry and "mixed_precision DEFAULT" not in row["notes"] else 4,
+        # Megatron-Bridge's perf recipes set `grad_reduce_in_fp32 = False`: Megatron-Core's DDP then keeps the
+        # gradient buffer in the parameters' bf16 (`DistributedDataParallelConfig.grad_reduce_in_fp32`).
+        grad_bytes=2
+        if (foundry and "mixed_precision DEFAULT" not in row["notes"]) or "grad_reduce_in_fp32 false" in row["notes"]
+        else 4,
         dtype="fp8" if row["precision"].startswith("fp8") else "bf16",
     )
     engine, engine_overrides, why = _engine(row, publication)
@@ -322,7 +339,7 @@ def _case(index: int, row: dict) -> Case | None:
         index=index,
         publication=publication,
         stack=_stack(engine, publication),
-        generation="H100" if device.startswith("h100") else "A100",
+        generation=GENERATIONS[resolve_device(device).arch],
         name=row["model_name"],
         model=model,
         device_name=device,

@@ -20,6 +20,7 @@ from tracediag.model.plan import NoFit, plan
 from tracediag.model.predict import predict
 from tracediag.model.specs import MODELS, Split, Training
 from tracediag.model.stack import resolve_engine
+from tracediag.model.time import group_link
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "model.md"
 ENGINE = resolve_engine("megatron-core")
@@ -88,6 +89,7 @@ DATASHEET_BF16 = {
     "h800": 989.4,
     "h200": 989.4,
     "b200": 2250,
+    "gb200": 2500,
     "mi300x": 1307.4,
     "mi325x": 1307.4,
 }
@@ -147,6 +149,16 @@ def test_h200s_bandwidth_and_b200s_peak_are_faster():
     assert _step("b200", DP8) < 0.6 * _step("h100-sxm", DP8)
 
 
+def test_gb200s_nvlink_domain_is_the_rack():
+    """An NVL72 rack keeps a 64-GPU group on NVLink 5, where DGX B200's crosses the network past 8 GPUs; its GEMMs
+    run at the two parts' measured shares of their peaks ([MAMF] 1,822.0 and 1,745.0 TFLOP/s), not the ratings'."""
+    gb, b = resolve_device("gb200"), resolve_device("b200")
+    assert group_link(gb, 64, 1).link == "nvlink5"
+    assert group_link(b, 64, 1).link == "nvlink5+ib-ndr"
+    assert group_link(gb, 4, 64).link == "ib-ndr"  # 256 GPUs: a group strided 64 apart has one rank per rack
+    assert gb.peak_flops * gb.gemm_efficiency / (b.peak_flops * b.gemm_efficiency) == pytest.approx(1822.0 / 1745.0)
+
+
 def test_40gb_refuses_what_80gb_fits():
     """GPT-3 13B on 4 GPUs: ~52 GB of weights, gradients and Adam state per GPU even fully sharded."""
     model = MODELS["gpt3-13b"]()
@@ -170,6 +182,7 @@ EXPECTED_CLASS = {
     **{n: "A100" for n in ("a100-40gb", "a100-80gb", "a100-pcie-40gb", "a100-pcie-80gb")},
     **{n: "H100" for n in ("h100-sxm", "h100-sxm-500w", "h100-hbm2e-500w", "h100-pcie", "h100-nvl", "h800", "h200")},
     "b200": "B200",
+    "gb200": "B200",
     "mi300x": "MI300",
     "mi325x": "MI300",
 }

@@ -372,3 +372,20 @@ def test_transformer_engine_fp8_casts_are_counted_from_its_linear_layers():
     # the weights: 4 bytes per local parameter a step
     on, off = step_time(model, h100, split, train, core), step_time(model, h100, split, train, generic)
     assert on.optimizer_s - off.optimizer_s == pytest.approx(4 * sum(stage_params(model, split, 0)) / bw)
+
+
+def test_megatron_bridge_rows_run_the_device_gradient_dtype_and_buffer_passes_their_recipes_say():
+    # Megatron-Bridge perf recipes: grad_reduce_in_fp32 False (bf16 gradient buffer) in both containers; 25.09's
+    # YAMLs (fa0315ae) turn ddp.check_for_nan_in_grad off, 25.11's llama recipes (97ad8cc6) keep it on.
+    vm = _validate_model()
+    cases, _ = vm.cases(ROOT / "benchmarks" / "heldout_model.csv")
+    bridge = [c for c in cases if c.publication == "Megatron-Bridge"]
+    assert sorted({c.device_name for c in bridge}) == ["b200", "gb200", "h100-sxm"]
+    assert {c.generation for c in bridge} == {"B200", "H100"}
+    assert all(c.train.grad_bytes == 2 and c.train.dtype == "fp8" for c in bridge)
+    passes = {
+        c.index: vm.engine_for(c.engine, dict(c.engine_overrides), ()).grad_buffer_passes
+        for c in bridge
+        if c.device_name == "b200"
+    }
+    assert sorted(passes.values()) == [1.0, 1.0, 2.0, 2.0]

@@ -335,6 +335,22 @@ B200 = Datasheet(
         "sparsity; up to 1,000 W per GPU)"
     ),
 )
+GB200 = Datasheet(
+    part="NVIDIA GB200 (Blackwell GPU of the GB200 NVL72)",
+    bf16_tflops=2500,
+    fp8_tflops=5000,
+    memory_gb=186,
+    memory_type="HBM3e",
+    hbm_tbps=8.0,
+    power_w=1200,
+    link_gbps=1800,
+    source=(
+        "NVIDIA GB200 NVL72 specifications (nvidia.com/en-us/data-center/gb200-nvl72/: 72 GPUs, FP16/BF16 360 and "
+        "FP8 720 PFLOPS with sparsity, 13.4 TB HBM3e at 576 TB/s, NVLink 130 TB/s in one 72-GPU domain) and the "
+        "NVIDIA Blackwell architecture technical brief (GB200's GPU at 1,200 W: BF16 2,500, FP8 5,000 TFLOP/s dense; "
+        "HGX B200 at 1,000 W: 2,250 / 4,500); DGX GB200: one ConnectX-7 400 Gb/s per GPU"
+    ),
+)
 MI300X = Datasheet(
     part="AMD Instinct MI300X",
     bf16_tflops=1307.4,
@@ -508,6 +524,20 @@ PRESETS: dict[str, Preset] = {
         memory_source=_SMI + " 183359 MiB",
         intra_link="nvlink5",
         inter_link="ib-ndr",
+    ),
+    # One GB200 NVL72 rack is one NVLink domain of 72 GPUs (the node the model's in-node link spans); beyond it one
+    # 400 Gb/s NIC per GPU. Its sustained matmul share is B200's times the two parts' measured shares of their peaks.
+    "gb200": Preset(
+        sheet=GB200,
+        arch="blackwell",
+        device_class="B200",
+        memory_bytes=186 * GIB,
+        memory_source="the label read as GiB (no driver total at hand)",
+        intra_link="nvlink5",
+        inter_link="ib-ndr",
+        gpus_per_node=72,
+        rate_scale=(1822.0 / 2500) / (1745.0 / 2250),
+        rate_source=_MAMF + ": GB200 1,822.0 of 2,500 / B200 1,745.0 of 2,250 TFLOP/s",
     ),
     "mi300x": Preset(
         sheet=MI300X,
