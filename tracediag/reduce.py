@@ -360,6 +360,33 @@ def file_warnings(meta: RunMeta) -> tuple[str, ...]:
     return tuple(lines)
 
 
+MALFORMED_QUIET = 1
+"""Malformed events a file may hold without a warning: every real trace of fixtures/ and shared/ holds at
+most one (JAX's closing empty event `{}`, Nsight's range without an end); more is damage that the analysis
+must not read past unsaid (a rank's operators whose `dur` is a string or negative read as no compute)."""
+
+
+def malformed_warning(meta: RunMeta) -> tuple[str, ...]:
+    """One line naming the file that lost the most events as malformed (no usable `ts` or `dur`: absent, not
+    a number, negative, out of range; `schema.conform`), with how many more files lost some: `ingest` counts
+    them per file, but without this line an analysis would judge a rank on what was left of it unsaid."""
+    lost = sorted(
+        ((f.skipped.get("malformed", 0), f) for f in meta.files if f.skipped.get("malformed", 0) > MALFORMED_QUIET),
+        key=lambda pair: -pair[0],
+    )
+    if not lost:
+        return ()
+    n, worst = lost[0]
+    more = ""
+    if len(lost) > 1:
+        rest = sum(k for k, _ in lost[1:])
+        more = f"; {count(len(lost) - 1, 'more file')} lost {count(rest, 'event')} so"
+    return (
+        f"rank {worst.rank} ({shown(worst.path)}): {n:,} of its {worst.events_in:,} events malformed (ts or dur "
+        f"absent, not a number, negative or out of range) and left out{more}: its numbers are read without them",
+    )
+
+
 def ignored_warning(meta: RunMeta) -> tuple[str, ...]:
     """One line counting the files found in the input directories that are not traces (a manifest, a
     README), with the first and its reason: skipped, never dropped without a word."""
@@ -446,7 +473,7 @@ def reduce(
             f"warm-up (every rank at least {th.warmup_ratio}x its later steps, its waits for peers left out): "
             "shown, left out of the diagnosis",
         )
-    warnings += untraced_warning(meta) + ignored_warning(meta) + file_warnings(meta)
+    warnings += untraced_warning(meta) + ignored_warning(meta) + malformed_warning(meta) + file_warnings(meta)
     graph = graph_of(diagnosed, replay)
     del replay
     # priced on the steps the diagnosis read (warm-up left out), as every what-if in the output

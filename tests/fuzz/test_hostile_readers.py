@@ -464,3 +464,38 @@ def test_a_dash_reads_standard_input(tmp_path):
     )
     assert done.returncode == 0, done.stderr
     assert b"ranks   2 (0, 1) of world size 2" in done.stdout
+
+
+def _malformed_line(bad: Path, n: int, events_in: int) -> str:
+    return (
+        f"rank 1 ({shown(bad)}): {n:,} of its {events_in:,} events malformed (ts or dur absent, not a number, "
+        "negative or out of range) and left out: its numbers are read without them"
+    )
+
+
+def test_a_rank_whose_operators_are_malformed_is_a_warning_of_the_analysis(tmp_path):
+    """Rank 1's 408 operators with `dur` written as a string ("12.5") were dropped as malformed: `ingest`
+    counted them, but `analyze` judged rank 1 on its 25 other rows without a word (no compute at all)."""
+    doc = _doc()
+    for e in doc["traceEvents"]:
+        if e.get("cat") == "cpu_op":
+            e["dur"] = str(e["dur"])
+    folder, bad = _run(tmp_path, doc)
+    run = tracediag.load(bad)
+    assert run.meta.skipped["malformed"] == 408
+    line = _malformed_line(bad, 408, run.meta.events_in)
+    assert line in _analysis([folder])["warnings"]
+    assert line in _analysis([folder, "--executor", "local"])["warnings"]
+    assert not any("malformed" in w for w in _analysis([GLOO0, GLOO1])["warnings"])  # the real pair: none
+
+
+def test_nsight_kernels_ending_before_they_start_are_a_warning_of_the_analysis(tmp_path):
+    """The 12 kernels of rank 1's export with `end` before `start` were counted as malformed by `ingest` and
+    left out of the analysis unsaid (its one malformed NVTX range, as in the real export, says nothing)."""
+    db = _nsys(tmp_path, "UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET end = start - 1000")
+    shutil.copy(NSYS1.with_name("constructed_gpu_rank0.sqlite.gz"), tmp_path)
+    run = tracediag.load(db)
+    assert run.meta.skipped["malformed"] == 12 + 1
+    warnings = _analysis([tmp_path])["warnings"]
+    assert _malformed_line(db, 13, run.meta.events_in) in warnings
+    assert not any("malformed" in w for w in _analysis([NSYS1.parent / "constructed_gpu_rank*.sqlite.gz"])["warnings"])
