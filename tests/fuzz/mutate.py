@@ -1,6 +1,8 @@
 """Seeded mutations of real input files: bytes (flips, cuts, splices), JSON structure (hostile values put
-in real events), encodings (byte-order marks, UTF-16), containers (gzip cut, doubled, with a tail),
-SQLite pages and values, and Flight Recorder pickles (values swapped, then pickled again).
+in real events), encodings (byte-order marks, UTF-16), what pipelines make of a whole trace (its events
+twice, CRLF line endings, another time unit, quoted numbers, negative ids, another job's world size),
+containers (gzip cut, doubled, with a tail), SQLite pages, values and schemas (another release's), and
+Flight Recorder pickles (values swapped, then pickled again).
 
 Each mutator takes the file's bytes and a `random.Random` and returns new bytes; everything is decided by
 the generator, so a seed replays a case exactly (`describe` names what was done).
@@ -20,6 +22,7 @@ import orjson
 
 if TYPE_CHECKING:
     import random
+    from collections.abc import Callable
 
 # -------------------------------------------------------------------------------------------- values
 
@@ -180,7 +183,89 @@ def json_values(data: bytes, rng: random.Random) -> bytes:
     return dump_json(doc)
 
 
-JSON_MUTATORS = [*BYTE_MUTATORS, json_structure, json_structure, json_values, encoding]
+def _each_event(data: bytes, change: Callable[[dict], None]) -> bytes:
+    """`data` (a Chrome JSON trace) with `change` applied to each of its events that is an object."""
+    doc = orjson.loads(data)
+    for event in _events(doc) or []:
+        if isinstance(event, dict):
+            change(event)
+    return dump_json(doc)
+
+
+def doubled_events(data: bytes, rng: random.Random) -> bytes:
+    """The event list twice over, as a merge that took one rank's file twice writes it (`jq -s` over the
+    same file, a pipeline that appended a trace to itself)."""
+    doc = orjson.loads(data)
+    events = _events(doc)
+    if not events:
+        msg = "no event list"  # `mutate` goes on without it, so the case is not named for it
+        raise ValueError(msg)
+    events.extend(list(events))
+    return dump_json(doc)
+
+
+def line_endings(data: bytes, rng: random.Random) -> bytes:
+    """Windows line endings (or old Mac ones, a lone CR), as a file copied through a Windows tool has them."""
+    return data.replace(b"\n", rng.choice([b"\r\n", b"\r"]))
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def time_unit(data: bytes, rng: random.Random) -> bytes:
+    """Every `ts` and `dur` in another unit (seconds, milliseconds or nanoseconds where microseconds go), as
+    an exporter writing its own clock does."""
+    scale = rng.choice([1e-6, 1e-3, 1000])
+
+    def change(event: dict) -> None:
+        for key in ("ts", "dur"):
+            if _number(event.get(key)):
+                event[key] = event[key] * scale
+
+    return _each_event(data, change)
+
+
+def as_strings(data: bytes, rng: random.Random) -> bytes:
+    """One field of every event (`ts`, `dur`, `pid` or `tid`) written as a string, as a pipeline that
+    quotes every value writes it."""
+    key = rng.choice(["ts", "dur", "pid", "tid"])
+
+    def change(event: dict) -> None:
+        if _number(event.get(key)):
+            event[key] = str(event[key])
+
+    return _each_event(data, change)
+
+
+def negated_ids(data: bytes, rng: random.Random) -> bytes:
+    """`pid` and `tid` of every event negated (ids written as signed 32-bit numbers past 2**31)."""
+
+    def change(event: dict) -> None:
+        for key in ("pid", "tid"):
+            if _number(event.get(key)):
+                event[key] = -event[key]
+
+    return _each_event(data, change)
+
+
+def other_job(data: bytes, rng: random.Random) -> bytes:
+    """`distributedInfo` of another job: another world size (and maybe rank), as a rank's file from another
+    run left in the folder says."""
+    doc = orjson.loads(data)
+    info = doc.get("distributedInfo") if isinstance(doc, dict) else None
+    if isinstance(info, dict):
+        info["world_size"] = rng.choice([1, 4, 8, 64])
+        if rng.random() < 0.5:
+            info["rank"] = rng.randrange(info["world_size"])
+    return dump_json(doc)
+
+
+PIPELINE_MUTATORS = [doubled_events, line_endings, time_unit, as_strings, negated_ids, other_job]
+"""What real exporters and broken pipelines make of a whole trace (not damage at one place)."""
+LOUD = {"doubled_events"}
+"""Mutators whose file must never be read as if nothing were wrong: refused, or read with a warning."""
+JSON_MUTATORS = [*BYTE_MUTATORS, json_structure, json_structure, json_values, encoding, *PIPELINE_MUTATORS]
 DOC_MUTATORS = [*BYTE_MUTATORS, *[json_values] * 8, encoding]
 """For the JSON files beside traces (a plan, a profile)."""
 
@@ -256,7 +341,31 @@ def sqlite_values(data: bytes, rng: random.Random) -> bytes:
         return path.read_bytes()
 
 
-SQLITE_MUTATORS = [sqlite_pages, sqlite_values, sqlite_values, flip, cut]
+def sqlite_schema(data: bytes, rng: random.Random) -> bytes:
+    """The schema of another Nsight Systems release: a column dropped or renamed, a table renamed, or a
+    column and a table added."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "db.sqlite"
+        path.write_bytes(data)
+        with sqlite3.connect(path) as db:
+            tables = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+            table = rng.choice(tables)
+            columns = [r[1] for r in db.execute(f'PRAGMA table_info("{table}")')]
+            column = rng.choice(columns)
+            op = rng.randrange(4)
+            if op == 0:
+                db.execute(f'ALTER TABLE "{table}" DROP COLUMN "{column}"')
+            elif op == 1:
+                db.execute(f'ALTER TABLE "{table}" RENAME COLUMN "{column}" TO "{column}V2"')
+            elif op == 2:
+                db.execute(f'ALTER TABLE "{table}" RENAME TO "{table}_V2"')
+            else:
+                db.execute(f'ALTER TABLE "{table}" ADD COLUMN "newField" INTEGER DEFAULT 7')
+                db.execute('CREATE TABLE "NEW_TABLE" (id INTEGER PRIMARY KEY, value TEXT)')
+        return path.read_bytes()
+
+
+SQLITE_MUTATORS = [sqlite_pages, sqlite_values, sqlite_values, flip, cut, sqlite_schema, sqlite_schema]
 
 
 # ----------------------------------------------------------------------------------------------- pickles

@@ -1,9 +1,10 @@
-"""Hand-made classes of hostile input the seeded fuzzer (`cases`, `mutate`) does not generate, each a real
-fixture mutated one way: other compressions and encodings under a trace's name, two `traceEvents` lists,
-entries of a run folder that are no regular file, a rank its own world size contradicts, a step marker of
-no length, an Nsight column of the wrong type or a write-ahead log not merged, an op-timeline table with a
-byte-order mark, Flight Recorder dumps in an older pickle protocol or with a byte-order mark, an empty file
-or a broken link in a watched folder.
+"""Hand-made classes of hostile input, each a real fixture mutated one way: other compressions and
+encodings under a trace's name, two `traceEvents` lists, entries of a run folder that are no regular
+file, a rank its own world size contradicts, a step marker of no length, a trace holding its events
+twice, an Nsight column of the wrong type or a write-ahead log not merged, an op-timeline table with a
+byte-order mark, Flight Recorder dumps in an older pickle protocol, with a byte-order mark or with their
+entries twice, an empty file or a broken link in a watched folder. (The seeded fuzzer, `cases` and
+`mutate`, generates some of them too since they were found.)
 
 Each class goes through the CLI (exit 0, or exit 2 with one line naming the file and the problem; never a
 traceback) and through the Python API (a `TracediagError`, or the file's line in `run.meta.errors`; never
@@ -30,7 +31,10 @@ import pytest
 from conftest import invoke_hostile, time_limit
 
 import tracediag
-from tracediag.errors import RankError, TracediagError, shown
+from tracediag.errors import RankError, TracediagError, TraceError, shown
+from tracediag.ingest import frscan, native
+from tracediag.ingest.flight import read_dumps
+from tracediag.ingest.read import read_file
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 GLOO0, GLOO1 = (FIXTURES / "kineto" / f"gen_torch2.13cpu_gloo_2rank_rank{r}.pt.trace.json.gz" for r in (0, 1))
@@ -385,3 +389,78 @@ def test_watch_once_ends_on_an_empty_file_and_names_every_odd_entry(tmp_path):
     assert f"warning: {shown(empty)}: empty file" in err
     assert f"warning: {shown(loop)}: cannot read file (Too many levels of symbolic links)" in err
     assert f"warning: {shown(dangling)}: cannot read file (No such file or directory)" in err
+
+
+# ------------------------------------------------------------------------------- a file's events twice
+
+
+def _twice(doc: dict) -> bytes:
+    return json.dumps({**doc, "traceEvents": doc["traceEvents"] * 2}).encode()
+
+
+@pytest.mark.parametrize("scanner", [True, False], ids=["C scanner", "msgspec"])
+def test_a_trace_holding_its_events_twice_is_refused_on_both_paths(tmp_path, monkeypatch, scanner):
+    """Rank 1's gloo trace with its event list twice over (a merge that took the file twice) was read
+    whole: its 433 operators and collectives counted double, the analysis changed its verdict (comm_bound
+    first) and said nothing. Real traces repeat at most 5.8% of their rows exactly (`ingest.twice`)."""
+    if not scanner:
+        monkeypatch.setattr(native, "_chromescan", None)
+    folder, bad = _run(tmp_path, "rank1.json", _twice(_doc()))
+    problem = f"{2 * ROWS:,} of its {2 * ROWS:,} events repeat another exactly"
+    _refused(["analyze", folder], bad, problem)  # rank 0 analysed alone after the line, as any bad file
+    _refused(["ingest", folder, "-o", tmp_path / "o.parquet"], bad, "the file holds its events twice")
+    with pytest.raises(TracediagError, match=problem):
+        tracediag.load(bad)
+    with pytest.raises(TraceError, match=problem):  # the path of a file read alone (larger than a batch's)
+        read_file(bad)
+    bad.write_bytes(_plain())  # the trace once, as it was, reads its rows
+    assert tracediag.load(bad).events.height == ROWS
+
+
+def test_a_jax_trace_holding_its_events_twice_is_refused(tmp_path):
+    source = FIXTURES / "jax" / "gen_jax0.10.2_cpu2dev.trace.json.gz"
+    doc = json.loads(gzip.decompress(source.read_bytes()))
+    shutil.copy(source.with_name(source.name.replace(".trace.json.gz", ".xplane.pb.gz")), tmp_path)
+    once = tracediag.load(source).events.height
+    bad = tmp_path / source.name.removesuffix(".gz")
+    bad.write_bytes(_twice(doc))
+    _refused(["ingest", bad, "-o", tmp_path / "o.parquet"], bad, f"of its {2 * once:,} events repeat another")
+
+
+def _without_skipped(text: str) -> dict:
+    doc = json.loads(text)
+    doc.pop("skipped", None)
+    return doc
+
+
+@pytest.mark.parametrize(
+    ("source", "dump", "c_scanner"),
+    [(HANG, "nccl_trace_rank_1", True), (HANG, "nccl_trace_rank_1", False), (HANG_JSON, "fr_trace_rank_0.json", False)],
+    ids=["pickle, C scanner", "pickle, unpickler", "json"],
+)
+def test_flight_recorder_entries_written_twice_are_read_once_and_counted(
+    tmp_path, monkeypatch, source, dump, c_scanner
+):
+    """host_stuck_json's rank 0 with its entries listed twice was read as it was: the hang was found, but its
+    hint said rank 0 "enqueued 32 all_reduce where the others enqueued 16". The recorder numbers each entry
+    once (`record_id`): a repeat is read once and counted, and the report is the undamaged dumps'."""
+    if not c_scanner:
+        monkeypatch.setattr(frscan, "_frscan", None)
+    folder = tmp_path / "dumps"
+    shutil.copytree(source, folder)
+    path = folder / dump
+    if path.suffix == ".json":
+        doc = json.loads(path.read_bytes())
+        path.write_bytes(json.dumps({**doc, "entries": doc["entries"] * 2}).encode())
+    else:
+        doc = pickle.loads(path.read_bytes())
+        path.write_bytes(pickle.dumps({**doc, "entries": doc["entries"] * 2}, protocol=2))
+    entries = len(doc["entries"])
+    code, out, _ = _invoke(["hang", *_dumps(folder), "--format", "json"])
+    expected_code, expected, _ = _invoke(["hang", *_dumps(source), "--format", "json"])
+    assert (code, _without_skipped(out)) == (expected_code, _without_skipped(expected))
+    assert json.loads(out)["skipped"] == {
+        "entry repeating the record_id of an earlier one of its rank (the first kept)": entries
+    }
+    dumps = read_dumps([str(p) for p in _dumps(folder)])
+    assert dumps.entries.height == read_dumps([str(p) for p in _dumps(source)]).entries.height

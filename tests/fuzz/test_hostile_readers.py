@@ -1,7 +1,8 @@
 """Hostile inputs the reader campaign found answered silently or differently by one path, each a real fixture
 mutated one way: thread ids that are no numbers, step markers that overlap, a Flight Recorder dump whose name
-and content give two ranks, a `--rank FILE=N` naming no input on the summary paths and in `watch`, an
-unreadable trace among readable ones on every path (the exit status README documents).
+and content give two ranks, Nsight exports of another schema, a `--rank FILE=N` naming no input on the
+summary paths and in `watch`, an unreadable trace among readable ones on every path (the exit status README
+documents).
 
 Each goes through the CLI (exit 0 with a warning naming the file and the count, or exit 2 with one line
 naming the file and the problem; never a traceback) and through the Python API.
@@ -374,6 +375,37 @@ def test_nsight_table_behind_a_view_is_read(tmp_path):
         "CREATE VIEW CUPTI_ACTIVITY_KIND_KERNEL AS SELECT * FROM kernels",
     )
     assert _kernel_kinds(tracediag.load(db)) == expected == {"kernel": 6, "comm": 6}
+
+
+@pytest.mark.parametrize(
+    ("table", "column"), [("StringIds", "value"), ("StringIds", "id"), ("TARGET_INFO_SESSION_START_TIME", "utcEpochNs")]
+)
+def test_nsight_metadata_table_of_another_schema_is_one_line_not_a_corrupt_file(tmp_path, table, column):
+    """An export whose StringIds (or session start) has another column name, as another release may write
+    it, was called "corrupt SQLite file (no such column: value)": the file is sound, its schema unknown."""
+    db = _nsys(tmp_path, f'ALTER TABLE {table} RENAME COLUMN "{column}" TO "{column}V2"')
+    problem = f"{table} lacks column(s) {column}: unknown export schema"
+    code, _, err = _invoke(["ingest", db])
+    assert (code, _errors(err)) == (2, [f"Error: {shown(db)}: {problem}"]), err
+    with pytest.raises(TraceError, match=re.escape(problem)):
+        read_traces(db)
+
+
+def test_nsight_event_table_without_an_optional_column_is_a_counted_warning(tmp_path):
+    """CUPTI_ACTIVITY_KIND_RUNTIME without `globalTid` (renamed, as another release may) read its 21 runtime
+    calls on no thread without a word: every export read so far has the column."""
+    db = _nsys(tmp_path, 'ALTER TABLE CUPTI_ACTIVITY_KIND_RUNTIME RENAME COLUMN "globalTid" TO "globalTidV2"')
+    warning = (
+        "CUPTI_ACTIVITY_KIND_RUNTIME lacks column(s) globalTid (an export schema of another release): "
+        "left unknown in its 21 rows"
+    )
+    run = tracediag.load(db)
+    assert run.meta.files[0].warnings == (warning,)
+    runtime = run.events.filter(pl.col("kind") == "runtime")
+    assert (runtime.height, runtime["tid"].null_count()) == (21, 21)
+    assert tracediag.load(NSYS1).meta.files[0].warnings == ()
+    code, out, err = _invoke(["ingest", db])
+    assert (code, f"warning {shown(db)}: {warning}" in out) == (0, True), out + err
 
 
 # ------------------------------------------------------------------------------- times far from the rest

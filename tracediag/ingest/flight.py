@@ -570,6 +570,19 @@ def _typed(frame: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     return frame, bad
 
 
+_REPEATED = "entry repeating the record_id of an earlier one of its rank (the first kept)"
+
+
+def _once(entries: pl.DataFrame) -> tuple[pl.DataFrame, dict[int, int]]:
+    """`entries` without those repeating the record_id of an earlier entry of their rank, and how many were
+    dropped per rank. The recorder numbers each entry once, so a repeat is a dump's entries written twice
+    (a pipeline that appended a list to itself): kept, every op of it would count double (a rank "enqueued
+    32 all_reduce where the others enqueued 16")."""
+    first = pl.struct("rank", "record_id").is_first_distinct()
+    repeated = dict(entries.filter(~first).group_by("rank").len().rows())
+    return (entries.filter(first) if repeated else entries), repeated
+
+
 @dataclass(frozen=True, slots=True)
 class _Piece:
     """One dump read, its entries not yet typed (`_assemble` types a batch of them at once)."""
@@ -657,6 +670,7 @@ def _assemble(pieces: list[_Piece]) -> FlightDumps:
     frames = [p.raw for p in pieces if not isinstance(p.raw, pa.Table)]
     schema = {**_FIELDS, "stack_id": pl.Int32(), "rank": pl.Int32()}
     entries, bad = _typed(pl.concat(([frscan.to_polars(arrow, schema)] if arrow else []) + frames))
+    entries, repeated = _once(entries)
     groups = pl.concat([p.groups for p in pieces])
     named = (
         groups.filter(pl.col("ranks").is_not_null())
@@ -678,6 +692,8 @@ def _assemble(pieces: list[_Piece]) -> FlightDumps:
         rank = p.dump[0]
         if dropped.get(rank):
             p.skipped[_NO_REQUIRED] += dropped[rank]
+        if repeated.get(rank):
+            p.skipped[_REPEATED] += repeated[rank]
         skipped.update(p.skipped)
         rows.append((*p.dump, held.get(rank, 0), sum(p.skipped.values())))
     return FlightDumps(

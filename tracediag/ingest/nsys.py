@@ -244,6 +244,7 @@ def _check_header(path: Path, head: bytes, *, shown: Path) -> None:
 def _string_ids(con: sqlite3.Connection, path: Path) -> pl.DataFrame:
     """`StringIds` (id -> value). An id held twice (a damaged export: it is the primary key) is a
     `TraceError`: which name its rows carry would be a guess. A null id names no row (none is dropped)."""
+    _require(con, "StringIds", ("id", "value"), path)
     strings = _query(con, "SELECT id, value FROM StringIds", {"id": pl.Int64(), "value": pl.String()}, path)
     strings = strings.filter(pl.col("id").is_not_null())
     twice = strings.filter(pl.col("id").is_duplicated())
@@ -341,15 +342,33 @@ def _fetch(con: sqlite3.Connection, tables: set[str], table: _Table, path: Path,
     schema = {c: (pl.String() if c == "text" else pl.Int64()) for c in cols}
     if table.name not in tables:
         return pl.DataFrame(schema=schema)
-    present = {r[1] for r in con.execute(f'PRAGMA table_info("{table.name}")')}
-    missing = [c for c in table.required if c not in present]
-    if missing:
-        problem = f"{table.name} lacks column(s) {', '.join(missing)}: unknown export schema"
-        raise TraceError(str(path), problem)
+    present = _require(con, table.name, table.required, path)
     if table.name == _NVTX.name and not {"text", "textId"} & present:
         warnings.append(_NO_NVTX_NAMES)
     select = ", ".join(f'"{c}"' if c in present else f'NULL AS "{c}"' for c in cols)
-    return _query(con, f'SELECT {select} FROM "{table.name}"', schema, path)
+    raw = _query(con, f'SELECT {select} FROM "{table.name}"', schema, path)
+    absent = [c for c in table.optional if c not in present and c not in ("text", "textId")]
+    if absent and raw.height:  # every release read so far writes them: another release's schema
+        warnings.append(
+            f"{table.name} lacks column(s) {', '.join(absent)} (an export schema of another release): "
+            f"left unknown in its {count(raw.height, 'row')}"
+        )
+    return raw
+
+
+def _columns(con: sqlite3.Connection, table: str) -> set[str]:
+    return {r[1] for r in con.execute(f'PRAGMA table_info("{table}")')}
+
+
+def _require(con: sqlite3.Connection, table: str, required: tuple[str, ...], path: Path) -> set[str]:
+    """The columns of `table`; a `TraceError` naming those of `required` it lacks (another release's
+    schema: read on, the query would fail as if the file were corrupt)."""
+    present = _columns(con, table)
+    missing = [c for c in required if c not in present]
+    if missing:
+        problem = f"{table} lacks column(s) {', '.join(missing)}: unknown export schema"
+        raise TraceError(str(path), problem)
+    return present
 
 
 def _env_values(strings: pl.DataFrame, keys: tuple[str, ...]) -> tuple[str, tuple[int, ...]] | None:
@@ -425,6 +444,7 @@ def _session_start(con: sqlite3.Connection, tables: set[str], path: Path) -> int
     integer is a `TraceError` (read as absent, the file's times would be taken as relative without cause)."""
     if "TARGET_INFO_SESSION_START_TIME" not in tables:
         return None
+    _require(con, "TARGET_INFO_SESSION_START_TIME", ("utcEpochNs",), path)
     row = con.execute("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME").fetchone()
     if row is None or row[0] is None:
         return None
@@ -436,14 +456,14 @@ def _session_start(con: sqlite3.Connection, tables: set[str], path: Path) -> int
 
 def _hostname(con: sqlite3.Connection, tables: set[str]) -> str | None:
     """The profiled host's name (`TARGET_INFO_SYSTEM_ENV` row `Hostname`); None without one."""
-    if "TARGET_INFO_SYSTEM_ENV" not in tables:
+    if "TARGET_INFO_SYSTEM_ENV" not in tables or {"name", "value"} - _columns(con, "TARGET_INFO_SYSTEM_ENV"):
         return None
     row = con.execute("SELECT value FROM TARGET_INFO_SYSTEM_ENV WHERE name = 'Hostname' LIMIT 1").fetchone()
     return row[0] if row and isinstance(row[0], str) and row[0] else None
 
 
 def _devices(con: sqlite3.Connection, tables: set[str]) -> tuple[str, ...]:
-    if "TARGET_INFO_GPU" not in tables:
+    if "TARGET_INFO_GPU" not in tables or {"id", "name"} - _columns(con, "TARGET_INFO_GPU"):
         return ()
     return tuple(r[0] for r in con.execute("SELECT name FROM TARGET_INFO_GPU ORDER BY id") if r[0])
 

@@ -16,6 +16,7 @@ from tracediag.errors import NotATraceError, RankError, TracediagError, TraceErr
 from tracediag.ingest import chrome, kineto, timeline
 from tracediag.ingest.remote import expand, is_remote, local_copy
 from tracediag.ingest.sniff import GZIP_MAGIC, iter_blocks, map_plain, peek_head, sniff
+from tracediag.ingest.twice import doubled_problem
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -51,7 +52,11 @@ def read_traces(
 ) -> list[FileTrace]:
     """The event tables of one file: one rank's trace, or each rank's rows of an op-timeline table."""
     read = _read(path, rank=rank, default_rank=default_rank, storage_options=storage_options)
-    return read if isinstance(read, list) else [read]
+    traces = read if isinstance(read, list) else [read]
+    for trace in traces:
+        if (problem := doubled_problem(trace.events)) is not None:
+            raise TraceError(str(path), problem)
+    return traces
 
 
 def _read(
@@ -203,7 +208,7 @@ def read_small(tasks: list[tuple[str, int | None, int | None]]) -> list[list[Fil
     batch = batch.without(_jax_files(batch))
     paths, ranks, defaults = ([task[k] for task in tasks] for k in range(3))
     for f, trace in kineto.to_events_small(batch, paths, ranks, defaults).items():
-        out[f] = [trace]
+        out[f] = None if doubled_problem(trace.events) else [trace]  # read alone, it is refused
     return out
 
 
