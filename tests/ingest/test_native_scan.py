@@ -19,6 +19,7 @@ import orjson
 import polars as pl
 import pytest
 from conftest import FIXTURES
+from fuzz import mutate
 from polars.testing import assert_frame_equal
 
 from tracediag.errors import TracediagError
@@ -305,6 +306,18 @@ def test_mutated_real_traces_read_the_same_on_both_paths(
         _assert_same(*_both(path, monkeypatch), f"seed {seed} case {i} from {src.name}")
     assert scanned_any
     assert declined_any
+
+
+@pytest.mark.parametrize("mutator", mutate.PIPELINE_MUTATORS, ids=lambda m: m.__name__)
+def test_what_pipelines_make_of_whole_traces_reads_the_same_on_both_paths(
+    mutator, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fuzzer's whole-trace mutations (events twice, CRLF, another time unit, quoted numbers, negative
+    ids, another job's world size) on each real Kineto trace: the same table, or the same one-line error."""
+    for i, src in enumerate(KINETO):
+        path = tmp_path / f"p{i}.json"
+        path.write_bytes(mutator(_text(src), random.Random(i)))
+        _assert_same(*_both(path, monkeypatch), f"{mutator.__name__} on {src.name}")
 
 
 def test_declines_what_it_does_not_read_exactly() -> None:
