@@ -874,6 +874,100 @@ r9(
     truths=[T("compute_straggler", [2])],
     note="4-rank DDP MLP (no wide layer): rank 2 +24 matmuls after forward every step; communication small",
 )
+# ---------------------------------------------------------------------------
+# --set round10: shapes a production job has that rounds 1-9 do not: one rank's data loader stalling every k
+# steps (a shard on a slow filesystem), a rank slow from per-sample `.item()` calls (host-side synchronisations,
+# many tiny ops) rather than from compute, a straggler handing off to another rank mid-window, a straggler
+# amid drawn batch sizes, a rank whose profiler window starts one step later than the others', an odd
+# 3-stage 1F1B split, and a 6-rank job traced on only 2 of its ranks with the culprit untraced. New keys:
+# `loader.stall` {rank, iters, sleep_s}: that rank's Dataset sleeps in `__getitem__` on those iterations
+# only; `host_items` {rank, n}: that rank runs n `.item()` calls on one-element results per step, after
+# forward; `prof_wait` {rank: wait}: that rank's profiler schedule waits so many steps (the others 1).
+R10 = {}
+
+
+def r10(name, **kw):
+    r6(name, **kw)
+    R10[name] = R6.pop(name)
+
+
+r10(
+    "loader_stall_k3",
+    active=8,
+    loader=dict(kind="dataloader", sleep_s=0.0, cpu_iters=0, stall=dict(rank=1, iters=[3, 6, 9], sleep_s=0.6)),
+    truths=[T("input_straggler", [1], [3, 6, 9])],
+    note="4 ranks, DataLoader(num_workers=0) on every rank; rank 1's Dataset sleeps 600 ms in __getitem__ on "
+    "iterations 3, 6, 9 only (a shard on a slow filesystem, every third step)",
+)
+r10(
+    "host_item_sync",
+    active=6,
+    host_items=dict(rank=2, n=4000),
+    truths=[T("host_straggler", [2])],
+    note="4 ranks; rank 2 runs 4000 per-sample `.item()` calls (a metric per element: select, mul, item) after "
+    "forward every step: many tiny ops and host syncs, little compute",
+)
+r10(
+    "strag_handoff",
+    active=8,
+    strags=[
+        dict(rank=0, iters=[2, 3, 4, 5], n_mm=30, where="after_forward"),
+        dict(rank=3, iters=[6, 7, 8, 9], n_mm=30, where="after_forward"),
+    ],
+    truths=[T("compute_straggler", [0], "strag"), T("compute_straggler", [3], "strag")],
+    note="4 ranks; rank 0 +30 matmuls after forward on iterations 2..5, then rank 3 the same on 6..9 (two "
+    "stragglers, each on its own half of the window)",
+)
+r10(
+    "strag_amid_draw",
+    active=8,
+    batch_draw=True,
+    strags=[dict(rank=2, iters="all", n_mm=36, where="after_forward")],
+    truths=[T("compute_straggler", [2])],
+    note="4 ranks; every rank draws its batch size each step from 64..1536 (unbalanced batches) and rank 2 also "
+    "runs +36 matmuls after forward every step (a slow rank amid batch noise)",
+)
+r10(
+    "shifted_window",
+    active=7,
+    prof_wait={1: 2},
+    strags=[dict(rank=3, iters="all", n_mm=24, where="after_forward")],
+    truths=[T("compute_straggler", [3])],
+    note="4 ranks, 7 profiled steps; rank 1's profiler waits one step more (its window is iterations 3..9, the "
+    "others' 2..8: steps numbered alike, windows shifted); rank 3 +24 matmuls after forward every step",
+)
+r10(
+    "pp_1f1b_odd_p3",
+    kind="pipeline",
+    world=3,
+    active=6,
+    schedule="1F1B",
+    m=6,
+    stage_layers={0: 5, 1: 2, 2: 2},
+    truths=[T("stage_imbalance", [0])],
+    note="3 stages, Schedule1F1B, m=6; 9 Linear(1024,1024) split 5/2/2 (an odd split: the first stage holds "
+    "the extra layers)",
+)
+r10(
+    "host_w6",
+    world=6,
+    active=6,
+    **SMALL,
+    host=dict(rank=4, iters="all", sleep_s=0.4, where="before_forward"),
+    truths=[T("host_straggler", [4])],
+    note="6-rank DDP, 4x Linear(256,256) batch 256; rank 4 time.sleep(400 ms) at the start of every step",
+)
+r10(
+    "sub_w6_two",
+    kind="subset",
+    subset_of="host_w6",
+    drop=[2, 3, 4, 5],
+    truths=[T("untraced_culprit", [4])],
+    note="host_w6 traced on ranks 0 and 1 only (a third of the job; the culprit untraced)",
+)
+for _c in R10.values():
+    if _c["kind"] == "subset":
+        _c["world"] = R10[_c["subset_of"]]["world"]
 SETS = {
     "heldout": (S, OUT),
     "healthy2": (H, Path(os.environ.get("HELDOUT2_OUT", TMP / "heldout2"))),
@@ -881,8 +975,9 @@ SETS = {
     "round7": (R7, Path(os.environ.get("HELDOUT7_OUT", TMP / "heldout7"))),
     "round8": (R8, Path(os.environ.get("HELDOUT8_OUT", TMP / "heldout8"))),
     "round9": (R9, Path(os.environ.get("HELDOUT9_OUT", TMP / "heldout9"))),
+    "round10": (R10, Path(os.environ.get("HELDOUT10_OUT", TMP / "heldout10"))),
 }
-ALL = {**S, **H, **R6, **R7, **R8, **R9}
+ALL = {**S, **H, **R6, **R7, **R8, **R9, **R10}
 
 
 # ---------------------------------------------------------------------------
@@ -973,14 +1068,18 @@ def body_comm_linear(torch, rank, cfg, seed):
     return step
 
 
-def _slow_batches(torch, rank, seed, batch, dim, sleep_s, cpu_iters, kind):
+def _slow_batches(torch, rank, seed, batch, dim, sleep_s, cpu_iters, kind, stall=None):
     """Batches made on the host: each sleeps `sleep_s` and spins `cpu_iters` Python iterations, served by a
-    `DataLoader(num_workers=0)` (`kind` "dataloader") or a plain generator (anything else)."""
+    `DataLoader(num_workers=0)` (`kind` "dataloader") or a plain generator (anything else). `stall` (iterations,
+    seconds): the batch of those iterations sleeps that much more (batch k is iteration k - 1: the un-profiled
+    warm-up iteration -1 takes batch 0)."""
     from torch.utils.data import DataLoader, Dataset
 
     def make(idx):
         if sleep_s:
             time.sleep(sleep_s)
+        if stall and idx - 1 in stall[0]:
+            time.sleep(stall[1])
         acc = 0
         for k in range(cpu_iters):
             acc = (acc * 31 + k + idx) % 1000003
@@ -1255,8 +1354,14 @@ def _r6_hooks(torch, rank, cfg):
     """The injections of `cfg` for `rank`: a function (iteration, place) -> None that runs them."""
     strags = [st for st in cfg.get("strags", []) if st["rank"] == rank]
     host = cfg.get("host") if cfg.get("host", {}).get("rank") == rank else None
+    items = cfg.get("host_items") if cfg.get("host_items", {}).get("rank") == rank else None
+    vals = torch.randn(256)
 
     def hook(i, where):
+        if items and where == "after_forward" and i >= 0:  # a per-element metric read back one .item() at a time
+            acc = 0.0
+            for k in range(items["n"]):
+                acc += (vals[k % 256] * 2).item()
         for st in strags:
             if st["where"] == where and (st["iters"] == "all" or i in st["iters"]):
                 mr._extra_compute(
@@ -1283,7 +1388,9 @@ def _r6_loader(torch, rank, cfg, seed):
         return make
     slow = ld.get("rank", rank) == rank  # `rank`: only that rank's loader waits
     sleep_s, cpu_iters = (ld["sleep_s"], ld["cpu_iters"]) if slow else (0, 0)
-    it = _slow_batches(torch, rank, seed, B, D, sleep_s, cpu_iters, ld["kind"])
+    st = ld.get("stall")
+    stall = (set(st["iters"]), st["sleep_s"]) if st and st["rank"] == rank else None
+    it = _slow_batches(torch, rank, seed, B, D, sleep_s, cpu_iters, ld["kind"], stall)
     return lambda i: next(it)
 
 
@@ -1438,13 +1545,14 @@ def _worker(rank, world, port, name, cfg, seed, outdir, addr="127.0.0.1"):
 
         path = Path(outdir) / f"rank{rank}.pt.trace.json.gz"
         iter_to_step = {}
+        waits = {int(r): w for r, w in cfg.get("prof_wait", {}).items()}
         with profile(
             activities=[ProfilerActivity.CPU],
-            schedule=schedule(wait=1, warmup=1, active=cfg["active"], repeat=1),
+            schedule=schedule(wait=waits.get(rank, 1), warmup=1, active=cfg["active"], repeat=1),
             on_trace_ready=lambda p: p.export_chrome_trace(str(path)),
             record_shapes=cfg["record_shapes"],
         ) as prof:
-            for i in range(2 + cfg["active"]):
+            for i in range(1 + max(waits.values(), default=1) + cfg["active"]):
                 iter_to_step[i] = prof.step_num  # the ProfilerStep#N that wraps iteration i
                 step(i)
                 prof.step()
@@ -1523,7 +1631,7 @@ def generate6(name, repeat):
         i2s = {int(k): v for k, v in json.loads((outdir / "iter_to_step.tmp").read_text()).items()}
         (outdir / "iter_to_step.tmp").unlink()
     ev = {r: mr.trace_evidence(outdir / f"rank{r}.pt.trace.json.gz") for r in traced}
-    prof_steps = sorted(ev[traced[0]]["steps"])
+    prof_steps = sorted(set.intersection(*(set(e["steps"]) for e in ev.values())))  # all traced ranks' (prof_wait)
     truths = []
     for t in cfg["truths"]:
         steps, per = _truth_steps(t, cfg, i2s, prof_steps)
@@ -1851,7 +1959,9 @@ def main(argv=None):
         "round7: 3/5/6 ranks, 4/5/7 steps, input straggler, slow node, periodic and two transients into $HELDOUT7_OUT; "
         "round8: 2/7/8 ranks, mid-run and simultaneous causes, uneven batches, a heavy middle stage into "
         "$HELDOUT8_OUT; "
-        "round9: communication-bound jobs with a straggler, and their single-cause twins into $HELDOUT9_OUT",
+        "round9: communication-bound jobs with a straggler, and their single-cause twins into $HELDOUT9_OUT; "
+        "round10: periodic loader stalls, .item() syncs, a straggler hand-off, a straggler amid drawn batches, a "
+        "shifted profiler window, an odd 1F1B split, a 6-rank job traced on 2 ranks into $HELDOUT10_OUT",
     )
     ap.add_argument("--only", action="append", choices=sorted(ALL), help="scenario(s); default all of --set")
     ap.add_argument("--repeats", type=int, default=2)
@@ -1865,7 +1975,7 @@ def main(argv=None):
         for k in range(args.repeats):
             d = OUT / f"{name}_r{k}"
             if not args.analyze_only:
-                (generate6 if args.set in ("round6", "round7", "round8", "round9") else generate)(name, k)
+                (generate6 if args.set.startswith("round") else generate)(name, k)
             if (d / "manifest.json").exists():
                 dirs.append(d)
     results = [score(d) for d in dirs]
