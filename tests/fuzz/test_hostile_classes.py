@@ -3,8 +3,8 @@ encodings under a trace's name, two `traceEvents` lists, entries of a run folder
 file, a rank its own world size contradicts, a step marker of no length, a trace holding its events
 twice, an Nsight column of the wrong type or a write-ahead log not merged, an op-timeline table with a
 byte-order mark, Flight Recorder dumps in an older pickle protocol, with a byte-order mark or with their
-entries twice, an empty file or a broken link in a watched folder. (The seeded fuzzer, `cases` and
-`mutate`, generates some of them too since they were found.)
+entries twice, a trace padded with NUL bytes, an empty file or a broken link in a watched folder. (The
+seeded fuzzer, `cases` and `mutate`, generates some of them too since they were found.)
 
 Each class goes through the CLI (exit 0, or exit 2 with one line naming the file and the problem; never a
 traceback) and through the Python API (a `TracediagError`, or the file's line in `run.meta.errors`; never
@@ -464,3 +464,35 @@ def test_flight_recorder_entries_written_twice_are_read_once_and_counted(
     }
     dumps = read_dumps([str(p) for p in _dumps(folder)])
     assert dumps.entries.height == read_dumps([str(p) for p in _dumps(source)]).entries.height
+
+
+# ------------------------------------------------------------------------------- a file padded with NULs
+
+
+@pytest.mark.parametrize("scanner", [True, False], ids=["C scanner", "msgspec"])
+@pytest.mark.parametrize("packed", [False, True], ids=["mapped", "gzipped"])
+def test_a_trace_padded_with_nul_bytes_reads_as_without_them(tmp_path, monkeypatch, scanner, packed):
+    """A trace whose writer's host crashed ends in zeros (the file system grew the file, the data never
+    came). Whole or cut short, it was "invalid JSON ... (trailing characters)" at the first NUL; now it is
+    read as the same trace without them (whole, or to its last complete event), with a warning counting them."""
+    if not scanner:
+        monkeypatch.setattr(native, "_chromescan", None)
+    plain = _plain()
+    cut = plain[: len(plain) // 2]
+    for text, name in ((plain, "whole"), (cut, "cut")):
+        (tmp_path / name).mkdir()
+        clean = tmp_path / name / "clean.json"
+        clean.write_bytes(text)
+        padded = tmp_path / name / ("rank1.json.gz" if packed else "rank1.json")
+        data = text + b"\0" * 70_000 + (b"\0" * 5 if packed else b"")
+        padded.write_bytes(gzip.compress(data) if packed else data)
+        want, got = tracediag.load(clean), tracediag.load(padded)
+        assert got.events.equals(want.events)
+        warning = (
+            f"{70_000 + 5 * packed:,} NUL bytes end the file (its writer's host crashed?): left out, read without them"
+        )
+        assert got.meta.files[0].warnings == (*want.meta.files[0].warnings, warning)
+        assert got.meta.files[0].skipped == want.meta.files[0].skipped
+        assert (name == "cut") == bool(want.meta.files[0].skipped.get("truncated"))
+    code, out, err = _invoke(["ingest", tmp_path / "whole" / padded.name, "-o", tmp_path / "o.parquet"])
+    assert (code, warning in out) == (0, True), out + err

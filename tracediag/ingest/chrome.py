@@ -240,10 +240,12 @@ def decode(source: bytes | Iterable[bytes] | mmap.mmap, path: str, *, lead: int 
     """
     warnings: list[str] = []
     skipped: dict[str, int] = {}
+    padding = _Padding()
     if isinstance(source, mmap.mmap):
-        buffer: _Buffer = _Mapped(source)
+        buffer: _Buffer = _Mapped(source, end=padding.end_of(source))
     else:
-        buffer = _Buffer(iter([source] if isinstance(source, (bytes, bytearray)) else source), consumed=lead)
+        blocks = iter([source] if isinstance(source, (bytes, bytearray)) else source)
+        buffer = _Buffer(padding.held_back(blocks), consumed=lead)
     top: dict[str, Any] = {}
     bases: list[pl.DataFrame] = []
     metas: list[pl.DataFrame] = []
@@ -278,6 +280,8 @@ def decode(source: bytes | Iterable[bytes] | mmap.mmap, path: str, *, lead: int 
         _add_scanned(scanner, bases, metas, rare, skipped)
     if not bases:  # no event at all (`[]`, `{"traceEvents": []}`): the columns, without rows
         bases.append(_piece_frame([], 0, b"", False, warnings)[0])
+    if padding.nuls:
+        warnings.append(padding.warning())
     frame = _contiguous(bases)
     # events dropped while decoding (cut off, or not convertible) never reached the frame
     events_in = n_events + skipped.get("malformed", 0) + skipped.get("truncated", 0)
@@ -781,12 +785,66 @@ class _Buffer:
         self.consumed += n
 
 
+class _Padding:
+    """NUL bytes ending a file, left out of its document: a file whose writer's host crashed ends in
+    zeros (the file system had grown it, the data never came), after a whole document or one cut short.
+    Read without them, the document is what it is (whole, or cut short and read to its last event) and a
+    warning counts them; read with them, it was "invalid JSON" at the first NUL."""
+
+    MAX = 16 << 20
+    """Longer runs of NULs are no padding but a hole (a sparse file): left in, they are refused at their
+    first byte, without reading (or gunzipping) the rest (`tests/ingest/test_first_error.py`)."""
+
+    def __init__(self) -> None:
+        self.nuls = 0
+
+    def end_of(self, mapped: mmap.mmap) -> int:
+        """Where `mapped`'s document ends (its NUL bytes at the end counted); one byte looked at when the
+        file ends in none, at most `MAX` when it ends in a hole."""
+        end = len(mapped)
+        while end and mapped[end - 1] == 0 and len(mapped) - end < self.MAX:
+            start = max(0, end - CHUNK_BYTES, len(mapped) - self.MAX)
+            kept = len(mapped[start:end].rstrip(b"\0"))
+            end = start + kept
+            if kept:
+                break
+        if end and mapped[end - 1] == 0:  # a hole, not padding
+            return len(mapped)
+        self.nuls = len(mapped) - end
+        return end
+
+    def held_back(self, blocks: Iterator[bytes]) -> Iterator[bytes]:
+        """`blocks` with the NUL bytes that end them held back (and counted): a run of NULs is passed on
+        only when a later byte is not one."""
+        pending = 0
+        for block in blocks:
+            if not block:
+                continue
+            data = bytes(block).rstrip(b"\0") if block[-1:] == b"\0" else block
+            if data:
+                if pending:
+                    yield bytes(pending)
+                yield data
+                pending = 0
+            pending += len(block) - len(data)
+            if pending > self.MAX:  # a hole: passed on, and the rest as it comes
+                yield bytes(pending)
+                yield from blocks
+                return
+        self.nuls = pending
+
+    def warning(self) -> str:
+        return f"{self.nuls:,} NUL bytes end the file (its writer's host crashed?): left out, read without them"
+
+
 class _Mapped(_Buffer):
     """A file mapped copy-on-write, read as a `_Buffer`: bytes are held without a copy, and the pages
     below the cut are dropped as the pieces go (so the process never holds the whole file)."""
 
-    def __init__(self, mapped: mmap.mmap) -> None:
+    def __init__(self, mapped: mmap.mmap, *, end: int | None = None) -> None:
         self.buf = mapped
+        self.end = len(mapped) if end is None else end
+        """Where the document ends: the file's end, less the NUL bytes padding it (`_Padding`)."""
         self.lo = self.hi = self.dropped = 0
         self.eof = False
 
@@ -795,10 +853,10 @@ class _Mapped(_Buffer):
         return self.lo
 
     def rest(self) -> int | None:
-        return len(self.buf) - self.lo
+        return self.end - self.lo
 
     def fill(self, size: int | None) -> None:
-        end = len(self.buf)
+        end = self.end
         self.hi = end if size is None else min(end, max(self.hi, self.lo + size))
         self.eof = self.hi == end
 
