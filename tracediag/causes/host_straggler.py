@@ -42,8 +42,11 @@ def _edit(f: Finding, facts: Facts, graph: Graph) -> causes.Edit:
 
 def _framework(f: Finding) -> pl.DataFrame:
     """``rank, step, removed_ns``: the finding's framework time per step (evidence ``framework_ms_by_step``, the
-    members' mean) on each of its ranks."""
-    per = f.evidence.get("framework_ms_by_step") or {}
+    members' mean) and its extra operators' dispatch (``small_ops_ms_by_step``) on each of its ranks."""
+    per: dict[str, float] = {}
+    for key in ("framework_ms_by_step", "small_ops_ms_by_step"):  # both host time inside its compute
+        for k, v in (f.evidence.get(key) or {}).items():
+            per[k] = per.get(k, 0.0) + v
     rows = [(r, int(k), v * NS_PER_MS) for k, v in per.items() for r in f.ranks]
     return pl.DataFrame(rows, schema={"rank": pl.Int32, "step": pl.Int32, "removed_ns": pl.Float64}, orient="row")
 

@@ -19,7 +19,7 @@ import polars as pl
 from tracediag.analysis import Cause, Finding, Lateness
 from tracediag.derive import lateness
 from tracediag.derive.ranked import rank_slices
-from tracediag.detect import straggler
+from tracediag.detect import op_overhead, straggler
 from tracediag.units import NS_PER_MS, count, rank_list
 from tracediag.vocab import ATEN_OP
 
@@ -112,7 +112,9 @@ def window_excess(facts: Facts, ranks: tuple[int, ...]) -> pl.DataFrame:
     )
 
 
-def reason_of(ex: pl.DataFrame, th: Thresholds, framework_ns: float = 0.0) -> tuple[str, dict[str, float]]:
+def reason_of(
+    ex: pl.DataFrame, th: Thresholds, framework_ns: float = 0.0, small_ops_ns: float = 0.0
+) -> tuple[str, dict[str, float]]:
     """Why the rank(s) of `ex` (`window_excess`) arrive late, and the numbers (ms, ratios).
 
     The excess window (its window − the peers' median, summed over its late arrivals; per member of a
@@ -122,12 +124,14 @@ def reason_of(ex: pl.DataFrame, th: Thresholds, framework_ns: float = 0.0) -> tu
     CPU contention). The first part reaching `lateness_reason_share` of the excess is the reason;
     else the larger of compute and idle. `framework_ns` (per member, `framework_excess`) is the part of
     the compute excess that is framework code between the operators, not operator work: it counts as
-    host time (at most the compute excess)."""
+    host time (at most the compute excess); so does `small_ops_ns` (per member, `op_overhead.small_ops_by_step`),
+    the compute of extra operators too small to be arithmetic (at most what the framework time leaves)."""
     members = max(ex["rank"].n_unique(), 1) if ex.height else 1
     total = lambda c: float(ex[c].sum()) / members if ex.height else 0.0  # noqa: E731  (per member)
     excess = total("d_window_ns")
     framework = min(max(framework_ns, 0.0), max(total("d_compute_ns"), 0.0))
-    work, host = total("d_compute_ns") - framework, total("d_idle_ns") + framework
+    small = min(max(small_ops_ns, 0.0), max(total("d_compute_ns"), 0.0) - framework)
+    work, host = total("d_compute_ns") - framework - small, total("d_idle_ns") + framework + small
     nums = {
         "late_arrivals": ex["iid"].n_unique() if ex.height else 0,
         "window_excess_ms": round(excess / NS_PER_MS, 3),
@@ -135,6 +139,7 @@ def reason_of(ex: pl.DataFrame, th: Thresholds, framework_ns: float = 0.0) -> tu
         "compute_excess_ms": round(total("d_compute_ns") / NS_PER_MS, 3),
         "idle_excess_ms": round(total("d_idle_ns") / NS_PER_MS, 3),
         "framework_excess_ms": round(framework / NS_PER_MS, 3),
+        "small_ops_excess_ms": round(small / NS_PER_MS, 3),
         "input_excess_ms": round(total("d_input_ns") / NS_PER_MS, 3),
         "gc_ms": round(total("gc_ns") / NS_PER_MS, 3),
         "sync_ms": round(total("sync_ns") / NS_PER_MS, 3),
@@ -326,7 +331,16 @@ def _explain(facts: Facts, late: Lateness, th: Thresholds, found: list[Finding])
         return found
     ex = window_excess(facts, ranks).filter(pl.col("step").is_in(list(steps)))
     framework = framework_by_step(facts, ranks, steps)
-    reason, nums = reason_of(ex, th, float(framework["framework_ns"].sum()) / len(ranks))
+    # extra operators too small to be arithmetic: the windows' extra compute is their dispatch, host time
+    tiny = op_overhead.tiny_extra_ops(facts, ranks, steps, th)
+    small = ex.group_by("rank", "step").agg(small_ops_ns=pl.col("d_compute_ns").sum().clip(lower_bound=0))
+    small = small if tiny else small.clear()
+    reason, nums = reason_of(
+        ex,
+        th,
+        float(framework["framework_ns"].sum()) / len(ranks),
+        float(ex["d_compute_ns"].sum()) / len(ranks) if tiny else 0.0,
+    )
     counted = op_counts(facts, ranks, steps)
     if counted is not None:  # the step's own counts, not the windows'
         nums.update(counted)
@@ -382,7 +396,7 @@ def _explain(facts: Facts, late: Lateness, th: Thresholds, found: list[Finding])
     rows = ex
     lost = int(rows["caused_ns"].sum() / max(facts.late["rank"].n_unique() - len(ranks), 1))
     part = {
-        "host": nums["idle_excess_ms"] + nums["framework_excess_ms"],
+        "host": nums["idle_excess_ms"] + nums["framework_excess_ms"] + nums["small_ops_excess_ms"],
         "gc": nums["gc_ms"],
         "sync": nums["sync_ms"],
         "checkpoint": nums["checkpoint_ms"],
@@ -395,10 +409,18 @@ def _explain(facts: Facts, late: Lateness, th: Thresholds, found: list[Finding])
         f"and cause{'s' if one else ''} {late.share:.0%} of {scope} (each other rank waits "
         f"{waiting['peer_wait_ms_per_step']:.1f} ms per step for {it}); before those arrivals {REASON_WORDS[reason]}: "
         f"{part:.1f} ms over {count(len(steps), 'step')} against a window {nums['window_excess_ms']:.1f} ms longer "
-        f"than {its} peers', {its} compute {nums['compute_ratio']:.2f}x theirs{note}"
+        f"than {its} peers', {its} compute {nums['compute_ratio']:.2f}x theirs"
+        + (
+            f", {nums['small_ops_excess_ms']:.1f} ms of it in operators too small to be arithmetic "
+            f"({nums['ops_ratio']:.2f}x {its} peers' operators, {nums.get('op_time_ratio') or 0:.3f}x their "
+            "duration: a per-element loop, .item() reads)"
+            if nums["small_ops_excess_ms"] > 0
+            else ""
+        )
+        + note
     )
-    per_step = framework.group_by("step").agg(pl.col("framework_ns").mean()).filter(pl.col("framework_ns") > 0)
-    by_step = {str(k): round(v / NS_PER_MS, 3) for k, v in per_step.sort("step").iter_rows()}
+    by_step = _ms_by_step(framework, "framework_ns")
+    small_by_step = _ms_by_step(small, "small_ops_ns") if nums["small_ops_excess_ms"] > 0 else {}
     finding = Finding(
         cause=cause,
         ranks=ranks,
@@ -411,7 +433,14 @@ def _explain(facts: Facts, late: Lateness, th: Thresholds, found: list[Finding])
             **waiting,
             **nums,
             **({"framework_ms_by_step": by_step} if by_step and reason == "host" else {}),
+            **({"small_ops_ms_by_step": small_by_step} if small_by_step and reason == "host" else {}),
         },
     )
     kept = [f for f in found if not (f.cause is Cause.COMPUTE_STRAGGLER and set(f.ranks) & set(ranks))]
     return [*kept, finding]
+
+
+def _ms_by_step(per: pl.DataFrame, col: str) -> dict[str, float]:
+    """Step → the members' mean of `col` (ns) in ms, where positive: what the host what-if takes out of the compute."""
+    means = per.group_by("step").agg(pl.col(col).mean()).filter(pl.col(col) > 0)
+    return {str(k): round(v / NS_PER_MS, 3) for k, v in means.sort("step").iter_rows()}

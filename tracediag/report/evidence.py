@@ -36,6 +36,9 @@ SENTENCES = {
     "framework_ms_by_step": "that framework time per step (what its what-if takes out of its compute)",
     "framework_excess_ms": "of its extra compute, the own time of non-ATen operators (autograd engine, Python-level "
     "ranges) over its peers' in its late steps: host time, not operator work",
+    "small_ops_excess_ms": "of its extra compute, operators too small to be arithmetic (its extra operators average "
+    "at most a tenth of its peers' mean operator: a per-element loop, .item() reads): host time",
+    "small_ops_ms_by_step": "that small-operator time per step (what its what-if takes out of its compute)",
     "input_excess_ms": "its extra data loading in those windows",
     "gc_ms": "its garbage collection in those windows",
     "sync_ms": "its host-device synchronisation in those windows",
