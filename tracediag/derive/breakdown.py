@@ -40,6 +40,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from tracediag.derive.host_comm import ready_times
 from tracediag.derive.intervals import TimeKeys, asof_by_rank, covered, rank_time, sweep, union_intervals
 from tracediag.derive.ranked import keep_ranked
 from tracediag.derive.steps import Launches, launches
@@ -171,9 +172,12 @@ def _cat(name: str) -> pl.Expr:
     return pl.lit(name, dtype=_CATEGORY)
 
 
-def _device_timeline(events: pl.LazyFrame, spans: pl.DataFrame, names: _Names) -> pl.LazyFrame:
+def _device_timeline(events: pl.LazyFrame, spans: pl.DataFrame, names: _Names, ready: pl.LazyFrame) -> pl.LazyFrame:
     """(rank, ts, end, cat) with cat in compute/comm/p2p/copy/step on each rank's device timeline
-    (the parts of GPU ranks and of CPU-only ranks planned only when `spans` has such ranks)."""
+    (the parts of GPU ranks and of CPU-only ranks planned only when `spans` has such ranks).
+
+    On GPU ranks the host's collective work (gloo over CUDA tensors: `ready`, `host_comm.ready_times`)
+    is communication from when its data was ready: the device that idles meanwhile waits for it."""
     has_gpu, has_cpu = spans.select(
         (pl.col("device") >= 0).any().alias("gpu"), (pl.col("device") < 0).any().alias("cpu")
     ).row(0)
@@ -194,7 +198,19 @@ def _device_timeline(events: pl.LazyFrame, spans: pl.DataFrame, names: _Names) -
     host_comm = host.filter(
         (pl.col("kind") == "comm") | ((pl.col("kind") == "cpu_op") & (pl.col("coll_op").is_not_null() | names.comm_op))
     )
-    on_gpu = [dev.select("rank", "ts", end=_end(), cat=dev_cat).filter(pl.col("cat").is_not_null())]
+    gpu_ranks = spans.filter(pl.col("device") >= 0).select("rank").unique()
+    host_work = (
+        events.filter(pl.col("device") == -1, pl.col("kind") == "comm", pl.col("tid").is_not_null())
+        .join(gpu_ranks, on="rank", how="semi")
+        .join(ready.unique(["rank", "tid", "ts"], keep="first"), on=["rank", "tid", "ts"], how="inner")
+        .select(
+            "rank",
+            ts="ready",
+            end="end",
+            cat=pl.when(pl.col("coll_op").is_in(P2P_OPS)).then(_cat("p2p")).otherwise(_cat("comm")),
+        )
+    )
+    on_gpu = [dev.select("rank", "ts", end=_end(), cat=dev_cat).filter(pl.col("cat").is_not_null()), host_work]
     in_flight = _in_flight(host, names)
     # planned only when some rank is CPU-only: its sweep reads the host rows when planned
     on_cpu = (
@@ -242,7 +258,7 @@ def device_sweep(
     """
     names = distinct_names(events) if names is None else names
     lf, sp = events.lazy(), spans.lazy()
-    own = _device_timeline(lf, spans, _names(names))
+    own = _device_timeline(lf, spans, _names(names), ready_times(lf, names))
     parts = [
         own.with_columns(breakdown_cut=pl.lit(True)),
         lf.filter(pl.col("device") == -1, name_matches(names, INPUT_OP)).select(

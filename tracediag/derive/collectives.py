@@ -23,8 +23,10 @@ from __future__ import annotations
 
 import polars as pl
 
+from tracediag.derive.host_comm import ready_times
 from tracediag.derive.intervals import union_intervals
 from tracediag.schema import COLL_OPS
+from tracediag.vocab import distinct_names
 
 MATCHED_OPS = tuple(op for op in COLL_OPS if op not in ("send", "recv", "other"))
 """Operations with a group-wide instance to match across ranks."""
@@ -66,15 +68,28 @@ def bus_factor(op: pl.Expr, n: pl.Expr) -> pl.Expr:
     )
 
 
-def collective_instances(events: pl.DataFrame) -> pl.DataFrame:
+def collective_instances(events: pl.DataFrame, *, names: pl.Series | None = None) -> pl.DataFrame:
     """Per rank and instance: ``rank, group, op, seq, step, bytes, group_size, ts, end`` (own clock).
 
     ``events`` must have ``step`` filled (`derive.steps.assign_steps`). ``seq`` is the trace's
-    ``Seq`` or the k-th occurrence (0-based) of ``op`` in ``group`` on the rank.
+    ``Seq`` or the k-th occurrence (0-based) of ``op`` in ``group`` on the rank. Each rank's instances
+    come from its first source that has any: collective kernels on a device, the host's collective work
+    (``gloo:*``; its ``ts`` is when its data was ready: `derive.host_comm.ready_times`), collective
+    operators. A device annotation (gloo's ``gpu_user_annotation`` over the copies a host collective
+    issued) is no collective kernel. `names`: `vocab.distinct_names` of `events`, when the caller has them.
     """
+    names = distinct_names(events) if names is None else names
     lf = events.lazy().filter(pl.col("coll_op").is_in(list(MATCHED_OPS)))  # on the Enum: no string per row
+    ready = ready_times(events.lazy(), names).unique(["rank", "tid", "ts"], keep="first")
+    lf = (
+        lf.join(ready.select("rank", "tid", "ts", "ready"), on=["rank", "tid", "ts"], how="left")
+        .with_columns(
+            pl.coalesce("ready", "ts").alias("ts"), dur=pl.col("ts") + pl.col("dur") - pl.coalesce("ready", "ts")
+        )
+        .drop("ready")
+    )
     source = (
-        pl.when(pl.col("device") >= 0)
+        pl.when((pl.col("device") >= 0) & (pl.col("kind") != "annotation"))
         .then(0)
         .when(pl.col("kind") == "comm")
         .then(1)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import polars as pl
 
 from tracediag.derive.grouping import per_rank_step
+from tracediag.derive.host_comm import inside_host_comm
 from tracediag.derive.intervals import TimeKeys, time_order
 from tracediag.derive.ranked import keep_ranked
 from tracediag.derive.steps import Launches, launches
@@ -75,8 +76,13 @@ def host_feed(
     # the tests made columns first: the aggregations are plain sums (a test inside an aggregation is
     # evaluated group by group)
     # (every group_by here is per (rank, step) on one Int64 key: `grouping.per_rank_step`)
+    # a host collective's own synchronisations (gloo waiting for its CUDA input) are the collective's
+    calls = inside_host_comm(
+        runtime.filter(blocking | launch).select("rank", "tid", "ts", "step", "dur", _sync=blocking, _launch=launch),
+        lf,
+    ).with_columns(pl.col("_sync") & ~pl.col("in_comm"))
     host_agg = per_rank_step(
-        runtime.filter(blocking | launch).select("rank", "step", "dur", _sync=blocking, _launch=launch),
+        calls.select("rank", "step", "dur", "_sync", "_launch"),
         pl.col("_sync").sum().alias("sync_n"),
         pl.when("_sync").then("dur").otherwise(0).sum().alias("sync_ns"),
         pl.col("_launch").sum().alias("launch_n"),

@@ -95,7 +95,7 @@ def _rank_tables(events: pl.DataFrame, *, step_regex: str | None, extents: pl.Da
     spans = step_spans(events, markers, names=names, ordered=ordered, launched=launched, keys=keys)
     stepped = assign_steps(events, spans, ordered=ordered, launched=launched, keys=keys)
     op = pl.col("coll_op").cast(pl.String)
-    instances = collective_instances(stepped)
+    instances = collective_instances(stepped, names=names)
     sync = sync_ends(stepped, instances, names=names)
     device = device_sweep(stepped, spans, sync, names=names, keys=keys)
     kernels, kernel_categories = kernel_steps(

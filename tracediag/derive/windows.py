@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from tracediag.derive.host_comm import inside_host_comm
 from tracediag.derive.intervals import covered, rank_time
 from tracediag.vocab import CHECKPOINT_OP, GC_OP, SYNC_OP, name_matches
 
@@ -87,10 +88,16 @@ def rank_windows(
     named = {"gc_ns": GC_OP, "sync_ns": SYNC_OP, "checkpoint_ns": CHECKPOINT_OP}
     # the host rows of every pattern in one query, each pattern's a column of the rows that match any
     tests = {col: name_matches(names, rx) for col, rx in named.items()}
+    # a host collective's own synchronisation (gloo waiting for its CUDA input) is the collective's, not
+    # the program's: `host_comm.inside_host_comm`
     host = (
-        events.lazy()
-        .filter(pl.col("device") == -1, pl.any_horizontal(tests.values()))
-        .select("rank", "ts", end=end, **tests)
+        inside_host_comm(
+            events.lazy()
+            .filter(pl.col("device") == -1, pl.any_horizontal(tests.values()))
+            .select("rank", "tid", "ts", end=end, **tests),
+            events.lazy(),
+        )
+        .filter(~pl.col("in_comm"))
         .collect(engine="in-memory")
     )
     parts = [swept]

@@ -61,7 +61,7 @@ def derive_tracks(run: Run, analysis: Analysis, *, step_regex: str | None = None
     launched = launches(events, markers, names=names, ordered=ordered, keys=keys)
     spans = step_spans(events, markers, names=names, ordered=ordered, launched=launched, keys=keys)
     stepped = assign_steps(events, spans, ordered=ordered, launched=launched, keys=keys)
-    instances = collective_instances(stepped)
+    instances = collective_instances(stepped, names=names)
     offsets, matched, _ = align_and_match(instances, split=needs_split(run.meta, instances), hosts=run.meta.hosts)
     matched, _ = plausible_matches(matched)
     device = device_sweep(stepped, spans, names=names, keys=keys)
