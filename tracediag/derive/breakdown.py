@@ -199,16 +199,11 @@ def _device_timeline(events: pl.LazyFrame, spans: pl.DataFrame, names: _Names, r
         (pl.col("kind") == "comm") | ((pl.col("kind") == "cpu_op") & (pl.col("coll_op").is_not_null() | names.comm_op))
     )
     gpu_ranks = spans.filter(pl.col("device") >= 0).select("rank").unique()
-    host_work = (
-        events.filter(pl.col("device") == -1, pl.col("kind") == "comm", pl.col("tid").is_not_null())
-        .join(gpu_ranks, on="rank", how="semi")
-        .join(ready.unique(["rank", "tid", "ts"], keep="first"), on=["rank", "tid", "ts"], how="inner")
-        .select(
-            "rank",
-            ts="ready",
-            end="end",
-            cat=pl.when(pl.col("coll_op").is_in(P2P_OPS)).then(_cat("p2p")).otherwise(_cat("comm")),
-        )
+    host_work = ready.join(gpu_ranks, on="rank", how="semi").select(
+        "rank",
+        ts="ready",
+        end="end",
+        cat=pl.when(pl.col("coll_op").is_in(P2P_OPS)).then(_cat("p2p")).otherwise(_cat("comm")),
     )
     on_gpu = [dev.select("rank", "ts", end=_end(), cat=dev_cat).filter(pl.col("cat").is_not_null()), host_work]
     in_flight = _in_flight(host, names)
@@ -258,7 +253,7 @@ def device_sweep(
     """
     names = distinct_names(events) if names is None else names
     lf, sp = events.lazy(), spans.lazy()
-    own = _device_timeline(lf, spans, _names(names), ready_times(lf, names))
+    own = _device_timeline(lf, spans, _names(names), ready_times(events, names).lazy())
     parts = [
         own.with_columns(breakdown_cut=pl.lit(True)),
         lf.filter(pl.col("device") == -1, name_matches(names, INPUT_OP)).select(

@@ -80,14 +80,19 @@ def collective_instances(events: pl.DataFrame, *, names: pl.Series | None = None
     """
     names = distinct_names(events) if names is None else names
     lf = events.lazy().filter(pl.col("coll_op").is_in(list(MATCHED_OPS)))  # on the Enum: no string per row
-    ready = ready_times(events.lazy(), names).unique(["rank", "tid", "ts"], keep="first")
-    lf = (
-        lf.join(ready.select("rank", "tid", "ts", "ready"), on=["rank", "tid", "ts"], how="left")
-        .with_columns(
-            pl.coalesce("ready", "ts").alias("ts"), dur=pl.col("ts") + pl.col("dur") - pl.coalesce("ready", "ts")
+    ready = ready_times(events, names)
+    if ready.height:
+        lf = (
+            lf.join(
+                ready.lazy().select("rank", "tid", "ts", "ready").unique(["rank", "tid", "ts"], keep="first"),
+                on=["rank", "tid", "ts"],
+                how="left",
+            )
+            .with_columns(
+                pl.coalesce("ready", "ts").alias("ts"), dur=pl.col("ts") + pl.col("dur") - pl.coalesce("ready", "ts")
+            )
+            .drop("ready")
         )
-        .drop("ready")
-    )
     source = (
         pl.when((pl.col("device") >= 0) & (pl.col("kind") != "annotation"))
         .then(0)

@@ -79,7 +79,7 @@ def host_feed(
     # a host collective's own synchronisations (gloo waiting for its CUDA input) are the collective's
     calls = inside_host_comm(
         runtime.filter(blocking | launch).select("rank", "tid", "ts", "step", "dur", _sync=blocking, _launch=launch),
-        lf,
+        events,
     ).with_columns(pl.col("_sync") & ~pl.col("in_comm"))
     host_agg = per_rank_step(
         calls.select("rank", "step", "dur", "_sync", "_launch"),

@@ -19,45 +19,75 @@ import polars as pl
 
 from tracediag.vocab import SYNC_OP, name_matches
 
+READY_SCHEMA: dict[str, pl.DataType] = {
+    "rank": pl.Int32(),
+    "tid": pl.Int64(),
+    "ts": pl.Int64(),
+    "end": pl.Int64(),
+    "coll_op": pl.String(),
+    "ready": pl.Int64(),
+}
+"""`ready_times`' rows."""
 
-def host_comm_rows(events: pl.LazyFrame) -> pl.LazyFrame:
-    """The host's collective work rows (``kind == "comm"`` on no device: ``gloo:*``) with a thread."""
-    return events.filter(pl.col("device") == -1, pl.col("kind") == "comm", pl.col("tid").is_not_null())
+
+def _work(events: pl.DataFrame) -> pl.DataFrame:
+    """The host's collective work rows (``kind == "comm"`` on no device: ``gloo:*``) with a thread, as
+    ``rank, tid, ts, end, coll_op``: none on NCCL traces, whose collectives are device kernels."""
+    return (
+        events.lazy()
+        .filter(pl.col("device") == -1, pl.col("kind") == "comm", pl.col("tid").is_not_null())
+        .select("rank", "tid", "ts", end=pl.col("ts") + pl.col("dur"), coll_op=pl.col("coll_op").cast(pl.String))
+        .collect(engine="in-memory")
+    )
 
 
-def ready_times(events: pl.LazyFrame, names: pl.Series) -> pl.LazyFrame:
-    """Per host collective work row: ``rank, tid, ts, end, ready``.
+def ready_times(events: pl.DataFrame, names: pl.Series) -> pl.DataFrame:
+    """Per host collective work row: `READY_SCHEMA`.
 
     ``ready`` is the end of the first synchronisation (`vocab.SYNC_OP`: ``cudaStreamSynchronize``, ...)
     that starts inside the row on its thread, capped at the row's end; the row's start where none does.
-    `names`: `vocab.distinct_names` of the frame `events` is lazy over.
+    `names`: `vocab.distinct_names` of `events`.
     """
-    work = host_comm_rows(events).select("rank", "tid", "ts", end=pl.col("ts") + pl.col("dur")).sort("ts")
+    work = _work(events)
+    if not work.height:
+        return pl.DataFrame(schema=READY_SCHEMA)
     syncs = (
-        events.filter(pl.col("device") == -1, pl.col("tid").is_not_null(), name_matches(names, SYNC_OP))
+        events.lazy()
+        .filter(pl.col("device") == -1, pl.col("tid").is_not_null(), name_matches(names, SYNC_OP))
         .select("rank", "tid", _sts="ts", _send=pl.col("ts") + pl.col("dur"))
         .sort("_sts")
     )
     return (
-        work.join_asof(
-            syncs, left_on="ts", right_on="_sts", by=["rank", "tid"], strategy="forward", check_sortedness=False
-        )
+        work.lazy()
+        .sort("ts")
+        .join_asof(syncs, left_on="ts", right_on="_sts", by=["rank", "tid"], strategy="forward", check_sortedness=False)
         .with_columns(
             ready=pl.when(pl.col("_sts") < pl.col("end"))
             .then(pl.min_horizontal("_send", "end"))
             .otherwise(pl.col("ts"))
         )
-        .select("rank", "tid", "ts", "end", "ready")
+        .select(list(READY_SCHEMA))
+        .collect(engine="in-memory")
+        .cast(READY_SCHEMA)
     )
 
 
-def inside_host_comm(rows: pl.LazyFrame, events: pl.LazyFrame) -> pl.LazyFrame:
+def inside_host_comm(rows: pl.LazyFrame, events: pl.DataFrame) -> pl.LazyFrame:
     """`rows` (``rank, tid, ts`` and any other columns) with ``in_comm``: true where the row starts inside
     a host collective work row of `events` on its thread."""
-    work = host_comm_rows(events).select("rank", "tid", _cts="ts", _cend=pl.col("ts") + pl.col("dur")).sort("_cts")
+    work = _work(events)
+    if not work.height:
+        return rows.with_columns(in_comm=pl.lit(False))
     return (
         rows.sort("ts")
-        .join_asof(work, left_on="ts", right_on="_cts", by=["rank", "tid"], strategy="backward", check_sortedness=False)
+        .join_asof(
+            work.lazy().select("rank", "tid", _cts="ts", _cend="end").sort("_cts"),
+            left_on="ts",
+            right_on="_cts",
+            by=["rank", "tid"],
+            strategy="backward",
+            check_sortedness=False,
+        )
         .with_columns(in_comm=(pl.col("ts") < pl.col("_cend")).fill_null(False))
         .drop("_cts", "_cend")
     )

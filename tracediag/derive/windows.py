@@ -95,7 +95,7 @@ def rank_windows(
             events.lazy()
             .filter(pl.col("device") == -1, pl.any_horizontal(tests.values()))
             .select("rank", "tid", "ts", end=end, **tests),
-            events.lazy(),
+            events,
         )
         .filter(~pl.col("in_comm"))
         .collect(engine="in-memory")
