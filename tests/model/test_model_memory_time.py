@@ -13,7 +13,7 @@ from tracediag.model.memory import activation_bytes_per_layer, memory_per_device
 from tracediag.model.predict import predict
 from tracediag.model.specs import MODELS, ModelSpec, Split, Training, resolve_device
 from tracediag.model.stack import resolve_engine, with_overrides
-from tracediag.model.time import collective_time, group_link, step_time
+from tracediag.model.time import collective_time, group_link, layer_cost, step_time
 
 MODERN = resolve_engine("megatron-core")
 MEGATRON = resolve_engine("megatron-2022")
@@ -80,12 +80,17 @@ def _stage_time(t):
 
 
 @pytest.mark.parametrize("vpp", [1, 2])
-def test_bubble_is_p_minus_1_over_v_micro_batches(vpp):
+def test_bubble_is_the_other_stages_once_over_v(vpp):
+    """1F1B fills and drains through every stage but the slowest once: with even layers and the logits on the
+    last stage, (p−1)/v micro-batches of a logit-free stage, not of the heavier last one that paces the rest."""
     model, dev = MODELS["gpt3-6.7b"](), resolve_device("a100-80gb", speed_variation=0.0)
     split = Split(tp=2, pp=4, dp=1, vpp=vpp, zero=0, sequence_parallel=True)
-    t = step_time(model, dev, split, Training(seq_len=2048, global_batch=8, micro_batch=1), MEGATRON)
+    train = Training(seq_len=2048, global_batch=8, micro_batch=1)
+    t = step_time(model, dev, split, train, MEGATRON)
     assert t.micro_batches == 8
-    assert t.bubble_s == pytest.approx(3 / vpp * _stage_time(t))
+    inner = layer_cost(model, dev, MEGATRON, split, train).total * model.layers / 4
+    assert _stage_time(t) > 1.01 * inner  # the last stage carries the logits
+    assert t.bubble_s == pytest.approx(3 / vpp * inner)
 
 
 def test_breakdown_adds_up_and_mfu_is_model_flops_over_peak():

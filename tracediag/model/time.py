@@ -6,7 +6,8 @@ One micro-batch on one pipeline stage costs `layers · t_layer` (+ logits on the
 `t_layer` is GEMM time (FLOPs over peak · efficiency, the efficiency shrinking for GEMMs with a small
 dimension), memory-bound time (elementwise traffic over HBM bandwidth) and exposed TP / CP / EP
 communication (α-β model with nccl-tests bus-bandwidth factors). The slowest stage paces the pipeline:
-`T = (m + (p−1)/v)·t_stage + PP p2p + exposed DP + optimizer` (PTD-P Takeaway 3).
+`T = m·t_slowest + Σ_other t_stage / v + PP p2p + exposed DP + optimizer` (PTD-P Takeaway 3 for even
+stages).
 Ranks are laid out tp, cp, (ep), dp, pp from innermost to outermost (Megatron's default order), so a group of
 `n` ranks with stride `k` has `gpus_per_node / k` members per node; a group spanning nodes gets
 `min(intra, members_per_node · inter)` bus bandwidth.
@@ -343,7 +344,8 @@ class TimeBreakdown:
     exposed_dp_s: float
     """Gradient reduce and parameter gather not hidden behind compute."""
     bubble_s: float
-    """Pipeline fill and drain: (p−1)/v micro-batch times."""
+    """Pipeline fill and drain: one micro-batch of every stage but the slowest, over v ((p−1)/v micro-batch times
+    when the stages are even)."""
     optimizer_s: float
     step_time_s: float
     gemm_s: float
@@ -526,7 +528,10 @@ def step_time(model: ModelSpec, device: DeviceSpec, split: Split, train: Trainin
         # each weight cast to fp8 and transposed on a step's first micro-batch (read 2, write 1 + 1)
         optimizer += 4 * (dense + expert) / bw
 
-    bubble = (p - 1) / v * t_mb
+    # 1F1B fill and drain: each other stage's forward and backward once (the slowest stage's m passes are the
+    # steady state), split over v virtual chunks. Uniform stages give (p−1)/v·t (PTD-P Takeaway 3); a heavier
+    # last stage (the logits) paces the steady state without lengthening the fill.
+    bubble = (sum(stage_totals) - t_mb) / v
     tp_mb = n_slow * lc.tp_comm + (logit_tp if last else 0.0)
     gpus = split.gpus
     slowest_device = 1 + device.speed_variation * math.sqrt(2 * math.log(gpus)) if gpus > 1 else 1.0
