@@ -13,7 +13,13 @@ from conftest import ROOT
 
 from tracediag.errors import SpecError
 from tracediag.model.elementwise import forward_bytes, te_cp_bytes, te_fp8_bytes, torch_cp_bytes
-from tracediag.model.memory import activation_bytes_per_layer, layer_params_local, stage_params
+from tracediag.model.memory import (
+    activation_bytes_per_layer,
+    cp_gather_bytes,
+    layer_params_local,
+    stage_memory,
+    stage_params,
+)
 from tracediag.model.rates import BACKWARD_FLOPS, attention_rate
 from tracediag.model.specs import MODELS, ModelSpec, Split, Training, resolve_device
 from tracediag.model.stack import resolve_engine, with_overrides
@@ -136,6 +142,29 @@ def test_torch_cp_moves_repeated_kv_and_rings_fp32_gradients():
         model, dev, dataclasses.replace(titan, cp_repeat_kv=False, cp_grad_ring_fp32=False), split, train
     )
     assert plain.cp_comm < cost.cp_comm / 10
+
+
+def test_all_gather_cp_holds_the_whole_sequences_kv_in_the_backward():
+    """All-gather CP materialises every rank's K,V for the layer it computes: torchtitan's (K,V repeated to the
+    query heads, fp32 gradients passed round a ring one chunk at a time) and Llama 3's (kv-heads, gradients
+    reduce-scattered from a whole-sequence buffer). The ring CP holds none of it."""
+    model = MODELS["llama3.1-8b"]()  # 32 heads, 8 kv heads, hd 128
+    dev = resolve_device("h100-hbm2e-500w")
+    train = Training(seq_len=262144, global_batch=1, micro_batch=1, recompute="full")
+    split = Split(tp=1, cp=8, dp=1, zero=3)
+    titan = with_overrides(resolve_engine("torchtitan-compile"), cp_all_gather=True)
+    ring = dataclasses.replace(titan, cp_all_gather=False)
+    kv_full = 2 * 262144 * 32 * 128 * 2  # K and V of all 256K tokens, 32 heads, bf16: 4.3 GB
+    grads = 2 * (2 * kv_full / 8)  # fp32 dK,dV of one rank's chunk, accumulating and in flight
+    extra = stage_memory(model, dev, split, train, titan, 0).temporary
+    assert extra - stage_memory(model, dev, split, train, ring, 0).temporary == pytest.approx(kv_full + grads)
+    assert cp_gather_bytes(model, split, train, titan) == pytest.approx(6.44e9, rel=0.01)
+    llama3 = with_overrides(resolve_engine("megatron-core"), cp_all_gather=True)
+    sp = Split(tp=8, cp=16, pp=16, dp=1, zero=1, sequence_parallel=True)
+    t3 = Training(seq_len=131072, global_batch=16, micro_batch=1)
+    big = MODELS["llama3.1-405b"]()  # 8 kv heads over tp 8: one per rank
+    assert cp_gather_bytes(big, sp, t3, llama3) == pytest.approx(2 * (2 * 131072 * 1 * 128 * 2))
+    assert cp_gather_bytes(model, dataclasses.replace(split, cp=1), train, titan) == 0.0
 
 
 def test_torch_cp_ring_merges_and_accumulates_over_hbm():

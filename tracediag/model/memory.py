@@ -37,7 +37,8 @@ class MemoryBreakdown:
     in_flight_micro_batches: float
     """Micro-batches whose activations the stage holds at its peak (interleaving penalty included)."""
     temporary: float
-    """Transient buffers: logits and loss (last stage), FSDP all-gather buffers, one layer's recompute."""
+    """Transient buffers: logits and loss (last stage), FSDP all-gather buffers, one layer's recompute, the
+    whole sequence's K,V of all-gather context parallelism."""
     reserved: float
     """CUDA context, NCCL buffers and allocator fragmentation."""
     capacity: float
@@ -83,6 +84,24 @@ def stage_params(model: ModelSpec, split: Split, stage: int) -> tuple[float, flo
         # The output layer; with tied embeddings and pp > 1 the last stage keeps its own copy (Megatron).
         dense += model.hidden + (table if not model.tied_embeddings or split.pp > 1 else 0)
     return dense, expert
+
+
+def cp_kv_heads(model: ModelSpec, split: Split, engine: Engine) -> float:
+    """K,V heads one device's context-parallel attention moves: the query heads when the model repeats K,V
+    before attention (`Engine.cp_repeat_kv`), else its kv-heads, over tp."""
+    return model.heads / split.tp if engine.cp_repeat_kv else max(model.groups // split.tp, 1)
+
+
+def cp_gather_bytes(model: ModelSpec, split: Split, train: Training, engine: Engine) -> float:
+    """Transient bytes of all-gather context parallelism in one layer's backward, its peak: the whole sequence's
+    K,V gathered again (bf16), and their gradients, which torch's ring passes round in fp32 one rank's chunk at
+    a time (the accumulating one and the one in flight), and which Llama 3's all-gather CP reduce-scatters from
+    a whole-sequence buffer. 0 without CP or with the ring CP, which holds two chunks."""
+    if split.cp <= 1 or not engine.cp_all_gather:
+        return 0.0
+    kv_full = 2 * train.micro_batch * train.seq_len * cp_kv_heads(model, split, engine) * model.head_dim * 2
+    grads = 2 * (2 * kv_full / split.cp) if engine.cp_grad_ring_fp32 else kv_full
+    return kv_full + grads
 
 
 def activation_bytes_per_layer(model: ModelSpec, split: Split, train: Training, engine: Engine) -> float:
@@ -167,6 +186,7 @@ def stage_memory(
     if split.zero == 3:
         dense_layer, expert_layer = layer_params_local(model, split)
         temporary += 2 * 2 * (dense_layer + expert_layer)
+    temporary += cp_gather_bytes(model, split, train, engine)
     reserved = engine.memory_reserved_bytes + engine.fragmentation * acts
     return MemoryBreakdown(
         stage=stage,

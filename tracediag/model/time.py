@@ -21,7 +21,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from tracediag.model.elementwise import forward_bytes, te_cp_bytes, te_fp8_bytes, torch_cp_bytes
-from tracediag.model.memory import activation_bytes_per_layer, layer_params_local, stage_params
+from tracediag.model.memory import activation_bytes_per_layer, cp_kv_heads, layer_params_local, stage_params
 from tracediag.model.rates import BACKWARD_FLOPS, FP8_GEMM_RATIO, SM_COUNT, attention_rate
 from tracediag.model.specs import Split, Training, stage_layers
 
@@ -245,7 +245,7 @@ def layer_cost(model: ModelSpec, device: DeviceSpec, engine: Engine, split: Spli
     tp_comm = max(0.0, tp_comm_raw - gemm) if engine.tp_overlap else tp_comm_raw
     cp_comm = 0.0
     if c > 1:
-        kv_heads = model.heads / t if engine.cp_repeat_kv else max(model.groups // t, 1)
+        kv_heads = cp_kv_heads(model, split, engine)
         kv_bytes = 2 * tokens * kv_heads * dh * 2
         passes = 2 if train.recompute == "full" else 1
         if engine.cp_grad_ring_fp32:
