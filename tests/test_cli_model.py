@@ -77,6 +77,17 @@ def test_predict_text_and_shape_flags(runner):
     assert "MFU" in result.stdout
 
 
+def test_predict_head_dim_widens_attention(runner):
+    """--head-dim sets the attention width where it is not hidden / heads: Q, K, V and O, and so the parameters."""
+    base = ["predict", "--layers", "4", "--hidden", "256", "--heads", "4", "--vocab", "1000", "--gpus", "1"]
+    base += ["--gpu", "h100-sxm", "--seq-len", "128", "--global-batch", "1", "--format", "json"]
+    plain = orjson.loads(runner.invoke(cli, base).stdout)
+    wide = orjson.loads(runner.invoke(cli, [*base, "--head-dim", "128"]).stdout)
+    # each layer's Q, K, V, O grow from 4·64 to 4·128 channels: 4 matrices × 256 × 256 more weights
+    assert wide["params"] - plain["params"] == 4 * 4 * 256 * 256
+    assert wide["inputs"]["model"]["attention_head_dim"] == 128
+
+
 @pytest.mark.parametrize(
     ("extra", "message"),
     [

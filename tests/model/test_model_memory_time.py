@@ -36,6 +36,19 @@ def test_memory_total_by_hand_for_tiny_model():
     assert mem.total == pytest.approx(18 * n + mem.activations * 1.05 + temporary + 2 * 2**30)
 
 
+def test_activations_follow_the_attention_width_not_the_model_width():
+    """Q, K, V and the attention output are stored per query channel (heads · head_dim), which a model may set
+    wider than its hidden size (Qwen3-30B-A3B: 32 × 128 on 2048)."""
+    narrow = ModelSpec(layers=2, hidden=2048, heads=32, kv_heads=4, ffn=768, vocab=1000)
+    wide = dataclasses.replace(narrow, attention_head_dim=128)
+    split, train = Split(tp=2), Training(seq_len=4096, global_batch=1, micro_batch=1)
+    extra = activation_bytes_per_layer(wide, split, train, MODERN) - activation_bytes_per_layer(
+        narrow, split, train, MODERN
+    )
+    # (2 Q + 2 O) bytes per query channel and 2 · 2 per kv channel, 64 more channels per head, over tp
+    assert extra == pytest.approx(4096 * (4 * 32 + 4 * 4) * 64 / 2)
+
+
 def test_zero3_shards_all_model_states():
     model, dev = MODELS["tiny"](), resolve_device("a100-80gb")
     train = Training(seq_len=128, global_batch=8, micro_batch=1)

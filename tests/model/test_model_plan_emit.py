@@ -12,7 +12,7 @@ from tracediag.errors import SpecError
 from tracediag.model.emit import deepspeed_config, emit, megatron_args, unsupported
 from tracediag.model.plan import DEFAULT_HEADROOM, NEAR_TIE, plan
 from tracediag.model.predict import load_prediction, predict
-from tracediag.model.specs import MODELS, Split, Training, resolve_device
+from tracediag.model.specs import MODELS, ModelSpec, Split, Training, resolve_device
 from tracediag.model.stack import conservative, resolve_engine
 
 tomllib = pytest.importorskip("tomllib")
@@ -132,6 +132,20 @@ def test_megatron_args_parse_back():
     assert value["--global-batch-size"] == "256"
     assert {"--bf16", "--tp-comm-overlap", "--sequence-parallel", "--use-distributed-optimizer"} <= set(words)
     assert "--overlap-grad-reduce" in words
+
+
+def test_megatron_args_carry_a_head_size_that_is_not_hidden_over_heads():
+    model = ModelSpec(layers=4, hidden=2048, heads=32, kv_heads=4, ffn=6144, vocab=1000, attention_head_dim=128)
+    p = predict(
+        model,
+        resolve_device("h100-sxm"),
+        Split(tp=2, dp=4, zero=1),
+        Training(seq_len=4096, global_batch=8),
+        resolve_engine("megatron-core"),
+    )
+    words = megatron_args(p)
+    assert words[words.index("--kv-channels") + 1] == "128"
+    assert "--kv-channels" not in megatron_args(_pred(Split(tp=8, pp=2, dp=4, zero=1, sequence_parallel=True)))
 
 
 def test_deepspeed_json_parses_with_degrees():

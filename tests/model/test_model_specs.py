@@ -73,6 +73,63 @@ def test_hf_config_missing_key_names_it(tmp_path):
         read_hf_config(path)
 
 
+QWEN3_30B_A3B = {
+    # Qwen/Qwen3-30B-A3B config.json (Hugging Face): 32 query heads of 128 channels on a 2048-wide model
+    "architectures": ["Qwen3MoeForCausalLM"],
+    "decoder_sparse_step": 1,
+    "head_dim": 128,
+    "hidden_act": "silu",
+    "hidden_size": 2048,
+    "intermediate_size": 6144,
+    "mlp_only_layers": [],
+    "moe_intermediate_size": 768,
+    "num_attention_heads": 32,
+    "num_experts": 128,
+    "num_experts_per_tok": 8,
+    "num_hidden_layers": 48,
+    "num_key_value_heads": 4,
+    "tie_word_embeddings": False,
+    "vocab_size": 151936,
+}
+
+
+def test_hf_config_head_dim_sets_the_attention_width(tmp_path):
+    """Qwen3-30B-A3B's heads are 128 wide on a 2048-wide model (Q is 4096 channels, not 2048): its model card's
+    30.5 B parameters with 3.3 B activated come out only with the config's head_dim."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(QWEN3_30B_A3B))
+    model = read_hf_config(path)
+    assert (model.head_dim, model.attention_head_dim, model.experts, model.top_k, model.ffn) == (128, 128, 128, 8, 768)
+    assert param_count(model) == pytest.approx(30.5e9, rel=0.01)
+    assert param_count(model, active=True) == pytest.approx(3.3e9, rel=0.03)
+    # a head_dim that is hidden / heads changes nothing
+    path.write_text(json.dumps({**QWEN3_30B_A3B, "head_dim": 64}))
+    assert read_hf_config(path).attention_head_dim is None
+    assert ModelSpec(layers=1, hidden=2048, heads=32, ffn=1, vocab=1, attention_head_dim=128).head_dim == 128
+    with pytest.raises(SpecError, match="not divisible"):
+        ModelSpec(layers=1, hidden=2050, heads=32, ffn=1, vocab=1)
+
+
+@pytest.mark.parametrize(
+    ("keys", "what"),
+    [
+        ({"kv_lora_rank": 512, "q_lora_rank": 1536, "n_routed_experts": 256}, "multi-head latent attention"),
+        ({"shared_expert_intermediate_size": 5632}, "a shared expert"),
+        ({"n_shared_experts": 1}, "shared experts"),
+        ({"first_k_dense_replace": 3}, "dense layers before the MoE layers"),
+        ({"mlp_only_layers": [0, 1]}, "dense layers among the MoE layers"),
+        ({"decoder_sparse_step": 2}, "every n-th layer"),
+    ],
+)
+def test_hf_config_refuses_shapes_it_cannot_describe(tmp_path, keys, what):
+    """DeepSeek-V3's latent attention and shared expert, Qwen2-MoE's shared expert, dense layers among MoE ones:
+    read as a uniform model they would give a confident wrong count, so they are refused with the key named."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**QWEN3_30B_A3B, **keys}))
+    with pytest.raises(SpecError, match=what):
+        read_hf_config(path)
+
+
 def test_unknown_names_list_the_choices():
     with pytest.raises(SpecError, match="llama3-8b"):
         resolve_model("llama9")

@@ -100,6 +100,7 @@ model_options = _options(
     click.option("--hidden", type=COUNT, help="Hidden size."),
     click.option("--heads", type=COUNT, help="Attention heads."),
     click.option("--kv-heads", type=COUNT, help="Key/value heads (GQA); default = heads."),
+    click.option("--head-dim", type=COUNT, help="Channels per attention head (Qwen3, Gemma); default hidden / heads."),
     click.option("--ffn", type=COUNT, help="MLP inner size; default 4·hidden."),
     click.option("--swiglu/--gelu", default=False, help="Gated (SwiGLU) MLP or GeLU; with --layers."),
     click.option("--vocab", type=COUNT, help="Vocabulary size."),
@@ -195,6 +196,8 @@ def model_from_options(kw: dict) -> ModelSpec:
     from tracediag.model.specs import ModelSpec, resolve_model
 
     overrides = {k: kw[k] for k in ("experts", "top_k", "tied_embeddings") if kw.get(k) is not None}
+    if kw.get("head_dim") is not None:
+        overrides["attention_head_dim"] = kw["head_dim"]
     if kw["model_name"]:
         model = read_user_file(kw["model_name"], "--model", resolve_model, "model config")
         checked_numbers(model, kw["model_name"])

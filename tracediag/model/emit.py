@@ -296,6 +296,8 @@ def _megatron_model_args(model: ModelSpec, seq_len: int) -> list[str]:
         "--max-position-embeddings",
         str(max(seq_len, model.learned_positions)),
     ]
+    if model.attention_head_dim is not None:
+        args += ["--kv-channels", str(model.attention_head_dim)]
     if model.groups != model.heads:
         args += ["--group-query-attention", "--num-query-groups", str(model.groups)]
     if model.swiglu:

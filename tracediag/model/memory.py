@@ -112,8 +112,9 @@ def activation_bytes_per_layer(model: ModelSpec, split: Split, train: Training, 
     drop = 1 if model.dropout else 0
     # Replicated without SP: two norm inputs (4), QKV and fc1 inputs (4), two dropout masks (2).
     replicated = sbh * (8 + 2 * drop)
-    # Sharded over tp: Q (2) and K, V (4·g/a), attention output (2); MLP inner activations per f.
-    q_kv_o = sbh * (4 + 4 * model.groups / model.heads)
+    # Sharded over tp: Q (2) and K, V (4·g/a), attention output (2), per query channel (a·d_h, h unless the
+    # model sets its head size); MLP inner activations per f.
+    q_kv_o = sbh * model.heads * model.head_dim / model.hidden * (4 + 4 * model.groups / model.heads)
     mlp_inner = s * train.micro_batch * model.ffn * (6 if model.swiglu else 4) * model.top_k
     core = 0.0
     if not engine.flash_attention:
@@ -134,7 +135,7 @@ def stored_bytes_per_layer(model: ModelSpec, split: Split, train: Training, engi
         s = train.seq_len / split.cp
         t_sp = split.tp if split.sequence_parallel else 1
         sbh = s * train.micro_batch * model.hidden
-        q_kv_o = sbh * (4 + 4 * model.groups / model.heads) / split.tp
+        q_kv_o = sbh * model.heads * model.head_dim / model.hidden * (4 + 4 * model.groups / model.heads) / split.tp
         mlp_inner = s * train.micro_batch * model.ffn * (6 if model.swiglu else 4) * model.top_k / split.tp
         return 2 * sbh / t_sp + q_kv_o + mlp_inner / 2
     if train.recompute == "selective" and not engine.flash_attention:

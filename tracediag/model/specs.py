@@ -77,10 +77,15 @@ class ModelSpec:
     """MoE experts per MLP layer; 1 = dense."""
     top_k: int = 1
     """Experts each token is routed to (MoE only)."""
+    attention_head_dim: int | None = None
+    """Channels per attention head where they are not hidden / heads (Qwen3, Gemma, Mistral Nemo: the Hugging
+    Face config's `head_dim`, Megatron's `--kv-channels`); None = hidden / heads."""
 
     def __post_init__(self) -> None:
         _positive(self, "layers", "hidden", "heads", "ffn", "vocab", "experts", "top_k")
-        if self.hidden % self.heads:
+        if self.attention_head_dim is not None:
+            _positive(self, "attention_head_dim")
+        elif self.hidden % self.heads:
             msg = f"hidden={self.hidden} not divisible by heads={self.heads}"
             raise SpecError(msg)
         if self.kv_heads is not None and (self.kv_heads < 1 or self.heads % self.kv_heads):
@@ -97,8 +102,8 @@ class ModelSpec:
 
     @property
     def head_dim(self) -> int:
-        """Channels per head (d_h = h / a)."""
-        return self.hidden // self.heads
+        """Channels per head (d_h): `attention_head_dim`, else h / a."""
+        return self.attention_head_dim or self.hidden // self.heads
 
 
 def _gpt3(name: str, layers: int, hidden: int, heads: int) -> ModelSpec:
@@ -158,6 +163,19 @@ MODELS = {
 """Named model shapes. `tiny` is for tests."""
 
 
+UNMODELLED_CONFIG = {
+    "kv_lora_rank": "multi-head latent attention",
+    "q_lora_rank": "multi-head latent attention",
+    "n_shared_experts": "shared experts",
+    "shared_expert_intermediate_size": "a shared expert",
+    "first_k_dense_replace": "dense layers before the MoE layers",
+    "mlp_only_layers": "dense layers among the MoE layers",
+    "decoder_sparse_step": "MoE on every n-th layer only",
+}
+"""Hugging Face config keys of shapes `ModelSpec` cannot describe (DeepSeek-V2/V3, Qwen2-MoE and Qwen-MoE
+variants): refused, not read as the dense or uniform-MoE model they are not."""
+
+
 def read_hf_config(path: str | Path) -> ModelSpec:
     """Read a Hugging Face `config.json` (Llama, Mistral, Mixtral, Qwen2, GPT-2/NeoX style keys)."""
     path = Path(path)
@@ -179,21 +197,35 @@ def read_hf_config(path: str | Path) -> ModelSpec:
             msg = f"{path}: no {' or '.join(names)}\n\nHint: pass --layers/--hidden/--heads/--ffn/--vocab"
             raise SpecError(msg)
         found[field_name] = int(value)
+    for key, what in UNMODELLED_CONFIG.items():
+        value = cfg.get(key)
+        if value not in (None, 1) if key == "decoder_sparse_step" else bool(value):
+            msg = (
+                f"{path}: {what} ({key} = {value!r}) is not modelled, so a prediction would be silently wrong"
+                "\n\nHint: time an approximation with --layers/--hidden/--heads/--ffn/--vocab/--experts"
+            )
+            raise SpecError(msg)
     ffn = cfg.get("intermediate_size") or cfg.get("n_inner") or cfg.get("ffn_hidden_size") or 4 * found["hidden"]
     act = str(cfg.get("hidden_act", cfg.get("activation_function", "silu")))
-    experts = int(cfg.get("num_local_experts") or cfg.get("num_experts") or 1)
+    experts = int(cfg.get("num_local_experts") or cfg.get("num_experts") or cfg.get("n_routed_experts") or 1)
     moe_ffn = cfg.get("moe_intermediate_size")
-    return ModelSpec(
-        name=cfg.get("_name_or_path") or path.parent.name or path.stem,
-        kv_heads=int(cfg.get("num_key_value_heads") or found["heads"]),
-        ffn=int(moe_ffn if (experts > 1 and moe_ffn) else ffn),
-        swiglu=act in ("silu", "swiglu", "swish"),
-        tied_embeddings=bool(cfg.get("tie_word_embeddings", False)),
-        learned_positions=int(cfg.get("n_positions", 0)) if "n_positions" in cfg else 0,
-        experts=experts,
-        top_k=int(cfg.get("num_experts_per_tok") or 1),
-        **found,
-    )
+    head_dim = int(cfg.get("head_dim") or 0)
+    try:
+        return ModelSpec(
+            name=cfg.get("_name_or_path") or path.parent.name or path.stem,
+            attention_head_dim=head_dim if head_dim and head_dim * found["heads"] != found["hidden"] else None,
+            kv_heads=int(cfg.get("num_key_value_heads") or found["heads"]),
+            ffn=int(moe_ffn if (experts > 1 and moe_ffn) else ffn),
+            swiglu=act in ("silu", "swiglu", "swish"),
+            tied_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+            learned_positions=int(cfg.get("n_positions", 0)) if "n_positions" in cfg else 0,
+            experts=experts,
+            top_k=int(cfg.get("num_experts_per_tok") or 1),
+            **found,
+        )
+    except SpecError as e:
+        msg = f"{path}: {e}"
+        raise SpecError(msg) from e
 
 
 @checked
