@@ -88,6 +88,27 @@ def test_collective_time_follows_nccl_tests_bus_bandwidth():
     assert group_link(dev, 32, 1).busbw == pytest.approx(min(300e9 * 0.75, 8 * 25e9 * 0.9))
 
 
+def test_all_to_all_across_nodes_sends_each_ranks_off_node_share_through_its_own_nic():
+    """A ring over nodes shares the node's NICs (once per node per channel); an all-to-all does not: EP 32 with 4
+    ranks per node (tp 2) sends 28/32 of each rank's tokens over that rank's one 400 Gb/s NIC."""
+    dev = resolve_device("h100-sxm")
+    link = group_link(dev, 32, 2)
+    net = dev.inter_link.busbw
+    assert link.busbw == pytest.approx(min(dev.intra_link.busbw, 4 * net))  # the ring's
+    nbytes = 1e9
+    a2a = collective_time("all_to_all", nbytes, 32, link)
+    assert a2a == pytest.approx(link.overhead + 31 * link.hop_latency + nbytes * 28 / 32 / net)
+    assert a2a > 3 * collective_time("all_gather", nbytes, 32, link)
+    # inside a node, and one rank per node, nothing changes
+    inside, spread = group_link(dev, 8, 1), group_link(dev, 8, 8)
+    assert collective_time("all_to_all", nbytes, 8, inside) == pytest.approx(
+        inside.overhead + 7 * inside.hop_latency + nbytes * 7 / 8 / inside.busbw
+    )
+    assert collective_time("all_to_all", nbytes, 8, spread) == pytest.approx(
+        spread.overhead + 7 * spread.hop_latency + nbytes * 7 / 8 / net
+    )
+
+
 def _stage_time(t):
     return (t.compute_s - t.interference_s + t.exposed_tp_s + t.exposed_cp_s + t.exposed_ep_s) / t.micro_batches
 

@@ -51,6 +51,9 @@ class GroupLink:
     """Link name, or `intra+inter` when the group spans nodes."""
     overhead: float = 10e-6
     """Fixed seconds per collective (launch and synchronisation)."""
+    alltoall_busbw: float = 0.0
+    """Bus bandwidth of an all-to-all, bytes/s (0: `busbw`). A ring crosses the network once per node, so its
+    members share their node's NICs; an all-to-all sends each rank's off-node share through that rank's own NIC."""
 
 
 def group_link(device: DeviceSpec, size: int, stride: int, overhead_us: float = 10.0) -> GroupLink:
@@ -71,7 +74,12 @@ def group_link(device: DeviceSpec, size: int, stride: int, overhead_us: float = 
     if per_node == 1:
         return GroupLink(busbw=net, hop_latency=hop, link=inter.name, overhead=overhead)
     busbw = min(intra.busbw, per_node * net)
-    return GroupLink(busbw=busbw, hop_latency=hop, link=f"{intra.name}+{inter.name}", overhead=overhead)
+    # All-to-all: each rank sends (n − k)/n of its bytes to other nodes over its NIC and (k − 1)/n over the
+    # in-node link, at once; per nccl-tests' (n − 1)/n bus factor that is (n − 1) / max((n − k)/net, (k − 1)/intra).
+    a2a = (size - 1) / max((size - per_node) / net, (per_node - 1) / intra.busbw)
+    return GroupLink(
+        busbw=busbw, hop_latency=hop, link=f"{intra.name}+{inter.name}", overhead=overhead, alltoall_busbw=a2a
+    )
 
 
 def collective_time(kind: str, nbytes: float, size: int, link: GroupLink) -> float:
@@ -88,7 +96,8 @@ def collective_time(kind: str, nbytes: float, size: int, link: GroupLink) -> flo
         hops = 1
     else:
         hops = size - 1
-    return link.overhead + hops * link.hop_latency + nbytes * FACTOR[kind](size) / link.busbw
+    busbw = link.alltoall_busbw if kind == "all_to_all" and link.alltoall_busbw else link.busbw
+    return link.overhead + hops * link.hop_latency + nbytes * FACTOR[kind](size) / busbw
 
 
 def process_group_links(device: DeviceSpec, split: Split, overhead_us: float = 10.0) -> dict[str, GroupLink]:
