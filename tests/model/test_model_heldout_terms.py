@@ -12,7 +12,7 @@ import pytest
 from conftest import ROOT
 
 from tracediag.errors import SpecError
-from tracediag.model.elementwise import forward_bytes, te_cp_bytes, te_fp8_bytes, torch_cp_bytes
+from tracediag.model.elementwise import forward_bytes, moe_dispatch_bytes, te_cp_bytes, te_fp8_bytes, torch_cp_bytes
 from tracediag.model.memory import (
     activation_bytes_per_layer,
     cp_gather_bytes,
@@ -20,6 +20,8 @@ from tracediag.model.memory import (
     stage_memory,
     stage_params,
 )
+from tracediag.model.plan import MOE_MEASURED, moe_warning
+from tracediag.model.predict import predict
 from tracediag.model.rates import BACKWARD_FLOPS, attention_rate
 from tracediag.model.specs import MODELS, ModelSpec, Split, Training, resolve_device
 from tracediag.model.stack import resolve_engine, with_overrides
@@ -418,3 +420,54 @@ def test_megatron_bridge_rows_run_the_device_gradient_dtype_and_buffer_passes_th
         if c.device_name == "b200"
     }
     assert sorted(passes.values()) == [1.0, 1.0, 2.0, 2.0]
+
+
+QWEN3_30B = ModelSpec(
+    layers=48, hidden=2048, heads=32, kv_heads=4, attention_head_dim=128, ffn=768, swiglu=True, vocab=151936,
+    experts=128, top_k=8,
+)  # fmt: skip
+
+
+def test_moe_dispatcher_bytes_by_hand():
+    """Megatron-Core's all-to-all dispatcher around Qwen3-30B-A3B's experts, 4096 tokens, k = 8, h = 2048: the
+    permute (4 bytes per routed copy), the two regroupings by local expert (4 each, only with several experts
+    per rank behind an all-to-all), the probability weighting and scatter-add (6 per copy, 4 per token)."""
+    train = Training(seq_len=4096, global_batch=8, micro_batch=1)
+    copies, tokens = 4096 * 8 * 2048, 4096 * 2048
+    assert moe_dispatch_bytes(QWEN3_30B, Split(dp=8, ep=8), train) == 18 * copies + 4 * tokens
+    assert moe_dispatch_bytes(QWEN3_30B, Split(dp=8, ep=1), train) == 10 * copies + 4 * tokens
+    sp = Split(tp=2, dp=4, ep=4, sequence_parallel=True)  # each tp rank dispatches its half of the sequence
+    assert moe_dispatch_bytes(QWEN3_30B, sp, train) == (18 * copies + 4 * tokens) / 2
+    assert moe_dispatch_bytes(MODELS["llama3-8b"](), Split(dp=8), train) == 0.0
+    # the step pays it three times (forward, backward twice) over HBM, beside the block's own prior
+    dev, eng = resolve_device("h100-sxm"), resolve_engine("megatron-core")
+    split = Split(dp=8, ep=8, zero=1)
+    cost = layer_cost(QWEN3_30B, dev, eng, split, train)
+    bw = dev.hbm_bandwidth * eng.hbm_efficiency
+    prior = eng.elementwise_traffic * activation_bytes_per_layer(QWEN3_30B, split, train, eng)
+    assert cost.elementwise == pytest.approx(3 * (prior + 18 * copies + 4 * tokens) / bw)
+
+
+def test_full_recompute_reruns_the_expert_all_to_alls():
+    dev, eng = resolve_device("h100-sxm"), resolve_engine("megatron-core")
+    split = Split(dp=16, ep=16, zero=1)
+    base = Training(seq_len=4096, global_batch=16, micro_batch=1)
+    none = layer_cost(QWEN3_30B, dev, eng, split, base).ep_comm
+    full = layer_cost(QWEN3_30B, dev, eng, split, dataclasses.replace(base, recompute="full")).ep_comm
+    assert full == pytest.approx(none * 6 / 4)
+
+
+def test_moe_predictions_carry_the_measured_miss():
+    """The MoE warning's range is what benchmarks/heldout_moe.py measures now, and only MoE models carry it."""
+    spec = importlib.util.spec_from_file_location("heldout_moe", ROOT / "benchmarks" / "heldout_moe.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclass looks its module up
+    spec.loader.exec_module(module)
+    lo, hi = module.optimism_range()
+    assert (round(lo, 2), round(hi, 2)) == MOE_MEASURED
+    assert len(module.scores()[0]) >= 8
+    dev, eng = resolve_device("h100-sxm"), resolve_engine("megatron-core")
+    train = Training(seq_len=4096, global_batch=16, micro_batch=1)
+    moe = predict(QWEN3_30B, dev, Split(dp=16, ep=8, zero=1), train, eng)
+    assert f"{hi:.2f}x" in moe_warning(moe)
+    assert moe_warning(predict(MODELS["llama3-8b"](), dev, Split(dp=16, zero=1), train, eng)) == ""

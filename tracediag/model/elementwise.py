@@ -153,3 +153,24 @@ def torch_cp_bytes(
         fwd_pass, fwd_step = fwd_pass + pack[0], fwd_step + pack[1]
         bwd_pass, bwd_step = bwd_pass + pack[0], bwd_step + pack[1]
     return n_q * (fwd_pass + (c - 1) * fwd_step), n_q * (bwd_pass + (c - 1) * bwd_step)
+
+
+def moe_dispatch_bytes(model: ModelSpec, split: Split, train: Training) -> float:
+    """HBM bytes Megatron-Core's all-to-all token dispatcher moves around one MoE layer's experts in one
+    micro-batch's forward pass, on one device; 0 for a dense model (megatron/core/transformer/moe/moe_utils.py
+    and token_dispatcher.py `MoEAlltoAllTokenDispatcher`, core_r0.12).
+
+    With T the device's tokens (over tp with sequence parallelism), k the experts per token and h the width:
+    `permute` gathers each token's k copies grouped by expert (read 2, write 2 per copied element: 4·T·k·h);
+    with several experts per rank, `sort_chunks_by_idxs` regroups the received tokens by local expert before
+    the experts and back after them (split + cat, 4·T·k·h each); `unpermute` weights the expert outputs by
+    their routing probabilities (read 2, write 2) and scatter-adds them into a zeroed output (read 2 per copy,
+    write 2 + 2 per token): 6·T·k·h + 4·T·h. The fused kernels (`moe_permute_fusion`) move the same tensors.
+    The backward moves twice the forward's bytes, as the other memory-bound ops do."""
+    if model.experts <= 1:
+        return 0.0
+    t_sp = split.tp if split.sequence_parallel else 1
+    tokens = train.micro_batch * train.seq_len / split.cp / t_sp
+    copies = tokens * model.top_k * model.hidden
+    sorts = 2 * 4 * copies if split.ep > 1 and model.experts > split.ep else 0.0
+    return 4 * copies + sorts + 6 * copies + 4 * tokens * model.hidden

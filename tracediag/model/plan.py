@@ -80,6 +80,30 @@ def ceiling_warning(p: Prediction, *, ranked: bool = False) -> str:
     return text + f"; expect {100 * floor:.1f}-{100 * ceiling.mfu_causal:.1f}%"
 
 
+MOE_MEASURED = (0.95, 3.01)
+"""Predicted over measured throughput, least and most, on the published MoE runs the model was scored on
+(Megatron-Bridge's Qwen3-30B-A3B and Qwen3-235B-A22B on DGX-H100, B200 and GB200: benchmarks/heldout_moe.md);
+tests/model/test_model_heldout_terms.py recomputes it."""
+
+
+def moe_warning(p: Prediction) -> str:
+    """For a mixture-of-experts model, how far the model was off on the only MoE runs it was scored on ('' for a
+    dense model): its MoE terms are the experts' GEMMs, router, dispatcher traffic and all-to-all, and the runs
+    spend more than that."""
+    if p.model.experts <= 1:
+        return ""
+    lo, hi = MOE_MEASURED
+    return (
+        f"mixture of experts: on the published MoE runs it was scored on the model predicted {lo:.2f}-{hi:.2f}x "
+        "the measured throughput (benchmarks/heldout_moe.md); read the step time as a lower bound"
+    )
+
+
+def prediction_warnings(p: Prediction) -> str:
+    """Every warning that applies to a prediction, joined ('' if none)."""
+    return "; ".join(w for w in (ceiling_warning(p), moe_warning(p)) if w)
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Ranked:
     """One split of the plan with the one-line reason it wins or loses."""
@@ -465,7 +489,7 @@ def plan(
                 careful_s=careful(row[2], row[3]),
                 other_careful_s=careful(fastest_row[2], fastest_row[3]),
             ),
-            warning=ceiling_warning(p, ranked=True),
+            warning="; ".join(w for w in (ceiling_warning(p, ranked=True), moe_warning(p)) if w),
             rank_time_s=row[0],
         )
         for i, (p, row) in enumerate(zip(shown, chosen, strict=True))

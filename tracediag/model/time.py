@@ -20,8 +20,19 @@ from dataclasses import asdict, dataclass, replace
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
-from tracediag.model.elementwise import forward_bytes, te_cp_bytes, te_fp8_bytes, torch_cp_bytes
-from tracediag.model.memory import activation_bytes_per_layer, cp_kv_heads, layer_params_local, stage_params
+from tracediag.model.elementwise import (
+    forward_bytes,
+    moe_dispatch_bytes,
+    te_cp_bytes,
+    te_fp8_bytes,
+    torch_cp_bytes,
+)
+from tracediag.model.memory import (
+    activation_bytes_per_layer,
+    cp_kv_heads,
+    layer_params_local,
+    stage_params,
+)
 from tracediag.model.rates import BACKWARD_FLOPS, FP8_GEMM_RATIO, SM_COUNT, attention_rate
 from tracediag.model.specs import Split, Training, stage_layers
 
@@ -206,6 +217,7 @@ def layer_cost(model: ModelSpec, device: DeviceSpec, engine: Engine, split: Spli
         traffic = forward_bytes(model, split, train, engine.elementwise_ops)
     else:
         traffic = engine.elementwise_traffic * activation_bytes_per_layer(model, split, train, engine)
+    traffic += moe_dispatch_bytes(model, split, train)  # counted from the dispatcher's code, whatever the block's
     if train.dtype == "fp8" and not engine.fp8_te_casts:
         traffic *= 1.25  # casts and amax reductions of every GEMM input (Transformer Engine fp8 recipes)
     elementwise_fwd = traffic / bw
@@ -213,7 +225,8 @@ def layer_cost(model: ModelSpec, device: DeviceSpec, engine: Engine, split: Spli
         ew_recompute = elementwise_fwd
     elif train.recompute == "selective" and not engine.flash_attention:
         no_core = activation_bytes_per_layer(model, split, train, _with_flash(engine))
-        ew_recompute = elementwise_fwd - engine.elementwise_traffic * no_core / bw
+        kept = engine.elementwise_traffic * no_core + moe_dispatch_bytes(model, split, train)
+        ew_recompute = elementwise_fwd - kept / bw
     else:
         ew_recompute = 0.0
     elementwise = 3 * elementwise_fwd + ew_recompute
@@ -280,8 +293,9 @@ def layer_cost(model: ModelSpec, device: DeviceSpec, engine: Engine, split: Spli
     ep_comm = 0.0
     if split.ep > 1:
         t_sp = t if split.sequence_parallel else 1
+        # dispatch and combine, forward and backward; full recompute reruns the forward's two
         ep_comm = (
-            4
+            (6 if train.recompute == "full" else 4)
             * engine.moe_imbalance
             * collective_time("all_to_all", 2 * tokens * model.top_k * h / t_sp, split.ep, links["ep"])
         )

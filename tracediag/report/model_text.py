@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from tracediag.model.ceilings import mfu_ceiling
-from tracediag.model.plan import ceiling_warning
+from tracediag.model.plan import prediction_warnings
 from tracediag.units import count, of_peak
 
 if TYPE_CHECKING:
@@ -97,7 +97,7 @@ def _calibration_line(profile: Profile | None) -> str:
 
 def prediction_text(p: Prediction, profile: Profile | None) -> str:
     """What `predict` prints: the profile used, the prediction, and the published-ceiling warning."""
-    warning = ceiling_warning(p)
+    warning = prediction_warnings(p)
     return _calibration_line(profile) + render_prediction(p) + (f"\nwarning: {warning}" if warning else "")
 
 
@@ -129,7 +129,9 @@ def prediction_json(p: Prediction, profile: Profile | None) -> str:
             "run": ceiling.run,
             "source": ceiling.source,
         }
-        data["warning"] = ceiling_warning(p)
+    warning = prediction_warnings(p)
+    if warning or ceiling is not None:
+        data["warning"] = warning
     return _dump(data)
 
 
