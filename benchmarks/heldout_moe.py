@@ -11,8 +11,8 @@ footnote: "we force-balance the token distribution among experts", 25.09's "toke
 its capacity), so `moe_imbalance` is 1; the distributed optimizer (ZeRO-1); sequence parallelism with tp > 1;
 no recompute; Megatron-Bridge's perf recipes reduce bf16 gradients and skip the NaN check (one gradient-buffer
 pass), as for the same tables' dense rows in `heldout_model.csv`. The 25.09 table names no precision; its
-section is the FP8 one. Splits whose expert-parallel group folds over tensor-parallel ranks (EP larger than
-dp · cp: Megatron-Core's expert tensor parallelism 1) are listed, not scored: `Split` cannot express them.
+section is the FP8 one. An expert-parallel group larger than dp · cp folds over tensor-parallel ranks with
+expert tensor parallelism 1, as Megatron-Core runs it (`Split.etp`).
 
 Shapes: the models' Hugging Face configs (Qwen/Qwen3-30B-A3B, Qwen/Qwen3-235B-A22B): 48 / 94 layers, hidden
 2048 / 4096, 32 / 64 query heads of 128 channels, 4 kv heads, 128 experts of 768 / 1536 (SwiGLU), top-8, vocab
@@ -112,7 +112,8 @@ def predicted_tokens_per_s_per_gpu(row: Row) -> float:
     """The model's throughput for the row's split, as the module docstring sets it up (SpecError if the split
     cannot be expressed or does not fit)."""
     dp = row.gpus // (row.tp * row.pp)
-    split = Split(tp=row.tp, pp=row.pp, dp=dp, vpp=row.vpp, ep=row.ep, zero=1, sequence_parallel=row.tp > 1)
+    etp = 1 if row.ep > dp else None
+    split = Split(tp=row.tp, pp=row.pp, dp=dp, vpp=row.vpp, ep=row.ep, etp=etp, zero=1, sequence_parallel=row.tp > 1)
     train = Training(
         seq_len=row.seq_len,
         global_batch=row.global_batch,
@@ -170,11 +171,10 @@ def render() -> str:
         f"{len(errs)} rows: median |error| {100 * statistics.median(abs(e) for e in errs):.1f}%, max "
         f"{100 * max(abs(e) for e in errs):.1f}%, signed mean {100 * statistics.fmean(errs):+.1f}%; predicted "
         f"{lo:.2f}-{hi:.2f}x the measured throughput.",
-        "",
-        "Not scored:",
-        "",
     ]
-    lines += [f"- {r.model} {r.release} {r.system} tp{r.tp} pp{r.pp} ep{r.ep}: {why}" for r, why in skipped]
+    if skipped:
+        lines += ["", "Not scored:", ""]
+        lines += [f"- {r.model} {r.release} {r.system} tp{r.tp} pp{r.pp} ep{r.ep}: {why}" for r, why in skipped]
     return "\n".join(lines) + "\n"
 
 

@@ -77,6 +77,20 @@ def test_predict_text_and_shape_flags(runner):
     assert "MFU" in result.stdout
 
 
+def test_predict_etp_folds_experts_over_tensor_parallel_ranks(runner):
+    base = ["predict", "--layers", "4", "--hidden", "256", "--heads", "4", "--vocab", "1000", "--experts", "8"]
+    base += ["--top-k", "2", "--gpus", "8", "--gpu", "h100-sxm", "--seq-len", "128", "--global-batch", "4"]
+    base += ["--tp", "2", "--dp", "4", "--ep", "8", "--sequence-parallel", "--format", "json"]
+    refused = runner.invoke(cli, base)
+    assert refused.exit_code == 2
+    assert "etp" in refused.output
+    folded = runner.invoke(cli, [*base, "--etp", "1"])
+    assert folded.exit_code == 0, folded.output
+    data = orjson.loads(folded.stdout)
+    assert data["inputs"]["split"]["etp"] == 1
+    assert "mixture of experts" in data["warning"]
+
+
 def test_predict_head_dim_widens_attention(runner):
     """--head-dim sets the attention width where it is not hidden / heads: Q, K, V and O, and so the parameters."""
     base = ["predict", "--layers", "4", "--hidden", "256", "--heads", "4", "--vocab", "1000", "--gpus", "1"]

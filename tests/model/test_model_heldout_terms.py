@@ -13,6 +13,7 @@ from conftest import ROOT
 
 from tracediag.errors import SpecError
 from tracediag.model.elementwise import forward_bytes, moe_dispatch_bytes, te_cp_bytes, te_fp8_bytes, torch_cp_bytes
+from tracediag.model.emit import megatron_args
 from tracediag.model.memory import (
     activation_bytes_per_layer,
     cp_gather_bytes,
@@ -471,3 +472,34 @@ def test_moe_predictions_carry_the_measured_miss():
     moe = predict(QWEN3_30B, dev, Split(dp=16, ep=8, zero=1), train, eng)
     assert f"{hi:.2f}x" in moe_warning(moe)
     assert moe_warning(predict(MODELS["llama3-8b"](), dev, Split(dp=16, zero=1), train, eng)) == ""
+
+
+def test_experts_fold_over_tensor_parallel_ranks_as_megatron_core_runs_them():
+    """Qwen3-235B-A22B on 256 H100 as Megatron-Bridge runs it: tp 2, pp 8, ep 32 over dp 16, which only MoE
+    parallel folding allows (expert tensor parallelism 1: the EP group takes both tp ranks of 16 replicas)."""
+    model = dataclasses.replace(QWEN3_30B, layers=94, hidden=4096, heads=64, ffn=1536)
+    dev, eng = resolve_device("h100-sxm"), resolve_engine("megatron-core")
+    train = Training(seq_len=4096, global_batch=2048, micro_batch=1)
+    with pytest.raises(SpecError, match="etp"):
+        predict(model, dev, Split(tp=2, pp=8, dp=16, ep=32, zero=1, sequence_parallel=True), train, eng)
+    folded = Split(tp=2, pp=8, dp=16, ep=32, etp=1, zero=1, sequence_parallel=True)
+    p = predict(model, dev, folded, train, eng)
+    assert (folded.expert_tp, folded.expert_dp) == (1, 1)
+    # every rank holds 4 whole experts (not 8 halves at tp 2): 128/32 of the layer's expert weights
+    assert layer_params_local(model, folded)[1] == 128 * 3 * 4096 * 1536 / 32
+    # its EP group is 32 consecutive ranks (4 nodes), not 32 ranks 2 apart
+    links = process_group_links(dev, folded)
+    assert links["ep"].alltoall_busbw == pytest.approx(31 / (24 / dev.inter_link.busbw))
+    # the experts' FLOPs per rank are the unfolded split's (half the tokens through whole experts): without the
+    # tile term the GEMM times agree; with it the folded split's wider expert GEMMs run faster
+    unfolded = Split(tp=2, pp=8, dp=16, ep=16, zero=1, sequence_parallel=True)
+    flat = with_overrides(eng, gemm_half_dim=0.0)
+    a, b = (layer_cost(model, dev, flat, sp, train).gemm for sp in (folded, unfolded))
+    assert a == pytest.approx(b, rel=1e-9)
+    a, b = (layer_cost(model, dev, eng, sp, train).gemm for sp in (folded, unfolded))
+    assert a < b
+    assert "--expert-tensor-parallel-size" in megatron_args(p)
+    with pytest.raises(SpecError, match="etp"):
+        Split(tp=2, etp=3)
+    with pytest.raises(SpecError, match="sequence parallelism"):
+        predict(model, dev, dataclasses.replace(folded, sequence_parallel=False), train, eng)

@@ -289,6 +289,7 @@ def split_from_options(kw: dict) -> tuple[Split, Training]:
         dp=dp,
         cp=cp,
         ep=kw["ep"],
+        etp=kw.get("etp"),
         vpp=kw["vpp"],
         zero=kw["zero"],
         sequence_parallel=kw["sequence_parallel"],
@@ -349,6 +350,11 @@ split_options = _options(
     click.option("--dp", type=COUNT, help="Data-parallel degree; default gpus/(tp·pp·cp)."),
     click.option("--cp", type=COUNT, default=1, show_default=True),
     click.option("--ep", type=COUNT, default=1, show_default=True, help="Expert parallel (MoE)."),
+    click.option(
+        "--etp",
+        type=COUNT,
+        help="Expert tensor parallel (Megatron-Core); below --tp the experts fold over tensor-parallel ranks.",
+    ),
     click.option("--vpp", type=COUNT, default=1, show_default=True, help="Virtual stages per GPU (interleaving)."),
     click.option("--zero", type=click.IntRange(0, 3), default=1, show_default=True, help="ZeRO stage (3 = FSDP)."),
     click.option(

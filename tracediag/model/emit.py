@@ -59,6 +59,8 @@ def unsupported(target: str, model: ModelSpec, split: Split) -> str | None:
         if split.vpp > 1 and any(n % split.vpp for n in {layers[0], layers[-1], *middle}):
             return f"stages of {layers} do not split evenly into {split.vpp} virtual stages, as Megatron-LM does"
     elif target == "torchtitan":
+        if split.etp is not None and split.etp != split.tp:
+            return "the emitted torchtitan settings fold no experts over tensor-parallel ranks (etp below tp)"
         if split.zero == 1:
             return "torchtitan's FSDP2 shards gradients with the optimizer state (ZeRO-2 or ZeRO-3), no ZeRO-1"
         if split.zero == 0 and split.dp * split.cp > 1 and split.tp * split.pp * split.cp * split.ep > 1:
@@ -340,6 +342,8 @@ def megatron_args(p: Prediction) -> list[str]:
         args.append("--grad-reduce-in-bf16")
     if s.ep > 1:
         args += ["--expert-model-parallel-size", str(s.ep)]
+    if s.etp is not None:
+        args += ["--expert-tensor-parallel-size", str(s.etp)]
     if s.vpp > 1:
         args += ["--num-virtual-stages-per-pipeline-rank", str(s.vpp)]
     layers = stage_layers(p.model.layers, s.pp)

@@ -68,7 +68,7 @@ def layer_params_local(model: ModelSpec, split: Split) -> tuple[float, float]:
     """(dense, expert) parameters of one layer held by one device."""
     dense = attention_params(model) / split.tp + norm_params(model)
     if model.experts > 1:
-        return dense + model.hidden * model.experts, model.experts * expert_params(model) / (split.tp * split.ep)
+        return dense + model.hidden * model.experts, model.experts * expert_params(model) / (split.expert_tp * split.ep)
     return dense + expert_params(model) / split.tp, 0.0
 
 
@@ -160,7 +160,7 @@ def stage_memory(
     micro-batches, a middle one only its transformer layers, the last the output layer and the logits."""
     m = train.global_batch // (train.micro_batch * split.dp)
     shard = split.dp * split.cp
-    expert_shard = max(shard // split.ep, 1)
+    expert_shard = split.expert_dp
     per_layer = stored_bytes_per_layer(model, split, train, engine)
     layer_full = activation_bytes_per_layer(model, split, train, engine)
     layers = stage_layers(model.layers, split.pp)

@@ -256,7 +256,12 @@ class Split:
     cp: int = 1
     """Context-parallel degree (sequence split across devices for attention)."""
     ep: int = 1
-    """Expert-parallel degree (MoE only), carved out of dp·cp."""
+    """Expert-parallel degree (MoE only), carved out of dp·cp, or of tp·dp·cp with `etp` below tp."""
+    etp: int | None = None
+    """Tensor-parallel degree of the expert layers (Megatron-Core `--expert-tensor-parallel-size`); None = tp.
+    Below tp the expert-parallel group folds over tensor-parallel ranks (MoE parallel folding, Liu et al. 2025,
+    arXiv:2504.14960; Megatron-Core since core_r0.10): ep·etp divides tp·dp·cp and each expert's shard is
+    replicated over the rest."""
     vpp: int = 1
     """Virtual pipeline stages per device (interleaved 1F1B); 1 = plain 1F1B."""
     zero: int = 1
@@ -266,6 +271,9 @@ class Split:
 
     def __post_init__(self) -> None:
         _positive(self, "tp", "pp", "dp", "cp", "ep", "vpp")
+        if self.etp is not None and (self.etp < 1 or self.tp % self.etp):
+            msg = f"etp={self.etp} must divide tp={self.tp}"
+            raise SpecError(msg)
         if self.zero not in (0, 1, 2, 3):
             msg = f"zero must be 0, 1, 2 or 3, got {self.zero}"
             raise SpecError(msg)
@@ -277,6 +285,16 @@ class Split:
     def gpus(self) -> int:
         """tp·pp·dp·cp."""
         return self.tp * self.pp * self.dp * self.cp
+
+    @property
+    def expert_tp(self) -> int:
+        """Tensor-parallel degree of the expert layers (`etp`, else tp)."""
+        return self.etp or self.tp
+
+    @property
+    def expert_dp(self) -> int:
+        """Replicas of each expert shard: tp·dp·cp over ep·etp (dp·cp / ep without folding)."""
+        return max(self.tp * self.dp * self.cp // (self.ep * self.expert_tp), 1)
 
 
 @checked
@@ -337,8 +355,18 @@ def check_split(model: ModelSpec, device: DeviceSpec, split: Split, train: Train
         problems.append(f"seq_len={train.seq_len} not divisible by 2·cp = {2 * split.cp}")
     if split.sequence_parallel and split.tp == 1:
         problems.append("sequence parallelism needs tp > 1")
-    if split.ep > 1 and (model.experts % split.ep or (split.dp * split.cp) % split.ep):
-        problems.append(f"ep={split.ep} must divide experts={model.experts} and dp·cp={split.dp * split.cp}")
+    if split.ep > 1 and split.etp is None and (model.experts % split.ep or (split.dp * split.cp) % split.ep):
+        problems.append(
+            f"ep={split.ep} must divide experts={model.experts} and dp·cp={split.dp * split.cp}"
+            " (or set etp below tp to fold it over tensor-parallel ranks)"
+        )
+    folded = split.tp * split.dp * split.cp
+    if split.etp is not None and (model.experts % split.ep or folded % (split.ep * split.etp)):
+        problems.append(
+            f"ep={split.ep} must divide experts={model.experts}, and ep·etp = {split.ep * split.etp} tp·dp·cp={folded}"
+        )
+    if split.etp is not None and split.etp < split.tp and not split.sequence_parallel:
+        problems.append("folding experts over tensor-parallel ranks needs sequence parallelism (Megatron-Core's)")
     if train.dtype == "fp8" and device.fp8_peak_flops <= 0:
         problems.append(f"dtype fp8 needs a device with fp8 tensor cores; {device.name} has none")
     if problems:

@@ -116,7 +116,8 @@ def process_group_links(device: DeviceSpec, split: Split, overhead_us: float = 1
     return {
         "tp": group_link(device, split.tp, 1, overhead_us),
         "cp": group_link(device, split.cp, split.tp, overhead_us),
-        "ep": group_link(device, split.ep, split.tp * split.cp, overhead_us),
+        # folded over tp, an EP group's ranks are etp apart (Megatron-Core's expert rank order tp-ep-dp)
+        "ep": group_link(device, split.ep, split.tp * split.cp if split.etp is None else split.etp, overhead_us),
         "dp": group_link(device, split.dp * split.cp, split.tp, overhead_us),
         "pp": group_link(device, 2, split.tp * split.cp * split.dp, overhead_us),
     }
@@ -185,9 +186,13 @@ def layer_cost(model: ModelSpec, device: DeviceSpec, engine: Engine, split: Spli
     ]
     mlp_mats = 3 if model.swiglu else 2
     if model.experts > 1:
-        per_expert = max(tokens * model.top_k * split.ep / model.experts, 1.0) * engine.moe_imbalance
+        # Each expert-TP group holds etp/t of the tp group's tokens (all of them without folding) and 1/etp of
+        # each of its local experts' columns.
+        e_tokens = tokens * split.expert_tp / t
+        e_cols = model.ffn / split.expert_tp
+        per_expert = max(e_tokens * model.top_k * split.ep / model.experts, 1.0) * engine.moe_imbalance
         local_experts = model.experts / split.ep
-        gemms.append((2 * per_expert * h * ffn_cols * mlp_mats * local_experts, min(per_expert, h, ffn_cols)))
+        gemms.append((2 * per_expert * h * e_cols * mlp_mats * local_experts, min(per_expert, h, e_cols)))
         gemms.append((2 * tokens * h * model.experts, min(tokens, h, model.experts)))
     else:
         gemms.append((2 * tokens * h * ffn_cols * mlp_mats, min(tokens, h, ffn_cols)))
@@ -399,17 +404,18 @@ def _dp_time(
     all-gather and gradient reduce-scatter, its size in parameters, and the embedding and output layers' traffic
     per micro-batch (ZeRO-3 gathers them twice, ZeRO-2 once).
 
-    Dense weights are replicated over dp·cp ranks, expert weights over dp·cp/ep ranks.
+    Dense weights are replicated over dp·cp ranks, expert weights over `Split.expert_dp` ranks (dp·cp/ep
+    unless folded over tp).
     """
     n = split.dp * split.cp
     dense, expert = max((stage_params(model, split, i) for i in {0, split.pp - 1}), key=sum)
-    groups = [(dense, n)] + ([(expert, n // split.ep)] if expert else [])
+    groups = [(dense, n)] + ([(expert, split.expert_dp)] if expert else [])
     reduce_s = gather_s = unit_gather = unit_reduce = unit_params = edge = 0.0
     if _per_unit(split, engine):
         layer_dense, layer_expert = layer_params_local(model, split)
         layers = max(stage_layers(model.layers, split.pp))
         k = engine.zero3_collectives_per_unit
-        for params, size in ((layer_dense, n), (layer_expert, n // max(split.ep, 1))):
+        for params, size in ((layer_dense, n), (layer_expert, split.expert_dp)):
             unit_gather += k * collective_time("all_gather", 2 * params / k, size, link)
             unit_reduce += k * collective_time("reduce_scatter", train.grad_bytes * params / k, size, link)
         unit_params = layer_dense + layer_expert
@@ -543,7 +549,7 @@ def step_time(model: ModelSpec, device: DeviceSpec, split: Split, train: Trainin
 
     dense, expert = stage_params(model, split, slowest)
     shard = split.dp * split.cp if split.zero >= 1 else 1
-    local = dense / shard + expert / (max(shard // split.ep, 1) if split.zero >= 1 else 1)
+    local = dense / shard + expert / (split.expert_dp if split.zero >= 1 else 1)
     # The gradient buffer holds every parameter the device computes, whatever the optimizer's shard (ZeRO-3 shards it).
     buffer = (dense + expert) / (shard if split.zero == 3 else 1)
     optimizer = (local * engine.optimizer_bytes_per_param + buffer * engine.grad_buffer_passes * train.grad_bytes) / bw
