@@ -10,7 +10,7 @@ import pytest
 
 from tracediag.errors import SpecError
 from tracediag.model.emit import deepspeed_config, emit, megatron_args, unsupported
-from tracediag.model.plan import DEFAULT_HEADROOM, NEAR_TIE, plan
+from tracediag.model.plan import DEFAULT_HEADROOM, NEAR_TIE, candidate_splits, plan
 from tracediag.model.predict import load_prediction, predict
 from tracediag.model.specs import MODELS, ModelSpec, Split, Training, resolve_device
 from tracediag.model.stack import conservative, resolve_engine
@@ -146,6 +146,21 @@ def test_megatron_args_carry_a_head_size_that_is_not_hidden_over_heads():
     words = megatron_args(p)
     assert words[words.index("--kv-channels") + 1] == "128"
     assert "--kv-channels" not in megatron_args(_pred(Split(tp=8, pp=2, dp=4, zero=1, sequence_parallel=True)))
+
+
+def test_plan_searches_experts_folded_over_tensor_parallel_ranks_where_megatron_runs_them():
+    """An MoE model's search includes Megatron-Core's folded splits (etp 1, ep beyond dp·cp), which torchtitan's
+    emitter refuses; a dense model's has no expert split at all."""
+    moe = ModelSpec(layers=8, hidden=1024, heads=16, ffn=512, vocab=1000, experts=16, top_k=2, swiglu=True)
+    dev, eng = resolve_device("h100-sxm"), resolve_engine("megatron-core")
+    splits = [s for s, _ in candidate_splits(moe, dev, eng, 16, 4096, 64)]
+    folded = [s for s in splits if s.etp == 1]
+    assert folded
+    assert all(s.tp > 1 and s.sequence_parallel for s in folded)
+    assert any(s.ep > s.dp * s.cp for s in folded)
+    assert not [s for s, _ in candidate_splits(moe, dev, eng, 16, 4096, 64, target="torchtitan") if s.etp == 1]
+    dense = MODELS["llama3-8b"]()
+    assert {s.ep for s, _ in candidate_splits(dense, dev, eng, 16, 4096, 64)} == {1}
 
 
 def test_deepspeed_json_parses_with_degrees():

@@ -6,7 +6,8 @@ Searched: tp (powers of two up to the node, dividing heads), cp (powers of two, 
 pp (powers of two up to the layer count; uneven stages as in `stage_layers`), dp = gpus/(tp·cp·pp), ZeRO
 stage 0-3, micro-batch (powers of two dividing the per-replica batch), interleaving depth 2-8 (dividing the
 largest stage, every stage at least that deep; only where the engine interleaves), recompute, sequence
-parallelism whenever tp > 1, and ep for MoE. With `target`, only what that engine runs (`emit.unsupported`).
+parallelism whenever tp > 1, and ep for MoE (within dp·cp, and with tp > 1 folded over the tp ranks too,
+etp 1). With `target`, only what that engine runs (`emit.unsupported`).
 Memory is checked first (cheap) against (1 − headroom) of capacity; step time is computed only for splits
 that fit, with the per-layer cost memoised across pp, dp and ZeRO. Splits within `NEAR_TIE` of the fastest
 remaining one are ties, broken towards the simpler split (`complexity`); splits above the published ceiling all
@@ -222,7 +223,12 @@ def _inner(
 ) -> Iterator[tuple[Split, tuple[Training, ...]]]:
     per_replica = global_batch // dp
     vpps = [1, *interleavings(stage_layers(model.layers, pp))] if interleaving else [1]
-    eps = [1] + [e for e in _powers_of_two(model.experts)[1:] if (dp * cp) % e == 0] if model.experts > 1 else [1]
+    # (ep, etp): expert parallelism within dp·cp, and (tp > 1) folded over the tp ranks too with whole experts
+    # (etp 1, Megatron-Core's MoE parallel folding); `unsupported` drops what the target does not run.
+    experts = _powers_of_two(model.experts)[1:] if model.experts > 1 else []
+    eps: list[tuple[int, int | None]] = [(1, None)] + [(e, None) for e in experts if (dp * cp) % e == 0]
+    if tp > 1:
+        eps += [(e, 1) for e in experts if (tp * dp * cp) % e == 0]
     for b in _powers_of_two(per_replica):
         if per_replica % b:
             continue
@@ -241,10 +247,11 @@ def _inner(
         for v in vpps:
             if v > 1 and m % pp:
                 continue
-            for ep in eps:
+            for ep, etp in eps:
                 for zero in (1, 2, 3) if dp * cp > 1 else (0,):
+                    sp = tp > 1
                     yield (
-                        Split(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=v, zero=zero, sequence_parallel=tp > 1),
+                        Split(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, vpp=v, zero=zero, sequence_parallel=sp),
                         trainings,
                     )
 
@@ -254,8 +261,9 @@ _RECOMPUTE_ORDER = {"none": 0, "op": 1, "selective": 1, "full": 2}
 
 def complexity(split: Split, train: Training) -> tuple[int, ...]:
     """Sort key towards the simpler split: fewer parallel dimensions, lower pp, no interleaving, lower
-    ZeRO stage, lower tp and cp, less recompute, larger micro-batches (fewer, simpler steps)."""
-    dims = sum(d > 1 for d in (split.tp, split.pp, split.cp, split.ep))
+    ZeRO stage, lower tp and cp, less recompute, larger micro-batches (fewer, simpler steps); experts folded
+    over tp count as one dimension more."""
+    dims = sum(d > 1 for d in (split.tp, split.pp, split.cp, split.ep)) + (split.expert_tp < split.tp)
     return (
         dims,
         split.pp,
@@ -286,7 +294,8 @@ _PARTS = (
 
 def _setting_diff(p: Prediction, best: Prediction) -> str:
     s, b = p.split, best.split
-    pairs = [(name, getattr(b, name), getattr(s, name)) for name in ("tp", "pp", "dp", "cp", "ep", "vpp", "zero")]
+    names = ("tp", "pp", "dp", "cp", "ep", "expert_tp", "vpp", "zero")
+    pairs = [(name.replace("expert_tp", "etp"), getattr(b, name), getattr(s, name)) for name in names]
     pairs += [
         ("mb", best.training.micro_batch, p.training.micro_batch),
         ("recompute", best.training.recompute, p.training.recompute),

@@ -36,7 +36,8 @@ def render_prediction(p: Prediction) -> str:
     s, t, mem = p.split, p.time, p.memory
     head = (
         f"{p.model.name} on {p.gpus} x {p.device.name}: tp={s.tp} pp={s.pp} dp={s.dp} cp={s.cp}"
-        f"{f' ep={s.ep}' if s.ep > 1 else ''}{f' vpp={s.vpp}' if s.vpp > 1 else ''} zero={s.zero}"
+        f"{f' ep={s.ep}' if s.ep > 1 else ''}{f' etp={s.etp}' if s.etp is not None else ''}"
+        f"{f' vpp={s.vpp}' if s.vpp > 1 else ''} zero={s.zero}"
         f"{' sp' if s.sequence_parallel else ''}, micro-batch {p.training.micro_batch}, "
         f"recompute {p.training.recompute}, engine {p.engine.name}"
     )
@@ -81,7 +82,8 @@ def render_plan(result: Plan) -> str:
     for r in result.ranked:
         p, s = r.prediction, r.prediction.split
         lines.append(
-            f"#{r.rank} tp={s.tp} pp={s.pp} dp={s.dp} cp={s.cp}{f' ep={s.ep}' if s.ep > 1 else ''} "
+            f"#{r.rank} tp={s.tp} pp={s.pp} dp={s.dp} cp={s.cp}{f' ep={s.ep}' if s.ep > 1 else ''}"
+            f"{f' etp={s.etp}' if s.etp is not None else ''} "
             f"vpp={s.vpp} zero={s.zero} mb={p.training.micro_batch} recompute={p.training.recompute}: "
             f"{of_peak('MFU', p.mfu)}, {p.step_time_s:.3f} s/step, {p.tokens_per_s:,.0f} tokens/s"
         )
