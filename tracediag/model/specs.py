@@ -201,7 +201,7 @@ def read_hf_config(path: str | Path) -> ModelSpec:
         value = cfg.get(key)
         if value not in (None, 1) if key == "decoder_sparse_step" else bool(value):
             msg = (
-                f"{path}: {what} ({key} = {value!r}) is not modelled, so a prediction would be silently wrong"
+                f"{path}: {what} ({key} = {repr(value)[:40]}) is not modelled, so a prediction would be silently wrong"
                 "\n\nHint: time an approximation with --layers/--hidden/--heads/--ffn/--vocab/--experts"
             )
             raise SpecError(msg)
