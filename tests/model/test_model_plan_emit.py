@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import shlex
 
@@ -145,6 +146,20 @@ def test_megatron_args_carry_a_head_size_that_is_not_hidden_over_heads():
     )
     words = megatron_args(p)
     assert words[words.index("--kv-channels") + 1] == "128"
+    moe = dataclasses.replace(model, experts=8, top_k=2)
+    split = Split(tp=2, dp=4, ep=4, zero=1, sequence_parallel=True)
+    words = megatron_args(
+        predict(
+            moe,
+            resolve_device("h100-sxm"),
+            split,
+            Training(seq_len=4096, global_batch=8),
+            resolve_engine("megatron-core"),
+        )
+    )
+    # timed as the all-to-all dispatcher and one grouped GEMM of the local experts: emitted so
+    assert words[words.index("--moe-token-dispatcher-type") + 1] == "alltoall"
+    assert {"--moe-grouped-gemm", "--num-experts", "--expert-model-parallel-size"} <= set(words)
     assert "--kv-channels" not in megatron_args(_pred(Split(tp=8, pp=2, dp=4, zero=1, sequence_parallel=True)))
 
 

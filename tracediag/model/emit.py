@@ -313,7 +313,9 @@ def _megatron_model_args(model: ModelSpec, seq_len: int) -> list[str]:
     if not model.dropout:
         args += ["--attention-dropout", "0", "--hidden-dropout", "0"]
     if model.experts > 1:
+        # timed as the all-to-all dispatcher (its bytes and collectives) and one grouped GEMM of the local experts
         args += ["--num-experts", str(model.experts), "--moe-router-topk", str(model.top_k)]
+        args += ["--moe-token-dispatcher-type", "alltoall", "--moe-grouped-gemm"]
     return args
 
 
