@@ -219,6 +219,12 @@ def test_emitters_refuse_shardings_they_cannot_run(target, split, message):
         emit(_pred(split), target)
 
 
+def test_torchtitan_emitter_refuses_experts_its_llama3_module_lacks():
+    moe = ModelSpec(layers=8, hidden=1024, heads=16, ffn=512, vocab=1000, experts=16, top_k=2, swiglu=True)
+    assert "no experts" in unsupported("torchtitan", moe, Split(dp=8, ep=8, zero=2))
+    assert unsupported("torchtitan", MODELS["llama3-8b"](), Split(dp=8, zero=2)) is None
+
+
 @pytest.mark.parametrize(
     ("stack", "split", "message"),
     [

@@ -59,6 +59,8 @@ def unsupported(target: str, model: ModelSpec, split: Split) -> str | None:
         if split.vpp > 1 and any(n % split.vpp for n in {layers[0], layers[-1], *middle}):
             return f"stages of {layers} do not split evenly into {split.vpp} virtual stages, as Megatron-LM does"
     elif target == "torchtitan":
+        if model.experts > 1:
+            return "the emitted torchtitan settings run its llama3 module, which has no experts"
         if split.etp is not None and split.etp != split.tp:
             return "the emitted torchtitan settings fold no experts over tensor-parallel ranks (etp below tp)"
         if split.zero == 1:
