@@ -12,6 +12,7 @@ import pytest
 from conftest import ROOT
 
 from tracediag.errors import SpecError
+from tracediag.model.ceilings import MOE_MEASURED, moe_warning
 from tracediag.model.elementwise import forward_bytes, moe_dispatch_bytes, te_cp_bytes, te_fp8_bytes, torch_cp_bytes
 from tracediag.model.emit import megatron_args
 from tracediag.model.memory import (
@@ -21,7 +22,6 @@ from tracediag.model.memory import (
     stage_memory,
     stage_params,
 )
-from tracediag.model.plan import MOE_MEASURED, moe_warning
 from tracediag.model.predict import predict
 from tracediag.model.rates import BACKWARD_FLOPS, attention_rate
 from tracediag.model.specs import MODELS, ModelSpec, Split, Training, resolve_device

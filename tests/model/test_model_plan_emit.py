@@ -11,7 +11,7 @@ import pytest
 
 from tracediag.errors import SpecError
 from tracediag.model.emit import deepspeed_config, emit, megatron_args, unsupported
-from tracediag.model.plan import DEFAULT_HEADROOM, NEAR_TIE, candidate_splits, plan
+from tracediag.model.plan import DEFAULT_HEADROOM, NEAR_TIE, NoFit, candidate_splits, emit_refusal, plan
 from tracediag.model.predict import load_prediction, predict
 from tracediag.model.specs import MODELS, ModelSpec, Split, Training, resolve_device
 from tracediag.model.stack import conservative, resolve_engine
@@ -223,6 +223,12 @@ def test_torchtitan_emitter_refuses_experts_its_llama3_module_lacks():
     moe = ModelSpec(layers=8, hidden=1024, heads=16, ffn=512, vocab=1000, experts=16, top_k=2, swiglu=True)
     assert "no experts" in unsupported("torchtitan", moe, Split(dp=8, ep=8, zero=2))
     assert unsupported("torchtitan", MODELS["llama3-8b"](), Split(dp=8, zero=2)) is None
+    # plan --emit says so, not that nothing fits
+    dev, eng = resolve_device("h100-sxm"), resolve_engine("megatron-core")
+    with pytest.raises(NoFit) as nofit:
+        plan(moe, dev, eng, gpus=8, seq_len=4096, global_batch=64, target="torchtitan")
+    why = emit_refusal(moe, dev, eng, "torchtitan", nofit.value, gpus=8, seq_len=4096, global_batch=64)
+    assert why == "refused: the emitted torchtitan settings run its llama3 module, which has no experts"
 
 
 @pytest.mark.parametrize(

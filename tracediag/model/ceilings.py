@@ -1,4 +1,5 @@
-"""The best MFU published runs reached, by device class and model size, in the causal FLOP count.
+"""The best MFU published runs reached, by device class and model size, in the causal FLOP count; and how far
+the model was from the published MoE runs it was scored on (`moe_warning`).
 
 Notes
 -----
@@ -163,3 +164,22 @@ def above_ceiling(p: Prediction) -> Ceiling | None:
 def describe(c: Ceiling) -> str:
     """One line: the run, its published MFU and its causal count."""
     return f"{c.run}, {100 * c.mfu:.1f}% as published = {100 * c.mfu_causal:.1f}% causal ({c.cite})"
+
+
+MOE_MEASURED = (0.81, 3.01)
+"""Predicted over measured throughput, least and most, on the published MoE runs the model was scored on
+(Megatron-Bridge's Qwen3-30B-A3B and Qwen3-235B-A22B on DGX-H100, B200 and GB200: benchmarks/heldout_moe.md);
+tests/model/test_model_heldout_terms.py recomputes it."""
+
+
+def moe_warning(p: Prediction) -> str:
+    """For a mixture-of-experts model, how far the model was off on the only MoE runs it was scored on ('' for a
+    dense model): its MoE terms are the experts' GEMMs, router, dispatcher traffic and all-to-all, and the runs
+    differ from them both ways (their all-to-all partly hidden, their host and launch costs not counted)."""
+    if p.model.experts <= 1:
+        return ""
+    lo, hi = MOE_MEASURED
+    return (
+        f"mixture of experts: on the published MoE runs it was scored on the model predicted {lo:.2f}-{hi:.2f}x "
+        "the measured throughput (benchmarks/heldout_moe.md)"
+    )

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import orjson
 
 from tracediag.errors import SpecError
+from tracediag.model.ceilings import moe_warning
 from tracediag.model.specs import stage_layers
 
 if TYPE_CHECKING:
@@ -26,6 +27,14 @@ ENGINES = ("torchtitan", "torchtitan-0.2", "megatron", "deepspeed")
 
 STACK_OF = {"torchtitan-0.2": "torchtitan"}
 """The stack whose rules an emit target obeys, where its name differs."""
+
+
+def unsupported_model(target: str, model: ModelSpec) -> str | None:
+    """Why `target` can run no split of `model` at all (None if some split may do): torchtitan's emitted
+    settings run its llama3 module, which has no experts."""
+    if STACK_OF.get(target, target) == "torchtitan" and model.experts > 1:
+        return "the emitted torchtitan settings run its llama3 module, which has no experts"
+    return None
 
 
 def unsupported(target: str, model: ModelSpec, split: Split) -> str | None:
@@ -59,8 +68,8 @@ def unsupported(target: str, model: ModelSpec, split: Split) -> str | None:
         if split.vpp > 1 and any(n % split.vpp for n in {layers[0], layers[-1], *middle}):
             return f"stages of {layers} do not split evenly into {split.vpp} virtual stages, as Megatron-LM does"
     elif target == "torchtitan":
-        if model.experts > 1:
-            return "the emitted torchtitan settings run its llama3 module, which has no experts"
+        if why := unsupported_model(target, model):
+            return why
         if split.etp is not None and split.etp != split.tp:
             return "the emitted torchtitan settings fold no experts over tensor-parallel ranks (etp below tp)"
         if split.zero == 1:
@@ -140,6 +149,7 @@ def header(p: Prediction, target: str) -> list[str]:
         f"predicted: step {p.step_time_s:.3f} s, MFU {100 * p.mfu:.1f}% (causal count;"
         f" {100 * p.mfu_full_s2:.1f}% full-s2), HFU {100 * p.hfu:.1f}%, memory {m.total / GIB:.1f} of"
         f" {m.capacity / GIB:.1f} GiB per device",
+        *([f"warning: {w}"] if (w := moe_warning(p)) else []),
     ]
 
 

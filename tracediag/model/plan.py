@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING
 
 from tracediag.api_types import checked
 from tracediag.errors import SpecError
-from tracediag.model.ceilings import above_ceiling, ceiling_for, describe
-from tracediag.model.emit import unsupported, unsupported_recompute
+from tracediag.model.ceilings import above_ceiling, ceiling_for, describe, moe_warning
+from tracediag.model.emit import unsupported, unsupported_model, unsupported_recompute
 from tracediag.model.flops import model_flops
 from tracediag.model.memory import memory_per_device
 from tracediag.model.predict import Prediction, predict
@@ -79,25 +79,6 @@ def ceiling_warning(p: Prediction, *, ranked: bool = False) -> str:
     if floor >= ceiling.mfu_causal:
         return text + f"; expect at most {100 * ceiling.mfu_causal:.1f}%"
     return text + f"; expect {100 * floor:.1f}-{100 * ceiling.mfu_causal:.1f}%"
-
-
-MOE_MEASURED = (0.81, 3.01)
-"""Predicted over measured throughput, least and most, on the published MoE runs the model was scored on
-(Megatron-Bridge's Qwen3-30B-A3B and Qwen3-235B-A22B on DGX-H100, B200 and GB200: benchmarks/heldout_moe.md);
-tests/model/test_model_heldout_terms.py recomputes it."""
-
-
-def moe_warning(p: Prediction) -> str:
-    """For a mixture-of-experts model, how far the model was off on the only MoE runs it was scored on ('' for a
-    dense model): its MoE terms are the experts' GEMMs, router, dispatcher traffic and all-to-all, and the runs
-    differ from them both ways (their all-to-all partly hidden, their host and launch costs not counted)."""
-    if p.model.experts <= 1:
-        return ""
-    lo, hi = MOE_MEASURED
-    return (
-        f"mixture of experts: on the published MoE runs it was scored on the model predicted {lo:.2f}-{hi:.2f}x "
-        "the measured throughput (benchmarks/heldout_moe.md)"
-    )
 
 
 def prediction_warnings(p: Prediction) -> str:
@@ -548,6 +529,8 @@ def emit_refusal(
         best = None
     where = f"{model.name} over {gpus} x {device.name}"
     if isinstance(emitted, NoFit):
+        if why := unsupported_model(target, model):
+            return f"refused: {why}"
         other = f"; {_brief(best)} ({engine.stack}) fits" if best is not None else ""
         return f"refused: no split {target} can run of {where} fits in memory{other}"
     chosen = emitted.ranked[0].prediction
