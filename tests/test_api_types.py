@@ -340,7 +340,9 @@ DOCUMENTED: dict[str, Case] = {
     f"{MODEL}.stack.resolve_engine": Case(lambda r: {"name": "megatron-core"}, {"name": SPEC_NAME}),
     f"{MODEL}.specs.resolve_device": Case(lambda r: {"name": "a100-80gb"}, {"name": SPEC_NAME}),
     f"{MODEL}.specs.resolve_model": Case(lambda r: {"name_or_path": "tiny"}),
-    f"{MODEL}.specs.Split": Case(lambda r: {}, {k: "int" for k in ("tp", "pp", "dp", "cp", "ep", "vpp", "zero")}),
+    f"{MODEL}.specs.Split": Case(
+        lambda r: {}, {**{k: "int" for k in ("tp", "pp", "dp", "cp", "ep", "vpp", "zero")}, "etp": "None int"}
+    ),
     f"{MODEL}.specs.Training": Case(
         lambda r: {"seq_len": 512, "global_batch": 16},
         {"seq_len": "int", "global_batch": "int", "micro_batch": "int", "grad_bytes": "int"},
