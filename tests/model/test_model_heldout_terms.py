@@ -490,6 +490,10 @@ def test_experts_fold_over_tensor_parallel_ranks_as_megatron_core_runs_them():
     # its EP group is 32 consecutive ranks (4 nodes), not 32 ranks 2 apart
     links = process_group_links(dev, folded)
     assert links["ep"].alltoall_busbw == pytest.approx(31 / (24 / dev.inter_link.busbw))
+    # etp = tp spelled out is the unfolded layout
+    plain = Split(tp=2, pp=8, dp=16, cp=2, ep=8, zero=1, sequence_parallel=True)
+    same = dataclasses.replace(plain, etp=2)
+    assert process_group_links(dev, same)["ep"] == process_group_links(dev, plain)["ep"]
     # the experts' FLOPs per rank are the unfolded split's (half the tokens through whole experts): without the
     # tile term the GEMM times agree; with it the folded split's wider expert GEMMs run faster
     unfolded = Split(tp=2, pp=8, dp=16, ep=16, zero=1, sequence_parallel=True)

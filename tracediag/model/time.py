@@ -117,7 +117,9 @@ def process_group_links(device: DeviceSpec, split: Split, overhead_us: float = 1
         "tp": group_link(device, split.tp, 1, overhead_us),
         "cp": group_link(device, split.cp, split.tp, overhead_us),
         # folded over tp, an EP group's ranks are etp apart (Megatron-Core's expert rank order tp-ep-dp)
-        "ep": group_link(device, split.ep, split.tp * split.cp if split.etp is None else split.etp, overhead_us),
+        "ep": group_link(
+            device, split.ep, split.tp * split.cp if split.expert_tp == split.tp else split.expert_tp, overhead_us
+        ),
         "dp": group_link(device, split.dp * split.cp, split.tp, overhead_us),
         "pp": group_link(device, 2, split.tp * split.cp * split.dp, overhead_us),
     }
