@@ -24,6 +24,7 @@ Run: `python benchmarks/heldout_moe.py [-o benchmarks/heldout_moe.md]`.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import statistics
 import sys
 from dataclasses import dataclass
@@ -41,32 +42,23 @@ SOURCE = (
     "docs/performance-summary-archive.md"
 )
 
+_QWEN3_30B = ModelSpec(
+    name="Qwen3-30B-A3B",
+    layers=48,
+    hidden=2048,
+    heads=32,
+    kv_heads=4,
+    attention_head_dim=128,
+    ffn=768,
+    swiglu=True,
+    vocab=151936,
+    experts=128,
+    top_k=8,
+)
 QWEN3 = {
-    "Qwen3-30B-A3B": ModelSpec(
-        name="Qwen3-30B-A3B",
-        layers=48,
-        hidden=2048,
-        heads=32,
-        kv_heads=4,
-        attention_head_dim=128,
-        ffn=768,
-        swiglu=True,
-        vocab=151936,
-        experts=128,
-        top_k=8,
-    ),
-    "Qwen3-235B-A22B": ModelSpec(
-        name="Qwen3-235B-A22B",
-        layers=94,
-        hidden=4096,
-        heads=64,
-        kv_heads=4,
-        attention_head_dim=128,
-        ffn=1536,
-        swiglu=True,
-        vocab=151936,
-        experts=128,
-        top_k=8,
+    "Qwen3-30B-A3B": _QWEN3_30B,
+    "Qwen3-235B-A22B": dataclasses.replace(
+        _QWEN3_30B, name="Qwen3-235B-A22B", layers=94, hidden=4096, heads=64, ffn=1536
     ),
 }
 

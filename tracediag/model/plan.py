@@ -81,9 +81,9 @@ def ceiling_warning(p: Prediction, *, ranked: bool = False) -> str:
     return text + f"; expect {100 * floor:.1f}-{100 * ceiling.mfu_causal:.1f}%"
 
 
-def prediction_warnings(p: Prediction) -> str:
-    """Every warning that applies to a prediction, joined ('' if none)."""
-    return "; ".join(w for w in (ceiling_warning(p), moe_warning(p)) if w)
+def prediction_warnings(p: Prediction, *, ranked: bool = False) -> str:
+    """Every warning that applies to a prediction, joined ('' if none); `ranked` as `ceiling_warning`'s."""
+    return "; ".join(w for w in (ceiling_warning(p, ranked=ranked), moe_warning(p)) if w)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -275,8 +275,9 @@ _PARTS = (
 
 def _setting_diff(p: Prediction, best: Prediction) -> str:
     s, b = p.split, best.split
-    names = ("tp", "pp", "dp", "cp", "ep", "expert_tp", "vpp", "zero")
-    pairs = [(name.replace("expert_tp", "etp"), getattr(b, name), getattr(s, name)) for name in names]
+    attrs = (("tp", "tp"), ("pp", "pp"), ("dp", "dp"), ("cp", "cp"), ("ep", "ep"), ("etp", "expert_tp"))
+    attrs += (("vpp", "vpp"), ("zero", "zero"))
+    pairs = [(label, getattr(b, attr), getattr(s, attr)) for label, attr in attrs]
     pairs += [
         ("mb", best.training.micro_batch, p.training.micro_batch),
         ("recompute", best.training.recompute, p.training.recompute),
@@ -479,7 +480,7 @@ def plan(
                 careful_s=careful(row[2], row[3]),
                 other_careful_s=careful(fastest_row[2], fastest_row[3]),
             ),
-            warning="; ".join(w for w in (ceiling_warning(p, ranked=True), moe_warning(p)) if w),
+            warning=prediction_warnings(p, ranked=True),
             rank_time_s=row[0],
         )
         for i, (p, row) in enumerate(zip(shown, chosen, strict=True))

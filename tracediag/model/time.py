@@ -224,7 +224,8 @@ def layer_cost(model: ModelSpec, device: DeviceSpec, engine: Engine, split: Spli
         traffic = forward_bytes(model, split, train, engine.elementwise_ops)
     else:
         traffic = engine.elementwise_traffic * activation_bytes_per_layer(model, split, train, engine)
-    traffic += moe_dispatch_bytes(model, split, train)  # counted from the dispatcher's code, whatever the block's
+    dispatch = moe_dispatch_bytes(model, split, train)  # counted from the dispatcher's code, whatever the block's
+    traffic += dispatch
     if train.dtype == "fp8" and not engine.fp8_te_casts:
         traffic *= 1.25  # casts and amax reductions of every GEMM input (Transformer Engine fp8 recipes)
     elementwise_fwd = traffic / bw
@@ -232,7 +233,7 @@ def layer_cost(model: ModelSpec, device: DeviceSpec, engine: Engine, split: Spli
         ew_recompute = elementwise_fwd
     elif train.recompute == "selective" and not engine.flash_attention:
         no_core = activation_bytes_per_layer(model, split, train, _with_flash(engine))
-        kept = engine.elementwise_traffic * no_core + moe_dispatch_bytes(model, split, train)
+        kept = engine.elementwise_traffic * no_core + dispatch
         ew_recompute = elementwise_fwd - kept / bw
     else:
         ew_recompute = 0.0
